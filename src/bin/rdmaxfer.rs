@@ -1,0 +1,2 @@
+//! The rdmaxfer command-line tool.
+fn main() {}

@@ -1,0 +1,187 @@
+//! The crate's one error type.
+
+use std::time::Duration;
+
+/// Result alias used throughout rdmaxfer.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in rdmaxfer, with the operation that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A verbs or rdma_cm call failed with an errno.
+    #[error("{verb} failed: {}{hint}", std::io::Error::from_raw_os_error(*errno))]
+    Verb {
+        /// The C call (and for QP transitions, the transition).
+        verb: &'static str,
+        /// The errno it reported.
+        errno: i32,
+        /// What to do about it, or empty.
+        hint: &'static str,
+    },
+    /// A work request completed with an error status.
+    #[error("{op} (wr_id {wr_id}) completed with {status_str} (status {status}, vendor error {vendor_err:#x})")]
+    Completion {
+        /// What kind of work request it was.
+        op: &'static str,
+        /// The caller's wr_id.
+        wr_id: u64,
+        /// `ibv_wc_status` value.
+        status: u32,
+        /// `ibv_wc_status_str` text.
+        status_str: String,
+        /// Provider-specific error code.
+        vendor_err: u32,
+    },
+    /// A wait ran past its deadline.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// There is no RDMA device on this machine.
+    #[error("no RDMA device found{detail}. To get a Soft-RoCE device: `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <NETDEV>` (needs a kernel with CONFIG_RDMA_RXE), then check `ibv_devices`")]
+    NoDevice {
+        /// Extra context (e.g. the errno from ibv_get_device_list).
+        detail: String,
+    },
+    /// The named device does not exist.
+    #[error("RDMA device {name:?} not found (available: {})", if available.is_empty() { "none".to_string() } else { available.join(", ") })]
+    DeviceNotFound {
+        /// The name asked for.
+        name: String,
+        /// The devices that do exist.
+        available: Vec<String>,
+    },
+    /// A caller-supplied value is unusable.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The object is not in a state that allows the operation.
+    #[error("{op} refused: queue pair is in state {state}, needs {needs}")]
+    InvalidState {
+        /// The operation attempted.
+        op: &'static str,
+        /// The state it was in.
+        state: &'static str,
+        /// The state it needs.
+        needs: &'static str,
+    },
+    /// A remote access was outside the peer's exposed region.
+    #[error("out of bounds: offset {offset} + length {len} exceeds the exposed region of {region_len} bytes")]
+    OutOfBounds {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Size of the region.
+        region_len: u64,
+    },
+    /// The peer broke the protocol (bad message, bad version, ...).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The peer refused or ended the connection.
+    #[error("connection: {0}")]
+    Connection(String),
+    /// An I/O operation (socket, file) failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Builds [`Error::Verb`] from `errno` with no hint.
+    pub(crate) fn verb(verb: &'static str, errno: i32) -> Self {
+        Error::Verb { verb, errno, hint: "" }
+    }
+
+    /// Builds [`Error::Verb`] from the calling thread's current errno.
+    pub(crate) fn last_os(verb: &'static str) -> Self {
+        Self::verb(verb, last_errno())
+    }
+
+    /// Wraps an `io::Error` with what was being done.
+    pub fn io(op: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { op: op.into(), source }
+    }
+
+    /// The errno carried by this error, if any.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Verb { errno, .. } => Some(*errno),
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// The completion status carried by this error, if any.
+    pub fn wc_status(&self) -> Option<u32> {
+        match self {
+            Error::Completion { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// True for a timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+}
+
+/// The calling thread's errno (never 0: falls back to EIO when a call failed without setting it).
+pub(crate) fn last_errno() -> i32 {
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(0) | None => libc::EIO,
+        Some(e) => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verb_error_names_call_and_errno() {
+        let e = Error::verb("ibv_modify_qp(INIT->RTR)", libc::EINVAL);
+        let s = e.to_string();
+        assert!(s.contains("ibv_modify_qp(INIT->RTR)"), "{s}");
+        assert!(s.contains("Invalid argument"), "{s}");
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+        assert_eq!(e.wc_status(), None);
+    }
+
+    #[test]
+    fn completion_error_carries_status() {
+        let e = Error::Completion {
+            op: "RDMA WRITE",
+            wr_id: 7,
+            status: 10,
+            status_str: "remote access error".into(),
+            vendor_err: 0,
+        };
+        assert_eq!(e.wc_status(), Some(10));
+        assert!(e.to_string().contains("remote access error"));
+        assert!(e.to_string().contains("wr_id 7"));
+    }
+
+    #[test]
+    fn no_device_says_how_to_get_one() {
+        let s = Error::NoDevice { detail: String::new() }.to_string();
+        assert!(s.contains("modprobe rdma_rxe"), "{s}");
+        assert!(s.contains("rdma link add"), "{s}");
+    }
+
+    #[test]
+    fn device_not_found_lists_available() {
+        let e = Error::DeviceNotFound { name: "mlx9".into(), available: vec!["rxe0".into()] };
+        assert!(e.to_string().contains("rxe0"));
+        let e = Error::DeviceNotFound { name: "mlx9".into(), available: vec![] };
+        assert!(e.to_string().contains("none"));
+    }
+}

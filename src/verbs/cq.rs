@@ -1,0 +1,569 @@
+//! Completion queues: `ibv_create_cq(3)`, `ibv_poll_cq(3)`, `ibv_req_notify_cq(3)`,
+//! `ibv_create_comp_channel(3)`, `ibv_get_cq_event(3)` / `ibv_ack_cq_events(3)`.
+//!
+//! The CQ also keeps the *in-flight table*: every buffer posted on a queue pair using this CQ
+//! lives here, keyed by an internal work request id, until its completion is polled. That is how
+//! posted memory stays out of reach of safe code (and survives `mem::forget` of any handle).
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CStr;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::sys;
+use crate::verbs::device::Context;
+use crate::verbs::mr::{LocalBuf, SharedBuf};
+
+/// A posted buffer: exclusive or shared read-only.
+#[derive(Debug)]
+pub enum Buf {
+    /// An exclusive buffer (any operation).
+    Local(LocalBuf),
+    /// A frozen buffer (sources only: SEND, RDMA WRITE).
+    Shared(SharedBuf),
+}
+
+impl Buf {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Buf::Local(b) => b,
+            Buf::Shared(b) => b,
+        }
+    }
+
+    /// The exclusive buffer, if it is one.
+    pub fn into_local(self) -> Option<LocalBuf> {
+        match self {
+            Buf::Local(b) => Some(b),
+            Buf::Shared(_) => None,
+        }
+    }
+
+    pub(crate) fn lkey(&self) -> u32 {
+        match self {
+            Buf::Local(b) => b.lkey(),
+            Buf::Shared(b) => b.lkey(),
+        }
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        match self {
+            Buf::Local(b) => b.addr(),
+            Buf::Shared(b) => b.addr(),
+        }
+    }
+}
+
+impl From<LocalBuf> for Buf {
+    fn from(b: LocalBuf) -> Buf {
+        Buf::Local(b)
+    }
+}
+
+impl From<SharedBuf> for Buf {
+    fn from(b: SharedBuf) -> Buf {
+        Buf::Shared(b)
+    }
+}
+
+/// How [`CompletionQueue::wait`] waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WaitMode {
+    /// Busy-poll the CQ (lowest latency, one core busy).
+    #[default]
+    Poll,
+    /// Sleep on the completion channel (`ibv_req_notify_cq` + poll(2) on its fd).
+    Event,
+}
+
+/// Opcode of a successful completion (`enum ibv_wc_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// SEND or SEND_WITH_IMM finished.
+    Send,
+    /// RDMA WRITE (with or without immediate) finished.
+    RdmaWrite,
+    /// RDMA READ finished.
+    RdmaRead,
+    /// A SEND arrived in a posted receive.
+    Recv,
+    /// An RDMA WRITE_WITH_IMM arrived (consumed a posted receive).
+    RecvRdmaWithImm,
+    /// Anything else.
+    Other(u32),
+}
+
+impl WcOpcode {
+    fn from_raw(v: u32) -> WcOpcode {
+        match v {
+            sys::IBV_WC_SEND => WcOpcode::Send,
+            sys::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+            sys::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+            sys::IBV_WC_RECV => WcOpcode::Recv,
+            sys::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+            x => WcOpcode::Other(x),
+        }
+    }
+}
+
+/// `ibv_wc_status_str(3)`.
+pub fn wc_status_str(status: u32) -> &'static str {
+    // SAFETY: returns a pointer to a static string for any value.
+    let p = unsafe { sys::ibv_wc_status_str(status) };
+    if p.is_null() {
+        return "unknown";
+    }
+    // SAFETY: non-null, NUL-terminated, static.
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("unknown")
+}
+
+/// A polled work completion, with the buffers the work request held.
+#[derive(Debug)]
+pub struct Completion {
+    /// The caller's wr_id.
+    pub wr_id: u64,
+    /// `ibv_wc_status` (0 = success).
+    pub status: u32,
+    /// Provider error detail.
+    pub vendor_err: u32,
+    /// Opcode (meaningful only on success).
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) or transferred.
+    pub byte_len: u32,
+    /// Immediate data, host order, if the peer sent any.
+    pub imm: Option<u32>,
+    /// QP number the work request was posted on.
+    pub qp_num: u32,
+    /// The buffers given back: this work request's, then those of earlier unsignaled ones it
+    /// retired.
+    pub bufs: Vec<Buf>,
+    op: &'static str,
+}
+
+impl Completion {
+    /// True if the work request succeeded.
+    pub fn is_success(&self) -> bool {
+        self.status == sys::IBV_WC_SUCCESS
+    }
+
+    /// The kind of work request that was posted ("SEND", "RDMA WRITE", "RECV", ...), known even
+    /// when the completion is an error.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// `ibv_wc_status_str` of the status.
+    pub fn status_str(&self) -> &'static str {
+        wc_status_str(self.status)
+    }
+
+    /// `Ok(self)` on success, else [`Error::Completion`] (the buffers are dropped).
+    pub fn result(self) -> Result<Completion> {
+        if self.is_success() {
+            Ok(self)
+        } else {
+            Err(self.to_error())
+        }
+    }
+
+    /// The error this completion represents (meaningful when not successful).
+    pub fn to_error(&self) -> Error {
+        Error::Completion {
+            op: self.op,
+            wr_id: self.wr_id,
+            status: self.status,
+            status_str: self.status_str().to_string(),
+            vendor_err: self.vendor_err,
+        }
+    }
+
+    /// The exclusive buffers given back, in order (shared ones are dropped).
+    pub fn into_local_bufs(self) -> Vec<LocalBuf> {
+        self.bufs.into_iter().filter_map(Buf::into_local).collect()
+    }
+}
+
+pub(crate) const RECV_BIT: u64 = 1 << 63;
+
+pub(crate) struct Entry {
+    pub(crate) id: u64,
+    pub(crate) wr_id: u64,
+    pub(crate) bufs: Vec<Buf>,
+    pub(crate) op: &'static str,
+}
+
+#[derive(Default)]
+pub(crate) struct Table {
+    next_id: u64,
+    sq: HashMap<u32, VecDeque<Entry>>,
+    rq: HashMap<u32, VecDeque<Entry>>,
+    pending: VecDeque<Completion>,
+}
+
+impl Table {
+    /// Records a posted work request; returns the internal id to post with.
+    pub(crate) fn push(&mut self, qpn: u32, recv: bool, wr_id: u64, bufs: Vec<Buf>, op: &'static str) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id | if recv { RECV_BIT } else { 0 };
+        let q = if recv { &mut self.rq } else { &mut self.sq };
+        q.entry(qpn).or_default().push_back(Entry { id, wr_id, bufs, op });
+        id
+    }
+
+    /// Takes back the entry just pushed (the post failed).
+    pub(crate) fn pop_last(&mut self, qpn: u32, recv: bool) -> Option<Entry> {
+        let q = if recv { &mut self.rq } else { &mut self.sq };
+        q.get_mut(&qpn).and_then(|d| d.pop_back())
+    }
+
+    fn has_entries(&self, qpn: u32) -> bool {
+        self.sq.get(&qpn).is_some_and(|d| !d.is_empty()) || self.rq.get(&qpn).is_some_and(|d| !d.is_empty())
+    }
+
+    /// Removes every entry of a destroyed QP.
+    fn purge(&mut self, qpn: u32) -> Vec<Entry> {
+        let mut out: Vec<Entry> = self.sq.remove(&qpn).into_iter().flatten().collect();
+        out.extend(self.rq.remove(&qpn).into_iter().flatten());
+        self.pending.retain(|c| c.qp_num != qpn);
+        out
+    }
+
+    /// Matches a raw completion to its entry; work queues complete in order, so entries before
+    /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
+    fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
+        let recv = wc.wr_id & RECV_BIT != 0;
+        let q = if recv { &mut self.rq } else { &mut self.sq }.get_mut(&wc.qp_num)?;
+        if !q.iter().any(|e| e.id == wc.wr_id) {
+            return None;
+        }
+        let mut retired = Vec::new();
+        let mine = loop {
+            let e = q.pop_front().expect("entry is present");
+            if e.id == wc.wr_id {
+                break e;
+            }
+            retired.push(e);
+        };
+        let mut bufs = mine.bufs;
+        for e in retired {
+            bufs.extend(e.bufs);
+        }
+        let ok = wc.status == sys::IBV_WC_SUCCESS;
+        let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
+        Some(Completion {
+            wr_id: mine.wr_id,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            opcode: if ok { WcOpcode::from_raw(wc.opcode) } else { WcOpcode::Other(wc.opcode) },
+            byte_len: wc.byte_len,
+            // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
+            imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
+            qp_num: wc.qp_num,
+            bufs,
+            op: mine.op,
+        })
+    }
+}
+
+struct Channel(NonNull<sys::ibv_comp_channel>);
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: the CQ using it was destroyed first (field order in CqInner's drop).
+        let rc = unsafe { sys::ibv_destroy_comp_channel(self.0.as_ptr()) };
+        if rc != 0 {
+            tracing::warn!("ibv_destroy_comp_channel failed: {rc}");
+        }
+    }
+}
+
+pub(crate) struct CqInner {
+    cq: NonNull<sys::ibv_cq>,
+    channel: Option<Channel>,
+    table: Mutex<Table>,
+    wait_lock: Mutex<()>,
+    mode: WaitMode,
+    _ctx: Context,
+}
+
+// SAFETY: the CQ and channel are only used through thread-safe verbs; the Rust-side table is
+// behind a Mutex, and event waiting is serialised by `wait_lock`.
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // Every CQ event was acked as it was read, so ibv_destroy_cq cannot block.
+        // SAFETY: every QP using this CQ holds an Arc to it, so none is left.
+        let rc = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
+        if rc != 0 {
+            tracing::warn!("ibv_destroy_cq failed: {rc}; leaking its in-flight buffers");
+            let t = std::mem::take(self.table.get_mut().unwrap_or_else(|p| p.into_inner()));
+            std::mem::forget(t);
+            if let Some(ch) = self.channel.take() {
+                std::mem::forget(ch);
+            }
+        }
+    }
+}
+
+/// A completion queue, optionally with a completion channel for sleeping waits. Cheap to clone.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl CompletionQueue {
+    /// `ibv_create_cq(3)` with room for `cqe` entries; with [`WaitMode::Event`] also
+    /// `ibv_create_comp_channel(3)`.
+    pub fn new(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
+        let cqe = i32::try_from(cqe.max(1)).map_err(|_| Error::InvalidArgument("CQ size too large".into()))?;
+        let channel = match mode {
+            WaitMode::Poll => None,
+            WaitMode::Event => {
+                // SAFETY: valid context.
+                let ch = unsafe { sys::ibv_create_comp_channel(ctx.as_ptr()) };
+                let ch = Channel(NonNull::new(ch).ok_or_else(|| Error::last_os("ibv_create_comp_channel"))?);
+                // SAFETY: the channel is valid; its fd is ours to configure.
+                let fd = unsafe { (*ch.0.as_ptr()).fd };
+                // SAFETY: fcntl on a valid fd.
+                let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+                // SAFETY: as above.
+                if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
+                    return Err(Error::last_os("fcntl(comp_channel, O_NONBLOCK)"));
+                }
+                Some(ch)
+            }
+        };
+        let ch_ptr = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.0.as_ptr());
+        // SAFETY: valid context; channel is null or valid.
+        let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), cqe, std::ptr::null_mut(), ch_ptr, 0) };
+        let cq = NonNull::new(cq).ok_or_else(|| Error::last_os("ibv_create_cq"))?;
+        Ok(CompletionQueue {
+            inner: Arc::new(CqInner {
+                cq,
+                channel,
+                table: Mutex::new(Table::default()),
+                wait_lock: Mutex::new(()),
+                mode,
+                _ctx: ctx.clone(),
+            }),
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_cq {
+        self.inner.cq.as_ptr()
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Table> {
+        self.inner.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How [`wait`](Self::wait) waits.
+    pub fn mode(&self) -> WaitMode {
+        self.inner.mode
+    }
+
+    fn poll_raw(&self, t: &mut Table, max: usize, out: &mut Vec<Completion>) -> Result<()> {
+        while out.len() < max {
+            match t.pending.pop_front() {
+                Some(c) => out.push(c),
+                None => break,
+            }
+        }
+        let mut wcs: [sys::ibv_wc; 16] = Default::default();
+        while out.len() < max {
+            let want = (max - out.len()).min(wcs.len()) as i32;
+            // SAFETY: valid CQ; `wcs` has room for `want` entries.
+            let n = unsafe { sys::shim_ibv_poll_cq(self.as_ptr(), want, wcs.as_mut_ptr()) };
+            if n < 0 {
+                return Err(Error::verb("ibv_poll_cq", libc::EIO));
+            }
+            for wc in &wcs[..n as usize] {
+                if let Some(c) = t.complete(wc) {
+                    out.push(c);
+                }
+            }
+            if n < want {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls up to `max` completions without blocking (`ibv_poll_cq(3)`).
+    pub fn poll(&self, max: usize) -> Result<Vec<Completion>> {
+        let mut out = Vec::new();
+        let mut t = self.lock();
+        self.poll_raw(&mut t, max, &mut out)?;
+        Ok(out)
+    }
+
+    /// Waits until at least one completion is there (at most `max` returned), or fails with
+    /// [`Error::Timeout`] after `timeout`.
+    pub fn wait(&self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        let deadline = Instant::now() + timeout;
+        let timed_out = || Error::Timeout { what: "a work completion", after: timeout };
+        let mut spins = 0u32;
+        loop {
+            let got = self.poll(max)?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timed_out());
+            }
+            match &self.inner.channel {
+                None => {
+                    spins = spins.wrapping_add(1);
+                    if spins % 256 == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                Some(ch) => {
+                    let _g = self.inner.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
+                    // SAFETY: valid CQ.
+                    let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
+                    if rc != 0 {
+                        return Err(Error::verb("ibv_req_notify_cq", rc));
+                    }
+                    // A completion may have landed before the notification was armed.
+                    let got = self.poll(max)?;
+                    if !got.is_empty() {
+                        return Ok(got);
+                    }
+                    self.sleep_on_channel(ch, deadline - now)?;
+                }
+            }
+        }
+    }
+
+    fn sleep_on_channel(&self, ch: &Channel, left: Duration) -> Result<()> {
+        // SAFETY: the channel is valid while the CQ lives.
+        let fd = unsafe { (*ch.0.as_ptr()).fd };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = crate::error::last_errno();
+            return if e == libc::EINTR { Ok(()) } else { Err(Error::verb("poll(comp_channel)", e)) };
+        }
+        if rc == 0 {
+            return Ok(());
+        }
+        let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
+        let mut ctx: *mut libc::c_void = std::ptr::null_mut();
+        // SAFETY: valid channel and out-pointers; the fd is non-blocking.
+        let rc = unsafe { sys::ibv_get_cq_event(ch.0.as_ptr(), &mut cq, &mut ctx) };
+        if rc == 0 {
+            // SAFETY: `cq` is the CQ the event was for (ours); ack it at once so destroy never blocks.
+            unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        }
+        Ok(())
+    }
+
+    /// Polls away completions of QP `qpn` (moved to ERR) until it has none in flight or the
+    /// deadline passes; completions of other QPs are kept for the next poll.
+    pub(crate) fn drain_qp(&self, qpn: u32, deadline: Instant) {
+        let mut wcs: [sys::ibv_wc; 16] = Default::default();
+        loop {
+            let mut t = self.lock();
+            if !t.has_entries(qpn) || Instant::now() >= deadline {
+                return;
+            }
+            // SAFETY: valid CQ; room for 16 entries.
+            let n = unsafe { sys::shim_ibv_poll_cq(self.as_ptr(), 16, wcs.as_mut_ptr()) };
+            if n < 0 {
+                return;
+            }
+            for wc in &wcs[..n as usize] {
+                if let Some(c) = t.complete(wc) {
+                    if c.qp_num != qpn {
+                        t.pending.push_back(c);
+                    }
+                }
+            }
+            drop(t);
+            if n == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Drops what a destroyed QP still had in flight (the device can no longer reach it).
+    pub(crate) fn purge_qp(&self, qpn: u32) {
+        let gone = self.lock().purge(qpn);
+        drop(gone);
+    }
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompletionQueue({:?})", self.inner.mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
+        sys::ibv_wc { wr_id, qp_num, status, ..Default::default() }
+    }
+
+    #[test]
+    fn signaled_completion_retires_earlier_unsignaled() {
+        let mut t = Table::default();
+        let a = t.push(5, false, 100, vec![], "RDMA WRITE");
+        let b = t.push(5, false, 101, vec![], "RDMA WRITE");
+        let c = t.push(5, false, 102, vec![], "SEND");
+        assert!(a < b && b < c);
+        let done = t.complete(&wc(b, 5, 0)).unwrap();
+        assert_eq!(done.wr_id, 101);
+        assert_eq!(done.op(), "RDMA WRITE");
+        assert_eq!(t.sq[&5].len(), 1);
+        assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");
+        let done = t.complete(&wc(c, 5, 12)).unwrap();
+        assert!(!done.is_success());
+        assert!(matches!(done.to_error(), Error::Completion { status: 12, wr_id: 102, .. }));
+    }
+
+    #[test]
+    fn recv_ids_are_separate_and_unknown_qp_is_ignored() {
+        let mut t = Table::default();
+        let r = t.push(9, true, 1, vec![], "RECV");
+        assert_ne!(r & RECV_BIT, 0);
+        assert!(t.complete(&wc(r, 10, 0)).is_none());
+        let mut w = wc(r, 9, 0);
+        w.wc_flags = sys::IBV_WC_WITH_IMM.0;
+        w.__bindgen_anon_1.imm_data = 0xdeadbeefu32.to_be();
+        let c = t.complete(&w).unwrap();
+        assert_eq!(c.imm, Some(0xdeadbeef));
+        assert!(!t.has_entries(9));
+    }
+
+    #[test]
+    fn purge_and_pop_last() {
+        let mut t = Table::default();
+        t.push(3, false, 1, vec![], "SEND");
+        t.push(3, true, 2, vec![], "RECV");
+        assert_eq!(t.pop_last(3, true).unwrap().wr_id, 2);
+        assert!(t.has_entries(3));
+        assert_eq!(t.purge(3).len(), 1);
+        assert!(!t.has_entries(3));
+    }
+
+    #[test]
+    fn status_strings() {
+        assert_eq!(wc_status_str(sys::IBV_WC_SUCCESS), "success");
+        assert_eq!(wc_status_str(sys::IBV_WC_REM_ACCESS_ERR), "remote access error");
+    }
+}

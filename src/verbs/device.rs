@@ -1,0 +1,473 @@
+//! Devices and device contexts: `ibv_get_device_list(3)`, `ibv_open_device(3)`,
+//! `ibv_query_device(3)`, `ibv_query_port(3)`, `ibv_query_gid_ex(3)`.
+
+use std::ffi::CStr;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::error::{last_errno, Error, Result};
+use crate::sys;
+use crate::verbs::gid::{select_gid, Gid, GidEntry, GidType};
+
+/// Path MTU (`enum ibv_mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Mtu {
+    /// 256 bytes.
+    #[serde(rename = "256")]
+    M256,
+    /// 512 bytes.
+    #[serde(rename = "512")]
+    M512,
+    /// 1024 bytes.
+    #[serde(rename = "1024")]
+    M1024,
+    /// 2048 bytes.
+    #[serde(rename = "2048")]
+    M2048,
+    /// 4096 bytes.
+    #[serde(rename = "4096")]
+    M4096,
+}
+
+impl Mtu {
+    /// From a byte count (256, 512, 1024, 2048, 4096).
+    pub fn from_bytes(n: u32) -> Result<Mtu> {
+        Ok(match n {
+            256 => Mtu::M256,
+            512 => Mtu::M512,
+            1024 => Mtu::M1024,
+            2048 => Mtu::M2048,
+            4096 => Mtu::M4096,
+            _ => return Err(Error::InvalidArgument(format!("MTU must be 256, 512, 1024, 2048 or 4096, not {n}"))),
+        })
+    }
+
+    /// From `enum ibv_mtu` (1..=5).
+    pub fn from_raw(v: u32) -> Option<Mtu> {
+        Some(match v {
+            sys::IBV_MTU_256 => Mtu::M256,
+            sys::IBV_MTU_512 => Mtu::M512,
+            sys::IBV_MTU_1024 => Mtu::M1024,
+            sys::IBV_MTU_2048 => Mtu::M2048,
+            sys::IBV_MTU_4096 => Mtu::M4096,
+            _ => return None,
+        })
+    }
+
+    /// The `enum ibv_mtu` value.
+    pub fn to_raw(self) -> u32 {
+        match self {
+            Mtu::M256 => sys::IBV_MTU_256,
+            Mtu::M512 => sys::IBV_MTU_512,
+            Mtu::M1024 => sys::IBV_MTU_1024,
+            Mtu::M2048 => sys::IBV_MTU_2048,
+            Mtu::M4096 => sys::IBV_MTU_4096,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn bytes(self) -> u32 {
+        256 << (self.to_raw() - 1)
+    }
+}
+
+/// What `ibv_query_port(3)` says about a port.
+#[derive(Clone, Debug, Serialize)]
+pub struct PortAttr {
+    /// Port number (1-based).
+    pub port: u8,
+    /// `ibv_port_state_str` text: "PORT_ACTIVE", "PORT_DOWN", ...
+    pub state: String,
+    /// True when the port can carry traffic.
+    pub active: bool,
+    /// Active path MTU.
+    pub active_mtu: Option<Mtu>,
+    /// Largest path MTU the port supports.
+    pub max_mtu: Option<Mtu>,
+    /// "Ethernet" (RoCE) or "InfiniBand".
+    pub link_layer: String,
+    /// Local identifier (0 on RoCE).
+    pub lid: u16,
+    /// Largest message the port can send.
+    pub max_msg_sz: u32,
+    /// GID table size.
+    pub gid_tbl_len: u32,
+}
+
+/// What `ibv_query_device(3)` says, the parts rdmaxfer uses.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID, as `xxxx:xxxx:xxxx:xxxx`.
+    pub node_guid: String,
+    /// Largest registrable region.
+    pub max_mr_size: u64,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Completion queue entries.
+    pub max_cqe: u32,
+    /// Outstanding RDMA READs a QP may be target of.
+    pub max_qp_rd_atom: u32,
+    /// Outstanding RDMA READs a QP may initiate.
+    pub max_qp_init_rd_atom: u32,
+    /// Number of physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// One port in a [`DeviceInfo`].
+#[derive(Clone, Debug, Serialize)]
+pub struct PortInfo {
+    /// Port attributes.
+    #[serde(flatten)]
+    pub attr: PortAttr,
+    /// Populated GID table entries.
+    pub gids: Vec<GidEntry>,
+}
+
+/// Everything `rdmaxfer devices` prints about one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceInfo {
+    /// Device name, e.g. `rxe0`.
+    pub name: String,
+    /// Node GUID.
+    pub node_guid: String,
+    /// Node type (`ibv_node_type_str`).
+    pub node_type: String,
+    /// Transport: "InfiniBand", "iWARP", "usNIC", ...
+    pub transport: String,
+    /// Device limits.
+    pub attr: DeviceAttr,
+    /// Its ports.
+    pub ports: Vec<PortInfo>,
+}
+
+fn guid_str(be: u64) -> String {
+    let v = u64::from_be(be);
+    format!("{:04x}:{:04x}:{:04x}:{:04x}", v >> 48, (v >> 32) & 0xffff, (v >> 16) & 0xffff, v & 0xffff)
+}
+
+fn transport_str(t: sys::ibv_transport_type) -> &'static str {
+    match t {
+        sys::IBV_TRANSPORT_IB => "InfiniBand",
+        sys::IBV_TRANSPORT_IWARP => "iWARP",
+        sys::IBV_TRANSPORT_USNIC => "usNIC",
+        sys::IBV_TRANSPORT_USNIC_UDP => "usNIC UDP",
+        sys::IBV_TRANSPORT_UNSPECIFIED => "unspecified",
+        _ => "unknown",
+    }
+}
+
+fn cstr_lossy(p: *const libc::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: rdma-core returns NUL-terminated static or owned strings; `p` is non-null.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// The device list (`ibv_get_device_list(3)`), freed on drop.
+struct DeviceList {
+    list: NonNull<*mut sys::ibv_device>,
+    len: usize,
+}
+
+impl DeviceList {
+    fn get() -> Result<DeviceList> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: `n` is a valid out-pointer; the call returns NULL or an owned array.
+        let p = unsafe { sys::ibv_get_device_list(&mut n) };
+        match NonNull::new(p) {
+            Some(list) => Ok(DeviceList { list, len: n.max(0) as usize }),
+            None => {
+                let errno = last_errno();
+                Err(Error::NoDevice {
+                    detail: format!(" (ibv_get_device_list: {})", std::io::Error::from_raw_os_error(errno)),
+                })
+            }
+        }
+    }
+
+    fn devices(&self) -> impl Iterator<Item = NonNull<sys::ibv_device>> + '_ {
+        (0..self.len).filter_map(move |i| {
+            // SAFETY: the array has `len` valid entries while `self` is alive.
+            NonNull::new(unsafe { *self.list.as_ptr().add(i) })
+        })
+    }
+
+    fn name_of(dev: NonNull<sys::ibv_device>) -> String {
+        // SAFETY: `dev` comes from the live device list.
+        cstr_lossy(unsafe { sys::ibv_get_device_name(dev.as_ptr()) })
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.devices().map(Self::name_of).collect()
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        unsafe { sys::ibv_free_device_list(self.list.as_ptr()) };
+    }
+}
+
+/// Names of the RDMA devices present.
+pub fn device_names() -> Result<Vec<String>> {
+    Ok(DeviceList::get()?.names())
+}
+
+/// Full description of every RDMA device. Errors with [`Error::NoDevice`] when there is none.
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let names = device_names()?;
+    if names.is_empty() {
+        return Err(Error::NoDevice { detail: String::new() });
+    }
+    names.iter().map(|n| Context::open(Some(n))?.info()).collect()
+}
+
+pub(crate) struct ContextInner {
+    ctx: NonNull<sys::ibv_context>,
+    name: String,
+    /// Set for contexts rdma_cm opened: they are not ours to close, and this keeps their owner alive.
+    borrowed_from: Option<Arc<dyn Send + Sync>>,
+}
+
+// SAFETY: libibverbs verbs are thread-safe (rdma-core "Thread safety" in libibverbs docs); the
+// context pointer is only passed to those calls.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; no interior state is mutated from Rust.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        if self.borrowed_from.is_none() {
+            // SAFETY: we opened this context and every child holds an Arc to us, so none remains.
+            let rc = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
+            if rc != 0 {
+                tracing::warn!("ibv_close_device({}) failed: {rc}", self.name);
+            }
+        }
+    }
+}
+
+/// An open device (`struct ibv_context`). Cheap to clone; closed when the last clone and every
+/// object made from it are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Context({})", self.inner.name)
+    }
+}
+
+impl Context {
+    /// Opens device `name` (`ibv_open_device(3)`), or with `None` the first device that has an
+    /// active port (else the first device).
+    pub fn open(name: Option<&str>) -> Result<Context> {
+        let list = DeviceList::get()?;
+        let names = list.names();
+        if names.is_empty() {
+            return Err(Error::NoDevice { detail: String::new() });
+        }
+        let pick = |n: &str| list.devices().find(|d| DeviceList::name_of(*d) == n);
+        match name {
+            Some(n) => {
+                let dev = pick(n).ok_or_else(|| Error::DeviceNotFound { name: n.to_string(), available: names.clone() })?;
+                Self::open_dev(dev)
+            }
+            None => {
+                let mut first = None;
+                for dev in list.devices() {
+                    let ctx = Self::open_dev(dev)?;
+                    if ctx.first_active_port().is_ok() {
+                        return Ok(ctx);
+                    }
+                    first.get_or_insert(ctx);
+                }
+                first.ok_or(Error::NoDevice { detail: String::new() })
+            }
+        }
+    }
+
+    fn open_dev(dev: NonNull<sys::ibv_device>) -> Result<Context> {
+        let name = DeviceList::name_of(dev);
+        // SAFETY: `dev` is an entry of a live device list.
+        let ctx = unsafe { sys::ibv_open_device(dev.as_ptr()) };
+        let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os("ibv_open_device"))?;
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name, borrowed_from: None }) })
+    }
+
+    /// Wraps a context that rdma_cm opened; `owner` keeps it valid and it is never closed here.
+    #[allow(dead_code)]
+    pub(crate) fn from_borrowed(ctx: NonNull<sys::ibv_context>, owner: Arc<dyn Send + Sync>) -> Context {
+        // SAFETY: rdma_cm contexts are valid, and their device pointer too, while `owner` lives.
+        let name = cstr_lossy(unsafe { sys::ibv_get_device_name((*ctx.as_ptr()).device) });
+        Context { inner: Arc::new(ContextInner { ctx, name, borrowed_from: Some(owner) }) }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_context {
+        self.inner.ctx.as_ptr()
+    }
+
+    /// The device name, e.g. `rxe0`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// `ibv_query_device(3)`.
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        let mut a = sys::ibv_device_attr::default();
+        // SAFETY: valid context and out-pointer.
+        let rc = unsafe { sys::ibv_query_device(self.as_ptr(), &mut a) };
+        if rc != 0 {
+            return Err(Error::verb("ibv_query_device", rc));
+        }
+        Ok(DeviceAttr {
+            fw_ver: cstr_lossy(a.fw_ver.as_ptr()),
+            node_guid: guid_str(a.node_guid),
+            max_mr_size: a.max_mr_size,
+            max_qp_wr: a.max_qp_wr.max(0) as u32,
+            max_sge: a.max_sge.max(0) as u32,
+            max_cqe: a.max_cqe.max(0) as u32,
+            max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
+            phys_port_cnt: a.phys_port_cnt,
+        })
+    }
+
+    /// `ibv_query_port(3)`.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let mut a = sys::ibv_port_attr::default();
+        // SAFETY: valid context and out-pointer.
+        let rc = unsafe { sys::shim_ibv_query_port(self.as_ptr(), port, &mut a) };
+        if rc != 0 {
+            return Err(Error::Verb {
+                verb: "ibv_query_port",
+                errno: rc,
+                hint: " (no such port on this device?)",
+            });
+        }
+        Ok(PortAttr {
+            port,
+            // SAFETY: returns a static string for any value.
+            state: cstr_lossy(unsafe { sys::ibv_port_state_str(a.state) }),
+            active: a.state == sys::IBV_PORT_ACTIVE,
+            active_mtu: Mtu::from_raw(a.active_mtu),
+            max_mtu: Mtu::from_raw(a.max_mtu),
+            link_layer: match u32::from(a.link_layer) {
+                sys::IBV_LINK_LAYER_ETHERNET => "Ethernet".into(),
+                sys::IBV_LINK_LAYER_INFINIBAND | sys::IBV_LINK_LAYER_UNSPECIFIED => "InfiniBand".into(),
+                x => format!("unknown({x})"),
+            },
+            lid: a.lid,
+            max_msg_sz: a.max_msg_sz,
+            gid_tbl_len: a.gid_tbl_len.max(0) as u32,
+        })
+    }
+
+    /// The first port in state ACTIVE.
+    pub fn first_active_port(&self) -> Result<PortAttr> {
+        let n = self.query_device()?.phys_port_cnt;
+        for p in 1..=n {
+            let a = self.query_port(p)?;
+            if a.active {
+                return Ok(a);
+            }
+        }
+        Err(Error::InvalidArgument(format!(
+            "device {} has no active port (check `ibv_devinfo -d {}` and the netdev's link state)",
+            self.name(),
+            self.name()
+        )))
+    }
+
+    /// The populated entries of a port's GID table (`ibv_query_gid_ex(3)` per index).
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        let len = self.query_port(port)?.gid_tbl_len;
+        let mut out = Vec::new();
+        for index in 0..len {
+            let mut e = sys::ibv_gid_entry::default();
+            // SAFETY: valid context and out-pointer.
+            let rc = unsafe { sys::shim_ibv_query_gid_ex(self.as_ptr(), port.into(), index, &mut e, 0) };
+            if rc != 0 {
+                continue; // ENODATA: empty slot.
+            }
+            // SAFETY: `raw` is the whole 16-byte union; any bit pattern is valid.
+            let gid = Gid(unsafe { e.gid.raw });
+            if gid.is_zero() {
+                continue;
+            }
+            let netdev = (e.ndev_ifindex != 0).then(|| ifname(e.ndev_ifindex)).flatten();
+            out.push(GidEntry { index, gid, gid_type: GidType::from_raw(e.gid_type), netdev });
+        }
+        Ok(out)
+    }
+
+    /// The GID to use on `port`: `wanted` if given (checked), else the IPv4-mapped RoCE v2 GID.
+    pub fn choose_gid(&self, port: u8, wanted: Option<u32>) -> Result<GidEntry> {
+        let t = self.gid_table(port)?;
+        select_gid(&t, wanted).cloned().map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{} port {port}: {m}", self.name())),
+            e => e,
+        })
+    }
+
+    /// Everything about this device, for `rdmaxfer devices`.
+    pub fn info(&self) -> Result<DeviceInfo> {
+        let attr = self.query_device()?;
+        // SAFETY: the context's device pointer is valid while the context is open.
+        let dev = unsafe { (*self.as_ptr()).device };
+        // SAFETY: as above.
+        let (node_type, transport) = unsafe { ((*dev).node_type, (*dev).transport_type) };
+        let mut ports = Vec::new();
+        for p in 1..=attr.phys_port_cnt {
+            ports.push(PortInfo { attr: self.query_port(p)?, gids: self.gid_table(p)? });
+        }
+        Ok(DeviceInfo {
+            name: self.name().to_string(),
+            node_guid: attr.node_guid.clone(),
+            // SAFETY: returns a static string for any value.
+            node_type: cstr_lossy(unsafe { sys::ibv_node_type_str(node_type) }),
+            transport: transport_str(transport).into(),
+            attr,
+            ports,
+        })
+    }
+}
+
+fn ifname(ifindex: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has IF_NAMESIZE bytes as if_indextoname(3) requires.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
+    (!p.is_null()).then(|| cstr_lossy(buf.as_ptr()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_conversions() {
+        for (b, m) in [(256, Mtu::M256), (1024, Mtu::M1024), (4096, Mtu::M4096)] {
+            assert_eq!(Mtu::from_bytes(b).unwrap(), m);
+            assert_eq!(m.bytes(), b);
+            assert_eq!(Mtu::from_raw(m.to_raw()), Some(m));
+        }
+        assert!(Mtu::from_bytes(1500).is_err());
+        assert_eq!(Mtu::from_raw(0), None);
+        assert_eq!(Mtu::from_raw(sys::IBV_MTU_1024), Some(Mtu::M1024));
+    }
+
+    #[test]
+    fn guid_formatting() {
+        assert_eq!(guid_str(0x0123_4567_89ab_cdefu64.to_be()), "0123:4567:89ab:cdef");
+    }
+}

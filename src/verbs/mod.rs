@@ -1,0 +1,20 @@
+//! Safe wrappers over libibverbs. With `cm`, the only module besides `capi` with `unsafe`.
+//!
+//! Ownership rule: memory the device may touch is never reachable from safe code at the same
+//! time. Posted buffers live in their CQ's in-flight table until completion; peer-writable memory
+//! ([`ExposedRegion`]) is only ever copied, never borrowed.
+#![allow(unsafe_code)]
+
+pub mod cq;
+pub mod device;
+pub mod gid;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+
+pub use cq::{wc_status_str, Buf, Completion, CompletionQueue, WaitMode, WcOpcode};
+pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, PortAttr, PortInfo};
+pub use gid::{select_gid, Gid, GidEntry, GidType};
+pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};
+pub use pd::ProtectionDomain;
+pub use qp::{InitAttr, PostError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge};

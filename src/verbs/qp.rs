@@ -1,0 +1,626 @@
+//! RC queue pairs: `ibv_create_qp(3)`, `ibv_modify_qp(3)`, `ibv_post_send(3)`,
+//! `ibv_post_recv(3)`, `ibv_destroy_qp(3)`.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::sys;
+use crate::verbs::cq::{Buf, CompletionQueue};
+use crate::verbs::device::Mtu;
+use crate::verbs::gid::Gid;
+use crate::verbs::mr::RemoteSlice;
+use crate::verbs::pd::ProtectionDomain;
+
+/// Queue sizes asked for at creation (`struct ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive.
+    pub max_recv_sge: u32,
+    /// Largest inline send.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps { max_send_wr: 128, max_recv_wr: 128, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+    }
+}
+
+/// Queue pair state as rdmaxfer tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum QpState {
+    /// Just created.
+    Reset = 0,
+    /// Initialised: receives may be posted.
+    Init = 1,
+    /// Ready to receive.
+    Rtr = 2,
+    /// Ready to send.
+    Rts = 3,
+    /// Error: everything posted is flushed.
+    Error = 4,
+}
+
+impl QpState {
+    fn from_u8(v: u8) -> QpState {
+        match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            _ => QpState::Error,
+        }
+    }
+
+    /// Short name: RESET, INIT, RTR, RTS, ERR.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Error => "ERR",
+        }
+    }
+}
+
+/// Attributes for RESET → INIT.
+#[derive(Clone, Copy, Debug)]
+pub struct InitAttr {
+    /// Physical port (1-based).
+    pub port: u8,
+    /// Allow the peer to RDMA READ memory it was given an rkey for.
+    pub remote_read: bool,
+    /// Allow the peer to RDMA WRITE memory it was given an rkey for.
+    pub remote_write: bool,
+}
+
+/// Attributes for INIT → RTR (the peer's address and first PSN).
+#[derive(Clone, Copy, Debug)]
+pub struct RtrAttr {
+    /// The peer's QP number.
+    pub dest_qp_num: u32,
+    /// The peer's first PSN.
+    pub rq_psn: u32,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// The peer's LID (0 on RoCE).
+    pub dlid: u16,
+    /// The peer's GID; a zero GID means no global routing header (IB only).
+    pub dgid: Gid,
+    /// Our GID index to send from.
+    pub sgid_index: u8,
+    /// Our port.
+    pub port: u8,
+    /// RDMA READs the peer may have outstanding against us.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code (12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// GRH hop limit.
+    pub hop_limit: u8,
+}
+
+impl RtrAttr {
+    /// ibv_rc_pingpong-style defaults for a peer at `dgid`.
+    pub fn new(dest_qp_num: u32, rq_psn: u32, path_mtu: Mtu, dgid: Gid, sgid_index: u8, port: u8) -> RtrAttr {
+        RtrAttr {
+            dest_qp_num,
+            rq_psn,
+            path_mtu,
+            dlid: 0,
+            dgid,
+            sgid_index,
+            port,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 12,
+            hop_limit: 64,
+        }
+    }
+}
+
+/// Attributes for RTR → RTS.
+#[derive(Clone, Copy, Debug)]
+pub struct RtsAttr {
+    /// Our first PSN.
+    pub sq_psn: u32,
+    /// Local ACK timeout code (4.096 µs × 2^timeout; 14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries before IBV_WC_RETRY_EXC_ERR.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = forever: avoided, receives are credit-controlled).
+    pub rnr_retry: u8,
+    /// RDMA READs we may have outstanding.
+    pub max_rd_atomic: u8,
+}
+
+impl RtsAttr {
+    /// Defaults: timeout 14, retry_cnt 7, rnr_retry 6 (finite), 16 outstanding reads.
+    pub fn new(sq_psn: u32) -> RtsAttr {
+        RtsAttr { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: 6, max_rd_atomic: 16 }
+    }
+}
+
+/// One scatter/gather element: a buffer, or part of one.
+#[derive(Debug)]
+pub struct Sge {
+    buf: Buf,
+    off: usize,
+    len: Option<usize>,
+}
+
+impl Sge {
+    /// The whole buffer.
+    pub fn new(buf: impl Into<Buf>) -> Sge {
+        Sge { buf: buf.into(), off: 0, len: None }
+    }
+
+    /// Only `len` bytes from `off` (checked when posted).
+    pub fn range(buf: impl Into<Buf>, off: usize, len: usize) -> Sge {
+        Sge { buf: buf.into(), off, len: Some(len) }
+    }
+
+    fn length(&self) -> usize {
+        self.len.unwrap_or(self.buf.as_slice().len().saturating_sub(self.off))
+    }
+}
+
+/// What a send-queue work request does.
+#[derive(Clone, Copy, Debug)]
+pub enum SendOp {
+    /// SEND.
+    Send,
+    /// SEND_WITH_IMM.
+    SendWithImm(u32),
+    /// RDMA WRITE.
+    Write(RemoteSlice),
+    /// RDMA WRITE_WITH_IMM.
+    WriteWithImm(RemoteSlice, u32),
+    /// RDMA READ (local buffers must be exclusive).
+    Read(RemoteSlice),
+}
+
+impl SendOp {
+    fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send => "SEND",
+            SendOp::SendWithImm(_) => "SEND_WITH_IMM",
+            SendOp::Write(_) => "RDMA WRITE",
+            SendOp::WriteWithImm(..) => "RDMA WRITE_WITH_IMM",
+            SendOp::Read(_) => "RDMA READ",
+        }
+    }
+}
+
+/// A send-queue work request (`struct ibv_send_wr`).
+#[derive(Debug)]
+pub struct SendRequest {
+    wr_id: u64,
+    op: SendOp,
+    sges: Vec<Sge>,
+    signaled: bool,
+    inline: bool,
+}
+
+impl SendRequest {
+    /// A work request of kind `op` over `sges`.
+    pub fn new(wr_id: u64, op: SendOp, sges: impl IntoIterator<Item = Sge>) -> SendRequest {
+        SendRequest { wr_id, op, sges: sges.into_iter().collect(), signaled: true, inline: false }
+    }
+
+    /// SEND.
+    pub fn send(wr_id: u64, sges: impl IntoIterator<Item = Sge>) -> SendRequest {
+        Self::new(wr_id, SendOp::Send, sges)
+    }
+
+    /// Don't generate a completion on success (its buffers come back with the next signaled one).
+    pub fn unsignaled(mut self) -> SendRequest {
+        self.signaled = false;
+        self
+    }
+
+    /// Send the data inline (small sends; must fit the QP's max_inline_data).
+    pub fn inline(mut self) -> SendRequest {
+        self.inline = true;
+        self
+    }
+}
+
+/// A post that failed: the error and the buffers, given back.
+#[derive(Debug)]
+pub struct PostError {
+    /// What went wrong.
+    pub error: Error,
+    /// The work request's buffers.
+    pub bufs: Vec<Buf>,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        e.error
+    }
+}
+
+type Destroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) -> i32 + Send + Sync>;
+
+/// A reliable-connected queue pair.
+pub struct QueuePair {
+    qp: NonNull<sys::ibv_qp>,
+    qpn: u32,
+    state: AtomicU8,
+    modify_lock: Mutex<()>,
+    caps: QpCaps,
+    max_msg: u32,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    destroy: Option<Destroy>,
+    _pd: ProtectionDomain,
+}
+
+// SAFETY: the QP is only used through thread-safe verbs; Rust-side state is atomic or locked.
+unsafe impl Send for QueuePair {}
+// SAFETY: as above.
+unsafe impl Sync for QueuePair {}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QueuePair(qpn {:#x}, {})", self.qpn, self.state().name())
+    }
+}
+
+pub(crate) fn qp_init_attr(send_cq: &CompletionQueue, recv_cq: &CompletionQueue, caps: &QpCaps) -> sys::ibv_qp_init_attr {
+    sys::ibv_qp_init_attr {
+        send_cq: send_cq.as_ptr(),
+        recv_cq: recv_cq.as_ptr(),
+        cap: sys::ibv_qp_cap {
+            max_send_wr: caps.max_send_wr,
+            max_recv_wr: caps.max_recv_wr,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline_data: caps.max_inline_data,
+        },
+        qp_type: sys::IBV_QPT_RC,
+        sq_sig_all: 0,
+        ..Default::default()
+    }
+}
+
+impl QueuePair {
+    /// Creates an RC QP (`ibv_create_qp(3)`) in RESET.
+    pub fn new_rc(pd: &ProtectionDomain, send_cq: &CompletionQueue, recv_cq: &CompletionQueue, caps: QpCaps) -> Result<QueuePair> {
+        let mut attr = qp_init_attr(send_cq, recv_cq, &caps);
+        // SAFETY: valid PD, CQs of the same context, and init attributes.
+        let qp = unsafe { sys::ibv_create_qp(pd.as_ptr(), &mut attr) };
+        let qp = NonNull::new(qp).ok_or_else(|| Error::Verb {
+            verb: "ibv_create_qp",
+            errno: crate::error::last_errno(),
+            hint: " (queue depth or SGE count above the device limits?)",
+        })?;
+        let destroy: Destroy = Box::new(|qp| {
+            // SAFETY: called once, from drop, for the QP created here.
+            unsafe { sys::ibv_destroy_qp(qp.as_ptr()) }
+        });
+        Self::wrap(qp, pd, send_cq, recv_cq, attr.cap, QpState::Reset, destroy)
+    }
+
+    /// Wraps a QP made elsewhere (rdma_cm); `destroy` tears it down.
+    pub(crate) fn wrap(
+        qp: NonNull<sys::ibv_qp>,
+        pd: &ProtectionDomain,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        cap: sys::ibv_qp_cap,
+        state: QpState,
+        destroy: Destroy,
+    ) -> Result<QueuePair> {
+        // SAFETY: `qp` is valid.
+        let qpn = unsafe { (*qp.as_ptr()).qp_num };
+        let max_msg = pd.context().first_active_port().map(|p| p.max_msg_sz).unwrap_or(1 << 30);
+        Ok(QueuePair {
+            qp,
+            qpn,
+            state: AtomicU8::new(state as u8),
+            modify_lock: Mutex::new(()),
+            caps: QpCaps {
+                max_send_wr: cap.max_send_wr,
+                max_recv_wr: cap.max_recv_wr,
+                max_send_sge: cap.max_send_sge,
+                max_recv_sge: cap.max_recv_sge,
+                max_inline_data: cap.max_inline_data,
+            },
+            max_msg,
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            destroy: Some(destroy),
+            _pd: pd.clone(),
+        })
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The capabilities the device granted.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// The state rdmaxfer last moved it to.
+    pub fn state(&self) -> QpState {
+        QpState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Marks the state (for QPs that rdma_cm transitions).
+    pub(crate) fn set_state(&self, s: QpState) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    /// The send CQ.
+    pub fn send_cq(&self) -> &CompletionQueue {
+        &self.send_cq
+    }
+
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &CompletionQueue {
+        &self.recv_cq
+    }
+
+    fn modify(&self, attr: &mut sys::ibv_qp_attr, mask: u32, from: QpState, to: QpState, verb: &'static str) -> Result<()> {
+        let _g = self.modify_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let cur = self.state();
+        if cur != from && to != QpState::Error {
+            return Err(Error::InvalidState { op: verb, state: cur.name(), needs: from.name() });
+        }
+        attr.qp_state = match to {
+            QpState::Reset => sys::IBV_QPS_RESET,
+            QpState::Init => sys::IBV_QPS_INIT,
+            QpState::Rtr => sys::IBV_QPS_RTR,
+            QpState::Rts => sys::IBV_QPS_RTS,
+            QpState::Error => sys::IBV_QPS_ERR,
+        };
+        // SAFETY: valid QP and attributes; `mask` names the fields set.
+        let rc = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), attr, mask as i32) };
+        if rc != 0 {
+            return Err(Error::verb(verb, rc));
+        }
+        self.state.store(to as u8, Ordering::Release);
+        Ok(())
+    }
+
+    /// RESET → INIT.
+    pub fn to_init(&self, a: &InitAttr) -> Result<()> {
+        let mut access = sys::IBV_ACCESS_LOCAL_WRITE.0;
+        if a.remote_read {
+            access |= sys::IBV_ACCESS_REMOTE_READ.0;
+        }
+        if a.remote_write {
+            access |= sys::IBV_ACCESS_REMOTE_WRITE.0;
+        }
+        let mut attr = sys::ibv_qp_attr { pkey_index: 0, port_num: a.port, qp_access_flags: access, ..Default::default() };
+        let mask = sys::IBV_QP_STATE.0 | sys::IBV_QP_PKEY_INDEX.0 | sys::IBV_QP_PORT.0 | sys::IBV_QP_ACCESS_FLAGS.0;
+        self.modify(&mut attr, mask, QpState::Reset, QpState::Init, "ibv_modify_qp(RESET->INIT)")
+    }
+
+    /// INIT → RTR.
+    pub fn to_rtr(&self, a: &RtrAttr) -> Result<()> {
+        let mut attr = sys::ibv_qp_attr {
+            path_mtu: a.path_mtu.to_raw(),
+            dest_qp_num: a.dest_qp_num,
+            rq_psn: a.rq_psn & 0xff_ffff,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            ..Default::default()
+        };
+        attr.ah_attr.dlid = a.dlid;
+        attr.ah_attr.sl = 0;
+        attr.ah_attr.src_path_bits = 0;
+        attr.ah_attr.port_num = a.port;
+        if !a.dgid.is_zero() {
+            attr.ah_attr.is_global = 1;
+            attr.ah_attr.grh.dgid.raw = a.dgid.0;
+            attr.ah_attr.grh.sgid_index = a.sgid_index;
+            attr.ah_attr.grh.hop_limit = a.hop_limit;
+        }
+        let mask = sys::IBV_QP_STATE.0
+            | sys::IBV_QP_AV.0
+            | sys::IBV_QP_PATH_MTU.0
+            | sys::IBV_QP_DEST_QPN.0
+            | sys::IBV_QP_RQ_PSN.0
+            | sys::IBV_QP_MAX_DEST_RD_ATOMIC.0
+            | sys::IBV_QP_MIN_RNR_TIMER.0;
+        self.modify(&mut attr, mask, QpState::Init, QpState::Rtr, "ibv_modify_qp(INIT->RTR)")
+    }
+
+    /// RTR → RTS.
+    pub fn to_rts(&self, a: &RtsAttr) -> Result<()> {
+        let mut attr = sys::ibv_qp_attr {
+            sq_psn: a.sq_psn & 0xff_ffff,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            max_rd_atomic: a.max_rd_atomic,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_STATE.0
+            | sys::IBV_QP_TIMEOUT.0
+            | sys::IBV_QP_RETRY_CNT.0
+            | sys::IBV_QP_RNR_RETRY.0
+            | sys::IBV_QP_SQ_PSN.0
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        self.modify(&mut attr, mask, QpState::Rtr, QpState::Rts, "ibv_modify_qp(RTR->RTS)")
+    }
+
+    /// Any state → ERR: everything posted completes with a flush error.
+    pub fn to_error(&self) -> Result<()> {
+        let mut attr = sys::ibv_qp_attr::default();
+        self.modify(&mut attr, sys::IBV_QP_STATE.0, QpState::Rts, QpState::Error, "ibv_modify_qp(->ERR)")
+    }
+
+    /// Checks the SGEs and turns them into `ibv_sge`s; `exclusive` demands LocalBufs.
+    fn build_sges(&self, sges: &[Sge], exclusive: bool, max: u32) -> Result<(Vec<sys::ibv_sge>, u64)> {
+        if sges.len() > max as usize {
+            return Err(Error::InvalidArgument(format!("{} scatter/gather entries, the QP allows {max}", sges.len())));
+        }
+        let mut out = Vec::with_capacity(sges.len());
+        let mut total = 0u64;
+        for s in sges {
+            if exclusive && matches!(s.buf, Buf::Shared(_)) {
+                return Err(Error::InvalidArgument(
+                    "a shared (read-only) buffer cannot receive data: use a LocalBuf".into(),
+                ));
+            }
+            let len = s.length();
+            let end = s.off.checked_add(len);
+            if end.is_none_or(|e| e > s.buf.as_slice().len()) {
+                return Err(Error::InvalidArgument(format!(
+                    "SGE range {}+{len} is outside its {}-byte buffer",
+                    s.off,
+                    s.buf.as_slice().len()
+                )));
+            }
+            let length = u32::try_from(len).map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
+            total += u64::from(length);
+            out.push(sys::ibv_sge { addr: s.buf.addr() + s.off as u64, length, lkey: s.buf.lkey() });
+        }
+        if total > u64::from(self.max_msg) {
+            return Err(Error::InvalidArgument(format!(
+                "message of {total} bytes exceeds the port's max message size of {} bytes",
+                self.max_msg
+            )));
+        }
+        Ok((out, total))
+    }
+
+    /// Posts a send-queue work request (`ibv_post_send(3)`). The buffers move into the in-flight
+    /// table and come back in the [`Completion`](crate::verbs::Completion) (or in the error).
+    pub fn post_send(&self, wr: SendRequest) -> std::result::Result<(), PostError> {
+        let SendRequest { wr_id, op, sges, signaled, inline } = wr;
+        let fail = |error, sges: Vec<Sge>| Err(PostError { error, bufs: sges.into_iter().map(|s| s.buf).collect() });
+        let state = self.state();
+        if state != QpState::Rts {
+            return fail(Error::InvalidState { op: "ibv_post_send", state: state.name(), needs: "RTS" }, sges);
+        }
+        let exclusive = matches!(op, SendOp::Read(_));
+        let (mut sg, total) = match self.build_sges(&sges, exclusive, self.caps.max_send_sge) {
+            Ok(v) => v,
+            Err(e) => return fail(e, sges),
+        };
+        if let SendOp::Write(r) | SendOp::WriteWithImm(r, _) | SendOp::Read(r) = op {
+            if u64::from(r.len) != total {
+                let e = Error::InvalidArgument(format!("local length {total} differs from the remote slice's {}", r.len));
+                return fail(e, sges);
+            }
+        }
+        if inline && (exclusive || total > u64::from(self.caps.max_inline_data)) {
+            let e = Error::InvalidArgument(format!("{total} bytes cannot be sent inline (max {})", self.caps.max_inline_data));
+            return fail(e, sges);
+        }
+        let mut w = sys::ibv_send_wr {
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+            send_flags: (if signaled { sys::IBV_SEND_SIGNALED.0 } else { 0 }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 }),
+            ..Default::default()
+        };
+        let (opcode, imm, remote) = match op {
+            SendOp::Send => (sys::IBV_WR_SEND, None, None),
+            SendOp::SendWithImm(i) => (sys::IBV_WR_SEND_WITH_IMM, Some(i), None),
+            SendOp::Write(r) => (sys::IBV_WR_RDMA_WRITE, None, Some(r)),
+            SendOp::WriteWithImm(r, i) => (sys::IBV_WR_RDMA_WRITE_WITH_IMM, Some(i), Some(r)),
+            SendOp::Read(r) => (sys::IBV_WR_RDMA_READ, None, Some(r)),
+        };
+        w.opcode = opcode;
+        if let Some(i) = imm {
+            w.__bindgen_anon_1.imm_data = i.to_be();
+        }
+        if let Some(r) = remote {
+            w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r.addr, rkey: r.rkey };
+        }
+        let bufs: Vec<Buf> = sges.into_iter().map(|s| s.buf).collect();
+        let mut t = self.send_cq.lock();
+        w.wr_id = t.push(self.qpn, false, wr_id, bufs, op.name());
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: valid QP; `w` and `sg` live across the call; every SGE points into registered
+        // memory that the in-flight table now owns until the completion is polled.
+        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            let e = t.pop_last(self.qpn, false).expect("just pushed");
+            return Err(PostError { error: Error::verb("ibv_post_send", rc), bufs: e.bufs });
+        }
+        Ok(())
+    }
+
+    /// Posts a receive (`ibv_post_recv(3)`) into exclusive buffers. Allowed from INIT on.
+    pub fn post_recv(&self, wr_id: u64, sges: impl IntoIterator<Item = Sge>) -> std::result::Result<(), PostError> {
+        let sges: Vec<Sge> = sges.into_iter().collect();
+        let state = self.state();
+        if matches!(state, QpState::Reset | QpState::Error) {
+            return Err(PostError {
+                error: Error::InvalidState { op: "ibv_post_recv", state: state.name(), needs: "INIT, RTR or RTS" },
+                bufs: sges.into_iter().map(|s| s.buf).collect(),
+            });
+        }
+        let (mut sg, _) = match self.build_sges(&sges, true, self.caps.max_recv_sge) {
+            Ok(v) => v,
+            Err(error) => return Err(PostError { error, bufs: sges.into_iter().map(|s| s.buf).collect() }),
+        };
+        let mut w = sys::ibv_recv_wr { sg_list: sg.as_mut_ptr(), num_sge: sg.len() as i32, ..Default::default() };
+        let bufs: Vec<Buf> = sges.into_iter().map(|s| s.buf).collect();
+        let mut t = self.recv_cq.lock();
+        w.wr_id = t.push(self.qpn, true, wr_id, bufs, "RECV");
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as in post_send: the buffers are owned by the in-flight table from here on.
+        let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            let e = t.pop_last(self.qpn, true).expect("just pushed");
+            return Err(PostError { error: Error::verb("ibv_post_recv", rc), bufs: e.bufs });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // Teardown order: ERR (flushes everything posted), drain, destroy, then drop what is left.
+        if self.state() != QpState::Reset {
+            if let Err(e) = self.to_error() {
+                tracing::debug!("moving QP {:#x} to ERR on drop: {e}", self.qpn);
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            self.send_cq.drain_qp(self.qpn, deadline);
+            self.recv_cq.drain_qp(self.qpn, deadline);
+        }
+        let rc = match self.destroy.take() {
+            Some(d) => d(self.qp),
+            None => 0,
+        };
+        if rc != 0 {
+            // The device may still reach the posted buffers: leave them in the table (leaked).
+            tracing::warn!("destroying QP {:#x} failed: {}", self.qpn, std::io::Error::from_raw_os_error(rc));
+            return;
+        }
+        self.send_cq.purge_qp(self.qpn);
+        self.recv_cq.purge_qp(self.qpn);
+    }
+}
