@@ -373,6 +373,7 @@ impl QueuePair {
     }
 
     /// Marks the state (for QPs that rdma_cm transitions).
+    #[allow(dead_code)]
     pub(crate) fn set_state(&self, s: QpState) {
         self.state.store(s as u8, Ordering::Release);
     }
