@@ -43,10 +43,15 @@ enum Command {
 
 fn print_devices(devs: &[DeviceInfo]) {
     for d in devs {
-        println!("{}: node_guid {}, {} ({}), fw {}", d.name, d.node_guid, d.node_type, d.transport, d.attr.fw_ver);
+        println!(
+            "{}: node_guid {}, {} ({}), fw {}",
+            d.name, d.node_guid, d.node_type, d.transport, d.attr.fw_ver
+        );
         for p in &d.ports {
             let a = &p.attr;
-            let mtu = a.active_mtu.map_or("-".to_string(), |m| m.bytes().to_string());
+            let mtu = a
+                .active_mtu
+                .map_or("-".to_string(), |m| m.bytes().to_string());
             println!(
                 "  port {}: {}, active_mtu {}, link_layer {}, lid {}, max_msg_sz {:#x}",
                 a.port, a.state, mtu, a.link_layer, a.lid, a.max_msg_sz
@@ -74,16 +79,35 @@ fn run(cli: Cli) -> Result<()> {
                 print_devices(&devs);
             }
         }
-        Command::Loopback { device, gid_index, size, json } => {
-            let opts = LoopbackOptions { device, gid_index, ..Default::default() };
-            let r = loopback::round_trip(&opts, size).context("loopback RDMA WRITE/READ round trip")?;
+        Command::Loopback {
+            device,
+            gid_index,
+            size,
+            json,
+        } => {
+            let opts = LoopbackOptions {
+                device,
+                gid_index,
+                ..Default::default()
+            };
+            let r =
+                loopback::round_trip(&opts, size).context("loopback RDMA WRITE/READ round trip")?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!("device {} GID index {}", r.device, r.gid_index);
-                println!("RDMA WRITE {} bytes in {:.1} us, blake3 {}", r.bytes, r.write_us, r.written_hash);
-                println!("RDMA READ  {} bytes in {:.1} us, blake3 {}", r.bytes, r.read_us, r.read_hash);
-                println!("verified: the {} bytes read back match the bytes written", r.bytes);
+                println!(
+                    "RDMA WRITE {} bytes in {:.1} us, blake3 {}",
+                    r.bytes, r.write_us, r.written_hash
+                );
+                println!(
+                    "RDMA READ  {} bytes in {:.1} us, blake3 {}",
+                    r.bytes, r.read_us, r.read_hash
+                );
+                println!(
+                    "verified: the {} bytes read back match the bytes written",
+                    r.bytes
+                );
             }
         }
     }

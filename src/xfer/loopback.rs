@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::verbs::{
-    CompletionQueue, Context, GidEntry, InitAttr, Mtu, ProtectionDomain, QpCaps, QueuePair, RtrAttr, RtsAttr, WaitMode,
+    CompletionQueue, Context, GidEntry, InitAttr, Mtu, ProtectionDomain, QpCaps, QueuePair,
+    RtrAttr, RtsAttr, WaitMode,
 };
 
 /// Options for [`LoopbackPair::new`].
@@ -28,7 +29,13 @@ impl Default for LoopbackOptions {
         LoopbackOptions {
             device: None,
             gid_index: None,
-            caps: QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 },
+            caps: QpCaps {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
             mode: WaitMode::Poll,
             mtu: None,
         }
@@ -64,15 +71,34 @@ impl LoopbackPair {
         let cq_b = CompletionQueue::new(&ctx, depth, opts.mode)?;
         let a = QueuePair::new_rc(&pd, &cq_a, &cq_a, opts.caps)?;
         let b = QueuePair::new_rc(&pd, &cq_b, &cq_b, opts.caps)?;
-        let sgid = u8::try_from(gid.index).map_err(|_| Error::InvalidArgument(format!("GID index {} > 255", gid.index)))?;
-        let init = InitAttr { port: port.port, remote_read: true, remote_write: true };
+        let sgid = u8::try_from(gid.index)
+            .map_err(|_| Error::InvalidArgument(format!("GID index {} > 255", gid.index)))?;
+        let init = InitAttr {
+            port: port.port,
+            remote_read: true,
+            remote_write: true,
+        };
         let (psn_a, psn_b) = (0x1234, 0x5678);
         for (qp, peer, rq_psn, sq_psn) in [(&a, &b, psn_b, psn_a), (&b, &a, psn_a, psn_b)] {
             qp.to_init(&init)?;
-            qp.to_rtr(&RtrAttr::new(peer.qp_num(), rq_psn, mtu, gid.gid, sgid, port.port))?;
+            qp.to_rtr(&RtrAttr::new(
+                peer.qp_num(),
+                rq_psn,
+                mtu,
+                gid.gid,
+                sgid,
+                port.port,
+            ))?;
             qp.to_rts(&RtsAttr::new(sq_psn))?;
         }
-        Ok(LoopbackPair { a, b, cq_a, cq_b, pd, gid })
+        Ok(LoopbackPair {
+            a,
+            b,
+            cq_a,
+            cq_b,
+            pd,
+            gid,
+        })
     }
 
     /// Default per-operation deadline for tests and the demo.
@@ -126,7 +152,9 @@ pub fn round_trip(opts: &LoopbackOptions, len: usize) -> Result<RoundTrip> {
     let back = done.into_local_bufs().remove(0);
     let read_hash = blake3::hash(&back).to_hex().to_string();
     if read_hash != written_hash || region.to_vec()[..] != back[..] {
-        return Err(Error::Protocol("data read back differs from what was written".into()));
+        return Err(Error::Protocol(
+            "data read back differs from what was written".into(),
+        ));
     }
     Ok(RoundTrip {
         device: p.pd.context().name().to_string(),
