@@ -10,6 +10,7 @@
 )]
 
 pub mod error;
+pub mod os;
 pub(crate) mod sys;
 pub mod verbs;
 pub mod xfer;
