@@ -228,9 +228,8 @@ impl LocalBuf {
 impl Deref for LocalBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: [off, off+len) lies in the allocation; LocalBufs cover disjoint ranges and are
-        // not Clone, so this is the only handle to these bytes; the device only touches them while
-        // the LocalBuf is moved into an in-flight table, where no `&self` can exist.
+        // Disjoint ranges, not Clone: this is the only handle; posted ones sit in an in-flight table.
+        // SAFETY: [off, off+len) lies in the allocation and no other reference to it exists.
         unsafe { std::slice::from_raw_parts(self.mr.buf.as_ptr().add(self.off), self.len) }
     }
 }
