@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::verbs::{
-    CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp, SendRequest, Sge,
-};
+use crate::verbs::{LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
+use crate::xfer::rdma_rw::Initiator;
 
 /// Which operation to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -132,13 +131,11 @@ pub fn report(
 /// and READ `remote` is the peer's exposed region (at least `size` bytes); every message targets
 /// its start, as perftest does. For SEND the peer must have enough receives posted.
 pub fn run_initiator(
-    qp: &QueuePair,
-    cq: &CompletionQueue,
-    pd: &ProtectionDomain,
+    ini: &mut impl Initiator,
     remote: Option<&RemoteRegion>,
     p: &BwParams,
 ) -> Result<BwReport> {
-    let depth = p.tx_depth.clamp(1, qp.caps().max_send_wr.max(1)) as u64;
+    let depth = p.tx_depth.clamp(1, ini.send_depth().max(1)) as u64;
     let signal_every = (depth / 4).max(1);
     let target = match (p.op, remote) {
         (BenchOp::Send, _) => None,
@@ -150,9 +147,9 @@ pub fn run_initiator(
         }
     };
     // Sources may be shared by every in-flight WR; READ destinations must be exclusive.
-    let src = LocalBuf::new(pd, p.size)?.freeze();
+    let src = LocalBuf::new(ini.pd(), p.size)?.freeze();
     let mut dsts: Vec<LocalBuf> = if p.op == BenchOp::Read {
-        LocalBuf::slots(pd, p.size, depth as usize)?
+        LocalBuf::slots(ini.pd(), p.size, depth as usize)?
     } else {
         Vec::new()
     };
@@ -176,10 +173,10 @@ pub fn run_initiator(
             if !signaled {
                 wr = wr.unsignaled();
             }
-            qp.post_send(wr)?;
+            ini.post_wr(wr)?;
             posted += 1;
         }
-        for c in cq.wait(16, p.timeout)? {
+        for c in ini.wait_wc(16, p.timeout)? {
             let c = c.result()?;
             let n = c.wr_id + 1 - completed;
             let now = Instant::now();
