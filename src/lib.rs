@@ -5,7 +5,9 @@
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, missing_docs)]
 
+pub mod cm;
 pub mod error;
+pub mod os;
 pub(crate) mod sys;
 pub mod verbs;
 pub mod xfer;
