@@ -14,7 +14,12 @@ fn main() {
     for f in ["wrapper.h", "csrc/shim.c", "csrc/shim.h", "build.rs"] {
         println!("cargo:rerun-if-changed={f}");
     }
-    for v in ["RDMA_CORE_PREFIX", "PKG_CONFIG_PATH", "LIBCLANG_PATH", "BINDGEN_EXTRA_CLANG_ARGS"] {
+    for v in [
+        "RDMA_CORE_PREFIX",
+        "PKG_CONFIG_PATH",
+        "LIBCLANG_PATH",
+        "BINDGEN_EXTRA_CLANG_ARGS",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
 
@@ -22,7 +27,10 @@ fn main() {
         Some(prefix) => {
             let prefix = PathBuf::from(prefix);
             for lib in ["lib", "lib64", "lib/x86_64-linux-gnu"] {
-                println!("cargo:rustc-link-search=native={}", prefix.join(lib).display());
+                println!(
+                    "cargo:rustc-link-search=native={}",
+                    prefix.join(lib).display()
+                );
             }
             println!("cargo:rustc-link-lib=dylib=ibverbs");
             println!("cargo:rustc-link-lib=dylib=rdmacm");

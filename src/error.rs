@@ -98,7 +98,11 @@ pub enum Error {
 impl Error {
     /// Builds [`Error::Verb`] from `errno` with no hint.
     pub(crate) fn verb(verb: &'static str, errno: i32) -> Self {
-        Error::Verb { verb, errno, hint: "" }
+        Error::Verb {
+            verb,
+            errno,
+            hint: "",
+        }
     }
 
     /// Builds [`Error::Verb`] from the calling thread's current errno.
@@ -108,7 +112,10 @@ impl Error {
 
     /// Wraps an `io::Error` with what was being done.
     pub fn io(op: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { op: op.into(), source }
+        Error::Io {
+            op: op.into(),
+            source,
+        }
     }
 
     /// The errno carried by this error, if any.
@@ -172,16 +179,25 @@ mod tests {
 
     #[test]
     fn no_device_says_how_to_get_one() {
-        let s = Error::NoDevice { detail: String::new() }.to_string();
+        let s = Error::NoDevice {
+            detail: String::new(),
+        }
+        .to_string();
         assert!(s.contains("modprobe rdma_rxe"), "{s}");
         assert!(s.contains("rdma link add"), "{s}");
     }
 
     #[test]
     fn device_not_found_lists_available() {
-        let e = Error::DeviceNotFound { name: "mlx9".into(), available: vec!["rxe0".into()] };
+        let e = Error::DeviceNotFound {
+            name: "mlx9".into(),
+            available: vec!["rxe0".into()],
+        };
         assert!(e.to_string().contains("rxe0"));
-        let e = Error::DeviceNotFound { name: "mlx9".into(), available: vec![] };
+        let e = Error::DeviceNotFound {
+            name: "mlx9".into(),
+            available: vec![],
+        };
         assert!(e.to_string().contains("none"));
     }
 }

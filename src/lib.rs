@@ -3,7 +3,11 @@
 //! Layers: `sys` (generated bindings, crate-private) → [`verbs`] / `cm` (safe RAII wrappers, the
 //! only modules with `unsafe` besides `capi`) → `xfer` (connections and protocols) → CLI, C API.
 #![deny(unsafe_code)]
-#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, missing_docs)]
+#![warn(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    missing_docs
+)]
 
 pub mod cm;
 pub mod error;

@@ -16,7 +16,12 @@ pub fn cpu_time() -> Duration {
     }
     // SAFETY: getrusage succeeded and filled the struct (it was zeroed anyway).
     let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) as u32) * 1000);
+    let tv = |t: libc::timeval| {
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            (t.tv_usec.clamp(0, 999_999) as u32) * 1000,
+        )
+    };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
@@ -55,7 +60,11 @@ pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool>
                 left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
             }
         };
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd; `fd` is open for the duration of the call (caller's contract).
         let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
         if rc > 0 {

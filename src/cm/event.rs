@@ -95,14 +95,18 @@ impl EventKind {
 
     /// `rdma_event_str(3)`: "RDMA_CM_EVENT_ESTABLISHED", ...
     pub fn name(self) -> &'static str {
-        let Some(raw) = self.to_raw() else { return "RDMA_CM_EVENT_UNKNOWN" };
+        let Some(raw) = self.to_raw() else {
+            return "RDMA_CM_EVENT_UNKNOWN";
+        };
         // SAFETY: rdma_event_str returns a pointer to a static string for any value.
         let p = unsafe { sys::rdma_event_str(raw) };
         if p.is_null() {
             return "RDMA_CM_EVENT_UNKNOWN";
         }
         // SAFETY: non-null, NUL-terminated, static.
-        unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("RDMA_CM_EVENT_UNKNOWN")
+        unsafe { CStr::from_ptr(p) }
+            .to_str()
+            .unwrap_or("RDMA_CM_EVENT_UNKNOWN")
     }
 }
 
@@ -179,7 +183,10 @@ impl Event {
     fn has_conn_param(&self) -> bool {
         matches!(
             self.kind,
-            EventKind::ConnectRequest | EventKind::ConnectResponse | EventKind::Established | EventKind::Rejected
+            EventKind::ConnectRequest
+                | EventKind::ConnectResponse
+                | EventKind::Established
+                | EventKind::Rejected
         )
     }
 
@@ -196,7 +203,9 @@ impl Event {
         }
         // SAFETY: librdmacm guarantees `private_data_len` readable bytes until the event is acked,
         // and the returned slice borrows `self`.
-        unsafe { std::slice::from_raw_parts(c.private_data.cast::<u8>(), c.private_data_len.into()) }
+        unsafe {
+            std::slice::from_raw_parts(c.private_data.cast::<u8>(), c.private_data_len.into())
+        }
     }
 
     /// (responder_resources, initiator_depth) the peer offered, for connection events.
@@ -222,12 +231,17 @@ impl Event {
         let msg = match self.kind {
             EventKind::AddrError => format!("{doing}: address resolution failed ({})", errno(st)),
             EventKind::RouteError => format!("{doing}: route resolution failed ({})", errno(st)),
-            EventKind::Rejected => format!("{doing}: connection rejected: {} (reason {st})", reject_reason_str(st)),
+            EventKind::Rejected => format!(
+                "{doing}: connection rejected: {} (reason {st})",
+                reject_reason_str(st)
+            ),
             EventKind::Unreachable => format!("{doing}: peer unreachable ({})", errno(st)),
             EventKind::ConnectError => format!("{doing}: connection error ({})", errno(st)),
             EventKind::Disconnected => format!("{doing}: the peer disconnected"),
             EventKind::DeviceRemoval => format!("{doing}: the RDMA device was removed"),
-            EventKind::TimewaitExit => format!("{doing}: the connection already ended (TIMEWAIT_EXIT)"),
+            EventKind::TimewaitExit => {
+                format!("{doing}: the connection already ended (TIMEWAIT_EXIT)")
+            }
             k => format!("{doing}: unexpected CM event {} (status {st})", k.name()),
         };
         Error::Connection(msg)
@@ -245,7 +259,10 @@ impl Drop for Event {
         // SAFETY: the event came from rdma_get_cm_event and is acked exactly once, here.
         let rc = unsafe { sys::rdma_ack_cm_event(self.raw.as_ptr()) };
         if rc != 0 {
-            tracing::warn!("rdma_ack_cm_event failed: {}", std::io::Error::last_os_error());
+            tracing::warn!(
+                "rdma_ack_cm_event failed: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
 }

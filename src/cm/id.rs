@@ -3,8 +3,8 @@
 //! `rdma_create_qp(3)`, `rdma_connect(3)`, `rdma_accept(3)`, `rdma_reject(3)`,
 //! `rdma_disconnect(3)`, `rdma_get_cm_event(3)`, `rdma_migrate_id(3)`, `rdma_destroy_id(3)`.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::mem::ManuallyDrop;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,14 +13,15 @@ use crate::error::{last_errno, Error, Result};
 use crate::os;
 use crate::sys;
 use crate::verbs::qp::{qp_init_attr, Destroy};
-use crate::verbs::{CompletionQueue, Gid, Context, ProtectionDomain, QpCaps, QpState, QueuePair};
+use crate::verbs::{CompletionQueue, Context, Gid, ProtectionDomain, QpCaps, QpState, QueuePair};
 
 use super::event::{Event, EventKind};
 
 /// For [`ConnParam`] depths in `rdma_accept(3)`: as many as the peer offered and the device
 /// allows (`RDMA_MAX_RESP_RES`, `RDMA_MAX_INIT_DEPTH`).
 pub const DEPTH_AUTO: u8 = sys::RDMA_MAX_RESP_RES as u8;
-const _: () = assert!(sys::RDMA_MAX_RESP_RES == sys::RDMA_MAX_INIT_DEPTH && sys::RDMA_MAX_RESP_RES == 255);
+const _: () =
+    assert!(sys::RDMA_MAX_RESP_RES == sys::RDMA_MAX_INIT_DEPTH && sys::RDMA_MAX_RESP_RES == 255);
 
 /// Largest private data `rdma_connect(3)` carries on IB/RoCE (RDMA_PS_TCP).
 pub const MAX_CONNECT_PRIVATE_DATA: usize = 56;
@@ -41,7 +42,8 @@ impl Channel {
             errno: last_errno(),
             hint: " (is the rdma_ucm kernel module loaded? /dev/infiniband/rdma_cm must exist)",
         })?);
-        os::set_nonblocking_raw(ch.fd()).map_err(|e| Error::io("fcntl(rdma_cm channel, O_NONBLOCK)", e))?;
+        os::set_nonblocking_raw(ch.fd())
+            .map_err(|e| Error::io("fcntl(rdma_cm channel, O_NONBLOCK)", e))?;
         Ok(ch)
     }
 
@@ -90,7 +92,10 @@ impl Drop for IdInner {
         let rc = unsafe { sys::rdma_destroy_id(self.id.as_ptr()) };
         if rc != 0 {
             // The id may still be attached to the channel: leak the channel rather than destroy it.
-            tracing::warn!("rdma_destroy_id failed: {}; leaking its event channel", std::io::Error::last_os_error());
+            tracing::warn!(
+                "rdma_destroy_id failed: {}; leaking its event channel",
+                std::io::Error::last_os_error()
+            );
             return;
         }
         // SAFETY: dropped once, here, after the id that used it is gone; never used again.
@@ -123,7 +128,9 @@ impl ConnParam {
             )));
         }
         if self.retry_count > 7 || self.rnr_retry_count > 7 {
-            return Err(Error::InvalidArgument(format!("{call}: retry counts are 0..=7")));
+            return Err(Error::InvalidArgument(format!(
+                "{call}: retry counts are 0..=7"
+            )));
         }
         Ok(())
     }
@@ -131,7 +138,11 @@ impl ConnParam {
     /// The C struct; it points into `self.private_data`, so it must not outlive `self`.
     fn to_raw(&self) -> sys::rdma_conn_param {
         sys::rdma_conn_param {
-            private_data: if self.private_data.is_empty() { std::ptr::null() } else { self.private_data.as_ptr().cast() },
+            private_data: if self.private_data.is_empty() {
+                std::ptr::null()
+            } else {
+                self.private_data.as_ptr().cast()
+            },
             private_data_len: self.private_data.len() as u8,
             responder_resources: self.responder_resources,
             initiator_depth: self.initiator_depth,
@@ -167,7 +178,12 @@ pub struct CmId {
 
 impl std::fmt::Debug for CmId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CmId(local {:?}, peer {:?})", self.local_addr(), self.peer_addr())
+        write!(
+            f,
+            "CmId(local {:?}, peer {:?})",
+            self.local_addr(),
+            self.peer_addr()
+        )
     }
 }
 
@@ -183,14 +199,20 @@ impl RawAddr {
             SocketAddr::V4(a) => RawAddr::V4(sys::sockaddr_in {
                 sin_family: libc::AF_INET as sys::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: sys::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: sys::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             }),
             SocketAddr::V6(a) => RawAddr::V6(sys::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as sys::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo().to_be(),
-                sin6_addr: sys::in6_addr { __in6_u: sys::in6_addr__bindgen_ty_1 { __u6_addr8: a.ip().octets() } },
+                sin6_addr: sys::in6_addr {
+                    __in6_u: sys::in6_addr__bindgen_ty_1 {
+                        __u6_addr8: a.ip().octets(),
+                    },
+                },
                 sin6_scope_id: a.scope_id(),
             }),
         }
@@ -216,7 +238,10 @@ unsafe fn read_sockaddr(p: *const sys::sockaddr_storage) -> Option<SocketAddr> {
             // SAFETY: family says it is a sockaddr_in, which fits in the storage.
             let s = unsafe { &*p.cast::<sys::sockaddr_in>() };
             let ip = Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(s.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(s.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: family says it is a sockaddr_in6, which fits in the storage.
@@ -253,10 +278,23 @@ impl CmId {
         let channel = Channel::new()?;
         let mut id: *mut sys::rdma_cm_id = std::ptr::null_mut();
         // SAFETY: valid channel and out-pointer; no user context.
-        let rc = unsafe { sys::rdma_create_id(channel.0.as_ptr(), &mut id, std::ptr::null_mut(), sys::RDMA_PS_TCP) };
+        let rc = unsafe {
+            sys::rdma_create_id(
+                channel.0.as_ptr(),
+                &mut id,
+                std::ptr::null_mut(),
+                sys::RDMA_PS_TCP,
+            )
+        };
         check(rc, "rdma_create_id")?;
         let id = NonNull::new(id).ok_or_else(|| Error::verb("rdma_create_id", libc::EIO))?;
-        Ok(CmId { inner: Arc::new(IdInner { id, lock: Mutex::new(()), channel: ManuallyDrop::new(channel) }) })
+        Ok(CmId {
+            inner: Arc::new(IdInner {
+                id,
+                lock: Mutex::new(()),
+                channel: ManuallyDrop::new(channel),
+            }),
+        })
     }
 
     /// Binds to a local address and port (`rdma_bind_addr(3)`); port 0 picks a free one.
@@ -264,33 +302,46 @@ impl CmId {
         let mut a = RawAddr::new(&addr);
         self.inner.with(|id| {
             // SAFETY: valid id and socket address that outlives the call.
-            check(unsafe { sys::rdma_bind_addr(id, a.as_mut_ptr()) }, "rdma_bind_addr")
+            let rc = unsafe { sys::rdma_bind_addr(id, a.as_mut_ptr()) };
+            check(rc, "rdma_bind_addr")
         })
     }
 
     /// Starts listening for connection requests (`rdma_listen(3)`).
     pub fn listen(&self, backlog: i32) -> Result<()> {
-        // SAFETY: valid, bound id.
-        self.inner.with(|id| check(unsafe { sys::rdma_listen(id, backlog) }, "rdma_listen"))
+        self.inner.with(|id| {
+            // SAFETY: valid, bound id.
+            let rc = unsafe { sys::rdma_listen(id, backlog) };
+            check(rc, "rdma_listen")
+        })
     }
 
     /// Starts resolving `dst` to a device and GID (`rdma_resolve_addr(3)`), from `src` if given;
     /// completes with an ADDR_RESOLVED or ADDR_ERROR event.
-    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr, timeout: Duration) -> Result<()> {
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
         let mut s = src.as_ref().map(RawAddr::new);
         let mut d = RawAddr::new(&dst);
         let sp = s.as_mut().map_or(std::ptr::null_mut(), RawAddr::as_mut_ptr);
         self.inner.with(|id| {
             // SAFETY: valid id; both addresses (or NULL) outlive the call.
-            check(unsafe { sys::rdma_resolve_addr(id, sp, d.as_mut_ptr(), ms(timeout)) }, "rdma_resolve_addr")
+            let rc = unsafe { sys::rdma_resolve_addr(id, sp, d.as_mut_ptr(), ms(timeout)) };
+            check(rc, "rdma_resolve_addr")
         })
     }
 
     /// Starts resolving the route (`rdma_resolve_route(3)`); completes with ROUTE_RESOLVED or
     /// ROUTE_ERROR.
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
-        // SAFETY: valid id with a resolved address.
-        self.inner.with(|id| check(unsafe { sys::rdma_resolve_route(id, ms(timeout)) }, "rdma_resolve_route"))
+        self.inner.with(|id| {
+            // SAFETY: valid id with a resolved address.
+            let rc = unsafe { sys::rdma_resolve_route(id, ms(timeout)) };
+            check(rc, "rdma_resolve_route")
+        })
     }
 
     /// The device context rdma_cm bound this id to (after address resolution, or for an id from
@@ -299,7 +350,9 @@ impl CmId {
         // SAFETY: reading the id's field under the lock.
         let verbs = self.inner.with(|id| unsafe { (*id).verbs });
         let verbs = NonNull::new(verbs).ok_or_else(|| {
-            Error::InvalidArgument("the CM id is not bound to a device yet (resolve an address first)".into())
+            Error::InvalidArgument(
+                "the CM id is not bound to a device yet (resolve an address first)".into(),
+            )
         })?;
         Ok(Context::from_borrowed(verbs, self.inner.clone()))
     }
@@ -314,7 +367,11 @@ impl CmId {
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.inner.with(|id| {
             // SAFETY: the union is a full sockaddr_storage inside the live id; read under the lock.
-            unsafe { read_sockaddr(std::ptr::addr_of!((*id).route.addr.__bindgen_anon_1.src_storage)) }
+            unsafe {
+                read_sockaddr(std::ptr::addr_of!(
+                    (*id).route.addr.__bindgen_anon_1.src_storage
+                ))
+            }
         })
     }
 
@@ -322,7 +379,11 @@ impl CmId {
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.inner.with(|id| {
             // SAFETY: as in `local_addr`.
-            unsafe { read_sockaddr(std::ptr::addr_of!((*id).route.addr.__bindgen_anon_2.dst_storage)) }
+            unsafe {
+                read_sockaddr(std::ptr::addr_of!(
+                    (*id).route.addr.__bindgen_anon_2.dst_storage
+                ))
+            }
         })
     }
 
@@ -375,16 +436,22 @@ impl CmId {
     pub fn connect(&self, p: &ConnParam) -> Result<()> {
         p.check(MAX_CONNECT_PRIVATE_DATA, "rdma_connect")?;
         let mut raw = p.to_raw();
-        // SAFETY: valid id; `raw` points into `p`, alive across the call (the data is copied).
-        self.inner.with(|id| check(unsafe { sys::rdma_connect(id, &mut raw) }, "rdma_connect"))
+        self.inner.with(|id| {
+            // SAFETY: valid id; `raw` points into `p`, alive across the call (the data is copied).
+            let rc = unsafe { sys::rdma_connect(id, &mut raw) };
+            check(rc, "rdma_connect")
+        })
     }
 
     /// Accepts a connection request (`rdma_accept(3)`); completes with ESTABLISHED.
     pub fn accept(&self, p: &ConnParam) -> Result<()> {
         p.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         let mut raw = p.to_raw();
-        // SAFETY: as in `connect`.
-        self.inner.with(|id| check(unsafe { sys::rdma_accept(id, &mut raw) }, "rdma_accept"))
+        self.inner.with(|id| {
+            // SAFETY: as in `connect`.
+            let rc = unsafe { sys::rdma_accept(id, &mut raw) };
+            check(rc, "rdma_accept")
+        })
     }
 
     /// Refuses a connection request with a reason for the peer (`rdma_reject(3)`).
@@ -395,17 +462,25 @@ impl CmId {
                 private_data.len()
             )));
         }
-        let p = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
+        let p = if private_data.is_empty() {
+            std::ptr::null()
+        } else {
+            private_data.as_ptr().cast()
+        };
         self.inner.with(|id| {
             // SAFETY: valid id; the data is copied during the call.
-            check(unsafe { sys::rdma_reject(id, p, private_data.len() as u8) }, "rdma_reject")
+            let rc = unsafe { sys::rdma_reject(id, p, private_data.len() as u8) };
+            check(rc, "rdma_reject")
         })
     }
 
     /// Disconnects (`rdma_disconnect(3)`): moves the QP to ERR and tells the peer.
     pub fn disconnect(&self) -> Result<()> {
-        // SAFETY: valid id.
-        self.inner.with(|id| check(unsafe { sys::rdma_disconnect(id) }, "rdma_disconnect"))
+        self.inner.with(|id| {
+            // SAFETY: valid id.
+            let rc = unsafe { sys::rdma_disconnect(id) };
+            check(rc, "rdma_disconnect")
+        })
     }
 
     /// The next event if one is queued (`rdma_get_cm_event(3)` on the non-blocking channel).
@@ -422,7 +497,8 @@ impl CmId {
         });
         match res {
             Ok(()) => {
-                let ev = NonNull::new(ev).ok_or_else(|| Error::verb("rdma_get_cm_event", libc::EIO))?;
+                let ev =
+                    NonNull::new(ev).ok_or_else(|| Error::verb("rdma_get_cm_event", libc::EIO))?;
                 Ok(Some(Event::new(ev, self.inner.clone())))
             }
             Err(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK => Ok(None),
@@ -440,21 +516,33 @@ impl CmId {
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
-                return Err(Error::Timeout { what, after: timeout.unwrap_or_default() });
+                return Err(Error::Timeout {
+                    what,
+                    after: timeout.unwrap_or_default(),
+                });
             }
             // The fd stays open: the channel lives as long as `self`.
-            os::wait_raw(self.inner.channel.fd(), left).map_err(|e| Error::io("poll(rdma_cm channel)", e))?;
+            os::wait_raw(self.inner.channel.fd(), left)
+                .map_err(|e| Error::io("poll(rdma_cm channel)", e))?;
         }
     }
 
     /// Waits for an event of kind `want` with status 0; anything else (REJECTED, UNREACHABLE,
     /// ADDR_ERROR, ...) becomes a clear error naming `what`. ADDR_CHANGE is skipped.
-    pub fn expect_event(&self, want: EventKind, timeout: Duration, what: &'static str) -> Result<Event> {
+    pub fn expect_event(
+        &self,
+        want: EventKind,
+        timeout: Duration,
+        what: &'static str,
+    ) -> Result<Event> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let ev = self.next_event(Some(left), what).map_err(|e| match e {
-                Error::Timeout { what, .. } => Error::Timeout { what, after: timeout },
+                Error::Timeout { what, .. } => Error::Timeout {
+                    what,
+                    after: timeout,
+                },
                 e => e,
             })?;
             if ev.kind() == want && ev.status() == 0 {
@@ -474,18 +562,26 @@ impl CmId {
         let deadline = timeout.map(|t| Instant::now() + t);
         let ev = loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let ev = self.next_event(left, "a connection request").map_err(|e| match e {
-                Error::Timeout { what, .. } => Error::Timeout { what, after: timeout.unwrap_or_default() },
-                e => e,
-            })?;
+            let ev = self
+                .next_event(left, "a connection request")
+                .map_err(|e| match e {
+                    Error::Timeout { what, .. } => Error::Timeout {
+                        what,
+                        after: timeout.unwrap_or_default(),
+                    },
+                    e => e,
+                })?;
             match ev.kind() {
                 EventKind::ConnectRequest => break ev,
-                EventKind::DeviceRemoval | EventKind::Other(_) => return Err(ev.to_error("listening")),
+                EventKind::DeviceRemoval | EventKind::Other(_) => {
+                    return Err(ev.to_error("listening"))
+                }
                 // Late events of ids already handed out (before their migration): not ours.
                 k => tracing::debug!("listener: ignoring {}", k.name()),
             }
         };
-        let raw = NonNull::new(ev.raw_id()).ok_or_else(|| Error::verb("rdma_get_cm_event", libc::EIO))?;
+        let raw =
+            NonNull::new(ev.raw_id()).ok_or_else(|| Error::verb("rdma_get_cm_event", libc::EIO))?;
         let private_data = ev.private_data().to_vec();
         let (responder_resources, initiator_depth) = ev.rdma_read_depths();
         let channel = match Channel::new() {
@@ -497,13 +593,27 @@ impl CmId {
                 return Err(e);
             }
         };
-        let new = CmId { inner: Arc::new(IdInner { id: raw, lock: Mutex::new(()), channel: ManuallyDrop::new(channel) }) };
+        let new = CmId {
+            inner: Arc::new(IdInner {
+                id: raw,
+                lock: Mutex::new(()),
+                channel: ManuallyDrop::new(channel),
+            }),
+        };
         // rdma_migrate_id waits until the id's retrieved events are acked: ack the request first.
         drop(ev);
         let ch = new.inner.channel.0.as_ptr();
-        // SAFETY: valid id and channel; on failure `new` is dropped, destroying the id.
-        new.inner.with(|id| check(unsafe { sys::rdma_migrate_id(id, ch) }, "rdma_migrate_id"))?;
-        Ok(ConnectRequest { id: new, private_data, responder_resources, initiator_depth })
+        new.inner.with(|id| {
+            // SAFETY: valid id and channel; on failure `new` is dropped, destroying the id.
+            let rc = unsafe { sys::rdma_migrate_id(id, ch) };
+            check(rc, "rdma_migrate_id")
+        })?;
+        Ok(ConnectRequest {
+            id: new,
+            private_data,
+            responder_resources,
+            initiator_depth,
+        })
     }
 }
 
@@ -520,7 +630,11 @@ mod tests {
         };
         // SAFETY: copying `len` bytes of a sockaddr into a larger storage.
         unsafe {
-            std::ptr::copy_nonoverlapping(raw.as_mut_ptr().cast::<u8>(), (&mut st as *mut sys::sockaddr_storage).cast(), len)
+            std::ptr::copy_nonoverlapping(
+                raw.as_mut_ptr().cast::<u8>(),
+                (&mut st as *mut sys::sockaddr_storage).cast(),
+                len,
+            )
         };
         // SAFETY: a full, initialised storage.
         unsafe { read_sockaddr(&st) }
@@ -528,7 +642,12 @@ mod tests {
 
     #[test]
     fn sockaddr_round_trips() {
-        for s in ["198.18.0.1:18515", "0.0.0.0:0", "[fe80::1%3]:7471", "[::ffff:198.18.0.1]:1"] {
+        for s in [
+            "198.18.0.1:18515",
+            "0.0.0.0:0",
+            "[fe80::1%3]:7471",
+            "[::ffff:198.18.0.1]:1",
+        ] {
             let a: SocketAddr = s.parse().unwrap();
             assert_eq!(round_trip(a), Some(a), "{s}");
         }
@@ -539,10 +658,16 @@ mod tests {
 
     #[test]
     fn conn_param_limits() {
-        let p = ConnParam { private_data: vec![0; 57], ..Default::default() };
+        let p = ConnParam {
+            private_data: vec![0; 57],
+            ..Default::default()
+        };
         assert!(p.check(MAX_CONNECT_PRIVATE_DATA, "rdma_connect").is_err());
         assert!(p.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept").is_ok());
-        let p = ConnParam { retry_count: 8, ..Default::default() };
+        let p = ConnParam {
+            retry_count: 8,
+            ..Default::default()
+        };
         assert!(p.check(56, "x").is_err());
         let raw = ConnParam::default().to_raw();
         assert!(raw.private_data.is_null());

@@ -14,4 +14,7 @@ mod event;
 mod id;
 
 pub use event::{reject_reason_str, Event, EventKind};
-pub use id::{CmId, ConnParam, ConnectRequest, DEPTH_AUTO, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+pub use id::{
+    CmId, ConnParam, ConnectRequest, DEPTH_AUTO, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA,
+    MAX_REJECT_PRIVATE_DATA,
+};

@@ -205,11 +205,23 @@ pub(crate) struct Table {
 
 impl Table {
     /// Records a posted work request; returns the internal id to post with.
-    pub(crate) fn push(&mut self, qpn: u32, recv: bool, wr_id: u64, bufs: Vec<Buf>, op: &'static str) -> u64 {
+    pub(crate) fn push(
+        &mut self,
+        qpn: u32,
+        recv: bool,
+        wr_id: u64,
+        bufs: Vec<Buf>,
+        op: &'static str,
+    ) -> u64 {
         self.next_id += 1;
         let id = self.next_id | if recv { RECV_BIT } else { 0 };
         let q = if recv { &mut self.rq } else { &mut self.sq };
-        q.entry(qpn).or_default().push_back(Entry { id, wr_id, bufs, op });
+        q.entry(qpn).or_default().push_back(Entry {
+            id,
+            wr_id,
+            bufs,
+            op,
+        });
         id
     }
 
@@ -220,7 +232,8 @@ impl Table {
     }
 
     fn has_entries(&self, qpn: u32) -> bool {
-        self.sq.get(&qpn).is_some_and(|d| !d.is_empty()) || self.rq.get(&qpn).is_some_and(|d| !d.is_empty())
+        self.sq.get(&qpn).is_some_and(|d| !d.is_empty())
+            || self.rq.get(&qpn).is_some_and(|d| !d.is_empty())
     }
 
     /// Removes every entry of a destroyed QP.
@@ -257,7 +270,11 @@ impl Table {
             wr_id: mine.wr_id,
             status: wc.status,
             vendor_err: wc.vendor_err,
-            opcode: if ok { WcOpcode::from_raw(wc.opcode) } else { WcOpcode::Other(wc.opcode) },
+            opcode: if ok {
+                WcOpcode::from_raw(wc.opcode)
+            } else {
+                WcOpcode::Other(wc.opcode)
+            },
             byte_len: wc.byte_len,
             // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
             imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
@@ -321,13 +338,16 @@ impl CompletionQueue {
     /// `ibv_create_cq(3)` with room for `cqe` entries; with [`WaitMode::Event`] also
     /// `ibv_create_comp_channel(3)`.
     pub fn new(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
-        let cqe = i32::try_from(cqe.max(1)).map_err(|_| Error::InvalidArgument("CQ size too large".into()))?;
+        let cqe = i32::try_from(cqe.max(1))
+            .map_err(|_| Error::InvalidArgument("CQ size too large".into()))?;
         let channel = match mode {
             WaitMode::Poll => None,
             WaitMode::Event => {
                 // SAFETY: valid context.
                 let ch = unsafe { sys::ibv_create_comp_channel(ctx.as_ptr()) };
-                let ch = Channel(NonNull::new(ch).ok_or_else(|| Error::last_os("ibv_create_comp_channel"))?);
+                let ch = Channel(
+                    NonNull::new(ch).ok_or_else(|| Error::last_os("ibv_create_comp_channel"))?,
+                );
                 // SAFETY: the channel is valid; its fd is ours to configure.
                 let fd = unsafe { (*ch.0.as_ptr()).fd };
                 // SAFETY: fcntl on a valid fd.
@@ -339,7 +359,9 @@ impl CompletionQueue {
                 Some(ch)
             }
         };
-        let ch_ptr = channel.as_ref().map_or(std::ptr::null_mut(), |c| c.0.as_ptr());
+        let ch_ptr = channel
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |c| c.0.as_ptr());
         // SAFETY: valid context; channel is null or valid.
         let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), cqe, std::ptr::null_mut(), ch_ptr, 0) };
         let cq = NonNull::new(cq).ok_or_else(|| Error::last_os("ibv_create_cq"))?;
@@ -407,7 +429,10 @@ impl CompletionQueue {
     /// [`Error::Timeout`] after `timeout`.
     pub fn wait(&self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
         let deadline = Instant::now() + timeout;
-        let timed_out = || Error::Timeout { what: "a work completion", after: timeout };
+        let timed_out = || Error::Timeout {
+            what: "a work completion",
+            after: timeout,
+        };
         let mut spins = 0u32;
         loop {
             let got = self.poll(max)?;
@@ -428,7 +453,11 @@ impl CompletionQueue {
                     }
                 }
                 Some(ch) => {
-                    let _g = self.inner.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
+                    let _g = self
+                        .inner
+                        .wait_lock
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
                     // SAFETY: valid CQ.
                     let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
                     if rc != 0 {
@@ -448,13 +477,21 @@ impl CompletionQueue {
     fn sleep_on_channel(&self, ch: &Channel, left: Duration) -> Result<()> {
         // SAFETY: the channel is valid while the CQ lives.
         let fd = unsafe { (*ch.0.as_ptr()).fd };
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd.
         let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
         if rc < 0 {
             let e = crate::error::last_errno();
-            return if e == libc::EINTR { Ok(()) } else { Err(Error::verb("poll(comp_channel)", e)) };
+            return if e == libc::EINTR {
+                Ok(())
+            } else {
+                Err(Error::verb("poll(comp_channel)", e))
+            };
         }
         if rc == 0 {
             return Ok(());
@@ -516,7 +553,12 @@ mod tests {
     use super::*;
 
     fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
-        sys::ibv_wc { wr_id, qp_num, status, ..Default::default() }
+        sys::ibv_wc {
+            wr_id,
+            qp_num,
+            status,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -533,7 +575,14 @@ mod tests {
         assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");
         let done = t.complete(&wc(c, 5, 12)).unwrap();
         assert!(!done.is_success());
-        assert!(matches!(done.to_error(), Error::Completion { status: 12, wr_id: 102, .. }));
+        assert!(matches!(
+            done.to_error(),
+            Error::Completion {
+                status: 12,
+                wr_id: 102,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -564,6 +613,9 @@ mod tests {
     #[test]
     fn status_strings() {
         assert_eq!(wc_status_str(sys::IBV_WC_SUCCESS), "success");
-        assert_eq!(wc_status_str(sys::IBV_WC_REM_ACCESS_ERR), "remote access error");
+        assert_eq!(
+            wc_status_str(sys::IBV_WC_REM_ACCESS_ERR),
+            "remote access error"
+        );
     }
 }

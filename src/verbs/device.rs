@@ -40,7 +40,11 @@ impl Mtu {
             1024 => Mtu::M1024,
             2048 => Mtu::M2048,
             4096 => Mtu::M4096,
-            _ => return Err(Error::InvalidArgument(format!("MTU must be 256, 512, 1024, 2048 or 4096, not {n}"))),
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "MTU must be 256, 512, 1024, 2048 or 4096, not {n}"
+                )))
+            }
         })
     }
 
@@ -148,7 +152,13 @@ pub struct DeviceInfo {
 
 fn guid_str(be: u64) -> String {
     let v = u64::from_be(be);
-    format!("{:04x}:{:04x}:{:04x}:{:04x}", v >> 48, (v >> 32) & 0xffff, (v >> 16) & 0xffff, v & 0xffff)
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        v >> 48,
+        (v >> 32) & 0xffff,
+        (v >> 16) & 0xffff,
+        v & 0xffff
+    )
 }
 
 fn transport_str(t: sys::ibv_transport_type) -> &'static str {
@@ -182,11 +192,17 @@ impl DeviceList {
         // SAFETY: `n` is a valid out-pointer; the call returns NULL or an owned array.
         let p = unsafe { sys::ibv_get_device_list(&mut n) };
         match NonNull::new(p) {
-            Some(list) => Ok(DeviceList { list, len: n.max(0) as usize }),
+            Some(list) => Ok(DeviceList {
+                list,
+                len: n.max(0) as usize,
+            }),
             None => {
                 let errno = last_errno();
                 Err(Error::NoDevice {
-                    detail: format!(" (ibv_get_device_list: {})", std::io::Error::from_raw_os_error(errno)),
+                    detail: format!(
+                        " (ibv_get_device_list: {})",
+                        std::io::Error::from_raw_os_error(errno)
+                    ),
                 })
             }
         }
@@ -225,9 +241,14 @@ pub fn device_names() -> Result<Vec<String>> {
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     let names = device_names()?;
     if names.is_empty() {
-        return Err(Error::NoDevice { detail: String::new() });
+        return Err(Error::NoDevice {
+            detail: String::new(),
+        });
     }
-    names.iter().map(|n| Context::open(Some(n))?.info()).collect()
+    names
+        .iter()
+        .map(|n| Context::open(Some(n))?.info())
+        .collect()
 }
 
 pub(crate) struct ContextInner {
@@ -275,12 +296,17 @@ impl Context {
         let list = DeviceList::get()?;
         let names = list.names();
         if names.is_empty() {
-            return Err(Error::NoDevice { detail: String::new() });
+            return Err(Error::NoDevice {
+                detail: String::new(),
+            });
         }
         let pick = |n: &str| list.devices().find(|d| DeviceList::name_of(*d) == n);
         match name {
             Some(n) => {
-                let dev = pick(n).ok_or_else(|| Error::DeviceNotFound { name: n.to_string(), available: names.clone() })?;
+                let dev = pick(n).ok_or_else(|| Error::DeviceNotFound {
+                    name: n.to_string(),
+                    available: names.clone(),
+                })?;
                 Self::open_dev(dev)
             }
             None => {
@@ -292,7 +318,9 @@ impl Context {
                     }
                     first.get_or_insert(ctx);
                 }
-                first.ok_or(Error::NoDevice { detail: String::new() })
+                first.ok_or(Error::NoDevice {
+                    detail: String::new(),
+                })
             }
         }
     }
@@ -302,15 +330,30 @@ impl Context {
         // SAFETY: `dev` is an entry of a live device list.
         let ctx = unsafe { sys::ibv_open_device(dev.as_ptr()) };
         let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os("ibv_open_device"))?;
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name, borrowed_from: None }) })
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                ctx,
+                name,
+                borrowed_from: None,
+            }),
+        })
     }
 
     /// Wraps a context that rdma_cm opened; `owner` keeps it valid and it is never closed here.
     #[allow(dead_code)]
-    pub(crate) fn from_borrowed(ctx: NonNull<sys::ibv_context>, owner: Arc<dyn Send + Sync>) -> Context {
+    pub(crate) fn from_borrowed(
+        ctx: NonNull<sys::ibv_context>,
+        owner: Arc<dyn Send + Sync>,
+    ) -> Context {
         // SAFETY: rdma_cm contexts are valid, and their device pointer too, while `owner` lives.
         let name = cstr_lossy(unsafe { sys::ibv_get_device_name((*ctx.as_ptr()).device) });
-        Context { inner: Arc::new(ContextInner { ctx, name, borrowed_from: Some(owner) }) }
+        Context {
+            inner: Arc::new(ContextInner {
+                ctx,
+                name,
+                borrowed_from: Some(owner),
+            }),
+        }
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_context {
@@ -364,7 +407,9 @@ impl Context {
             max_mtu: Mtu::from_raw(a.max_mtu),
             link_layer: match u32::from(a.link_layer) {
                 sys::IBV_LINK_LAYER_ETHERNET => "Ethernet".into(),
-                sys::IBV_LINK_LAYER_INFINIBAND | sys::IBV_LINK_LAYER_UNSPECIFIED => "InfiniBand".into(),
+                sys::IBV_LINK_LAYER_INFINIBAND | sys::IBV_LINK_LAYER_UNSPECIFIED => {
+                    "InfiniBand".into()
+                }
                 x => format!("unknown({x})"),
             },
             lid: a.lid,
@@ -396,7 +441,8 @@ impl Context {
         for index in 0..len {
             let mut e = sys::ibv_gid_entry::default();
             // SAFETY: valid context and out-pointer.
-            let rc = unsafe { sys::shim_ibv_query_gid_ex(self.as_ptr(), port.into(), index, &mut e, 0) };
+            let rc =
+                unsafe { sys::shim_ibv_query_gid_ex(self.as_ptr(), port.into(), index, &mut e, 0) };
             if rc != 0 {
                 continue; // ENODATA: empty slot.
             }
@@ -405,8 +451,15 @@ impl Context {
             if gid.is_zero() {
                 continue;
             }
-            let netdev = (e.ndev_ifindex != 0).then(|| ifname(e.ndev_ifindex)).flatten();
-            out.push(GidEntry { index, gid, gid_type: GidType::from_raw(e.gid_type), netdev });
+            let netdev = (e.ndev_ifindex != 0)
+                .then(|| ifname(e.ndev_ifindex))
+                .flatten();
+            out.push(GidEntry {
+                index,
+                gid,
+                gid_type: GidType::from_raw(e.gid_type),
+                netdev,
+            });
         }
         Ok(out)
     }
@@ -415,7 +468,9 @@ impl Context {
     pub fn choose_gid(&self, port: u8, wanted: Option<u32>) -> Result<GidEntry> {
         let t = self.gid_table(port)?;
         select_gid(&t, wanted).cloned().map_err(|e| match e {
-            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{} port {port}: {m}", self.name())),
+            Error::InvalidArgument(m) => {
+                Error::InvalidArgument(format!("{} port {port}: {m}", self.name()))
+            }
             e => e,
         })
     }
@@ -429,7 +484,10 @@ impl Context {
         let (node_type, transport) = unsafe { ((*dev).node_type, (*dev).transport_type) };
         let mut ports = Vec::new();
         for p in 1..=attr.phys_port_cnt {
-            ports.push(PortInfo { attr: self.query_port(p)?, gids: self.gid_table(p)? });
+            ports.push(PortInfo {
+                attr: self.query_port(p)?,
+                gids: self.gid_table(p)?,
+            });
         }
         Ok(DeviceInfo {
             name: self.name().to_string(),
@@ -468,6 +526,9 @@ mod tests {
 
     #[test]
     fn guid_formatting() {
-        assert_eq!(guid_str(0x0123_4567_89ab_cdefu64.to_be()), "0123:4567:89ab:cdef");
+        assert_eq!(
+            guid_str(0x0123_4567_89ab_cdefu64.to_be()),
+            "0123:4567:89ab:cdef"
+        );
     }
 }

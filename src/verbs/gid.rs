@@ -41,7 +41,9 @@ impl Gid {
     /// Parses 32 hex digits (ibv_rc_pingpong's wire format).
     pub fn from_wire_hex(s: &str) -> Result<Gid> {
         if s.len() != 32 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return Err(Error::Protocol(format!("GID must be 32 hex digits, got {s:?}")));
+            return Err(Error::Protocol(format!(
+                "GID must be 32 hex digits, got {s:?}"
+            )));
         }
         let mut g = [0u8; 16];
         for (i, b) in g.iter_mut().enumerate() {
@@ -148,19 +150,30 @@ pub struct GidEntry {
 /// is one, else any RoCE v2 GID, else the first non-zero GID. `wanted` forces an index.
 pub fn select_gid(entries: &[GidEntry], wanted: Option<u32>) -> Result<&GidEntry> {
     if let Some(idx) = wanted {
-        return entries.iter().find(|e| e.index == idx && !e.gid.is_zero()).ok_or_else(|| {
-            let valid: Vec<String> = entries.iter().map(|e| e.index.to_string()).collect();
-            Error::InvalidArgument(format!(
-                "GID index {idx} is not populated on this port (populated: {})",
-                if valid.is_empty() { "none".into() } else { valid.join(", ") }
-            ))
-        });
+        return entries
+            .iter()
+            .find(|e| e.index == idx && !e.gid.is_zero())
+            .ok_or_else(|| {
+                let valid: Vec<String> = entries.iter().map(|e| e.index.to_string()).collect();
+                Error::InvalidArgument(format!(
+                    "GID index {idx} is not populated on this port (populated: {})",
+                    if valid.is_empty() {
+                        "none".into()
+                    } else {
+                        valid.join(", ")
+                    }
+                ))
+            });
     }
     let nz = || entries.iter().filter(|e| !e.gid.is_zero());
     nz().find(|e| e.gid_type == GidType::RoceV2 && e.gid.is_ipv4_mapped())
         .or_else(|| nz().find(|e| e.gid_type == GidType::RoceV2))
         .or_else(|| nz().next())
-        .ok_or_else(|| Error::InvalidArgument("the port's GID table is empty (is the netdev up and addressed?)".into()))
+        .ok_or_else(|| {
+            Error::InvalidArgument(
+                "the port's GID table is empty (is the netdev up and addressed?)".into(),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -168,7 +181,12 @@ mod tests {
     use super::*;
 
     fn entry(index: u32, gid: &str, t: GidType) -> GidEntry {
-        GidEntry { index, gid: gid.parse().unwrap(), gid_type: t, netdev: Some("rx0".into()) }
+        GidEntry {
+            index,
+            gid: gid.parse().unwrap(),
+            gid_type: t,
+            netdev: Some("rx0".into()),
+        }
     }
 
     fn rxe_table() -> Vec<GidEntry> {
@@ -218,7 +236,12 @@ mod tests {
     #[test]
     fn prefers_v2_over_v1_and_skips_zero() {
         let t = vec![
-            GidEntry { index: 0, gid: Gid::default(), gid_type: GidType::RoceV2, netdev: None },
+            GidEntry {
+                index: 0,
+                gid: Gid::default(),
+                gid_type: GidType::RoceV2,
+                netdev: None,
+            },
             entry(1, "::ffff:10.0.0.1", GidType::RoceV1),
             entry(2, "fe80::2", GidType::RoceV2),
         ];

@@ -17,4 +17,6 @@ pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, Po
 pub use gid::{select_gid, Gid, GidEntry, GidType};
 pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};
 pub use pd::ProtectionDomain;
-pub use qp::{InitAttr, PostError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge};
+pub use qp::{
+    InitAttr, PostError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
+};

@@ -66,7 +66,9 @@ impl std::str::FromStr for RemoteAccess {
             "r" | "read" => Ok(RemoteAccess::Read),
             "w" | "write" => Ok(RemoteAccess::Write),
             "rw" | "wr" | "read-write" => Ok(RemoteAccess::ReadWrite),
-            _ => Err(Error::InvalidArgument(format!("access must be r, w or rw, not {s:?}"))),
+            _ => Err(Error::InvalidArgument(format!(
+                "access must be r, w or rw, not {s:?}"
+            ))),
         }
     }
 }
@@ -97,7 +99,9 @@ impl MrInner {
         let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
             .ok_or_else(|| Error::InvalidArgument(format!("cannot allocate {len} bytes")))?;
         // SAFETY: `buf` points to `alloc_len` bytes we own and keep until deregistration.
-        let mr = unsafe { sys::shim_ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), alloc_len, access as i32) };
+        let mr = unsafe {
+            sys::shim_ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), alloc_len, access as i32)
+        };
         let Some(mr) = NonNull::new(mr) else {
             let errno = crate::error::last_errno();
             // SAFETY: registration failed, so nothing else references the memory.
@@ -108,11 +112,23 @@ impl MrInner {
                 }
                 _ => "",
             };
-            return Err(Error::Verb { verb: "ibv_reg_mr", errno, hint });
+            return Err(Error::Verb {
+                verb: "ibv_reg_mr",
+                errno,
+                hint,
+            });
         };
         // SAFETY: `mr` is a valid registration returned just now.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Ok(MrInner { pd: pd.clone(), mr: Some(mr), buf, layout, len, lkey, rkey })
+        Ok(MrInner {
+            pd: pd.clone(),
+            mr: Some(mr),
+            buf,
+            layout,
+            len,
+            lkey,
+            rkey,
+        })
     }
 
     /// `ibv_dereg_mr(3)` now. On failure the memory is leaked on drop rather than freed while the
@@ -140,7 +156,9 @@ impl Drop for MrInner {
         match self.deregister() {
             // SAFETY: deregistered, and no handle to the memory remains (they hold this Arc).
             Ok(()) => unsafe { std::alloc::dealloc(self.buf.as_ptr(), self.layout) },
-            Err(e) => tracing::warn!("{e}; leaking the buffer so the device cannot write freed memory"),
+            Err(e) => {
+                tracing::warn!("{e}; leaking the buffer so the device cannot write freed memory")
+            }
         }
         let _ = &self.pd; // the PD outlives the registration
     }
@@ -166,15 +184,28 @@ impl LocalBuf {
             .checked_mul(count)
             .ok_or_else(|| Error::InvalidArgument("slot size × count overflows".into()))?;
         let mr = Arc::new(MrInner::register(pd, total, sys::IBV_ACCESS_LOCAL_WRITE.0)?);
-        Ok((0..count).map(|i| LocalBuf { mr: mr.clone(), off: i * slot_len, len: slot_len }).collect())
+        Ok((0..count)
+            .map(|i| LocalBuf {
+                mr: mr.clone(),
+                off: i * slot_len,
+                len: slot_len,
+            })
+            .collect())
     }
 
     /// Splits off `[at, len)` into a new buffer, keeping `[0, at)`.
     pub fn split_off(&mut self, at: usize) -> Result<LocalBuf> {
         if at > self.len {
-            return Err(Error::InvalidArgument(format!("split at {at} past the end ({})", self.len)));
+            return Err(Error::InvalidArgument(format!(
+                "split at {at} past the end ({})",
+                self.len
+            )));
         }
-        let tail = LocalBuf { mr: self.mr.clone(), off: self.off + at, len: self.len - at };
+        let tail = LocalBuf {
+            mr: self.mr.clone(),
+            off: self.off + at,
+            len: self.len - at,
+        };
         self.len = at;
         Ok(tail)
     }
@@ -197,9 +228,8 @@ impl LocalBuf {
 impl Deref for LocalBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: [off, off+len) lies in the allocation; LocalBufs cover disjoint ranges and are
-        // not Clone, so this is the only handle to these bytes; the device only touches them while
-        // the LocalBuf is moved into an in-flight table, where no `&self` can exist.
+        // Disjoint ranges, not Clone: this is the only handle; posted ones sit in an in-flight table.
+        // SAFETY: [off, off+len) lies in the allocation and no other reference to it exists.
         unsafe { std::slice::from_raw_parts(self.mr.buf.as_ptr().add(self.off), self.len) }
     }
 }
@@ -262,15 +292,24 @@ impl RemoteRegion {
     /// A bounds-checked part of the region. Refuses anything outside `[0, len)`, including
     /// offsets that would wrap around `u64`, and lengths over `u32::MAX` (one work request).
     pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteSlice> {
-        let oob = || Error::OutOfBounds { offset, len, region_len: self.len };
+        let oob = || Error::OutOfBounds {
+            offset,
+            len,
+            region_len: self.len,
+        };
         let end = offset.checked_add(len).ok_or_else(oob)?;
         if end > self.len {
             return Err(oob());
         }
         let addr = self.addr.checked_add(offset).ok_or_else(oob)?;
-        let len = u32::try_from(len)
-            .map_err(|_| Error::InvalidArgument(format!("{len} bytes is too large for one work request")))?;
-        Ok(RemoteSlice { addr, rkey: self.rkey, len })
+        let len = u32::try_from(len).map_err(|_| {
+            Error::InvalidArgument(format!("{len} bytes is too large for one work request"))
+        })?;
+        Ok(RemoteSlice {
+            addr,
+            rkey: self.rkey,
+            len,
+        })
     }
 
     /// Big-endian wire form: addr u64, rkey u32, len u64.
@@ -285,7 +324,11 @@ impl RemoteRegion {
     /// Decodes [`encode`](Self::encode)'s form; the slice must be exactly `WIRE_LEN` bytes.
     pub fn decode(b: &[u8]) -> Result<RemoteRegion> {
         if b.len() != Self::WIRE_LEN {
-            return Err(Error::Protocol(format!("remote region descriptor is {} bytes, expected {}", b.len(), Self::WIRE_LEN)));
+            return Err(Error::Protocol(format!(
+                "remote region descriptor is {} bytes, expected {}",
+                b.len(),
+                Self::WIRE_LEN
+            )));
         }
         Ok(RemoteRegion {
             addr: u64::from_be_bytes(b[..8].try_into().expect("8")),
@@ -326,9 +369,14 @@ impl ExposedRegion {
     /// Registers `len` zeroed bytes that peers may access with `access` rights.
     pub fn new(pd: &ProtectionDomain, len: usize, access: RemoteAccess) -> Result<ExposedRegion> {
         if len == 0 {
-            return Err(Error::InvalidArgument("cannot expose an empty region".into()));
+            return Err(Error::InvalidArgument(
+                "cannot expose an empty region".into(),
+            ));
         }
-        Ok(ExposedRegion { inner: MrInner::register(pd, len, access.to_raw())?, access })
+        Ok(ExposedRegion {
+            inner: MrInner::register(pd, len, access.to_raw())?,
+            access,
+        })
     }
 
     /// Size in bytes.
@@ -348,13 +396,21 @@ impl ExposedRegion {
 
     /// What a peer needs to reach this region.
     pub fn descriptor(&self) -> RemoteRegion {
-        RemoteRegion { addr: self.inner.addr(), rkey: self.inner.rkey, len: self.inner.len as u64 }
+        RemoteRegion {
+            addr: self.inner.addr(),
+            rkey: self.inner.rkey,
+            len: self.inner.len as u64,
+        }
     }
 
     fn check(&self, off: usize, len: usize) -> Result<()> {
         match off.checked_add(len) {
             Some(end) if end <= self.inner.len => Ok(()),
-            _ => Err(Error::OutOfBounds { offset: off as u64, len: len as u64, region_len: self.inner.len as u64 }),
+            _ => Err(Error::OutOfBounds {
+                offset: off as u64,
+                len: len as u64,
+                region_len: self.inner.len as u64,
+            }),
         }
     }
 
@@ -391,7 +447,13 @@ impl ExposedRegion {
 
 impl std::fmt::Debug for ExposedRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ExposedRegion({} bytes, {:?}, {:?})", self.len(), self.access, self.descriptor())
+        write!(
+            f,
+            "ExposedRegion({} bytes, {:?}, {:?})",
+            self.len(),
+            self.access,
+            self.descriptor()
+        )
     }
 }
 
@@ -458,29 +520,54 @@ mod tests {
         assert_eq!(RemoteAccess::Write.to_raw(), lw | rw);
         assert_eq!(RemoteAccess::ReadWrite.to_raw(), lw | rr | rw);
         assert!(RemoteAccess::Read.can_read() && !RemoteAccess::Read.can_write());
-        assert_eq!("rw".parse::<RemoteAccess>().unwrap(), RemoteAccess::ReadWrite);
+        assert_eq!(
+            "rw".parse::<RemoteAccess>().unwrap(),
+            RemoteAccess::ReadWrite
+        );
         assert!("x".parse::<RemoteAccess>().is_err());
     }
 
     #[test]
     fn remote_slice_bounds() {
-        let r = RemoteRegion { addr: 0x1000, rkey: 7, len: 100 };
+        let r = RemoteRegion {
+            addr: 0x1000,
+            rkey: 7,
+            len: 100,
+        };
         let s = r.slice(10, 90).unwrap();
-        assert_eq!((s.addr, s.rkey, s.len), (0x1010, 7, 90));
+        assert_eq!((s.addr, s.rkey, s.len), (0x1000 + 10, 7, 90));
         assert!(r.slice(0, 100).is_ok());
         assert!(r.slice(100, 0).is_ok());
         assert!(matches!(r.slice(101, 0), Err(Error::OutOfBounds { .. })));
         assert!(matches!(r.slice(1, 100), Err(Error::OutOfBounds { .. })));
-        assert!(matches!(r.slice(u64::MAX, 2), Err(Error::OutOfBounds { .. })));
-        let huge = RemoteRegion { addr: u64::MAX - 5, rkey: 1, len: u64::MAX };
+        assert!(matches!(
+            r.slice(u64::MAX, 2),
+            Err(Error::OutOfBounds { .. })
+        ));
+        let huge = RemoteRegion {
+            addr: u64::MAX - 5,
+            rkey: 1,
+            len: u64::MAX,
+        };
         assert!(matches!(huge.slice(10, 1), Err(Error::OutOfBounds { .. })));
-        let big = RemoteRegion { addr: 0, rkey: 1, len: 1 << 40 };
-        assert!(matches!(big.slice(0, 1 << 33), Err(Error::InvalidArgument(_))));
+        let big = RemoteRegion {
+            addr: 0,
+            rkey: 1,
+            len: 1 << 40,
+        };
+        assert!(matches!(
+            big.slice(0, 1 << 33),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
     fn remote_region_wire() {
-        let r = RemoteRegion { addr: 0x0102030405060708, rkey: 0xa0b0c0d0, len: 42 };
+        let r = RemoteRegion {
+            addr: 0x0102030405060708,
+            rkey: 0xa0b0c0d0,
+            len: 42,
+        };
         let b = r.encode();
         assert_eq!(&b[..4], &[1, 2, 3, 4]);
         assert_eq!(RemoteRegion::decode(&b).unwrap(), r);

@@ -22,7 +22,10 @@ impl Drop for PdInner {
         // SAFETY: every MR and QP of this PD holds an Arc to it, so none is left.
         let rc = unsafe { sys::ibv_dealloc_pd(self.pd.as_ptr()) };
         if rc != 0 {
-            tracing::warn!("ibv_dealloc_pd failed: {}", std::io::Error::from_raw_os_error(rc));
+            tracing::warn!(
+                "ibv_dealloc_pd failed: {}",
+                std::io::Error::from_raw_os_error(rc)
+            );
         }
     }
 }
@@ -39,7 +42,12 @@ impl ProtectionDomain {
         // SAFETY: valid context.
         let pd = unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) };
         let pd = NonNull::new(pd).ok_or_else(|| Error::last_os("ibv_alloc_pd"))?;
-        Ok(ProtectionDomain { inner: Arc::new(PdInner { pd, ctx: ctx.clone() }) })
+        Ok(ProtectionDomain {
+            inner: Arc::new(PdInner {
+                pd,
+                ctx: ctx.clone(),
+            }),
+        })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_pd {

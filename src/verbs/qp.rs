@@ -31,7 +31,13 @@ pub struct QpCaps {
 
 impl Default for QpCaps {
     fn default() -> Self {
-        QpCaps { max_send_wr: 128, max_recv_wr: 128, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+        QpCaps {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
     }
 }
 
@@ -112,7 +118,14 @@ pub struct RtrAttr {
 
 impl RtrAttr {
     /// ibv_rc_pingpong-style defaults for a peer at `dgid`.
-    pub fn new(dest_qp_num: u32, rq_psn: u32, path_mtu: Mtu, dgid: Gid, sgid_index: u8, port: u8) -> RtrAttr {
+    pub fn new(
+        dest_qp_num: u32,
+        rq_psn: u32,
+        path_mtu: Mtu,
+        dgid: Gid,
+        sgid_index: u8,
+        port: u8,
+    ) -> RtrAttr {
         RtrAttr {
             dest_qp_num,
             rq_psn,
@@ -146,7 +159,13 @@ pub struct RtsAttr {
 impl RtsAttr {
     /// Defaults: timeout 14, retry_cnt 7, rnr_retry 6 (finite), 16 outstanding reads.
     pub fn new(sq_psn: u32) -> RtsAttr {
-        RtsAttr { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: 6, max_rd_atomic: 16 }
+        RtsAttr {
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 6,
+            max_rd_atomic: 16,
+        }
     }
 }
 
@@ -161,16 +180,25 @@ pub struct Sge {
 impl Sge {
     /// The whole buffer.
     pub fn new(buf: impl Into<Buf>) -> Sge {
-        Sge { buf: buf.into(), off: 0, len: None }
+        Sge {
+            buf: buf.into(),
+            off: 0,
+            len: None,
+        }
     }
 
     /// Only `len` bytes from `off` (checked when posted).
     pub fn range(buf: impl Into<Buf>, off: usize, len: usize) -> Sge {
-        Sge { buf: buf.into(), off, len: Some(len) }
+        Sge {
+            buf: buf.into(),
+            off,
+            len: Some(len),
+        }
     }
 
     fn length(&self) -> usize {
-        self.len.unwrap_or(self.buf.as_slice().len().saturating_sub(self.off))
+        self.len
+            .unwrap_or(self.buf.as_slice().len().saturating_sub(self.off))
     }
 }
 
@@ -214,7 +242,13 @@ pub struct SendRequest {
 impl SendRequest {
     /// A work request of kind `op` over `sges`.
     pub fn new(wr_id: u64, op: SendOp, sges: impl IntoIterator<Item = Sge>) -> SendRequest {
-        SendRequest { wr_id, op, sges: sges.into_iter().collect(), signaled: true, inline: false }
+        SendRequest {
+            wr_id,
+            op,
+            sges: sges.into_iter().collect(),
+            signaled: true,
+            inline: false,
+        }
     }
 
     /// SEND.
@@ -304,7 +338,11 @@ impl std::fmt::Debug for QueuePair {
     }
 }
 
-pub(crate) fn qp_init_attr(send_cq: &CompletionQueue, recv_cq: &CompletionQueue, caps: &QpCaps) -> sys::ibv_qp_init_attr {
+pub(crate) fn qp_init_attr(
+    send_cq: &CompletionQueue,
+    recv_cq: &CompletionQueue,
+    caps: &QpCaps,
+) -> sys::ibv_qp_init_attr {
     sys::ibv_qp_init_attr {
         send_cq: send_cq.as_ptr(),
         recv_cq: recv_cq.as_ptr(),
@@ -323,7 +361,12 @@ pub(crate) fn qp_init_attr(send_cq: &CompletionQueue, recv_cq: &CompletionQueue,
 
 impl QueuePair {
     /// Creates an RC QP (`ibv_create_qp(3)`) in RESET.
-    pub fn new_rc(pd: &ProtectionDomain, send_cq: &CompletionQueue, recv_cq: &CompletionQueue, caps: QpCaps) -> Result<QueuePair> {
+    pub fn new_rc(
+        pd: &ProtectionDomain,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        caps: QpCaps,
+    ) -> Result<QueuePair> {
         let mut attr = qp_init_attr(send_cq, recv_cq, &caps);
         // SAFETY: valid PD, CQs of the same context, and init attributes.
         let qp = unsafe { sys::ibv_create_qp(pd.as_ptr(), &mut attr) };
@@ -351,7 +394,11 @@ impl QueuePair {
     ) -> Result<QueuePair> {
         // SAFETY: `qp` is valid.
         let qpn = unsafe { (*qp.as_ptr()).qp_num };
-        let max_msg = pd.context().first_active_port().map(|p| p.max_msg_sz).unwrap_or(1 << 30);
+        let max_msg = pd
+            .context()
+            .first_active_port()
+            .map(|p| p.max_msg_sz)
+            .unwrap_or(1 << 30);
         Ok(QueuePair {
             qp,
             qpn,
@@ -388,6 +435,7 @@ impl QueuePair {
     }
 
     /// Marks the state (for QPs that rdma_cm transitions).
+    #[allow(dead_code)]
     pub(crate) fn set_state(&self, s: QpState) {
         self.state.store(s as u8, Ordering::Release);
     }
@@ -402,11 +450,22 @@ impl QueuePair {
         &self.recv_cq
     }
 
-    fn modify(&self, attr: &mut sys::ibv_qp_attr, mask: u32, from: QpState, to: QpState, verb: &'static str) -> Result<()> {
+    fn modify(
+        &self,
+        attr: &mut sys::ibv_qp_attr,
+        mask: u32,
+        from: QpState,
+        to: QpState,
+        verb: &'static str,
+    ) -> Result<()> {
         let _g = self.modify_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cur = self.state();
         if cur != from && to != QpState::Error {
-            return Err(Error::InvalidState { op: verb, state: cur.name(), needs: from.name() });
+            return Err(Error::InvalidState {
+                op: verb,
+                state: cur.name(),
+                needs: from.name(),
+            });
         }
         attr.qp_state = match to {
             QpState::Reset => sys::IBV_QPS_RESET,
@@ -433,9 +492,23 @@ impl QueuePair {
         if a.remote_write {
             access |= sys::IBV_ACCESS_REMOTE_WRITE.0;
         }
-        let mut attr = sys::ibv_qp_attr { pkey_index: 0, port_num: a.port, qp_access_flags: access, ..Default::default() };
-        let mask = sys::IBV_QP_STATE.0 | sys::IBV_QP_PKEY_INDEX.0 | sys::IBV_QP_PORT.0 | sys::IBV_QP_ACCESS_FLAGS.0;
-        self.modify(&mut attr, mask, QpState::Reset, QpState::Init, "ibv_modify_qp(RESET->INIT)")
+        let mut attr = sys::ibv_qp_attr {
+            pkey_index: 0,
+            port_num: a.port,
+            qp_access_flags: access,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_STATE.0
+            | sys::IBV_QP_PKEY_INDEX.0
+            | sys::IBV_QP_PORT.0
+            | sys::IBV_QP_ACCESS_FLAGS.0;
+        self.modify(
+            &mut attr,
+            mask,
+            QpState::Reset,
+            QpState::Init,
+            "ibv_modify_qp(RESET->INIT)",
+        )
     }
 
     /// INIT → RTR.
@@ -465,7 +538,13 @@ impl QueuePair {
             | sys::IBV_QP_RQ_PSN.0
             | sys::IBV_QP_MAX_DEST_RD_ATOMIC.0
             | sys::IBV_QP_MIN_RNR_TIMER.0;
-        self.modify(&mut attr, mask, QpState::Init, QpState::Rtr, "ibv_modify_qp(INIT->RTR)")
+        self.modify(
+            &mut attr,
+            mask,
+            QpState::Init,
+            QpState::Rtr,
+            "ibv_modify_qp(INIT->RTR)",
+        )
     }
 
     /// RTR → RTS.
@@ -484,19 +563,39 @@ impl QueuePair {
             | sys::IBV_QP_RNR_RETRY.0
             | sys::IBV_QP_SQ_PSN.0
             | sys::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        self.modify(&mut attr, mask, QpState::Rtr, QpState::Rts, "ibv_modify_qp(RTR->RTS)")
+        self.modify(
+            &mut attr,
+            mask,
+            QpState::Rtr,
+            QpState::Rts,
+            "ibv_modify_qp(RTR->RTS)",
+        )
     }
 
     /// Any state → ERR: everything posted completes with a flush error.
     pub fn to_error(&self) -> Result<()> {
         let mut attr = sys::ibv_qp_attr::default();
-        self.modify(&mut attr, sys::IBV_QP_STATE.0, QpState::Rts, QpState::Error, "ibv_modify_qp(->ERR)")
+        self.modify(
+            &mut attr,
+            sys::IBV_QP_STATE.0,
+            QpState::Rts,
+            QpState::Error,
+            "ibv_modify_qp(->ERR)",
+        )
     }
 
     /// Checks the SGEs and turns them into `ibv_sge`s; `exclusive` demands LocalBufs.
-    fn build_sges(&self, sges: &[Sge], exclusive: bool, max: u32) -> Result<(Vec<sys::ibv_sge>, u64)> {
+    fn build_sges(
+        &self,
+        sges: &[Sge],
+        exclusive: bool,
+        max: u32,
+    ) -> Result<(Vec<sys::ibv_sge>, u64)> {
         if sges.len() > max as usize {
-            return Err(Error::InvalidArgument(format!("{} scatter/gather entries, the QP allows {max}", sges.len())));
+            return Err(Error::InvalidArgument(format!(
+                "{} scatter/gather entries, the QP allows {max}",
+                sges.len()
+            )));
         }
         let mut out = Vec::with_capacity(sges.len());
         let mut total = 0u64;
@@ -515,9 +614,14 @@ impl QueuePair {
                     s.buf.as_slice().len()
                 )));
             }
-            let length = u32::try_from(len).map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
+            let length = u32::try_from(len)
+                .map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
             total += u64::from(length);
-            out.push(sys::ibv_sge { addr: s.buf.addr() + s.off as u64, length, lkey: s.buf.lkey() });
+            out.push(sys::ibv_sge {
+                addr: s.buf.addr() + s.off as u64,
+                length,
+                lkey: s.buf.lkey(),
+            });
         }
         if total > u64::from(self.max_msg) {
             return Err(Error::InvalidArgument(format!(
@@ -531,11 +635,29 @@ impl QueuePair {
     /// Posts a send-queue work request (`ibv_post_send(3)`). The buffers move into the in-flight
     /// table and come back in the [`Completion`](crate::verbs::Completion) (or in the error).
     pub fn post_send(&self, wr: SendRequest) -> std::result::Result<(), PostError> {
-        let SendRequest { wr_id, op, sges, signaled, inline } = wr;
-        let fail = |error, sges: Vec<Sge>| Err(PostError { error, bufs: sges.into_iter().map(|s| s.buf).collect() });
+        let SendRequest {
+            wr_id,
+            op,
+            sges,
+            signaled,
+            inline,
+        } = wr;
+        let fail = |error, sges: Vec<Sge>| {
+            Err(PostError {
+                error,
+                bufs: sges.into_iter().map(|s| s.buf).collect(),
+            })
+        };
         let state = self.state();
         if state != QpState::Rts {
-            return fail(Error::InvalidState { op: "ibv_post_send", state: state.name(), needs: "RTS" }, sges);
+            return fail(
+                Error::InvalidState {
+                    op: "ibv_post_send",
+                    state: state.name(),
+                    needs: "RTS",
+                },
+                sges,
+            );
         }
         let exclusive = matches!(op, SendOp::Read(_));
         let (mut sg, total) = match self.build_sges(&sges, exclusive, self.caps.max_send_sge) {
@@ -544,18 +666,28 @@ impl QueuePair {
         };
         if let SendOp::Write(r) | SendOp::WriteWithImm(r, _) | SendOp::Read(r) = op {
             if u64::from(r.len) != total {
-                let e = Error::InvalidArgument(format!("local length {total} differs from the remote slice's {}", r.len));
+                let e = Error::InvalidArgument(format!(
+                    "local length {total} differs from the remote slice's {}",
+                    r.len
+                ));
                 return fail(e, sges);
             }
         }
         if inline && (exclusive || total > u64::from(self.caps.max_inline_data)) {
-            let e = Error::InvalidArgument(format!("{total} bytes cannot be sent inline (max {})", self.caps.max_inline_data));
+            let e = Error::InvalidArgument(format!(
+                "{total} bytes cannot be sent inline (max {})",
+                self.caps.max_inline_data
+            ));
             return fail(e, sges);
         }
         let mut w = sys::ibv_send_wr {
             sg_list: sg.as_mut_ptr(),
             num_sge: sg.len() as i32,
-            send_flags: (if signaled { sys::IBV_SEND_SIGNALED.0 } else { 0 }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 }),
+            send_flags: (if signaled {
+                sys::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 }),
             ..Default::default()
         };
         let (opcode, imm, remote) = match op {
@@ -570,7 +702,10 @@ impl QueuePair {
             w.__bindgen_anon_1.imm_data = i.to_be();
         }
         if let Some(r) = remote {
-            w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r.addr, rkey: r.rkey };
+            w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                remote_addr: r.addr,
+                rkey: r.rkey,
+            };
         }
         let bufs: Vec<Buf> = sges.into_iter().map(|s| s.buf).collect();
         let mut t = self.send_cq.lock();
@@ -581,26 +716,46 @@ impl QueuePair {
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
             let e = t.pop_last(self.qpn, false).expect("just pushed");
-            return Err(PostError { error: Error::verb("ibv_post_send", rc), bufs: e.bufs });
+            return Err(PostError {
+                error: Error::verb("ibv_post_send", rc),
+                bufs: e.bufs,
+            });
         }
         Ok(())
     }
 
     /// Posts a receive (`ibv_post_recv(3)`) into exclusive buffers. Allowed from INIT on.
-    pub fn post_recv(&self, wr_id: u64, sges: impl IntoIterator<Item = Sge>) -> std::result::Result<(), PostError> {
+    pub fn post_recv(
+        &self,
+        wr_id: u64,
+        sges: impl IntoIterator<Item = Sge>,
+    ) -> std::result::Result<(), PostError> {
         let sges: Vec<Sge> = sges.into_iter().collect();
         let state = self.state();
         if matches!(state, QpState::Reset | QpState::Error) {
             return Err(PostError {
-                error: Error::InvalidState { op: "ibv_post_recv", state: state.name(), needs: "INIT, RTR or RTS" },
+                error: Error::InvalidState {
+                    op: "ibv_post_recv",
+                    state: state.name(),
+                    needs: "INIT, RTR or RTS",
+                },
                 bufs: sges.into_iter().map(|s| s.buf).collect(),
             });
         }
         let (mut sg, _) = match self.build_sges(&sges, true, self.caps.max_recv_sge) {
             Ok(v) => v,
-            Err(error) => return Err(PostError { error, bufs: sges.into_iter().map(|s| s.buf).collect() }),
+            Err(error) => {
+                return Err(PostError {
+                    error,
+                    bufs: sges.into_iter().map(|s| s.buf).collect(),
+                })
+            }
         };
-        let mut w = sys::ibv_recv_wr { sg_list: sg.as_mut_ptr(), num_sge: sg.len() as i32, ..Default::default() };
+        let mut w = sys::ibv_recv_wr {
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+            ..Default::default()
+        };
         let bufs: Vec<Buf> = sges.into_iter().map(|s| s.buf).collect();
         let mut t = self.recv_cq.lock();
         w.wr_id = t.push(self.qpn, true, wr_id, bufs, "RECV");
@@ -609,7 +764,10 @@ impl QueuePair {
         let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
             let e = t.pop_last(self.qpn, true).expect("just pushed");
-            return Err(PostError { error: Error::verb("ibv_post_recv", rc), bufs: e.bufs });
+            return Err(PostError {
+                error: Error::verb("ibv_post_recv", rc),
+                bufs: e.bufs,
+            });
         }
         Ok(())
     }
@@ -632,7 +790,11 @@ impl Drop for QueuePair {
         };
         if rc != 0 {
             // The device may still reach the posted buffers: leave them in the table (leaked).
-            tracing::warn!("destroying QP {:#x} failed: {}", self.qpn, std::io::Error::from_raw_os_error(rc));
+            tracing::warn!(
+                "destroying QP {:#x} failed: {}",
+                self.qpn,
+                std::io::Error::from_raw_os_error(rc)
+            );
             return;
         }
         self.send_cq.purge_qp(self.qpn);

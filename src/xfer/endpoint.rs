@@ -33,8 +33,9 @@ use serde::Serialize;
 use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr, ProtectionDomain, QpCaps,
-    QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge, WaitMode, WcOpcode,
+    Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr,
+    ProtectionDomain, QpCaps, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge, WaitMode,
+    WcOpcode,
 };
 use crate::xfer::wire::{self, Hello, ImmKind, OobDest, Reject, RejectCode};
 
@@ -103,13 +104,22 @@ impl Default for EndpointOptions {
 impl EndpointOptions {
     fn validate(&self) -> Result<()> {
         if self.msg_size == 0 || self.msg_size > u32::MAX as usize {
-            return Err(Error::InvalidArgument(format!("message size {} is out of range", self.msg_size)));
+            return Err(Error::InvalidArgument(format!(
+                "message size {} is out of range",
+                self.msg_size
+            )));
         }
         if self.recv_depth == 0 || self.recv_depth > 1 << 16 {
-            return Err(Error::InvalidArgument(format!("receive depth {} is outside 1..=65536", self.recv_depth)));
+            return Err(Error::InvalidArgument(format!(
+                "receive depth {} is outside 1..=65536",
+                self.recv_depth
+            )));
         }
         if self.send_depth == 0 || self.send_depth > 1 << 16 {
-            return Err(Error::InvalidArgument(format!("send depth {} is outside 1..=65536", self.send_depth)));
+            return Err(Error::InvalidArgument(format!(
+                "send depth {} is outside 1..=65536",
+                self.send_depth
+            )));
         }
         if self.timeout.is_zero() {
             return Err(Error::InvalidArgument("timeout must be positive".into()));
@@ -203,7 +213,12 @@ pub struct Message<'a> {
 
 enum Flow {
     /// `credits`: messages we may still send; `owed`: receives re-posted but not yet announced.
-    Credits { credits: u32, owed: u32, threshold: u32, credit_msg_pending: bool },
+    Credits {
+        credits: u32,
+        owed: u32,
+        threshold: u32,
+        credit_msg_pending: bool,
+    },
     /// One outstanding message, one more per message taken from the peer.
     Implicit { credits: u32 },
 }
@@ -236,7 +251,10 @@ pub struct Endpoint {
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("local", &self.local).field("peer", &self.peer).finish_non_exhaustive()
+        f.debug_struct("Endpoint")
+            .field("local", &self.local)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
     }
 }
 
@@ -308,7 +326,10 @@ fn choose(opts: &EndpointOptions) -> Result<Choice> {
 
 fn rd_atomic(ctx: &Context) -> (u8, u8) {
     match ctx.query_device() {
-        Ok(a) => (a.max_qp_rd_atom.min(RD_ATOMIC) as u8, a.max_qp_init_rd_atom.min(RD_ATOMIC) as u8),
+        Ok(a) => (
+            a.max_qp_rd_atom.min(RD_ATOMIC) as u8,
+            a.max_qp_init_rd_atom.min(RD_ATOMIC) as u8,
+        ),
         Err(_) => (1, 1),
     }
 }
@@ -330,7 +351,15 @@ impl Parts {
             Err(_) => make_qp(&pd, &cq, caps(opts, 0).0)?,
         };
         let send_pool = LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?;
-        Ok(Parts { ctx, pd, cq, qp, send_pool, own_sq, port })
+        Ok(Parts {
+            ctx,
+            pd,
+            cq,
+            qp,
+            send_pool,
+            own_sq,
+            port,
+        })
     }
 
     /// Posts `n` receives of `msg_size` bytes.
@@ -341,8 +370,17 @@ impl Parts {
         Ok(())
     }
 
-    fn into_endpoint(self, opts: &EndpointOptions, flow: Flow, local: LocalInfo, peer: PeerInfo, cm: Option<CmId>) -> Endpoint {
-        let peer_msg_size = peer.msg_size.map_or(opts.msg_size, |m| (m as usize).min(opts.msg_size));
+    fn into_endpoint(
+        self,
+        opts: &EndpointOptions,
+        flow: Flow,
+        local: LocalInfo,
+        peer: PeerInfo,
+        cm: Option<CmId>,
+    ) -> Endpoint {
+        let peer_msg_size = peer
+            .msg_size
+            .map_or(opts.msg_size, |m| (m as usize).min(opts.msg_size));
         let max_inline = self.qp.caps().max_inline_data;
         Endpoint {
             qp: self.qp,
@@ -369,7 +407,12 @@ impl Parts {
 }
 
 fn credit_flow(peer_depth: u32) -> Flow {
-    Flow::Credits { credits: peer_depth, owed: 0, threshold: peer_depth.div_ceil(2), credit_msg_pending: false }
+    Flow::Credits {
+        credits: peer_depth,
+        owed: 0,
+        threshold: peer_depth.div_ceil(2),
+        credit_msg_pending: false,
+    }
 }
 
 /// The IPv4 address of a GID, as the source address rdma_cm should use.
@@ -385,7 +428,10 @@ fn gid_source(gid: &GidEntry) -> Result<IpAddr> {
 fn check_cm_device(opts: &EndpointOptions, ctx: &Context, addr: &str) -> Result<()> {
     if let Some(d) = &opts.device {
         if d != ctx.name() {
-            return Err(Error::InvalidArgument(format!("{addr} is reached through device {}, not {d}", ctx.name())));
+            return Err(Error::InvalidArgument(format!(
+                "{addr} is reached through device {}, not {d}",
+                ctx.name()
+            )));
         }
     }
     Ok(())
@@ -413,7 +459,11 @@ impl Endpoint {
         id.resolve_addr(src, dst, t)?;
         id.expect_event(EventKind::AddrResolved, t, "resolving the server's address")?;
         id.resolve_route(t)?;
-        id.expect_event(EventKind::RouteResolved, t, "resolving the route to the server")?;
+        id.expect_event(
+            EventKind::RouteResolved,
+            t,
+            "resolving the route to the server",
+        )?;
         let ctx = id.context()?;
         check_cm_device(opts, &ctx, &dst.to_string())?;
         let port = ctx.query_port(id.port_num())?;
@@ -422,7 +472,9 @@ impl Endpoint {
         let parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
         parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
         let param = ConnParam {
-            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32).encode().to_vec(),
+            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+                .encode()
+                .to_vec(),
             responder_resources: resp,
             initiator_depth: init,
             retry_count: RETRY_COUNT,
@@ -435,7 +487,10 @@ impl Endpoint {
             EventKind::Established if ev.status() == 0 => {}
             EventKind::Rejected => {
                 if let Some(r) = Reject::decode(ev.private_data()) {
-                    return Err(Error::Connection(format!("connecting to {dst}: rejected by the server: {}", r.text)));
+                    return Err(Error::Connection(format!(
+                        "connecting to {dst}: rejected by the server: {}",
+                        r.text
+                    )));
                 }
                 return Err(ev.to_error(&format!("connecting to {dst}")));
             }
@@ -460,7 +515,9 @@ impl Endpoint {
         };
         let peer = PeerInfo {
             addr: id.peer_addr().or(Some(dst)),
-            kind: PeerKind::Rdmaxfer { version: hello.version },
+            kind: PeerKind::Rdmaxfer {
+                version: hello.version,
+            },
             qpn: None,
             psn: None,
             lid: 0,
@@ -477,10 +534,15 @@ impl Endpoint {
         let c = choose(opts)?;
         let t = opts.timeout;
         let side = OobSide::new(c, opts)?;
-        let mut s = TcpStream::connect_timeout(&dst, t).map_err(|e| Error::io(format!("connecting to {dst} (TCP)"), e))?;
+        let mut s = TcpStream::connect_timeout(&dst, t)
+            .map_err(|e| Error::io(format!("connecting to {dst} (TCP)"), e))?;
         set_timeouts(&s, t)?;
         write_all(&mut s, &side.me.encode(), "sending our address")?;
-        let peer = OobDest::decode(&read_msg(&mut s, wire::OOB_MSG_LEN, "the server's address")?)?;
+        let peer = OobDest::decode(&read_msg(
+            &mut s,
+            wire::OOB_MSG_LEN,
+            "the server's address",
+        )?)?;
         side.connect(&peer)?;
         write_all(&mut s, wire::OOB_DONE, "sending \"done\"")?;
         let local_addr = s.local_addr().ok();
@@ -489,7 +551,11 @@ impl Endpoint {
 
     /// Waits (at most `wait`, `None`: forever) for one OOB client on `addr` and connects it.
     /// For several clients use an [`OobListener`].
-    pub fn accept_oob(addr: SocketAddr, opts: &EndpointOptions, wait: Option<Duration>) -> Result<Endpoint> {
+    pub fn accept_oob(
+        addr: SocketAddr,
+        opts: &EndpointOptions,
+        wait: Option<Duration>,
+    ) -> Result<Endpoint> {
         OobListener::bind(addr, opts)?.accept(wait)
     }
 
@@ -555,7 +621,9 @@ impl Endpoint {
 
     fn check_usable(&self) -> Result<()> {
         match &self.failed {
-            Some(e) => Err(Error::Connection(format!("the endpoint failed earlier: {e}"))),
+            Some(e) => Err(Error::Connection(format!(
+                "the endpoint failed earlier: {e}"
+            ))),
             None => Ok(()),
         }
     }
@@ -584,7 +652,11 @@ impl Endpoint {
             WR_DATA | WR_CREDIT => {
                 self.sends_posted = self.sends_posted.saturating_sub(1);
                 self.send_pool.extend(c.into_local_bufs());
-                if let Flow::Credits { credit_msg_pending: true, .. } = self.flow {
+                if let Flow::Credits {
+                    credit_msg_pending: true,
+                    ..
+                } = self.flow
+                {
                     self.send_credit_msg()?;
                 }
             }
@@ -604,7 +676,11 @@ impl Endpoint {
                 }
                 _ => self.ready.push_back(c),
             },
-            other => return Err(Error::Protocol(format!("completion with unknown internal wr_id {other:#x}"))),
+            other => {
+                return Err(Error::Protocol(format!(
+                    "completion with unknown internal wr_id {other:#x}"
+                )))
+            }
         }
         Ok(())
     }
@@ -635,7 +711,9 @@ impl Endpoint {
                 // Take what arrived before the disconnect; after that there is nothing to wait for.
                 let cs = self.cq.poll(32)?;
                 if cs.is_empty() {
-                    return Err(Error::Connection(format!("the peer disconnected while waiting for {what}")));
+                    return Err(Error::Connection(format!(
+                        "the peer disconnected while waiting for {what}"
+                    )));
                 }
                 for c in cs {
                     self.handle(c)?;
@@ -643,9 +721,16 @@ impl Endpoint {
                 return Ok(());
             }
             if left.is_zero() {
-                return Err(Error::Timeout { what, after: self.timeout });
+                return Err(Error::Timeout {
+                    what,
+                    after: self.timeout,
+                });
             }
-            let slice = if self.cm.is_some() { left.min(CM_CHECK) } else { left };
+            let slice = if self.cm.is_some() {
+                left.min(CM_CHECK)
+            } else {
+                left
+            };
             match self.cq.wait(32, slice) {
                 Ok(cs) => {
                     for c in cs {
@@ -660,14 +745,25 @@ impl Endpoint {
     }
 
     fn send_credit_msg(&mut self) -> Result<()> {
-        let Flow::Credits { owed, credit_msg_pending, .. } = &mut self.flow else { return Ok(()) };
+        let Flow::Credits {
+            owed,
+            credit_msg_pending,
+            ..
+        } = &mut self.flow
+        else {
+            return Ok(());
+        };
         if self.sends_posted >= self.own_sq {
             *credit_msg_pending = true;
             return Ok(());
         }
         let n = std::mem::take(owed);
         *credit_msg_pending = false;
-        let wr = SendRequest::new(WR_CREDIT, SendOp::SendWithImm(wire::encode_imm(ImmKind::Credit, n)), []);
+        let wr = SendRequest::new(
+            WR_CREDIT,
+            SendOp::SendWithImm(wire::encode_imm(ImmKind::Credit, n)),
+            [],
+        );
         self.qp.post_send(wr)?;
         self.sends_posted += 1;
         Ok(())
@@ -676,7 +772,10 @@ impl Endpoint {
     /// Waits until a message may be sent (a credit and a send buffer).
     fn reserve_send(&mut self, deadline: Instant) -> Result<LocalBuf> {
         while self.credits() == 0 {
-            self.pump(deadline, "send credit from the peer (it is not taking messages)")?;
+            self.pump(
+                deadline,
+                "send credit from the peer (it is not taking messages)",
+            )?;
         }
         loop {
             if self.sends_posted < self.own_sq {
@@ -693,13 +792,18 @@ impl Endpoint {
     pub fn send_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
         self.check_usable()?;
         if len > self.peer_msg_size {
-            return Err(Error::InvalidArgument(format!("message of {len} bytes exceeds the limit of {}", self.peer_msg_size)));
+            return Err(Error::InvalidArgument(format!(
+                "message of {len} bytes exceeds the limit of {}",
+                self.peer_msg_size
+            )));
         }
         let deadline = self.deadline();
         let mut buf = self.reserve_send(deadline)?;
         fill(&mut buf[..len]);
         let op = match &mut self.flow {
-            Flow::Credits { owed, .. } => SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed))),
+            Flow::Credits { owed, .. } => {
+                SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed)))
+            }
             Flow::Implicit { .. } => SendOp::Send,
         };
         let mut wr = SendRequest::new(WR_DATA, op, [Sge::range(buf, 0, len)]);
@@ -707,7 +811,8 @@ impl Endpoint {
             wr = wr.inline();
         }
         if let Err(e) = self.qp.post_send(wr) {
-            self.send_pool.extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
+            self.send_pool
+                .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
             return Err(self.fail(e.error));
         }
         self.sends_posted += 1;
@@ -737,18 +842,36 @@ impl Endpoint {
             _ => c.imm,
         };
         let len = c.byte_len as usize;
-        let buf = c.into_local_bufs().pop().ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
+        let buf = c
+            .into_local_bufs()
+            .pop()
+            .ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
         let out = if write_imm {
-            f(Message { data: &[], imm, rdma_write_len: Some(len as u32) })
+            f(Message {
+                data: &[],
+                imm,
+                rdma_write_len: Some(len as u32),
+            })
         } else {
-            let data = buf.get(..len).ok_or_else(|| Error::Protocol(format!("received {len} bytes into a {}-byte buffer", buf.len())))?;
-            f(Message { data, imm, rdma_write_len: None })
+            let data = buf.get(..len).ok_or_else(|| {
+                Error::Protocol(format!(
+                    "received {len} bytes into a {}-byte buffer",
+                    buf.len()
+                ))
+            })?;
+            f(Message {
+                data,
+                imm,
+                rdma_write_len: None,
+            })
         };
         if let Err(e) = self.qp.post_recv(WR_RECV, [Sge::new(buf)]) {
             return Err(self.fail(e.error));
         }
         match &mut self.flow {
-            Flow::Credits { owed, threshold, .. } => {
+            Flow::Credits {
+                owed, threshold, ..
+            } => {
                 *owed += 1;
                 if *owed >= *threshold {
                     self.send_credit_msg().map_err(|e| self.fail(e))?;
@@ -781,7 +904,10 @@ impl Endpoint {
     /// [`send`](Self::send).
     pub fn post(&mut self, wr: SendRequest) -> Result<(), crate::verbs::PostError> {
         let refuse = |wr: SendRequest, msg: String| {
-            let e = crate::verbs::PostError { error: Error::InvalidArgument(msg), bufs: Vec::new() };
+            let e = crate::verbs::PostError {
+                error: Error::InvalidArgument(msg),
+                bufs: Vec::new(),
+            };
             drop(wr);
             Err(e)
         };
@@ -789,20 +915,32 @@ impl Endpoint {
             return refuse(wr, format!("wr_id must be below {RESERVED_WR_ID:#x}"));
         }
         if !wr.is_signaled() {
-            return refuse(wr, "work requests posted on an endpoint must be signaled".into());
+            return refuse(
+                wr,
+                "work requests posted on an endpoint must be signaled".into(),
+            );
         }
         if matches!(wr.op(), SendOp::Send | SendOp::SendWithImm(_)) {
-            return refuse(wr, "use Endpoint::send for SENDs (they carry flow-control credits)".into());
+            return refuse(
+                wr,
+                "use Endpoint::send for SENDs (they carry flow-control credits)".into(),
+            );
         }
         if let Err(e) = self.check_usable() {
-            return Err(crate::verbs::PostError { error: e, bufs: Vec::new() });
+            return Err(crate::verbs::PostError {
+                error: e,
+                bufs: Vec::new(),
+            });
         }
         let needs_credit = matches!(wr.op(), SendOp::WriteWithImm(..));
         if needs_credit {
             let deadline = self.deadline();
             while self.credits() == 0 {
                 if let Err(e) = self.pump(deadline, "send credit from the peer") {
-                    return Err(crate::verbs::PostError { error: e, bufs: Vec::new() });
+                    return Err(crate::verbs::PostError {
+                        error: e,
+                        bufs: Vec::new(),
+                    });
                 }
             }
         }
@@ -823,7 +961,10 @@ impl Endpoint {
         while self.user_done.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Timeout { what: "a work completion", after: timeout });
+                return Err(Error::Timeout {
+                    what: "a work completion",
+                    after: timeout,
+                });
             }
             self.pump(deadline, "a work completion")?;
         }
@@ -834,7 +975,11 @@ impl Endpoint {
     /// Ends the connection gracefully: waits for sent messages to complete, then (CM)
     /// disconnects. Dropping the endpoint tears down without waiting.
     pub fn close(mut self) -> Result<()> {
-        let r = if self.failed.is_none() { self.flush() } else { Ok(()) };
+        let r = if self.failed.is_none() {
+            self.flush()
+        } else {
+            Ok(())
+        };
         if let Some(id) = self.cm.take() {
             if let Err(e) = id.disconnect() {
                 tracing::debug!("rdma_disconnect: {e}");
@@ -879,13 +1024,30 @@ impl OobSide {
             }
         }
         let rd = rd_atomic(&c.ctx);
-        let parts = Parts::new(c.ctx, c.port, opts, |pd, cq, caps| QueuePair::new_rc(pd, cq, cq, caps))?;
-        parts.qp.to_init(&InitAttr { port: parts.port.port, remote_read: true, remote_write: true })?;
+        let parts = Parts::new(c.ctx, c.port, opts, |pd, cq, caps| {
+            QueuePair::new_rc(pd, cq, cq, caps)
+        })?;
+        parts.qp.to_init(&InitAttr {
+            port: parts.port.port,
+            remote_read: true,
+            remote_write: true,
+        })?;
         // Like ibv_rc_pingpong: receives are posted before the peer can send.
         parts.post_receives(opts.msg_size, opts.recv_depth)?;
         let psn = rand::random::<u32>() & 0xff_ffff;
-        let me = OobDest { lid: parts.port.lid, qpn: parts.qp.qp_num(), psn, gid: c.gid.gid };
-        Ok(OobSide { parts, gid: c.gid, me, mtu, rd })
+        let me = OobDest {
+            lid: parts.port.lid,
+            qpn: parts.qp.qp_num(),
+            psn,
+            gid: c.gid.gid,
+        };
+        Ok(OobSide {
+            parts,
+            gid: c.gid,
+            me,
+            mtu,
+            rd,
+        })
     }
 
     /// INIT → RTR → RTS towards `peer`, with ibv_rc_pingpong's attributes.
@@ -898,8 +1060,19 @@ impl OobSide {
         let sgid = u8::try_from(self.gid.index)
             .map_err(|_| Error::InvalidArgument(format!("GID index {} > 255", self.gid.index)))?;
         // is_global only when the peer's GID has a non-zero interface id, as ibv_rc_pingpong.
-        let dgid = if peer.gid.interface_id() != 0 { peer.gid } else { Gid::default() };
-        let mut rtr = RtrAttr::new(peer.qpn, peer.psn, self.mtu, dgid, sgid, self.parts.port.port);
+        let dgid = if peer.gid.interface_id() != 0 {
+            peer.gid
+        } else {
+            Gid::default()
+        };
+        let mut rtr = RtrAttr::new(
+            peer.qpn,
+            peer.psn,
+            self.mtu,
+            dgid,
+            sgid,
+            self.parts.port.port,
+        );
         rtr.dlid = peer.lid;
         rtr.hop_limit = 1;
         rtr.max_dest_rd_atomic = self.rd.0;
@@ -912,7 +1085,13 @@ impl OobSide {
         self.parts.qp.to_rts(&rts)
     }
 
-    fn finish(self, opts: &EndpointOptions, peer: OobDest, peer_addr: Option<SocketAddr>, local_addr: Option<SocketAddr>) -> Endpoint {
+    fn finish(
+        self,
+        opts: &EndpointOptions,
+        peer: OobDest,
+        peer_addr: Option<SocketAddr>,
+        local_addr: Option<SocketAddr>,
+    ) -> Endpoint {
         let local = LocalInfo {
             transport: Transport::Oob,
             device: self.parts.ctx.name().to_string(),
@@ -936,18 +1115,23 @@ impl OobSide {
             recv_depth: None,
             msg_size: None,
         };
-        self.parts.into_endpoint(opts, Flow::Implicit { credits: 1 }, local, peer, None)
+        self.parts
+            .into_endpoint(opts, Flow::Implicit { credits: 1 }, local, peer, None)
     }
 }
 
 fn set_timeouts(s: &TcpStream, t: Duration) -> Result<()> {
-    s.set_read_timeout(Some(t)).map_err(|e| Error::io("setting the TCP read timeout", e))?;
-    s.set_write_timeout(Some(t)).map_err(|e| Error::io("setting the TCP write timeout", e))?;
-    s.set_nodelay(true).map_err(|e| Error::io("setting TCP_NODELAY", e))
+    s.set_read_timeout(Some(t))
+        .map_err(|e| Error::io("setting the TCP read timeout", e))?;
+    s.set_write_timeout(Some(t))
+        .map_err(|e| Error::io("setting the TCP write timeout", e))?;
+    s.set_nodelay(true)
+        .map_err(|e| Error::io("setting TCP_NODELAY", e))
 }
 
 fn write_all(s: &mut TcpStream, b: &[u8], what: &str) -> Result<()> {
-    s.write_all(b).map_err(|e| Error::io(format!("{what} (TCP)"), e))
+    s.write_all(b)
+        .map_err(|e| Error::io(format!("{what} (TCP)"), e))
 }
 
 /// Reads exactly `n` bytes; a peer that closes early sent a short message (a protocol error).
@@ -957,12 +1141,21 @@ fn read_msg(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<u8>> {
     while got < n {
         match s.read(&mut buf[got..]) {
             Ok(0) => {
-                return Err(Error::Protocol(format!("{what}: the peer closed the connection after {got} of {n} bytes")));
+                return Err(Error::Protocol(format!(
+                    "{what}: the peer closed the connection after {got} of {n} bytes"
+                )));
             }
             Ok(k) => got += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(Error::Protocol(format!("{what}: got {got} of {n} bytes before the deadline")));
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::Protocol(format!(
+                    "{what}: got {got} of {n} bytes before the deadline"
+                )));
             }
             Err(e) => return Err(Error::io(format!("reading {what} (TCP)"), e)),
         }
@@ -1005,14 +1198,21 @@ impl Listener {
         let id = CmId::new()?;
         id.bind_addr(addr).map_err(|e| {
             if matches!(e.errno(), Some(x) if x == libc::EADDRNOTAVAIL || x == libc::ENODEV) {
-                Error::InvalidArgument(format!("cannot listen on {addr}: no RDMA device has that address ({e})"))
+                Error::InvalidArgument(format!(
+                    "cannot listen on {addr}: no RDMA device has that address ({e})"
+                ))
             } else {
                 e
             }
         })?;
         id.listen(16)?;
         let bound = id.local_addr().unwrap_or(addr);
-        Ok(Listener { id, opts: opts.clone(), addr: bound, broken: None })
+        Ok(Listener {
+            id,
+            opts: opts.clone(),
+            addr: bound,
+            broken: None,
+        })
     }
 
     /// The address listened on (with the real port when bound to port 0).
@@ -1031,7 +1231,10 @@ impl Listener {
     /// only makes this call fail.
     pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
         if let Some(b) = &self.broken {
-            return Err(Error::Connection(format!("listener on {} failed earlier: {b}", self.addr)));
+            return Err(Error::Connection(format!(
+                "listener on {} failed earlier: {b}",
+                self.addr
+            )));
         }
         let req = match self.id.get_request(wait) {
             Ok(r) => r,
@@ -1053,7 +1256,10 @@ impl Listener {
         let opts = &self.opts;
         let id = req.id;
         let reject = |code: RejectCode, e: Error| -> Error {
-            let r = Reject { code, text: e.to_string() };
+            let r = Reject {
+                code,
+                text: e.to_string(),
+            };
             if let Err(x) = id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
                 tracing::debug!("rdma_reject: {x}");
             }
@@ -1062,7 +1268,11 @@ impl Listener {
         let hello = match Hello::decode(&req.private_data) {
             Ok(h) => h,
             Err(e) => {
-                let code = if e.to_string().contains("version") { RejectCode::Version } else { RejectCode::BadHandshake };
+                let code = if e.to_string().contains("version") {
+                    RejectCode::Version
+                } else {
+                    RejectCode::BadHandshake
+                };
                 return Err(reject(code, e));
             }
         };
@@ -1077,7 +1287,9 @@ impl Listener {
         })();
         let parts = built.map_err(|e| reject(RejectCode::Resources, e))?;
         let param = ConnParam {
-            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32).encode().to_vec(),
+            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+                .encode()
+                .to_vec(),
             // 255: as many as the peer asked for and the device allows (rdma_accept(3)).
             responder_resources: DEPTH_AUTO,
             initiator_depth: DEPTH_AUTO,
@@ -1085,7 +1297,11 @@ impl Listener {
             rnr_retry_count: RNR_RETRY,
         };
         id.accept(&param)?;
-        id.expect_event(EventKind::Established, opts.timeout, "the client to complete the connection")?;
+        id.expect_event(
+            EventKind::Established,
+            opts.timeout,
+            "the client to complete the connection",
+        )?;
         parts.qp.set_state(crate::verbs::QpState::Rts);
         let (sgid, dgid) = id.gids();
         let local = LocalInfo {
@@ -1103,7 +1319,9 @@ impl Listener {
         };
         let peer = PeerInfo {
             addr: id.peer_addr(),
-            kind: PeerKind::Rdmaxfer { version: hello.version },
+            kind: PeerKind::Rdmaxfer {
+                version: hello.version,
+            },
             qpn: None,
             psn: None,
             lid: 0,
@@ -1146,14 +1364,21 @@ impl OobListener {
                 )));
             }
         }
-        let tcp = TcpListener::bind(addr).map_err(|e| Error::io(format!("listening on {addr} (TCP)"), e))?;
-        tcp.set_nonblocking(true).map_err(|e| Error::io("setting the TCP listener non-blocking", e))?;
-        Ok(OobListener { tcp, opts: opts.clone() })
+        let tcp = TcpListener::bind(addr)
+            .map_err(|e| Error::io(format!("listening on {addr} (TCP)"), e))?;
+        tcp.set_nonblocking(true)
+            .map_err(|e| Error::io("setting the TCP listener non-blocking", e))?;
+        Ok(OobListener {
+            tcp,
+            opts: opts.clone(),
+        })
     }
 
     /// The TCP address listened on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.tcp.local_addr().unwrap_or_else(|_| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))
+        self.tcp
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))
     }
 
     /// Waits (at most `wait`; `None`: forever) for the next TCP client, then does the exchange
@@ -1166,9 +1391,13 @@ impl OobListener {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     if left == Some(Duration::ZERO) {
-                        return Err(Error::Timeout { what: "a TCP client", after: wait.unwrap_or_default() });
+                        return Err(Error::Timeout {
+                            what: "a TCP client",
+                            after: wait.unwrap_or_default(),
+                        });
                     }
-                    crate::os::wait_readable(&self.tcp, left).map_err(|e| Error::io("poll(TCP listener)", e))?;
+                    crate::os::wait_readable(&self.tcp, left)
+                        .map_err(|e| Error::io("poll(TCP listener)", e))?;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::io("accepting a TCP client", e)),
@@ -1180,13 +1409,22 @@ impl OobListener {
             e => e,
         };
         (|| {
-            s.set_nonblocking(false).map_err(|e| Error::io("setting the TCP socket blocking", e))?;
+            s.set_nonblocking(false)
+                .map_err(|e| Error::io("setting the TCP socket blocking", e))?;
             set_timeouts(&s, opts.timeout)?;
             let side = OobSide::new(choose(opts)?, opts)?;
-            let peer = OobDest::decode(&read_msg(&mut s, wire::OOB_MSG_LEN, "the client's address")?)?;
+            let peer = OobDest::decode(&read_msg(
+                &mut s,
+                wire::OOB_MSG_LEN,
+                "the client's address",
+            )?)?;
             side.connect(&peer)?;
             write_all(&mut s, &side.me.encode(), "sending our address")?;
-            wire::check_done(&read_msg(&mut s, wire::OOB_DONE.len(), "the client's \"done\"")?)?;
+            wire::check_done(&read_msg(
+                &mut s,
+                wire::OOB_DONE.len(),
+                "the client's \"done\"",
+            )?)?;
             let local_addr = s.local_addr().ok();
             Ok(side.finish(opts, peer, Some(peer_addr), local_addr))
         })()
@@ -1202,19 +1440,39 @@ mod tests {
     fn options_are_validated() {
         assert!(EndpointOptions::default().validate().is_ok());
         let bad = [
-            EndpointOptions { msg_size: 0, ..Default::default() },
-            EndpointOptions { recv_depth: 0, ..Default::default() },
-            EndpointOptions { send_depth: 0, ..Default::default() },
-            EndpointOptions { timeout: Duration::ZERO, ..Default::default() },
+            EndpointOptions {
+                msg_size: 0,
+                ..Default::default()
+            },
+            EndpointOptions {
+                recv_depth: 0,
+                ..Default::default()
+            },
+            EndpointOptions {
+                send_depth: 0,
+                ..Default::default()
+            },
+            EndpointOptions {
+                timeout: Duration::ZERO,
+                ..Default::default()
+            },
         ];
         for o in bad {
-            assert!(matches!(o.validate(), Err(Error::InvalidArgument(_))), "{o:?}");
+            assert!(
+                matches!(o.validate(), Err(Error::InvalidArgument(_))),
+                "{o:?}"
+            );
         }
     }
 
     #[test]
     fn caps_leave_room_for_credit_messages_and_spares() {
-        let o = EndpointOptions { send_depth: 4, recv_depth: 8, extra_send_wr: 10, ..Default::default() };
+        let o = EndpointOptions {
+            send_depth: 4,
+            recv_depth: 8,
+            extra_send_wr: 10,
+            ..Default::default()
+        };
         let (c, own) = caps(&o, 64);
         assert_eq!(own, 6);
         assert_eq!(c.max_send_wr, 16);
@@ -1226,7 +1484,12 @@ mod tests {
     fn credit_threshold_is_half_rounded_up() {
         for (depth, want) in [(1, 1), (2, 1), (3, 2), (16, 8)] {
             match credit_flow(depth) {
-                Flow::Credits { credits, threshold, owed, .. } => {
+                Flow::Credits {
+                    credits,
+                    threshold,
+                    owed,
+                    ..
+                } => {
                     assert_eq!((credits, threshold, owed), (depth, want, 0));
                     // At most two unread credit messages: each carries >= threshold credits.
                     assert!(depth / threshold <= 2);
@@ -1238,15 +1501,30 @@ mod tests {
 
     #[test]
     fn gid_source_needs_ipv4() {
-        let v4 = GidEntry { index: 1, gid: "::ffff:198.18.0.1".parse().unwrap(), gid_type: crate::verbs::GidType::RoceV2, netdev: None };
-        assert_eq!(gid_source(&v4).unwrap(), "198.18.0.1".parse::<IpAddr>().unwrap());
-        let ll = GidEntry { index: 0, gid: "fe80::1".parse().unwrap(), ..v4 };
+        let v4 = GidEntry {
+            index: 1,
+            gid: "::ffff:198.18.0.1".parse().unwrap(),
+            gid_type: crate::verbs::GidType::RoceV2,
+            netdev: None,
+        };
+        assert_eq!(
+            gid_source(&v4).unwrap(),
+            "198.18.0.1".parse::<IpAddr>().unwrap()
+        );
+        let ll = GidEntry {
+            index: 0,
+            gid: "fe80::1".parse().unwrap(),
+            ..v4
+        };
         assert!(gid_source(&ll).unwrap_err().to_string().contains("IPv4"));
     }
 
     #[test]
     fn resolve_host_prefers_ipv4() {
-        assert_eq!(resolve_host("127.0.0.1", 5).unwrap(), "127.0.0.1:5".parse().unwrap());
+        assert_eq!(
+            resolve_host("127.0.0.1", 5).unwrap(),
+            "127.0.0.1:5".parse().unwrap()
+        );
         assert!(resolve_host("[::1]", 5).is_err() || resolve_host("::1", 5).is_ok());
     }
 

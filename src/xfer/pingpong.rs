@@ -35,7 +35,11 @@ fn has_tail(size: usize) -> bool {
 impl Pattern {
     /// The pattern for `size`-byte messages.
     pub fn new(size: usize) -> Pattern {
-        Pattern { base: (0..size).map(|i| ((i.wrapping_mul(31)) ^ (i >> 8) ^ 0xa5) as u8).collect() }
+        Pattern {
+            base: (0..size)
+                .map(|i| ((i.wrapping_mul(31)) ^ (i >> 8) ^ 0xa5) as u8)
+                .collect(),
+        }
     }
 
     /// Message size.
@@ -73,7 +77,11 @@ impl Pattern {
                 u64::from_be_bytes(got)
             )));
         }
-        let (mid_end, tail) = if has_tail(n) { (n - 8, true) } else { (n, false) };
+        let (mid_end, tail) = if has_tail(n) {
+            (n - 8, true)
+        } else {
+            (n, false)
+        };
         if buf[k..mid_end] != self.base[k..mid_end] {
             let at = (k..mid_end).find(|&i| buf[i] != self.base[i]).unwrap_or(k);
             return Err(Error::Protocol(format!(
@@ -82,14 +90,17 @@ impl Pattern {
             )));
         }
         if tail && buf[n - 8..] != (!seq).to_be_bytes() {
-            return Err(Error::Protocol(format!("{what} {seq}: trailing sequence stamp mismatch")));
+            return Err(Error::Protocol(format!(
+                "{what} {seq}: trailing sequence stamp mismatch"
+            )));
         }
         Ok(())
     }
 
     /// The sequence number stamped in `buf`, if it is at least 8 bytes.
     pub fn seq_of(buf: &[u8]) -> Option<u64> {
-        buf.get(..8).map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+        buf.get(..8)
+            .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
     }
 }
 
@@ -228,19 +239,36 @@ struct Clock {
 
 impl Clock {
     fn start() -> Clock {
-        Clock { t0: Instant::now(), k0: os::ticks() }
+        Clock {
+            t0: Instant::now(),
+            k0: os::ticks(),
+        }
     }
 
     /// Microseconds per tick over the run so far (falls back to 1 ns/tick).
     fn us_per_tick(&self) -> (Duration, f64) {
         let (el, k) = (self.t0.elapsed(), os::ticks());
         let dk = k.wrapping_sub(self.k0);
-        let r = if dk > 0 { el.as_secs_f64() * 1e6 / dk as f64 } else { 1e-3 };
+        let r = if dk > 0 {
+            el.as_secs_f64() * 1e6 / dk as f64
+        } else {
+            1e-3
+        };
         (el, r)
     }
 }
 
-fn finish(ep: &Endpoint, role: Role, size: usize, iters: u64, clock: Clock, cpu0: Duration, ticks: &[u64], checked: bool) -> Stats {
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    ep: &Endpoint,
+    role: Role,
+    size: usize,
+    iters: u64,
+    clock: Clock,
+    cpu0: Duration,
+    ticks: &[u64],
+    checked: bool,
+) -> Stats {
     let (el, us_per_tick) = clock.us_per_tick();
     let cpu = os::cpu_time().saturating_sub(cpu0).as_secs_f64();
     let rtt: Vec<f64> = ticks.iter().map(|&t| t as f64 * us_per_tick).collect();
@@ -258,7 +286,11 @@ fn finish(ep: &Endpoint, role: Role, size: usize, iters: u64, clock: Clock, cpu0
         iters,
         bytes,
         seconds: el.as_secs_f64(),
-        mbit_per_sec: if usec > 0.0 { bytes as f64 * 8.0 / usec } else { 0.0 },
+        mbit_per_sec: if usec > 0.0 {
+            bytes as f64 * 8.0 / usec
+        } else {
+            0.0
+        },
         usec_per_iter: usec / iters.max(1) as f64,
         cpu_seconds: cpu,
         cpu_seconds_per_iter: cpu / iters.max(1) as f64,
@@ -293,7 +325,16 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         rtt.push(os::ticks().wrapping_sub(t));
     }
     ep.flush()?;
-    Ok(finish(ep, Role::Client, size, iters, clock, cpu0, &rtt, true))
+    Ok(finish(
+        ep,
+        Role::Client,
+        size,
+        iters,
+        clock,
+        cpu0,
+        &rtt,
+        true,
+    ))
 }
 
 /// Runs the server side: answers `iters` pings of `size` bytes. Pings are checked when the
@@ -326,7 +367,16 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         sent_at = Some(os::ticks());
     }
     ep.flush()?;
-    Ok(finish(ep, Role::Server, size, iters, clock, cpu0, &rtt, check))
+    Ok(finish(
+        ep,
+        Role::Server,
+        size,
+        iters,
+        clock,
+        cpu0,
+        &rtt,
+        check,
+    ))
 }
 
 #[cfg(test)]
@@ -358,9 +408,23 @@ mod tests {
         assert!(e.contains("byte 100"), "{e}");
         b[100] ^= 1;
         b[4095] ^= 1;
-        assert!(p.check(&b, 7, "pong").unwrap_err().to_string().contains("trailing"));
-        assert!(p.check(&b[..4000], 7, "pong").unwrap_err().to_string().contains("same -s"));
-        assert_eq!(Pattern::seq_of(&{ p.fill(&mut b, 42); b.clone() }), Some(42));
+        assert!(p
+            .check(&b, 7, "pong")
+            .unwrap_err()
+            .to_string()
+            .contains("trailing"));
+        assert!(p
+            .check(&b[..4000], 7, "pong")
+            .unwrap_err()
+            .to_string()
+            .contains("same -s"));
+        assert_eq!(
+            Pattern::seq_of(&{
+                p.fill(&mut b, 42);
+                b.clone()
+            }),
+            Some(42)
+        );
     }
 
     #[test]
@@ -376,7 +440,10 @@ mod tests {
     fn summary_percentiles() {
         let v: Vec<f64> = (1..=1000).map(f64::from).collect();
         let s = Summary::of(&v);
-        assert_eq!((s.min, s.p50, s.p99, s.p999, s.max), (1.0, 500.0, 990.0, 999.0, 1000.0));
+        assert_eq!(
+            (s.min, s.p50, s.p99, s.p999, s.max),
+            (1.0, 500.0, 990.0, 999.0, 1000.0)
+        );
         assert!((s.mean - 500.5).abs() < 1e-9);
         assert_eq!(s.halved().p50, 250.0);
         assert_eq!(Summary::of(&[]), Summary::default());

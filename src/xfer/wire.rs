@@ -30,7 +30,13 @@ pub struct OobDest {
 impl OobDest {
     /// `sprintf("%04x:%06x:%06x:%s")` of LID, QPN, PSN and the GID as 32 hex digits, plus NUL.
     pub fn encode(&self) -> [u8; OOB_MSG_LEN] {
-        let s = format!("{:04x}:{:06x}:{:06x}:{}", self.lid, self.qpn & 0xff_ffff, self.psn & 0xff_ffff, self.gid.to_wire_hex());
+        let s = format!(
+            "{:04x}:{:06x}:{:06x}:{}",
+            self.lid,
+            self.qpn & 0xff_ffff,
+            self.psn & 0xff_ffff,
+            self.gid.to_wire_hex()
+        );
         let mut out = [0u8; OOB_MSG_LEN];
         out[..OOB_MSG_LEN - 1].copy_from_slice(s.as_bytes());
         out
@@ -45,10 +51,17 @@ impl OobDest {
             )));
         }
         if b[OOB_MSG_LEN - 1] != 0 {
-            return Err(Error::Protocol("out-of-band address message is not NUL-terminated".into()));
+            return Err(Error::Protocol(
+                "out-of-band address message is not NUL-terminated".into(),
+            ));
         }
         let body = &b[..OOB_MSG_LEN - 1];
-        let bad = |why: &str| Error::Protocol(format!("bad out-of-band address message ({why}): {:?}", String::from_utf8_lossy(body)));
+        let bad = |why: &str| {
+            Error::Protocol(format!(
+                "bad out-of-band address message ({why}): {:?}",
+                String::from_utf8_lossy(body)
+            ))
+        };
         if body[4] != b':' || body[11] != b':' || body[18] != b':' {
             return Err(bad("expected LLLL:QQQQQQ:PPPPPP:GID"));
         }
@@ -67,7 +80,8 @@ impl OobDest {
         if !g.iter().all(u8::is_ascii_hexdigit) {
             return Err(bad("GID is not 32 hex digits"));
         }
-        let gid = Gid::from_wire_hex(std::str::from_utf8(g).map_err(|_| bad("GID"))?).map_err(|_| bad("GID"))?;
+        let gid = Gid::from_wire_hex(std::str::from_utf8(g).map_err(|_| bad("GID"))?)
+            .map_err(|_| bad("GID"))?;
         Ok(OobDest { lid, qpn, psn, gid })
     }
 }
@@ -77,7 +91,10 @@ pub fn check_done(b: &[u8]) -> Result<()> {
     if b == OOB_DONE {
         Ok(())
     } else {
-        Err(Error::Protocol(format!("expected \"done\\0\" from the peer, got {:?}", String::from_utf8_lossy(b))))
+        Err(Error::Protocol(format!(
+            "expected \"done\\0\" from the peer, got {:?}",
+            String::from_utf8_lossy(b)
+        )))
     }
 }
 
@@ -109,7 +126,12 @@ pub struct Hello {
 impl Hello {
     /// A version-[`HELLO_VERSION`] handshake.
     pub fn new(recv_depth: u32, msg_size: u32) -> Hello {
-        Hello { version: HELLO_VERSION, flags: 0, recv_depth, msg_size }
+        Hello {
+            version: HELLO_VERSION,
+            flags: 0,
+            recv_depth,
+            msg_size,
+        }
     }
 
     /// The 16-byte wire form.
@@ -138,7 +160,12 @@ impl Hello {
         if magic != HELLO_MAGIC {
             return Err(Error::Protocol(format!("handshake magic is {magic:#010x}, expected {HELLO_MAGIC:#010x} (is the peer rdmaxfer?)")));
         }
-        let h = Hello { version: u16_at(4), flags: u16_at(6), recv_depth: u32_at(8), msg_size: u32_at(12) };
+        let h = Hello {
+            version: u16_at(4),
+            flags: u16_at(6),
+            recv_depth: u32_at(8),
+            msg_size: u32_at(12),
+        };
         if h.version != HELLO_VERSION {
             return Err(Error::Protocol(format!(
                 "peer speaks handshake version {}, this build speaks {HELLO_VERSION}",
@@ -146,7 +173,10 @@ impl Hello {
             )));
         }
         if h.recv_depth == 0 || h.recv_depth > MAX_CREDITS {
-            return Err(Error::Protocol(format!("peer's receive depth {} is outside 1..={MAX_CREDITS}", h.recv_depth)));
+            return Err(Error::Protocol(format!(
+                "peer's receive depth {} is outside 1..={MAX_CREDITS}",
+                h.recv_depth
+            )));
         }
         if h.msg_size == 0 {
             return Err(Error::Protocol("peer's message size is 0".into()));
@@ -222,7 +252,10 @@ impl Reject {
         let code = RejectCode::from_u16(u16::from_be_bytes([b[6], b[7]]));
         let text = &b[REJECT_HEADER_LEN..];
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
-        Some(Reject { code, text: String::from_utf8_lossy(&text[..end]).into_owned() })
+        Some(Reject {
+            code,
+            text: String::from_utf8_lossy(&text[..end]).into_owned(),
+        })
     }
 }
 
@@ -252,7 +285,11 @@ pub fn decode_imm(imm: u32) -> Result<(ImmKind, u32)> {
     let kind = match imm >> 24 {
         0 => ImmKind::Data,
         1 => ImmKind::Credit,
-        k => return Err(Error::Protocol(format!("unknown message kind {k} in immediate data {imm:#010x}"))),
+        k => {
+            return Err(Error::Protocol(format!(
+                "unknown message kind {k} in immediate data {imm:#010x}"
+            )))
+        }
     };
     Ok((kind, imm & MAX_CREDITS))
 }
@@ -268,10 +305,18 @@ mod tests {
 
     #[test]
     fn oob_message_matches_ibv_rc_pingpong() {
-        let d = OobDest { lid: 0, qpn: 0x11, psn: 0x746f86, gid: rxe_gid() };
+        let d = OobDest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0x746f86,
+            gid: rxe_gid(),
+        };
         let b = d.encode();
         assert_eq!(b.len(), 52);
-        assert_eq!(&b[..51], b"0000:000011:746f86:00000000000000000000ffffc6120001");
+        assert_eq!(
+            &b[..51],
+            b"0000:000011:746f86:00000000000000000000ffffc6120001"
+        );
         assert_eq!(b[51], 0);
         assert_eq!(OobDest::decode(&b).unwrap(), d);
     }
@@ -292,7 +337,10 @@ mod tests {
         c[4] = b':';
         c[7] = b'g';
         assert!(OobDest::decode(&c).is_err(), "non-hex QPN");
-        assert!(OobDest::decode(b"+001:00abcd:ffffff:fe800000000000000000000000000001\0").is_err(), "sign");
+        assert!(
+            OobDest::decode(b"+001:00abcd:ffffff:fe800000000000000000000000000001\0").is_err(),
+            "sign"
+        );
     }
 
     #[test]
@@ -320,7 +368,10 @@ mod tests {
         assert!(Hello::decode(&b).unwrap_err().to_string().contains("magic"));
         let mut b = good;
         b[5] = 2;
-        assert!(Hello::decode(&b).unwrap_err().to_string().contains("version 2"));
+        assert!(Hello::decode(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("version 2"));
         assert!(Hello::decode(&Hello::new(0, 64).encode()).is_err());
         assert!(Hello::decode(&Hello::new(MAX_CREDITS + 1, 64).encode()).is_err());
         assert!(Hello::decode(&Hello::new(1, 0).encode()).is_err());
@@ -328,11 +379,17 @@ mod tests {
 
     #[test]
     fn reject_round_trip_and_truncation() {
-        let r = Reject { code: RejectCode::Version, text: "peer speaks version 9".into() };
+        let r = Reject {
+            code: RejectCode::Version,
+            text: "peer speaks version 9".into(),
+        };
         let mut b = r.encode(148);
         b.resize(148, 0);
         assert_eq!(Reject::decode(&b).unwrap(), r);
-        let long = Reject { code: RejectCode::Resources, text: "é".repeat(100) };
+        let long = Reject {
+            code: RejectCode::Resources,
+            text: "é".repeat(100),
+        };
         let b = long.encode(21);
         assert!(b.len() <= 21);
         assert_eq!(Reject::decode(&b).unwrap().text, "é".repeat(6));
@@ -342,10 +399,17 @@ mod tests {
 
     #[test]
     fn imm_round_trip() {
-        for (k, c) in [(ImmKind::Data, 0), (ImmKind::Data, 5), (ImmKind::Credit, MAX_CREDITS)] {
+        for (k, c) in [
+            (ImmKind::Data, 0),
+            (ImmKind::Data, 5),
+            (ImmKind::Credit, MAX_CREDITS),
+        ] {
             assert_eq!(decode_imm(encode_imm(k, c)).unwrap(), (k, c));
         }
-        assert_eq!(decode_imm(encode_imm(ImmKind::Data, u32::MAX)).unwrap().1, MAX_CREDITS);
+        assert_eq!(
+            decode_imm(encode_imm(ImmKind::Data, u32::MAX)).unwrap().1,
+            MAX_CREDITS
+        );
         assert!(decode_imm(0x0200_0000).is_err());
     }
 

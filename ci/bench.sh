@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# ci/bench.sh — boot one guest, run the anchor benchmarks on rxe0 (later: rdmaxfer's next to them), summarise.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$CI_ROOT"
+
+bash ci/setup.sh
+ci_path
+out="target/bench"
+rm -rf "$out"
+mkdir -p "$out"
+rc=0
+ci/guest.sh -- bash ci/guest-bench.sh "$out" || rc=$?
+
+# One row per anchor: tool, message size, metric, value (the client's figures; MB = 2^20 bytes).
+{
+  printf 'tool\tbytes\tmetric\tvalue\n'
+  for f in "$out"/*.client.txt; do
+    [[ -e "$f" ]] || continue
+    tool="$(basename "$f" .client.txt)"
+    awk -v tool="$tool" '
+      /^ *#bytes/ { hdr = ($0 ~ /t_typical/) ? "lat" : "bw"; next }
+      hdr != "" && $1 ~ /^[0-9]+$/ && NF >= 5 {
+        if (hdr == "bw") printf "%s\t%s\tBW_average_MBps\t%s\n", tool, $1, $4
+        else             printf "%s\t%s\tt_typical_us\t%s\n", tool, $1, $5
+        hdr = ""
+      }
+      / bytes in .* seconds = / { bytes = $1 }
+      / iters in .* usec\/iter/ { printf "%s\t%d\tusec_per_iter\t%s\n", tool, bytes / (2 * $1), $(NF-1) }
+    ' "$f"
+  done
+} >"$out/anchors.tsv"
+column -t -s $'\t' "$out/anchors.tsv"
+ci_log "bench outputs in $out/ (anchors.tsv, *.server.txt, *.client.txt)"
+exit "$rc"

@@ -1,0 +1,216 @@
+//! Bandwidth measurement the way perftest does it: the initiator keeps up to `tx_depth` work
+//! requests in flight, signals one in `signal_every`, and times first post to last completion.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::verbs::{
+    CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp, SendRequest, Sge,
+};
+
+/// Which operation to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchOp {
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// SEND (the peer must keep receives posted).
+    Send,
+}
+
+impl std::str::FromStr for BenchOp {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "write" => Ok(BenchOp::Write),
+            "read" => Ok(BenchOp::Read),
+            "send" => Ok(BenchOp::Send),
+            _ => Err(Error::InvalidArgument(format!(
+                "bench op must be write, read or send, not {s:?}"
+            ))),
+        }
+    }
+}
+
+/// One bandwidth result, in perftest's units (MB = 2^20 bytes).
+#[derive(Clone, Debug, Serialize)]
+pub struct BwReport {
+    /// Operation.
+    pub op: BenchOp,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Messages.
+    pub iters: u64,
+    /// Best rate over any window of `tx_depth` consecutive completions, MiB/s.
+    pub bw_peak_mib_s: f64,
+    /// Average rate, first post to last completion, MiB/s.
+    pub bw_avg_mib_s: f64,
+    /// Million messages per second.
+    pub msg_rate_mpps: f64,
+    /// Wall-clock seconds measured.
+    pub seconds: f64,
+    /// CPU seconds (user + system) this process used during the measurement.
+    pub cpu_seconds: f64,
+}
+
+impl BwReport {
+    /// perftest's header line.
+    pub const HEADER: &'static str =
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   CPU[s]";
+
+    /// perftest's result line (plus CPU seconds).
+    pub fn line(&self) -> String {
+        format!(
+            " {:<10} {:<10}       {:<7.2}            {:<7.2}              {:<7.6}       {:.3}",
+            self.size,
+            self.iters,
+            self.bw_peak_mib_s,
+            self.bw_avg_mib_s,
+            self.msg_rate_mpps,
+            self.cpu_seconds
+        )
+    }
+}
+
+/// Parameters of [`run_initiator`].
+#[derive(Clone, Debug)]
+pub struct BwParams {
+    /// Operation.
+    pub op: BenchOp,
+    /// Message size.
+    pub size: usize,
+    /// Messages to send.
+    pub iters: u64,
+    /// Work requests kept in flight.
+    pub tx_depth: u32,
+    /// Deadline for each completion.
+    pub timeout: Duration,
+}
+
+const MIB: f64 = 1048576.0;
+
+/// Computes the report from completion timestamps (one per message, in order).
+pub fn report(
+    op: BenchOp,
+    size: usize,
+    start: Instant,
+    done_at: &[Instant],
+    window: usize,
+    cpu_seconds: f64,
+) -> BwReport {
+    let iters = done_at.len() as u64;
+    let end = done_at.last().copied().unwrap_or(start);
+    let secs = end.duration_since(start).as_secs_f64().max(1e-9);
+    let avg = size as f64 * iters as f64 / secs / MIB;
+    let w = window.max(1);
+    let mut peak = avg;
+    if done_at.len() > w {
+        for i in w..done_at.len() {
+            let dt = done_at[i].duration_since(done_at[i - w]).as_secs_f64();
+            if dt > 0.0 {
+                peak = peak.max(size as f64 * w as f64 / dt / MIB);
+            }
+        }
+    }
+    BwReport {
+        op,
+        size,
+        iters,
+        bw_peak_mib_s: peak,
+        bw_avg_mib_s: avg,
+        msg_rate_mpps: iters as f64 / secs / 1e6,
+        seconds: secs,
+        cpu_seconds,
+    }
+}
+
+/// Runs the initiator side of a WRITE / READ / SEND bandwidth test on a connected QP. For WRITE
+/// and READ `remote` is the peer's exposed region (at least `size` bytes); every message targets
+/// its start, as perftest does. For SEND the peer must have enough receives posted.
+pub fn run_initiator(
+    qp: &QueuePair,
+    cq: &CompletionQueue,
+    pd: &ProtectionDomain,
+    remote: Option<&RemoteRegion>,
+    p: &BwParams,
+) -> Result<BwReport> {
+    let depth = p.tx_depth.clamp(1, qp.caps().max_send_wr.max(1)) as u64;
+    let signal_every = (depth / 4).max(1);
+    let target = match (p.op, remote) {
+        (BenchOp::Send, _) => None,
+        (_, Some(r)) => Some(r.slice(0, p.size as u64)?),
+        (_, None) => {
+            return Err(Error::InvalidArgument(
+                "WRITE/READ bandwidth needs the peer's region".into(),
+            ))
+        }
+    };
+    // Sources may be shared by every in-flight WR; READ destinations must be exclusive.
+    let src = LocalBuf::new(pd, p.size)?.freeze();
+    let mut dsts: Vec<LocalBuf> = if p.op == BenchOp::Read {
+        LocalBuf::slots(pd, p.size, depth as usize)?
+    } else {
+        Vec::new()
+    };
+    let cpu0 = crate::os::cpu_time();
+    let start = Instant::now();
+    let mut done_at = Vec::with_capacity(p.iters as usize);
+    let (mut posted, mut completed) = (0u64, 0u64);
+    while completed < p.iters {
+        while posted < p.iters && posted - completed < depth {
+            let last = posted + 1 == p.iters;
+            let signaled = (posted + 1) % signal_every == 0 || last;
+            let (op, sge) = match (p.op, target) {
+                (BenchOp::Read, Some(t)) => (
+                    SendOp::Read(t),
+                    Sge::new(dsts.pop().expect("one READ buffer per WR in flight")),
+                ),
+                (BenchOp::Write, Some(t)) => (SendOp::Write(t), Sge::new(src.clone())),
+                _ => (SendOp::Send, Sge::new(src.clone())),
+            };
+            let mut wr = SendRequest::new(posted, op, [sge]);
+            if !signaled {
+                wr = wr.unsignaled();
+            }
+            qp.post_send(wr)?;
+            posted += 1;
+        }
+        for c in cq.wait(16, p.timeout)? {
+            let c = c.result()?;
+            let n = c.wr_id + 1 - completed;
+            let now = Instant::now();
+            for _ in 0..n {
+                done_at.push(now);
+            }
+            completed = c.wr_id + 1;
+            dsts.extend(c.into_local_bufs());
+        }
+    }
+    let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();
+    Ok(report(p.op, p.size, start, &done_at, depth as usize, cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_math() {
+        let start = Instant::now();
+        let done: Vec<Instant> = (1..=100)
+            .map(|i| start + Duration::from_millis(i * 10))
+            .collect();
+        let r = report(BenchOp::Write, 1 << 20, start, &done, 10, 0.5);
+        assert_eq!(r.iters, 100);
+        assert!((r.seconds - 1.0).abs() < 1e-6);
+        assert!((r.bw_avg_mib_s - 100.0).abs() < 1e-6, "{}", r.bw_avg_mib_s);
+        assert!((r.bw_peak_mib_s - 100.0).abs() < 1e-6);
+        assert!((r.msg_rate_mpps - 0.0001).abs() < 1e-9);
+        assert!(r.line().contains("1048576"));
+        assert!("write".parse::<BenchOp>().is_ok() && "x".parse::<BenchOp>().is_err());
+    }
+}

@@ -1,0 +1,142 @@
+//! One-sided RDMA READ / WRITE against a peer's exposed region, split into messages no larger than
+//! the port allows, bounds-checked locally before anything is posted.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::verbs::{
+    CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp, SendRequest, Sge,
+};
+
+/// Where one-sided operations run: a connected QP, its send CQ and its PD.
+pub struct OneSided<'a> {
+    /// Connected QP.
+    pub qp: &'a QueuePair,
+    /// The QP's send CQ.
+    pub cq: &'a CompletionQueue,
+    /// The QP's PD (staging buffers are registered there).
+    pub pd: &'a ProtectionDomain,
+    /// Largest single message (the port's max_msg_sz).
+    pub max_msg: usize,
+    /// Deadline per completion.
+    pub timeout: Duration,
+}
+
+/// Splits `[offset, offset+len)` into `(offset, len)` pieces of at most `max` bytes.
+pub fn split(offset: u64, len: u64, max: u64) -> Vec<(u64, u64)> {
+    let max = max.max(1);
+    let mut out = Vec::new();
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(max);
+        out.push((offset + done, n));
+        done += n;
+    }
+    out
+}
+
+/// Checks `[offset, offset+len)` lies in `remote`, refusing overflow and wrap-around.
+pub fn check_bounds(remote: &RemoteRegion, offset: u64, len: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= remote.len => Ok(()),
+        _ => Err(Error::OutOfBounds {
+            offset,
+            len,
+            region_len: remote.len,
+        }),
+    }
+}
+
+impl OneSided<'_> {
+    fn staging(&self, len: u64) -> Result<LocalBuf> {
+        LocalBuf::new(self.pd, (len as usize).min(self.max_msg).max(1))
+    }
+
+    /// RDMA WRITEs `data` to `remote` at `offset`.
+    pub fn write(&self, remote: &RemoteRegion, offset: u64, data: &[u8]) -> Result<()> {
+        check_bounds(remote, offset, data.len() as u64)?;
+        let mut buf = Some(self.staging(data.len() as u64)?);
+        let mut pos = 0usize;
+        for (off, n) in split(offset, data.len() as u64, self.max_msg as u64) {
+            let mut b = buf.take().expect("staging buffer is back");
+            let n = n as usize;
+            b[..n].copy_from_slice(&data[pos..pos + n]);
+            let slice = remote.slice(off, n as u64)?;
+            self.qp.post_send(SendRequest::new(
+                off,
+                SendOp::Write(slice),
+                [Sge::range(b, 0, n)],
+            ))?;
+            let c = self.cq.wait(1, self.timeout)?.remove(0).result()?;
+            buf = c.into_local_bufs().pop();
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// RDMA READs `len` bytes of `remote` at `offset`.
+    pub fn read(&self, remote: &RemoteRegion, offset: u64, len: u64) -> Result<Vec<u8>> {
+        check_bounds(remote, offset, len)?;
+        let mut out = Vec::with_capacity(len as usize);
+        let mut buf = Some(self.staging(len)?);
+        for (off, n) in split(offset, len, self.max_msg as u64) {
+            let b = buf.take().expect("staging buffer is back");
+            let slice = remote.slice(off, n)?;
+            self.qp.post_send(SendRequest::new(
+                off,
+                SendOp::Read(slice),
+                [Sge::range(b, 0, n as usize)],
+            ))?;
+            let c = self.cq.wait(1, self.timeout)?.remove(0).result()?;
+            let b = c
+                .into_local_bufs()
+                .pop()
+                .ok_or_else(|| Error::Protocol("READ buffer not returned".into()))?;
+            out.extend_from_slice(&b[..n as usize]);
+            buf = Some(b);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn split_covers_exactly() {
+        assert_eq!(split(0, 0, 8), vec![]);
+        assert_eq!(split(5, 8, 8), vec![(5, 8)]);
+        assert_eq!(split(5, 9, 8), vec![(5, 8), (13, 1)]);
+    }
+
+    #[test]
+    fn bounds() {
+        let r = RemoteRegion {
+            addr: 0,
+            rkey: 1,
+            len: 10,
+        };
+        assert!(check_bounds(&r, 0, 10).is_ok());
+        assert!(check_bounds(&r, 10, 0).is_ok());
+        assert!(check_bounds(&r, 11, 0).is_err());
+        assert!(check_bounds(&r, 9, 2).is_err());
+        assert!(check_bounds(&r, u64::MAX, 1).is_err());
+        assert!(check_bounds(&r, 1, u64::MAX).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn split_is_a_partition(off in 0u64..1 << 40, len in 0u64..1 << 26, max in 1u64..1 << 24) {
+            let parts = split(off, len, max);
+            let mut next = off;
+            for &(o, n) in &parts {
+                prop_assert_eq!(o, next);
+                prop_assert!(n >= 1 && n <= max);
+                next += n;
+            }
+            prop_assert_eq!(next, off + len);
+        }
+    }
+}

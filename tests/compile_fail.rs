@@ -1,0 +1,7 @@
+//! Misuse the types forbid, checked with trybuild (host test).
+
+#[test]
+fn misuse_does_not_compile() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/*.rs");
+}
