@@ -267,6 +267,21 @@ impl SendRequest {
         self.inline = true;
         self
     }
+
+    /// The caller's wr_id.
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// What the work request does.
+    pub fn op(&self) -> SendOp {
+        self.op
+    }
+
+    /// True unless [`unsignaled`](Self::unsignaled) was called.
+    pub fn is_signaled(&self) -> bool {
+        self.signaled
+    }
 }
 
 /// A post that failed: the error and the buffers, given back.
@@ -296,7 +311,7 @@ impl From<PostError> for Error {
     }
 }
 
-type Destroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) -> i32 + Send + Sync>;
+pub(crate) type Destroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) -> i32 + Send + Sync>;
 
 /// A reliable-connected queue pair.
 pub struct QueuePair {

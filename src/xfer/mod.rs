@@ -2,5 +2,8 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod endpoint;
 pub mod loopback;
+pub mod pingpong;
 pub mod rdma_rw;
+pub mod wire;

@@ -1,0 +1,503 @@
+//! Ping-pong over an [`Endpoint`], compatible with ibv_rc_pingpong's flow: the client SENDs
+//! `size` bytes and waits for the server's `size`-byte reply, `iters` times; both sides must
+//! use the same size and count.
+//!
+//! Payload: a fixed byte pattern with the sequence number stamped at the start (big-endian, its
+//! low bytes when `size < 8`) and its complement at the end (`size >= 16`). Every pong carries
+//! the ping's sequence number and the pattern, and the client checks each one, so it also works
+//! against `ibv_rc_pingpong`'s server (which echoes what it received). The server checks each
+//! ping only when the peer is known to be rdmaxfer (the CM handshake says so): an OOB peer may
+//! be ibv_rc_pingpong, whose pings carry no sequence numbers.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::os;
+use crate::verbs::WaitMode;
+use crate::xfer::endpoint::{Endpoint, PeerKind, Transport};
+
+/// The payload pattern of a given size.
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    base: Vec<u8>,
+}
+
+fn stamp_len(size: usize) -> usize {
+    size.min(8)
+}
+
+fn has_tail(size: usize) -> bool {
+    size >= 16
+}
+
+impl Pattern {
+    /// The pattern for `size`-byte messages.
+    pub fn new(size: usize) -> Pattern {
+        Pattern {
+            base: (0..size)
+                .map(|i| ((i.wrapping_mul(31)) ^ (i >> 8) ^ 0xa5) as u8)
+                .collect(),
+        }
+    }
+
+    /// Message size.
+    pub fn size(&self) -> usize {
+        self.base.len()
+    }
+
+    /// Writes message `seq` into `buf` (which must be `size` bytes).
+    pub fn fill(&self, buf: &mut [u8], seq: u64) {
+        let n = buf.len().min(self.base.len());
+        buf[..n].copy_from_slice(&self.base[..n]);
+        let k = stamp_len(n);
+        buf[..k].copy_from_slice(&seq.to_be_bytes()[8 - k..]);
+        if has_tail(n) {
+            buf[n - 8..n].copy_from_slice(&(!seq).to_be_bytes());
+        }
+    }
+
+    /// Checks that `buf` is message `seq`; the error says what differs.
+    pub fn check(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
+        let n = self.base.len();
+        if buf.len() != n {
+            return Err(Error::Protocol(format!(
+                "{what} {seq}: got {} bytes, expected {n} (both sides must use the same -s)",
+                buf.len()
+            )));
+        }
+        let k = stamp_len(n);
+        let want = &seq.to_be_bytes()[8 - k..];
+        if &buf[..k] != want {
+            let mut got = [0u8; 8];
+            got[8 - k..].copy_from_slice(&buf[..k]);
+            return Err(Error::Protocol(format!(
+                "{what} {seq}: carries sequence number {} (low {k} bytes), expected {seq}",
+                u64::from_be_bytes(got)
+            )));
+        }
+        let (mid_end, tail) = if has_tail(n) {
+            (n - 8, true)
+        } else {
+            (n, false)
+        };
+        if buf[k..mid_end] != self.base[k..mid_end] {
+            let at = (k..mid_end).find(|&i| buf[i] != self.base[i]).unwrap_or(k);
+            return Err(Error::Protocol(format!(
+                "{what} {seq}: pattern mismatch at byte {at}: {:#04x}, expected {:#04x}",
+                buf[at], self.base[at]
+            )));
+        }
+        if tail && buf[n - 8..] != (!seq).to_be_bytes() {
+            return Err(Error::Protocol(format!(
+                "{what} {seq}: trailing sequence stamp mismatch"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The sequence number stamped in `buf`, if it is at least 8 bytes.
+    pub fn seq_of(buf: &[u8]) -> Option<u64> {
+        buf.get(..8)
+            .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+    }
+}
+
+/// min / p50 / mean / p99 / p99.9 / max, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Smallest.
+    pub min: f64,
+    /// Median (nearest rank).
+    pub p50: f64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// 99.9th percentile (nearest rank).
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Summary {
+    /// Summarises samples (any order); all zero when there are none.
+    pub fn of(samples: &[f64]) -> Summary {
+        if samples.is_empty() {
+            return Summary::default();
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let r = (q * s.len() as f64).ceil() as usize;
+            s[r.clamp(1, s.len()) - 1]
+        };
+        Summary {
+            min: s[0],
+            p50: rank(0.5),
+            mean: s.iter().sum::<f64>() / s.len() as f64,
+            p99: rank(0.99),
+            p999: rank(0.999),
+            max: s[s.len() - 1],
+        }
+    }
+
+    /// Every value halved (one-way latency from round trips).
+    pub fn halved(&self) -> Summary {
+        Summary {
+            min: self.min / 2.0,
+            p50: self.p50 / 2.0,
+            mean: self.mean / 2.0,
+            p99: self.p99 / 2.0,
+            p999: self.p999 / 2.0,
+            max: self.max / 2.0,
+        }
+    }
+}
+
+/// Which side ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Sent the pings.
+    Client,
+    /// Answered them.
+    Server,
+}
+
+/// The results of one run; serialises to the `--json` object.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    /// Client or server.
+    pub role: Role,
+    /// CM or OOB.
+    pub transport: Transport,
+    /// "poll" or "event".
+    pub wait: &'static str,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Round trips.
+    pub iters: u64,
+    /// Bytes moved both ways: size × iters × 2 (as ibv_rc_pingpong counts).
+    pub bytes: u64,
+    /// Wall time of the loop.
+    pub seconds: f64,
+    /// bytes × 8 / µs.
+    pub mbit_per_sec: f64,
+    /// µs per round trip (ibv_rc_pingpong's usec/iter).
+    pub usec_per_iter: f64,
+    /// CPU time (user + system) the process used during the loop.
+    pub cpu_seconds: f64,
+    /// CPU seconds per iteration.
+    pub cpu_seconds_per_iter: f64,
+    /// Round-trip times, µs (server: from its pong to the next ping, one sample fewer).
+    pub rtt_us: Summary,
+    /// Half the round-trip times, µs.
+    pub one_way_us: Summary,
+    /// Number of round-trip samples.
+    pub rtt_samples: usize,
+    /// Whether every received message was checked (client always; server with rdmaxfer peers).
+    pub checked: bool,
+}
+
+impl Stats {
+    /// ibv_rc_pingpong's two result lines.
+    pub fn ibv_lines(&self) -> String {
+        let usec = self.seconds * 1e6;
+        format!(
+            "{} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter",
+            self.bytes, self.seconds, self.mbit_per_sec, self.iters, self.seconds, usec / self.iters.max(1) as f64
+        )
+    }
+
+    /// The ibv_rc_pingpong lines plus latency and CPU lines.
+    pub fn text(&self) -> String {
+        let f = |s: &Summary| {
+            format!(
+                "min {:.2} p50 {:.2} mean {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
+                s.min, s.p50, s.mean, s.p99, s.p999, s.max
+            )
+        };
+        format!(
+            "{}\nrtt_us:     {}\none_way_us: {}\ncpu: {:.3} seconds ({:.2} usec/iter, {} mode)",
+            self.ibv_lines(),
+            f(&self.rtt_us),
+            f(&self.one_way_us),
+            self.cpu_seconds,
+            self.cpu_seconds_per_iter * 1e6,
+            self.wait
+        )
+    }
+}
+
+/// Converts TSC ticks to microseconds with a rate measured over the run.
+struct Clock {
+    t0: Instant,
+    k0: u64,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            t0: Instant::now(),
+            k0: os::ticks(),
+        }
+    }
+
+    /// Microseconds per tick over the run so far (falls back to 1 ns/tick).
+    fn us_per_tick(&self) -> (Duration, f64) {
+        let (el, k) = (self.t0.elapsed(), os::ticks());
+        let dk = k.wrapping_sub(self.k0);
+        let r = if dk > 0 {
+            el.as_secs_f64() * 1e6 / dk as f64
+        } else {
+            1e-3
+        };
+        (el, r)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    ep: &Endpoint,
+    role: Role,
+    size: usize,
+    iters: u64,
+    clock: Clock,
+    cpu0: Duration,
+    ticks: &[u64],
+    checked: bool,
+) -> Stats {
+    let (el, us_per_tick) = clock.us_per_tick();
+    let cpu = os::cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let rtt: Vec<f64> = ticks.iter().map(|&t| t as f64 * us_per_tick).collect();
+    let rtt_us = Summary::of(&rtt);
+    let bytes = size as u64 * iters * 2;
+    let usec = el.as_secs_f64() * 1e6;
+    Stats {
+        role,
+        transport: ep.local().transport,
+        wait: match ep.cq().mode() {
+            WaitMode::Poll => "poll",
+            WaitMode::Event => "event",
+        },
+        size,
+        iters,
+        bytes,
+        seconds: el.as_secs_f64(),
+        mbit_per_sec: if usec > 0.0 {
+            bytes as f64 * 8.0 / usec
+        } else {
+            0.0
+        },
+        usec_per_iter: usec / iters.max(1) as f64,
+        cpu_seconds: cpu,
+        cpu_seconds_per_iter: cpu / iters.max(1) as f64,
+        rtt_us,
+        one_way_us: rtt_us.halved(),
+        rtt_samples: rtt.len(),
+        checked,
+    }
+}
+
+fn check_size(ep: &Endpoint, size: usize) -> Result<()> {
+    if size > ep.max_msg_size() {
+        return Err(Error::InvalidArgument(format!(
+            "size {size} exceeds the endpoint's message size {}",
+            ep.max_msg_size()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the client side: `iters` pings of `size` bytes, each pong checked.
+pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
+    check_size(ep, size)?;
+    let pat = Pattern::new(size);
+    let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
+    let cpu0 = os::cpu_time();
+    let clock = Clock::start();
+    for seq in 0..iters {
+        let t = os::ticks();
+        ep.send_with(size, |b| pat.fill(b, seq))?;
+        ep.recv_with(|m| pat.check(m.data, seq, "pong"))??;
+        rtt.push(os::ticks().wrapping_sub(t));
+    }
+    ep.flush()?;
+    Ok(finish(
+        ep,
+        Role::Client,
+        size,
+        iters,
+        clock,
+        cpu0,
+        &rtt,
+        true,
+    ))
+}
+
+/// Runs the server side: answers `iters` pings of `size` bytes. Pings are checked when the
+/// peer is rdmaxfer (see the module docs); sizes always.
+pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
+    check_size(ep, size)?;
+    let check = matches!(ep.peer().kind, PeerKind::Rdmaxfer { .. });
+    let pat = Pattern::new(size);
+    let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
+    let cpu0 = os::cpu_time();
+    let clock = Clock::start();
+    let mut sent_at = None;
+    for seq in 0..iters {
+        ep.recv_with(|m| {
+            if check {
+                pat.check(m.data, seq, "ping")
+            } else if m.data.len() != size {
+                Err(Error::Protocol(format!(
+                    "ping {seq}: got {} bytes, expected {size} (both sides must use the same -s)",
+                    m.data.len()
+                )))
+            } else {
+                Ok(())
+            }
+        })??;
+        if let Some(t) = sent_at {
+            rtt.push(os::ticks().wrapping_sub(t));
+        }
+        ep.send_with(size, |b| pat.fill(b, seq))?;
+        sent_at = Some(os::ticks());
+    }
+    ep.flush()?;
+    Ok(finish(
+        ep,
+        Role::Server,
+        size,
+        iters,
+        clock,
+        cpu0,
+        &rtt,
+        check,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn pattern_round_trips_all_small_sizes() {
+        for size in [1usize, 2, 7, 8, 9, 15, 16, 17, 64, 4096] {
+            let p = Pattern::new(size);
+            let mut b = vec![0u8; size];
+            for seq in [0u64, 1, 255, 256, 0xdead_beef, u64::MAX] {
+                p.fill(&mut b, seq);
+                p.check(&b, seq, "pong").unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn pattern_detects_wrong_seq_corruption_and_size() {
+        let p = Pattern::new(4096);
+        let mut b = vec![0u8; 4096];
+        p.fill(&mut b, 7);
+        let e = p.check(&b, 8, "pong").unwrap_err().to_string();
+        assert!(e.contains("sequence number 7"), "{e}");
+        b[100] ^= 1;
+        let e = p.check(&b, 7, "pong").unwrap_err().to_string();
+        assert!(e.contains("byte 100"), "{e}");
+        b[100] ^= 1;
+        b[4095] ^= 1;
+        assert!(p
+            .check(&b, 7, "pong")
+            .unwrap_err()
+            .to_string()
+            .contains("trailing"));
+        assert!(p
+            .check(&b[..4000], 7, "pong")
+            .unwrap_err()
+            .to_string()
+            .contains("same -s"));
+        assert_eq!(
+            Pattern::seq_of(&{
+                p.fill(&mut b, 42);
+                b.clone()
+            }),
+            Some(42)
+        );
+    }
+
+    #[test]
+    fn one_byte_pattern_carries_low_seq_byte() {
+        let p = Pattern::new(1);
+        let mut b = [0u8];
+        p.fill(&mut b, 0x1234);
+        assert_eq!(b[0], 0x34);
+        assert!(p.check(&b, 0x1235, "pong").is_err());
+    }
+
+    #[test]
+    fn summary_percentiles() {
+        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let s = Summary::of(&v);
+        assert_eq!(
+            (s.min, s.p50, s.p99, s.p999, s.max),
+            (1.0, 500.0, 990.0, 999.0, 1000.0)
+        );
+        assert!((s.mean - 500.5).abs() < 1e-9);
+        assert_eq!(s.halved().p50, 250.0);
+        assert_eq!(Summary::of(&[]), Summary::default());
+        assert_eq!(Summary::of(&[3.0]).p999, 3.0);
+    }
+
+    #[test]
+    fn ibv_lines_match_ibv_rc_pingpong_format() {
+        let s = Stats {
+            role: Role::Client,
+            transport: Transport::Oob,
+            wait: "poll",
+            size: 4096,
+            iters: 1000,
+            bytes: 8_192_000,
+            seconds: 0.16,
+            mbit_per_sec: 8_192_000.0 * 8.0 / 160_000.0,
+            usec_per_iter: 160.0,
+            cpu_seconds: 0.1,
+            cpu_seconds_per_iter: 0.0001,
+            rtt_us: Summary::default(),
+            one_way_us: Summary::default(),
+            rtt_samples: 0,
+            checked: true,
+        };
+        assert_eq!(
+            s.ibv_lines(),
+            "8192000 bytes in 0.16 seconds = 409.60 Mbit/sec\n1000 iters in 0.16 seconds = 160.00 usec/iter"
+        );
+        let j: serde_json::Value = serde_json::to_value(&s).unwrap();
+        for k in ["size", "iters", "seconds", "mbit_per_sec", "cpu_seconds"] {
+            assert!(j[k].is_number(), "{k}");
+        }
+        for k in ["rtt_us", "one_way_us"] {
+            for f in ["min", "p50", "mean", "p99", "p999", "max"] {
+                assert!(j[k][f].is_number(), "{k}.{f}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn check_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..64), size in 0usize..64, seq: u64) {
+            let _ = Pattern::new(size).check(&buf, seq, "pong");
+        }
+
+        #[test]
+        fn any_single_bit_flip_is_caught(size in 1usize..300, seq: u64, bit: usize) {
+            let p = Pattern::new(size);
+            let mut b = vec![0u8; size];
+            p.fill(&mut b, seq);
+            let bit = bit % (size * 8);
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(p.check(&b, seq, "pong").is_err());
+        }
+    }
+}
