@@ -184,7 +184,7 @@ pub fn run_initiator(
                 done_at.push(now);
             }
             completed = c.wr_id + 1;
-            dsts.extend(c.into_local_bufs());
+            dsts.extend(c.into_all_local_bufs());
         }
     }
     let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();

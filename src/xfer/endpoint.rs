@@ -33,7 +33,7 @@ use serde::Serialize;
 use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr,
+    Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr, Retired,
     ProtectionDomain, QpCaps, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge, WaitMode,
     WcOpcode,
 };
@@ -229,6 +229,9 @@ pub struct Endpoint {
     qp: QueuePair,
     ready: VecDeque<Completion>,
     user_done: VecDeque<Completion>,
+    /// The caller's unsignaled work requests that one of our own completions retired: handed to
+    /// the caller with its next completion.
+    user_retired: Vec<Retired>,
     send_pool: Vec<LocalBuf>,
     cq: CompletionQueue,
     pd: ProtectionDomain,
@@ -386,6 +389,7 @@ impl Parts {
             qp: self.qp,
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
+            user_retired: Vec::new(),
             send_pool: self.send_pool,
             cq: self.cq,
             pd: self.pd,
@@ -612,6 +616,11 @@ impl Endpoint {
         }
     }
 
+    /// Send-queue slots left for the caller's own work requests ([`post`](Self::post)).
+    pub fn user_send_depth(&self) -> u32 {
+        self.qp.caps().max_send_wr.saturating_sub(self.own_sq)
+    }
+
     /// Messages we may send now without waiting for the peer.
     pub fn credits(&self) -> u32 {
         match self.flow {
@@ -640,11 +649,17 @@ impl Endpoint {
     }
 
     /// Handles one completion: returns send buffers, applies credits, queues messages.
-    fn handle(&mut self, c: Completion) -> Result<()> {
+    fn handle(&mut self, mut c: Completion) -> Result<()> {
         if c.wr_id < RESERVED_WR_ID {
+            if !self.user_retired.is_empty() {
+                let mut r = std::mem::take(&mut self.user_retired);
+                r.append(&mut c.retired);
+                c.retired = r;
+            }
             self.user_done.push_back(c);
             return Ok(());
         }
+        self.user_retired.append(&mut c.retired);
         if !c.is_success() {
             return Err(c.to_error());
         }
@@ -898,8 +913,9 @@ impl Endpoint {
     }
 
     /// Posts the caller's own work request (RDMA READ / WRITE / WRITE_WITH_IMM) on the QP. Its
-    /// wr_id must be below [`RESERVED_WR_ID`] and it must be signaled (its completion, from
-    /// [`poll_user`](Self::poll_user), hands the buffers back). WRITE_WITH_IMM consumes a
+    /// wr_id must be below [`RESERVED_WR_ID`]. Its completion, from [`poll_user`](Self::poll_user),
+    /// hands the buffers back; an unsignaled one's come back in the `retired` list of a later
+    /// completion (so the last of a batch must be signaled). WRITE_WITH_IMM consumes a
     /// receive at the peer, so it waits for (and spends) a credit. SENDs go through
     /// [`send`](Self::send).
     pub fn post(&mut self, wr: SendRequest) -> Result<(), crate::verbs::PostError> {
@@ -913,12 +929,6 @@ impl Endpoint {
         };
         if wr.wr_id() >= RESERVED_WR_ID {
             return refuse(wr, format!("wr_id must be below {RESERVED_WR_ID:#x}"));
-        }
-        if !wr.is_signaled() {
-            return refuse(
-                wr,
-                "work requests posted on an endpoint must be signaled".into(),
-            );
         }
         if matches!(wr.op(), SendOp::Send | SendOp::SendWithImm(_)) {
             return refuse(

@@ -6,4 +6,6 @@ pub mod endpoint;
 pub mod loopback;
 pub mod pingpong;
 pub mod rdma_rw;
+pub mod onesided;
 pub mod wire;
+pub mod session;
