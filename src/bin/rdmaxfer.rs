@@ -3,6 +3,9 @@
 
 use std::process::ExitCode;
 
+#[path = "rdmaxfer/pingpong.rs"]
+mod pingpong;
+
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use rdmaxfer::verbs::{self, DeviceInfo};
@@ -39,6 +42,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ping-pong with a peer over RDMA CM or ibv_rc_pingpong's out-of-band exchange.
+    Pingpong(pingpong::Args),
 }
 
 fn print_devices(devs: &[DeviceInfo]) {
@@ -110,6 +115,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
+        Command::Pingpong(a) => pingpong::run(a)?,
     }
     Ok(())
 }

@@ -1197,14 +1197,12 @@ impl Listener {
             ));
         }
         let mut addr = addr;
-        if opts.device.is_some() || opts.gid_index.is_some() || !addr.ip().is_unspecified() {
-            let c = choose(opts)?;
-            if addr.ip().is_unspecified() {
-                addr.set_ip(gid_source(&c.gid)?);
-            }
-        } else {
-            opts.validate()?;
+        // Checks device, GID index and message size now, before any client shows up.
+        let c = choose(opts)?;
+        if addr.ip().is_unspecified() && (opts.device.is_some() || opts.gid_index.is_some()) {
+            addr.set_ip(gid_source(&c.gid)?);
         }
+        drop(c);
         let id = CmId::new()?;
         id.bind_addr(addr).map_err(|e| {
             if matches!(e.errno(), Some(x) if x == libc::EADDRNOTAVAIL || x == libc::ENODEV) {

@@ -191,7 +191,7 @@ pub struct Stats {
     pub cpu_seconds: f64,
     /// CPU seconds per iteration.
     pub cpu_seconds_per_iter: f64,
-    /// Round-trip times, µs (server: from its pong to the next ping, one sample fewer).
+    /// Round-trip times, µs (server: from posting a pong to the next ping; one sample fewer).
     pub rtt_us: Summary,
     /// Half the round-trip times, µs.
     pub one_way_us: Summary,
@@ -231,15 +231,18 @@ impl Stats {
     }
 }
 
-/// Converts TSC ticks to microseconds with a rate measured over the run.
+/// Wall time, CPU time and TSC ticks since the start of a run; converts ticks to microseconds
+/// with a rate measured over the run.
 struct Clock {
     t0: Instant,
     k0: u64,
+    cpu0: Duration,
 }
 
 impl Clock {
     fn start() -> Clock {
         Clock {
+            cpu0: os::cpu_time(),
             t0: Instant::now(),
             k0: os::ticks(),
         }
@@ -258,19 +261,17 @@ impl Clock {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn finish(
     ep: &Endpoint,
     role: Role,
     size: usize,
     iters: u64,
     clock: Clock,
-    cpu0: Duration,
     ticks: &[u64],
     checked: bool,
 ) -> Stats {
     let (el, us_per_tick) = clock.us_per_tick();
-    let cpu = os::cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let cpu = os::cpu_time().saturating_sub(clock.cpu0).as_secs_f64();
     let rtt: Vec<f64> = ticks.iter().map(|&t| t as f64 * us_per_tick).collect();
     let rtt_us = Summary::of(&rtt);
     let bytes = size as u64 * iters * 2;
@@ -316,7 +317,6 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     check_size(ep, size)?;
     let pat = Pattern::new(size);
     let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
-    let cpu0 = os::cpu_time();
     let clock = Clock::start();
     for seq in 0..iters {
         let t = os::ticks();
@@ -325,16 +325,7 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         rtt.push(os::ticks().wrapping_sub(t));
     }
     ep.flush()?;
-    Ok(finish(
-        ep,
-        Role::Client,
-        size,
-        iters,
-        clock,
-        cpu0,
-        &rtt,
-        true,
-    ))
+    Ok(finish(ep, Role::Client, size, iters, clock, &rtt, true))
 }
 
 /// Runs the server side: answers `iters` pings of `size` bytes. Pings are checked when the
@@ -344,7 +335,6 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     let check = matches!(ep.peer().kind, PeerKind::Rdmaxfer { .. });
     let pat = Pattern::new(size);
     let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
-    let cpu0 = os::cpu_time();
     let clock = Clock::start();
     let mut sent_at = None;
     for seq in 0..iters {
@@ -363,20 +353,11 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         if let Some(t) = sent_at {
             rtt.push(os::ticks().wrapping_sub(t));
         }
-        ep.send_with(size, |b| pat.fill(b, seq))?;
         sent_at = Some(os::ticks());
+        ep.send_with(size, |b| pat.fill(b, seq))?;
     }
     ep.flush()?;
-    Ok(finish(
-        ep,
-        Role::Server,
-        size,
-        iters,
-        clock,
-        cpu0,
-        &rtt,
-        check,
-    ))
+    Ok(finish(ep, Role::Server, size, iters, clock, &rtt, check))
 }
 
 #[cfg(test)]
