@@ -199,7 +199,11 @@ impl Completion {
     /// The exclusive buffers of this and of every retired work request.
     pub fn into_all_local_bufs(self) -> Vec<LocalBuf> {
         let retired = self.retired.into_iter().flat_map(|r| r.bufs);
-        self.bufs.into_iter().chain(retired).filter_map(Buf::into_local).collect()
+        self.bufs
+            .into_iter()
+            .chain(retired)
+            .filter_map(Buf::into_local)
+            .collect()
     }
 }
 
@@ -207,6 +211,8 @@ pub(crate) const RECV_BIT: u64 = 1 << 63;
 
 /// `IBV_WC_REM_ACCESS_ERR`: the peer refused an RDMA access (bad rkey, rights, bounds).
 pub const REM_ACCESS_ERR: u32 = sys::IBV_WC_REM_ACCESS_ERR;
+/// `IBV_WC_WR_FLUSH_ERR`: flushed because the QP went to the error state.
+pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
 
 pub(crate) struct Entry {
     pub(crate) id: u64,
@@ -280,7 +286,13 @@ impl Table {
             }
             retired.push(e);
         };
-        let retired = retired.into_iter().map(|e| Retired { wr_id: e.wr_id, bufs: e.bufs }).collect();
+        let retired = retired
+            .into_iter()
+            .map(|e| Retired {
+                wr_id: e.wr_id,
+                bufs: e.bufs,
+            })
+            .collect();
         let ok = wc.status == sys::IBV_WC_SUCCESS;
         let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
         Some(Completion {

@@ -211,3 +211,187 @@ mod tests {
         assert!("write".parse::<BenchOp>().is_ok() && "x".parse::<BenchOp>().is_err());
     }
 }
+
+use crate::verbs::{ExposedRegion, RemoteAccess};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::onesided::{recv_msg, send_msg, Msg, Purpose};
+
+fn purpose(op: BenchOp) -> Purpose {
+    match op {
+        BenchOp::Write => Purpose::BenchWrite,
+        BenchOp::Read => Purpose::BenchRead,
+        BenchOp::Send => Purpose::BenchSend,
+    }
+}
+
+/// A generous deadline for a whole run of `bytes` (the emulated rxe moves ≈ 50 MB/s).
+pub fn run_deadline(bytes: u64, step: Duration) -> Duration {
+    step + Duration::from_secs_f64(bytes as f64 / 5e6)
+}
+
+/// What the server side of one bench run saw.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServedBench {
+    /// Operation.
+    pub op: BenchOp,
+    /// Message size.
+    pub size: u64,
+    /// Messages the client ran.
+    pub iters: u64,
+}
+
+/// Serves one `rdmaxfer bench` client that must ask for `op` with message size `size`.
+pub fn serve_bench(ep: &mut Endpoint, op: BenchOp, size: usize) -> Result<ServedBench> {
+    let (iters, csize) = match recv_msg(ep)? {
+        Msg::Setup {
+            purpose: p,
+            size: s,
+            iters,
+            ..
+        } if p == purpose(op) && s == size as u64 => (iters, s),
+        Msg::Setup {
+            purpose: p,
+            size: s,
+            ..
+        } => {
+            let why = format!("options differ: server runs {op:?} -s {size}, client asked {p:?} -s {s} (use the same options on both sides)");
+            let _ = send_msg(ep, &Msg::Refuse(why.clone()));
+            let _ = ep.flush();
+            return Err(Error::Protocol(why));
+        }
+        m => return Err(Error::Protocol(format!("expected SETUP, got {m:?}"))),
+    };
+    let step = ep.timeout();
+    ep.set_timeout(run_deadline(csize.saturating_mul(iters), step));
+    match op {
+        BenchOp::Write | BenchOp::Read => {
+            let region = ExposedRegion::new(ep.pd(), size, RemoteAccess::ReadWrite)?;
+            let sent = send_msg(
+                ep,
+                &Msg::Expose {
+                    access: RemoteAccess::ReadWrite,
+                    region: region.descriptor(),
+                },
+            );
+            let done = sent.and_then(|()| recv_msg(ep));
+            region.revoke()?;
+            match done? {
+                Msg::Done { ok: true, .. } => {}
+                m => return Err(Error::Protocol(format!("client did not finish: {m:?}"))),
+            }
+        }
+        BenchOp::Send => {
+            let ready = RemoteRegion {
+                addr: 0,
+                rkey: 0,
+                len: 0,
+            };
+            send_msg(
+                ep,
+                &Msg::Expose {
+                    access: RemoteAccess::Read,
+                    region: ready,
+                },
+            )?;
+            for i in 0..iters {
+                let n = ep.recv_with(|m| m.data.len())?;
+                if n != size {
+                    return Err(Error::Protocol(format!(
+                        "message {i} is {n} bytes, expected {size}"
+                    )));
+                }
+            }
+            send_msg(
+                ep,
+                &Msg::Done {
+                    ok: true,
+                    written: 0,
+                    read: iters * size as u64,
+                },
+            )?;
+            match recv_msg(ep)? {
+                Msg::Done { ok: true, .. } => {}
+                m => return Err(Error::Protocol(format!("client did not finish: {m:?}"))),
+            }
+        }
+    }
+    ep.set_timeout(step);
+    Ok(ServedBench {
+        op,
+        size: csize,
+        iters,
+    })
+}
+
+/// Runs one bench as the client: SETUP, the measured transfer, DONE.
+pub fn run_bench_client(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
+    send_msg(
+        ep,
+        &Msg::Setup {
+            purpose: purpose(p.op),
+            size: p.size as u64,
+            iters: p.iters,
+            tx_depth: p.tx_depth,
+        },
+    )?;
+    let region = match recv_msg(ep)? {
+        Msg::Expose { region, .. } => region,
+        m => return Err(Error::Protocol(format!("expected EXPOSE, got {m:?}"))),
+    };
+    let step = ep.timeout();
+    ep.set_timeout(run_deadline((p.size as u64).saturating_mul(p.iters), step));
+    let report = match p.op {
+        BenchOp::Write | BenchOp::Read => run_initiator(ep, Some(&region), p),
+        BenchOp::Send => send_stream(ep, p),
+    };
+    let ok = report.is_ok();
+    let sent = send_msg(
+        ep,
+        &Msg::Done {
+            ok,
+            written: 0,
+            read: 0,
+        },
+    )
+    .and_then(|()| ep.flush());
+    let report = report?;
+    sent?;
+    ep.set_timeout(step);
+    Ok(report)
+}
+
+/// SENDs `iters` messages as fast as credits allow; the server confirms it got them all.
+fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
+    let cpu0 = crate::os::cpu_time();
+    let start = Instant::now();
+    let mut done_at = Vec::with_capacity(p.iters as usize);
+    for i in 0..p.iters {
+        ep.send_with(p.size, |b| {
+            if let Some(h) = b.get_mut(..8) {
+                h.copy_from_slice(&i.to_be_bytes());
+            }
+        })?;
+        done_at.push(Instant::now());
+    }
+    ep.flush()?;
+    if let Some(last) = done_at.last_mut() {
+        *last = Instant::now();
+    }
+    let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();
+    match recv_msg(ep)? {
+        Msg::Done { ok: true, read, .. } if read == p.iters * p.size as u64 => {}
+        m => {
+            return Err(Error::Protocol(format!(
+                "server did not confirm every message: {m:?}"
+            )))
+        }
+    }
+    Ok(report(
+        BenchOp::Send,
+        p.size,
+        start,
+        &done_at,
+        p.tx_depth as usize,
+        cpu,
+    ))
+}

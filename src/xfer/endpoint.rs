@@ -33,9 +33,9 @@ use serde::Serialize;
 use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr, Retired,
-    ProtectionDomain, QpCaps, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge, WaitMode,
-    WcOpcode,
+    Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr,
+    ProtectionDomain, QpCaps, QueuePair, Retired, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
+    WaitMode, WcOpcode,
 };
 use crate::xfer::wire::{self, Hello, ImmKind, OobDest, Reject, RejectCode};
 
@@ -242,6 +242,8 @@ pub struct Endpoint {
     /// Send-queue slots for our own SENDs.
     own_sq: u32,
     msg_size: usize,
+    /// Receives we keep posted.
+    recv_depth: u32,
     peer_msg_size: usize,
     max_inline: u32,
     timeout: Duration,
@@ -398,6 +400,7 @@ impl Parts {
             sends_posted: 0,
             own_sq: self.own_sq,
             msg_size: opts.msg_size,
+            recv_depth: opts.recv_depth,
             peer_msg_size,
             max_inline,
             timeout: opts.timeout,
@@ -616,6 +619,38 @@ impl Endpoint {
         }
     }
 
+    /// Switches an out-of-band endpoint from ibv_rc_pingpong's one-message-at-a-time flow to
+    /// credit flow control (a no-op over CM, which has credits from the start). Both sides must
+    /// call it, the connecting side with `initiator`; so it is for rdmaxfer ↔ rdmaxfer only.
+    /// Each side sends one [`wire::Hello`] with its receive depth and message size.
+    pub fn enable_credits(&mut self, initiator: bool) -> Result<()> {
+        if !matches!(self.flow, Flow::Implicit { .. }) {
+            return Ok(());
+        }
+        let mine = wire::Hello::new(self.recv_depth, self.msg_size as u32).encode();
+        let theirs = if initiator {
+            self.send(&mine)?;
+            self.recv()?
+        } else {
+            let t = self.recv()?;
+            self.send(&mine)?;
+            t
+        };
+        let h = wire::Hello::decode(&theirs)?;
+        // Our hello used one of the peer's receives and we have not been told it is re-posted;
+        // we re-posted the one its hello used and owe it that credit.
+        let mut flow = credit_flow(h.recv_depth);
+        if let Flow::Credits { credits, owed, .. } = &mut flow {
+            *credits = h.recv_depth - 1;
+            *owed = 1;
+        }
+        self.flow = flow;
+        self.peer_msg_size = (h.msg_size as usize).min(self.msg_size);
+        self.peer.recv_depth = Some(h.recv_depth);
+        self.peer.msg_size = Some(h.msg_size);
+        Ok(())
+    }
+
     /// Send-queue slots left for the caller's own work requests ([`post`](Self::post)).
     pub fn user_send_depth(&self) -> u32 {
         self.qp.caps().max_send_wr.saturating_sub(self.own_sq)
@@ -661,7 +696,14 @@ impl Endpoint {
         }
         self.user_retired.append(&mut c.retired);
         if !c.is_success() {
-            return Err(c.to_error());
+            let e = c.to_error();
+            if c.status == crate::verbs::cq::WR_FLUSH_ERR && !self.user_done.is_empty() {
+                // A flush is the consequence; the caller's failed work request (already queued)
+                // is the cause: let it be seen first, and fail every later call.
+                self.failed.get_or_insert_with(|| e.to_string());
+                return Ok(());
+            }
+            return Err(e);
         }
         match c.wr_id {
             WR_DATA | WR_CREDIT => {

@@ -4,8 +4,8 @@
 pub mod bench;
 pub mod endpoint;
 pub mod loopback;
+pub mod onesided;
 pub mod pingpong;
 pub mod rdma_rw;
-pub mod onesided;
-pub mod wire;
 pub mod session;
+pub mod wire;

@@ -76,7 +76,12 @@ impl Msg {
         b.extend_from_slice(&MAGIC.to_be_bytes());
         b.extend_from_slice(&VERSION.to_be_bytes());
         match self {
-            Msg::Setup { purpose, size, iters, tx_depth } => {
+            Msg::Setup {
+                purpose,
+                size,
+                iters,
+                tx_depth,
+            } => {
                 b.extend_from_slice(&1u16.to_be_bytes());
                 let p = match purpose {
                     Purpose::Session => 0u8,
@@ -115,19 +120,35 @@ impl Msg {
     pub fn decode(b: &[u8]) -> Result<Msg> {
         let bad = |m: String| Error::Protocol(format!("one-sided control message: {m}"));
         if b.len() < HDR {
-            return Err(bad(format!("{} bytes, shorter than the {HDR}-byte header", b.len())));
+            return Err(bad(format!(
+                "{} bytes, shorter than the {HDR}-byte header",
+                b.len()
+            )));
         }
         let magic = u32::from_be_bytes(b[0..4].try_into().expect("4"));
         if magic != MAGIC {
-            return Err(bad(format!("bad magic {magic:#010x} (is the peer an rdmaxfer expose/bench server?)")));
+            return Err(bad(format!(
+                "bad magic {magic:#010x} (is the peer an rdmaxfer expose/bench server?)"
+            )));
         }
         let version = u16::from_be_bytes(b[4..6].try_into().expect("2"));
         if version != VERSION {
-            return Err(bad(format!("version {version}, this build speaks {VERSION}")));
+            return Err(bad(format!(
+                "version {version}, this build speaks {VERSION}"
+            )));
         }
         let ty = u16::from_be_bytes(b[6..8].try_into().expect("2"));
         let body = &b[HDR..];
-        let want = |n: usize| if body.len() == n { Ok(()) } else { Err(bad(format!("type {ty} body is {} bytes, expected {n}", body.len()))) };
+        let want = |n: usize| {
+            if body.len() == n {
+                Ok(())
+            } else {
+                Err(bad(format!(
+                    "type {ty} body is {} bytes, expected {n}",
+                    body.len()
+                )))
+            }
+        };
         let u64_at = |o: usize| u64::from_be_bytes(body[o..o + 8].try_into().expect("8"));
         match ty {
             1 => {
@@ -140,7 +161,12 @@ impl Msg {
                     p => return Err(bad(format!("unknown purpose {p}"))),
                 };
                 let tx_depth = u32::from_be_bytes(body[20..24].try_into().expect("4"));
-                Ok(Msg::Setup { purpose, size: u64_at(4), iters: u64_at(12), tx_depth })
+                Ok(Msg::Setup {
+                    purpose,
+                    size: u64_at(4),
+                    iters: u64_at(12),
+                    tx_depth,
+                })
             }
             2 => {
                 want(4 + RemoteRegion::WIRE_LEN)?;
@@ -150,7 +176,10 @@ impl Msg {
                     3 => RemoteAccess::ReadWrite,
                     a => return Err(bad(format!("bad access bits {a:#x}"))),
                 };
-                Ok(Msg::Expose { access, region: RemoteRegion::decode(&body[4..])? })
+                Ok(Msg::Expose {
+                    access,
+                    region: RemoteRegion::decode(&body[4..])?,
+                })
             }
             3 => {
                 want(4 + 16)?;
@@ -159,7 +188,11 @@ impl Msg {
                     1 => true,
                     x => return Err(bad(format!("bad ok flag {x}"))),
                 };
-                Ok(Msg::Done { ok, written: u64_at(4), read: u64_at(12) })
+                Ok(Msg::Done {
+                    ok,
+                    written: u64_at(4),
+                    read: u64_at(12),
+                })
             }
             4 => {
                 if body.len() < 2 {
@@ -167,7 +200,8 @@ impl Msg {
                 }
                 let n = u16::from_be_bytes(body[0..2].try_into().expect("2")) as usize;
                 want(2 + n)?;
-                let s = std::str::from_utf8(&body[2..]).map_err(|_| bad("refusal is not UTF-8".into()))?;
+                let s = std::str::from_utf8(&body[2..])
+                    .map_err(|_| bad("refusal is not UTF-8".into()))?;
                 Ok(Msg::Refuse(s.to_string()))
             }
             t => Err(bad(format!("unknown type {t}"))),
@@ -222,37 +256,89 @@ pub fn diff_ranges(a: &[u8], b: &[u8]) -> Vec<(usize, usize)> {
 /// A printable preview of `data`: UTF-8 text if it is, else hex; at most `max` bytes shown.
 pub fn preview(data: &[u8], max: usize) -> String {
     let shown = &data[..data.len().min(max)];
-    let more = if data.len() > max { format!(" … (+{} bytes)", data.len() - max) } else { String::new() };
+    let more = if data.len() > max {
+        format!(" … (+{} bytes)", data.len() - max)
+    } else {
+        String::new()
+    };
     match std::str::from_utf8(shown) {
-        Ok(s) if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => format!("{s:?}{more}"),
-        _ => format!("{}{more}", shown.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")),
+        Ok(s) if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => {
+            format!("{s:?}{more}")
+        }
+        _ => format!(
+            "{}{more}",
+            shown
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
     }
 }
 
 /// Serves one peer: exposes `content` with `access` for the session, then revokes the exposure
 /// and takes back what the peer left in it. Used by `rdmaxfer expose`.
-pub fn serve_session(ep: &mut Endpoint, content: &mut Vec<u8>, access: RemoteAccess) -> Result<PeerReport> {
+pub fn serve_session(
+    ep: &mut Endpoint,
+    content: &mut Vec<u8>,
+    access: RemoteAccess,
+) -> Result<PeerReport> {
     let peer = ep.peer().addr.map(|a| a.to_string());
     match recv_msg(ep)? {
-        Msg::Setup { purpose: Purpose::Session, .. } => {}
+        Msg::Setup {
+            purpose: Purpose::Session,
+            ..
+        } => {}
         Msg::Setup { purpose, .. } => {
-            let _ = send_msg(ep, &Msg::Refuse(format!("this is an expose server, not a {purpose:?} server")));
+            let _ = send_msg(
+                ep,
+                &Msg::Refuse(format!(
+                    "this is an expose server, not a {purpose:?} server"
+                )),
+            );
             return Err(Error::Protocol(format!("client asked for {purpose:?}")));
         }
         m => return Err(Error::Protocol(format!("expected SETUP, got {m:?}"))),
     }
     let mut region = ExposedRegion::new(ep.pd(), content.len(), access)?;
     region.write_at(0, content)?;
-    let sent = send_msg(ep, &Msg::Expose { access, region: region.descriptor() });
+    let sent = send_msg(
+        ep,
+        &Msg::Expose {
+            access,
+            region: region.descriptor(),
+        },
+    );
     let done = sent.and_then(|()| recv_msg(ep));
     // Whatever happened, the exposure ends here and its contents are kept.
     let after = region.revoke()?;
     let changed = diff_ranges(content, &after);
     *content = after;
     Ok(match done {
-        Ok(Msg::Done { ok, written, read }) => PeerReport { peer, written, read, ok, changed, error: None },
-        Ok(m) => PeerReport { peer, written: 0, read: 0, ok: false, changed, error: Some(format!("expected DONE, got {m:?}")) },
-        Err(e) => PeerReport { peer, written: 0, read: 0, ok: false, changed, error: Some(e.to_string()) },
+        Ok(Msg::Done { ok, written, read }) => PeerReport {
+            peer,
+            written,
+            read,
+            ok,
+            changed,
+            error: None,
+        },
+        Ok(m) => PeerReport {
+            peer,
+            written: 0,
+            read: 0,
+            ok: false,
+            changed,
+            error: Some(format!("expected DONE, got {m:?}")),
+        },
+        Err(e) => PeerReport {
+            peer,
+            written: 0,
+            read: 0,
+            ok: false,
+            changed,
+            error: Some(e.to_string()),
+        },
     })
 }
 
@@ -267,7 +353,15 @@ pub struct Exposure {
 
 /// Opens a session: SETUP, then the server's EXPOSE.
 pub fn open_session(ep: &mut Endpoint) -> Result<Exposure> {
-    send_msg(ep, &Msg::Setup { purpose: Purpose::Session, size: 0, iters: 0, tx_depth: 0 })?;
+    send_msg(
+        ep,
+        &Msg::Setup {
+            purpose: Purpose::Session,
+            size: 0,
+            iters: 0,
+            tx_depth: 0,
+        },
+    )?;
     match recv_msg(ep)? {
         Msg::Expose { access, region } => Ok(Exposure { access, region }),
         m => Err(Error::Protocol(format!("expected EXPOSE, got {m:?}"))),
@@ -287,15 +381,34 @@ fn explain(e: Error, what: &str, x: &Exposure) -> Error {
 }
 
 /// Writes `data` at `offset` of the exposure, then ends the session.
-pub fn write_session(ep: &mut Endpoint, x: &Exposure, offset: u64, data: &[u8], timeout: Duration) -> Result<()> {
-    let r = rdma_rw::write(ep, &x.region, offset, data, timeout).map_err(|e| explain(e, "RDMA WRITE", x));
-    finish(ep, r.is_ok(), if r.is_ok() { data.len() as u64 } else { 0 }, 0);
+pub fn write_session(
+    ep: &mut Endpoint,
+    x: &Exposure,
+    offset: u64,
+    data: &[u8],
+    timeout: Duration,
+) -> Result<()> {
+    let r = rdma_rw::write(ep, &x.region, offset, data, timeout)
+        .map_err(|e| explain(e, "RDMA WRITE", x));
+    finish(
+        ep,
+        r.is_ok(),
+        if r.is_ok() { data.len() as u64 } else { 0 },
+        0,
+    );
     r
 }
 
 /// Reads `len` bytes at `offset` of the exposure, then ends the session.
-pub fn read_session(ep: &mut Endpoint, x: &Exposure, offset: u64, len: u64, timeout: Duration) -> Result<Vec<u8>> {
-    let r = rdma_rw::read(ep, &x.region, offset, len, timeout).map_err(|e| explain(e, "RDMA READ", x));
+pub fn read_session(
+    ep: &mut Endpoint,
+    x: &Exposure,
+    offset: u64,
+    len: u64,
+    timeout: Duration,
+) -> Result<Vec<u8>> {
+    let r =
+        rdma_rw::read(ep, &x.region, offset, len, timeout).map_err(|e| explain(e, "RDMA READ", x));
     finish(ep, r.is_ok(), 0, if r.is_ok() { len } else { 0 });
     r
 }
@@ -303,7 +416,10 @@ pub fn read_session(ep: &mut Endpoint, x: &Exposure, offset: u64, len: u64, time
 fn finish(ep: &mut Endpoint, ok: bool, written: u64, read: u64) {
     // Best effort: after a failed operation the QP is in error and the peer notices the
     // disconnect instead.
-    if send_msg(ep, &Msg::Done { ok, written, read }).and_then(|()| ep.flush()).is_err() {
+    if send_msg(ep, &Msg::Done { ok, written, read })
+        .and_then(|()| ep.flush())
+        .is_err()
+    {
         tracing::debug!("could not tell the server the session is done");
     }
 }
@@ -333,7 +449,11 @@ mod tests {
 
     #[test]
     fn layout_is_big_endian() {
-        let m = Msg::Done { ok: true, written: 0x0102, read: 3 };
+        let m = Msg::Done {
+            ok: true,
+            written: 0x0102,
+            read: 3,
+        };
         let b = m.encode();
         assert_eq!(&b[..8], &[0x52, 0x58, 0x4f, 0x53, 0, 1, 0, 3]);
         assert_eq!(&b[8..12], &[1, 0, 0, 0]);
@@ -343,15 +463,29 @@ mod tests {
 
     #[test]
     fn refuses_bad_input() {
-        let good = Msg::Expose { access: RemoteAccess::Read, region: RemoteRegion { addr: 1, rkey: 2, len: 3 } }.encode();
+        let good = Msg::Expose {
+            access: RemoteAccess::Read,
+            region: RemoteRegion {
+                addr: 1,
+                rkey: 2,
+                len: 3,
+            },
+        }
+        .encode();
         assert!(Msg::decode(&good).is_ok());
-        assert!(Msg::decode(&good[..good.len() - 1]).unwrap_err().to_string().contains("expected"));
+        assert!(Msg::decode(&good[..good.len() - 1])
+            .unwrap_err()
+            .to_string()
+            .contains("expected"));
         let mut long = good.clone();
         long.push(0);
         assert!(Msg::decode(&long).is_err());
         let mut v = good.clone();
         v[5] = 9;
-        assert!(Msg::decode(&v).unwrap_err().to_string().contains("version 9"));
+        assert!(Msg::decode(&v)
+            .unwrap_err()
+            .to_string()
+            .contains("version 9"));
         let mut m = good.clone();
         m[0] = 0;
         assert!(Msg::decode(&m).unwrap_err().to_string().contains("magic"));
@@ -375,12 +509,37 @@ mod tests {
     }
 
     fn any_msg() -> impl Strategy<Value = Msg> {
-        let access = prop_oneof![Just(RemoteAccess::Read), Just(RemoteAccess::Write), Just(RemoteAccess::ReadWrite)];
-        let purpose = prop_oneof![Just(Purpose::Session), Just(Purpose::BenchWrite), Just(Purpose::BenchRead), Just(Purpose::BenchSend)];
+        let access = prop_oneof![
+            Just(RemoteAccess::Read),
+            Just(RemoteAccess::Write),
+            Just(RemoteAccess::ReadWrite)
+        ];
+        let purpose = prop_oneof![
+            Just(Purpose::Session),
+            Just(Purpose::BenchWrite),
+            Just(Purpose::BenchRead),
+            Just(Purpose::BenchSend)
+        ];
         prop_oneof![
-            (purpose, any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(purpose, size, iters, tx_depth)| Msg::Setup { purpose, size, iters, tx_depth }),
-            (access, any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(access, addr, rkey, len)| Msg::Expose { access, region: RemoteRegion { addr, rkey, len } }),
-            (any::<bool>(), any::<u64>(), any::<u64>()).prop_map(|(ok, written, read)| Msg::Done { ok, written, read }),
+            (purpose, any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
+                |(purpose, size, iters, tx_depth)| Msg::Setup {
+                    purpose,
+                    size,
+                    iters,
+                    tx_depth
+                }
+            ),
+            (access, any::<u64>(), any::<u32>(), any::<u64>()).prop_map(
+                |(access, addr, rkey, len)| Msg::Expose {
+                    access,
+                    region: RemoteRegion { addr, rkey, len }
+                }
+            ),
+            (any::<bool>(), any::<u64>(), any::<u64>()).prop_map(|(ok, written, read)| Msg::Done {
+                ok,
+                written,
+                read
+            }),
             "[ -~]{0,200}".prop_map(Msg::Refuse),
         ]
     }

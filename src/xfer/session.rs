@@ -17,16 +17,27 @@ pub enum Server {
 impl Server {
     /// Listens on `addr:port` (an IP address; `0.0.0.0` for all).
     pub fn bind(addr: &str, port: u16, oob: bool, opts: &EndpointOptions) -> Result<Server> {
-        let ip: IpAddr = addr.parse().map_err(|_| Error::InvalidArgument(format!("listen address {addr:?} is not an IP address")))?;
+        let ip: IpAddr = addr.parse().map_err(|_| {
+            Error::InvalidArgument(format!("listen address {addr:?} is not an IP address"))
+        })?;
         let sa = SocketAddr::new(ip, port);
-        Ok(if oob { Server::Oob(OobListener::bind(sa, opts)?) } else { Server::Cm(Listener::bind(sa, opts)?) })
+        Ok(if oob {
+            Server::Oob(OobListener::bind(sa, opts)?)
+        } else {
+            Server::Cm(Listener::bind(sa, opts)?)
+        })
     }
 
-    /// Waits for the next peer (`None`: forever).
+    /// Waits for the next peer (`None`: forever). Over OOB the endpoint is switched to credit
+    /// flow control: the peer must be rdmaxfer (use [`connect`]).
     pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
         match self {
             Server::Cm(l) => l.accept(wait),
-            Server::Oob(l) => l.accept(wait),
+            Server::Oob(l) => {
+                let mut ep = l.accept(wait)?;
+                ep.enable_credits(false)?;
+                Ok(ep)
+            }
         }
     }
 
@@ -55,11 +66,14 @@ impl Server {
     }
 }
 
-/// Connects to `host:port` with RDMA CM, or with the out-of-band exchange when `oob`.
+/// Connects to `host:port` with RDMA CM, or with the out-of-band exchange when `oob` (then
+/// switched to credit flow control: the peer must be a [`Server`]).
 pub fn connect(host: &str, port: u16, oob: bool, opts: &EndpointOptions) -> Result<Endpoint> {
     let dst = endpoint::resolve_host(host, port)?;
     if oob {
-        Endpoint::connect_oob(dst, opts)
+        let mut ep = Endpoint::connect_oob(dst, opts)?;
+        ep.enable_credits(true)?;
+        Ok(ep)
     } else {
         Endpoint::connect_cm(dst, opts)
     }
