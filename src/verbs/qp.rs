@@ -311,6 +311,52 @@ impl From<PostError> for Error {
     }
 }
 
+/// The `ibv_sge` array of one work request: on the stack for the usual one to four entries (the
+/// post path runs once per message and should not allocate for it).
+enum SgList {
+    Stack([sys::ibv_sge; 4], usize),
+    Heap(Vec<sys::ibv_sge>),
+}
+
+impl SgList {
+    fn with_capacity(n: usize) -> SgList {
+        if n <= 4 {
+            SgList::Stack(Default::default(), 0)
+        } else {
+            SgList::Heap(Vec::with_capacity(n))
+        }
+    }
+
+    fn push(&mut self, sge: sys::ibv_sge) {
+        match self {
+            SgList::Stack(a, n) if *n < a.len() => {
+                a[*n] = sge;
+                *n += 1;
+            }
+            SgList::Stack(a, n) => {
+                let mut v = a[..*n].to_vec();
+                v.push(sge);
+                *self = SgList::Heap(v);
+            }
+            SgList::Heap(v) => v.push(sge),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SgList::Stack(_, n) => *n,
+            SgList::Heap(v) => v.len(),
+        }
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut sys::ibv_sge {
+        match self {
+            SgList::Stack(a, _) => a.as_mut_ptr(),
+            SgList::Heap(v) => v.as_mut_ptr(),
+        }
+    }
+}
+
 pub(crate) type Destroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) -> i32 + Send + Sync>;
 
 /// A reliable-connected queue pair.
@@ -585,19 +631,14 @@ impl QueuePair {
     }
 
     /// Checks the SGEs and turns them into `ibv_sge`s; `exclusive` demands LocalBufs.
-    fn build_sges(
-        &self,
-        sges: &[Sge],
-        exclusive: bool,
-        max: u32,
-    ) -> Result<(Vec<sys::ibv_sge>, u64)> {
+    fn build_sges(&self, sges: &[Sge], exclusive: bool, max: u32) -> Result<(SgList, u64)> {
         if sges.len() > max as usize {
             return Err(Error::InvalidArgument(format!(
                 "{} scatter/gather entries, the QP allows {max}",
                 sges.len()
             )));
         }
-        let mut out = Vec::with_capacity(sges.len());
+        let mut out = SgList::with_capacity(sges.len());
         let mut total = 0u64;
         for s in sges {
             if exclusive && matches!(s.buf, Buf::Shared(_)) {

@@ -55,6 +55,8 @@ pub const RESERVED_WR_ID: u64 = 1 << 62;
 const RD_ATOMIC: u32 = 16;
 /// Inline data asked for; creation is retried without inline if the device refuses.
 const INLINE: u32 = 128;
+/// Polls of the CQ in poll mode before a wait starts reading the clock (about a millisecond).
+const SPIN_POLLS: u32 = 2000;
 /// How often a wait for completions also looks for CM events (peer disconnect).
 const CM_CHECK: Duration = Duration::from_millis(50);
 
@@ -232,6 +234,8 @@ pub struct Endpoint {
     /// The caller's unsignaled work requests that one of our own completions retired: handed to
     /// the caller with its next completion.
     user_retired: Vec<Retired>,
+    /// Reused by busy polls.
+    scratch: Vec<Completion>,
     send_pool: Vec<LocalBuf>,
     cq: CompletionQueue,
     pd: ProtectionDomain,
@@ -260,6 +264,20 @@ impl std::fmt::Debug for Endpoint {
             .field("local", &self.local)
             .field("peer", &self.peer)
             .finish_non_exhaustive()
+    }
+}
+
+/// A deadline that reads the clock only when a wait actually starts: reading it can cost
+/// microseconds (HPET in an emulated guest), which would show in every round trip.
+struct Deadline {
+    timeout: Duration,
+    at: Option<Instant>,
+}
+
+impl Deadline {
+    fn at(&mut self) -> Instant {
+        let t = self.timeout;
+        *self.at.get_or_insert_with(|| Instant::now() + t)
     }
 }
 
@@ -392,6 +410,7 @@ impl Parts {
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
             user_retired: Vec::new(),
+            scratch: Vec::with_capacity(32),
             send_pool: self.send_pool,
             cq: self.cq,
             pd: self.pd,
@@ -679,8 +698,11 @@ impl Endpoint {
         e
     }
 
-    fn deadline(&self) -> Instant {
-        Instant::now() + self.timeout
+    fn deadline(&self) -> Deadline {
+        Deadline {
+            timeout: self.timeout,
+            at: None,
+        }
     }
 
     /// Handles one completion: returns send buffers, applies credits, queues messages.
@@ -707,8 +729,11 @@ impl Endpoint {
         }
         match c.wr_id {
             WR_DATA | WR_CREDIT => {
-                self.sends_posted = self.sends_posted.saturating_sub(1);
-                self.send_pool.extend(c.into_local_bufs());
+                let own = usize::from(c.wr_id == WR_DATA);
+                let retired = c.bufs.len().saturating_sub(own) as u32;
+                self.sends_posted = self.sends_posted.saturating_sub(1 + retired);
+                self.send_pool
+                    .extend(c.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
                 if let Flow::Credits {
                     credit_msg_pending: true,
                     ..
@@ -742,6 +767,19 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Handles the completions collected in `scratch` (keeping its allocation for the next poll).
+    fn handle_scratch(&mut self) -> Result<()> {
+        let mut cs = std::mem::take(&mut self.scratch);
+        let mut r = Ok(());
+        for c in cs.drain(..) {
+            if r.is_ok() {
+                r = self.handle(c);
+            }
+        }
+        self.scratch = cs;
+        r
+    }
+
     /// Looks for CM events without blocking; a disconnect or device removal is an error.
     fn check_cm(&mut self) -> Result<()> {
         let Some(id) = &self.cm else { return Ok(()) };
@@ -756,12 +794,34 @@ impl Endpoint {
     }
 
     /// Waits for at least one completion and handles it, or fails at `deadline`.
-    fn pump(&mut self, deadline: Instant, what: &'static str) -> Result<()> {
-        let r = self.pump_inner(deadline, what);
-        r.map_err(|e| self.fail(e))
+    fn pump(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+        // A timeout leaves the endpoint usable (the caller may wait again); errors do not.
+        self.pump_inner(deadline, what)
+            .map_err(|e| if e.is_timeout() { e } else { self.fail(e) })
     }
 
-    fn pump_inner(&mut self, deadline: Instant, what: &'static str) -> Result<()> {
+    fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+        if !self.disconnected && deadline.at.is_none() {
+            // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
+            // a while in poll mode.
+            let spins = match self.cq.mode() {
+                WaitMode::Poll => SPIN_POLLS,
+                WaitMode::Event => 1,
+            };
+            for i in 1..=spins {
+                if self.cq.poll_into(32, &mut self.scratch)? > 0 {
+                    return self.handle_scratch();
+                }
+                if i % 256 == 0 {
+                    // Let kernel threads (rxe's deferred work) run on a busy guest.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        let after = deadline.timeout;
+        let deadline = deadline.at();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if self.disconnected {
@@ -778,10 +838,7 @@ impl Endpoint {
                 return Ok(());
             }
             if left.is_zero() {
-                return Err(Error::Timeout {
-                    what,
-                    after: self.timeout,
-                });
+                return Err(Error::Timeout { what, after });
             }
             let slice = if self.cm.is_some() {
                 left.min(CM_CHECK)
@@ -827,7 +884,7 @@ impl Endpoint {
     }
 
     /// Waits until a message may be sent (a credit and a send buffer).
-    fn reserve_send(&mut self, deadline: Instant) -> Result<LocalBuf> {
+    fn reserve_send(&mut self, deadline: &mut Deadline) -> Result<LocalBuf> {
         while self.credits() == 0 {
             self.pump(
                 deadline,
@@ -854,8 +911,8 @@ impl Endpoint {
                 self.peer_msg_size
             )));
         }
-        let deadline = self.deadline();
-        let mut buf = self.reserve_send(deadline)?;
+        let mut deadline = self.deadline();
+        let mut buf = self.reserve_send(&mut deadline)?;
         fill(&mut buf[..len]);
         let op = match &mut self.flow {
             Flow::Credits { owed, .. } => {
@@ -867,6 +924,7 @@ impl Endpoint {
         if len as u64 <= u64::from(self.max_inline) && len > 0 {
             wr = wr.inline();
         }
+
         if let Err(e) = self.qp.post_send(wr) {
             self.send_pool
                 .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
@@ -888,9 +946,9 @@ impl Endpoint {
     /// buffer and returns the credit.
     pub fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
         self.check_usable()?;
-        let deadline = self.deadline();
+        let mut deadline = self.deadline();
         while self.ready.is_empty() {
-            self.pump(deadline, "a message from the peer")?;
+            self.pump(&mut deadline, "a message from the peer")?;
         }
         let c = self.ready.pop_front().expect("not empty");
         let write_imm = c.opcode == WcOpcode::RecvRdmaWithImm;
@@ -900,8 +958,9 @@ impl Endpoint {
         };
         let len = c.byte_len as usize;
         let buf = c
-            .into_local_bufs()
-            .pop()
+            .bufs
+            .into_iter()
+            .find_map(crate::verbs::Buf::into_local)
             .ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
         let out = if write_imm {
             f(Message {
@@ -947,9 +1006,9 @@ impl Endpoint {
     /// Waits until every message sent so far has completed (was acknowledged by the peer).
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
-        let deadline = self.deadline();
+        let mut deadline = self.deadline();
         while self.sends_posted > 0 {
-            self.pump(deadline, "the last sends to complete")?;
+            self.pump(&mut deadline, "the last sends to complete")?;
         }
         Ok(())
     }
@@ -986,9 +1045,9 @@ impl Endpoint {
         }
         let needs_credit = matches!(wr.op(), SendOp::WriteWithImm(..));
         if needs_credit {
-            let deadline = self.deadline();
+            let mut deadline = self.deadline();
             while self.credits() == 0 {
-                if let Err(e) = self.pump(deadline, "send credit from the peer") {
+                if let Err(e) = self.pump(&mut deadline, "send credit from the peer") {
                     return Err(crate::verbs::PostError {
                         error: e,
                         bufs: Vec::new(),
@@ -1009,16 +1068,9 @@ impl Endpoint {
     /// [`post`](Self::post), handling the endpoint's own on the way. Returns at least one.
     pub fn poll_user(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
         self.check_usable()?;
-        let deadline = Instant::now() + timeout;
+        let mut deadline = Deadline { timeout, at: None };
         while self.user_done.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout {
-                    what: "a work completion",
-                    after: timeout,
-                });
-            }
-            self.pump(deadline, "a work completion")?;
+            self.pump(&mut deadline, "a work completion")?;
         }
         let n = max.max(1).min(self.user_done.len());
         Ok(self.user_done.drain(..n).collect())

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# ci/bench-pingpong.sh [ROUNDS] — build rdmaxfer (release), boot one guest and run
+# ci/guest-bench-pingpong.sh there: rdmaxfer pingpong next to ib_send_lat and ibv_rc_pingpong,
+# with the ratios the issue asks for. Outputs in target/bench/pingpong/.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$CI_ROOT"
+ci_path
+cargo build --release --bin rdmaxfer
+out="target/bench/pingpong"
+rm -rf "$out"
+mkdir -p "$out"
+ci/guest.sh -- bash ci/guest-bench-pingpong.sh "$out" "${1:-3}"

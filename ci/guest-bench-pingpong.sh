@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# ci/guest-bench-pingpong.sh OUTDIR [ROUNDS] — runs INSIDE the guest: rdmaxfer pingpong next to its
+# anchors on rxe0, interleaved ROUNDS times (default 3), medians compared:
+#   ib_send_lat -s 2 t_typical        vs  rdmaxfer pingpong -s 2 one-way p50      (target <= 1.05)
+#   ibv_rc_pingpong -s 4096 usec/iter vs  rdmaxfer pingpong -s 4096 usec/iter     (target <= 1.0)
+#   rdmaxfer event vs poll mode: CPU seconds per iteration (reported).
+# Needs the release binary: cargo build --release --bin rdmaxfer (on the host).
+set -euo pipefail
+out="${1:-target/bench}"
+rounds="${2:-3}"
+mkdir -p "$out"
+bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
+[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
+ip=198.18.0.1
+port=18600
+fails=0
+tsv="$out/pingpong-runs.tsv"
+printf 'round\ttool\tmetric\tvalue\n' >"$tsv"
+
+# Bounded poll until TCP port $1 listens, or server pid $2 died.
+wait_tcp() {
+  for _ in $(seq 1 600); do
+    ss -Hltn "sport = :$1" | grep -q . && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# Bounded wait for "listening on" in file $1, or server pid $2 died.
+wait_line() {
+  for _ in $(seq 1 600); do
+    grep -q "listening on" "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$tsv"; }
+
+# anchor NAME ROUND CMD... — a TCP-exchange tool (perftest, ibv_rc_pingpong): server, then client.
+anchor() {
+  local name="$1" r="$2" spid src=0 crc=0
+  shift 2
+  port=$((port + 1))
+  timeout 300 "$@" -p "$port" >"$out/$name.$r.server.txt" 2>&1 &
+  spid=$!
+  wait_tcp "$port" "$spid" || { echo "!! $name: server never listened"; fails=$((fails + 1)); return 1; }
+  timeout 300 "$@" -p "$port" "$ip" >"$out/$name.$r.client.txt" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  if ((src || crc)); then
+    echo "!! $name round $r: server rc $src, client rc $crc"; tail -n 5 "$out/$name.$r."*.txt
+    fails=$((fails + 1)); return 1
+  fi
+}
+
+# ours NAME ROUND ARGS... — rdmaxfer pingpong server (--count 1) and client with ARGS, JSON out.
+ours() {
+  local name="$1" r="$2" spid src=0 crc=0
+  shift 2
+  port=$((port + 1))
+  timeout 300 "$bin" pingpong --listen "$ip" -p "$port" --count 1 --json "$@" \
+    >"$out/$name.$r.server.json" 2>"$out/$name.$r.server.err" &
+  spid=$!
+  wait_line "$out/$name.$r.server.err" "$spid" || { echo "!! $name: server never listened"; cat "$out/$name.$r.server.err"; fails=$((fails + 1)); return 1; }
+  timeout 300 "$bin" pingpong "$ip" -p "$port" --json "$@" >"$out/$name.$r.client.json" 2>"$out/$name.$r.client.err" || crc=$?
+  wait "$spid" || src=$?
+  if ((src || crc)); then
+    echo "!! $name round $r: server rc $src, client rc $crc"; cat "$out/$name.$r."*.err
+    fails=$((fails + 1)); return 1
+  fi
+}
+
+json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=d
+for k in sys.argv[2].split("."): v=v[k]
+print(v)' "$1" "$2"; }
+
+for r in $(seq 1 "$rounds"); do
+  echo "== round $r"
+  if anchor ib_send_lat "$r" ib_send_lat -d rxe0 -x 1 -F -s 2 -n 1000; then
+    # perftest's clock calibration can fail under TCG; such a round has no valid figure.
+    v="$(awk '/t_typical/ {h=1; next} h && $1 ~ /^[0-9]+$/ {print $5; exit}' "$out/ib_send_lat.$r.client.txt")"
+    if grep -q 'Correlation coefficient' "$out/ib_send_lat.$r.client.txt" || [[ -z "$v" ]]; then
+      echo "   ib_send_lat round $r: no valid t_typical (clock calibration)"
+    else
+      record "$r" ib_send_lat t_typical_us "$v"
+    fi
+  fi
+  if ours rdmaxfer_2 "$r" -s 2 -n 1000; then
+    record "$r" rdmaxfer_2 one_way_p50_us "$(json "$out/rdmaxfer_2.$r.client.json" one_way_us.p50)"
+  fi
+  if anchor ibv_rc_pingpong "$r" ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 1000; then
+    record "$r" ibv_rc_pingpong usec_per_iter "$(awk '/usec\/iter/ {print $(NF-1)}' "$out/ibv_rc_pingpong.$r.client.txt")"
+  fi
+  for mode in poll event; do
+    extra=()
+    [[ $mode == event ]] && extra=(--event)
+    if ours "rdmaxfer_4k_$mode" "$r" -s 4096 -n 1000 "${extra[@]}"; then
+      f="$out/rdmaxfer_4k_$mode.$r.client.json"
+      record "$r" "rdmaxfer_4k_$mode" usec_per_iter "$(json "$f" usec_per_iter)"
+      record "$r" "rdmaxfer_4k_$mode" cpu_s_per_iter "$(json "$f" cpu_seconds_per_iter)"
+    fi
+  done
+  if ours rdmaxfer_4k_oob "$r" -s 4096 -n 1000 --oob; then
+    record "$r" rdmaxfer_4k_oob usec_per_iter "$(json "$out/rdmaxfer_4k_oob.$r.client.json" usec_per_iter)"
+  fi
+done
+
+python3 - "$tsv" <<'PY' | tee "$out/pingpong-summary.txt"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+def med(tool, metric):
+    scale = 1e6 if metric.startswith("cpu_s") else 1.0
+    v = [float(r["value"]) * scale for r in rows if r["tool"] == tool and r["metric"] == metric]
+    return (statistics.median(v), len(v)) if v else (None, 0)
+def show(label, tool, metric):
+    m, n = med(tool, metric)
+    print(f"{label:<44} {'n/a' if m is None else f'{m:10.2f}'}  (median of {n})")
+    return m
+print("== rdmaxfer pingpong vs anchors (medians of interleaved rounds, same guest)")
+lat = show("ib_send_lat -s 2 t_typical [us]", "ib_send_lat", "t_typical_us")
+ow = show("rdmaxfer -s 2 one-way p50 [us]", "rdmaxfer_2", "one_way_p50_us")
+ibv = show("ibv_rc_pingpong -s 4096 -n 1000 [usec/iter]", "ibv_rc_pingpong", "usec_per_iter")
+poll = show("rdmaxfer -s 4096 -n 1000 poll [usec/iter]", "rdmaxfer_4k_poll", "usec_per_iter")
+show("rdmaxfer -s 4096 -n 1000 event [usec/iter]", "rdmaxfer_4k_event", "usec_per_iter")
+show("rdmaxfer -s 4096 -n 1000 --oob [usec/iter]", "rdmaxfer_4k_oob", "usec_per_iter")
+cp = show("rdmaxfer 4 KiB poll CPU [us/iter]", "rdmaxfer_4k_poll", "cpu_s_per_iter")
+ce = show("rdmaxfer 4 KiB event CPU [us/iter]", "rdmaxfer_4k_event", "cpu_s_per_iter")
+def ratio(label, a, b, target):
+    if a is None or b is None or b == 0:
+        print(f"{label:<44} n/a")
+    else:
+        r = a / b
+        verdict = "" if target is None else ("  ok" if r <= target else "  ABOVE TARGET")
+        print(f"{label:<44} {r:10.3f}" + ("" if target is None else f"  (target <= {target}){verdict}"))
+ratio("ratio one-way p50 / t_typical (2 B)", ow, lat, 1.05)
+ratio("ratio usec/iter rdmaxfer / ibv_rc_pingpong", poll, ibv, 1.0)
+ratio("ratio CPU per iter event / poll", ce, cp, None)
+PY
+echo "== pingpong bench done: $fails failed run(s)"
+exit $((fails > 0))

@@ -1,0 +1,310 @@
+//! Device tests of the `Endpoint` library API (need rxe0 at 198.18.0.1; run inside the guest by
+//! ci/test.sh): many connections against one listener without leaks, handshake rejection, credit
+//! flow control under one-way streams, and one-sided WRITE_WITH_IMM / READ through an endpoint.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use rdmaxfer::cm::{CmId, ConnParam, EventKind, MAX_REJECT_PRIVATE_DATA};
+use rdmaxfer::verbs::{
+    Context, ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge,
+    WaitMode,
+};
+use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener, OobListener, PeerKind};
+use rdmaxfer::xfer::pingpong;
+use rdmaxfer::xfer::wire::Reject;
+use rdmaxfer::Error;
+
+const T: Duration = Duration::from_secs(10);
+
+fn need_rxe0() {
+    Context::open(Some("rxe0"))
+        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::new("198.18.0.1".parse().unwrap(), port)
+}
+
+/// This thread's id: `rdma resource show` lists the creating thread's id as "pid".
+fn tid() -> String {
+    let l = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    l.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Lines of `rdma resource show KIND` created by one of the threads `tids` (or this process).
+fn our_resources(kind: &str, tids: &[String]) -> Vec<String> {
+    let out = Command::new("rdma")
+        .args(["resource", "show", kind])
+        .output()
+        .expect("running `rdma resource show`");
+    assert!(
+        out.status.success(),
+        "rdma resource show {kind}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = std::process::id().to_string();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0] == "pid" && (w[1] == pid || tids.iter().any(|t| t == w[1])))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
+    need_rxe0();
+    const N: usize = 200;
+    let opts = EndpointOptions {
+        msg_size: 64,
+        recv_depth: 4,
+        send_depth: 2,
+        ..Default::default()
+    };
+    let mut l = Listener::bind(addr(7201), &opts).unwrap();
+    let server = thread::spawn(move || {
+        let mut ok = 0;
+        for _ in 0..N {
+            let mut ep = l.accept(Some(T)).expect("accept");
+            pingpong::run_server(&mut ep, 64, 2).expect("server ping-pong");
+            ep.close().expect("server close");
+            ok += 1;
+        }
+        (ok, tid())
+    });
+    let tids = vec![tid()];
+    let mut seen_while_open = false;
+    for i in 0..N {
+        let mut ep =
+            Endpoint::connect_cm(addr(7201), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
+        assert_eq!(ep.peer().kind, PeerKind::Rdmaxfer { version: 1 });
+        let s =
+            pingpong::run_client(&mut ep, 64, 2).unwrap_or_else(|e| panic!("ping-pong {i}: {e}"));
+        assert_eq!(s.iters, 2);
+        if i == 0 {
+            // The leak check below must be able to see our resources at all.
+            for kind in ["qp", "cq", "mr"] {
+                let all = Command::new("rdma")
+                    .args(["resource", "show", kind])
+                    .output()
+                    .unwrap();
+                assert!(
+                    !our_resources(kind, &tids).is_empty(),
+                    "no {kind} of thread {tids:?} listed while connected:\n{}",
+                    String::from_utf8_lossy(&all.stdout)
+                );
+            }
+            seen_while_open = true;
+        }
+        ep.close().unwrap_or_else(|e| panic!("close {i}: {e}"));
+    }
+    let (ok, server_tid) = server.join().unwrap();
+    assert_eq!(ok, N);
+    let tids = vec![tids[0].clone(), server_tid];
+    assert!(seen_while_open);
+    for kind in ["qp", "cq", "mr"] {
+        let left = our_resources(kind, &tids);
+        assert!(
+            left.is_empty(),
+            "leftover {kind}s after {N} cycles:\n{}",
+            left.join("\n")
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn bad_handshake_is_rejected_with_a_reason_and_the_listener_survives() {
+    need_rxe0();
+    let opts = EndpointOptions::default();
+    let mut l = Listener::bind(addr(7211), &opts).unwrap();
+    let server = thread::spawn(move || {
+        let first = l.accept(Some(T));
+        let second = l.accept(Some(T)).map(|mut ep| ep.recv());
+        (first.map(|_| ()), second, l.is_broken())
+    });
+    // A raw CM client with garbage private data (and no QP: it never gets that far).
+    let id = CmId::new().unwrap();
+    id.resolve_addr(None, addr(7211), T).unwrap();
+    id.expect_event(EventKind::AddrResolved, T, "address")
+        .unwrap();
+    id.resolve_route(T).unwrap();
+    id.expect_event(EventKind::RouteResolved, T, "route")
+        .unwrap();
+    id.connect(&ConnParam {
+        private_data: b"hello, not rdmaxfer".to_vec(),
+        retry_count: 7,
+        ..Default::default()
+    })
+    .unwrap();
+    let ev = id.next_event(Some(T), "the answer").unwrap();
+    assert_eq!(ev.kind(), EventKind::Rejected);
+    let r = Reject::decode(ev.private_data()).expect("an rdmaxfer reject reason");
+    assert!(r.text.contains("magic"), "{r:?}");
+    assert!(ev.private_data().len() <= MAX_REJECT_PRIVATE_DATA);
+    drop(ev);
+    drop(id);
+    // The listener still serves a proper client.
+    let mut ep = Endpoint::connect_cm(addr(7211), &opts).unwrap();
+    ep.send(b"still here").unwrap();
+    ep.flush().unwrap();
+    let (first, second, broken) = server.join().unwrap();
+    let e = first.unwrap_err();
+    assert!(matches!(e, Error::Protocol(_)), "{e}");
+    assert_eq!(second.unwrap().unwrap(), b"still here");
+    assert!(!broken);
+}
+
+/// Streams `n` messages one way, then back, with a small window: credits must flow back in
+/// credit-only messages (nothing is sent in the other direction to piggy-back them on).
+fn one_way_streams(server: Endpoint, client: Endpoint, n: u32) {
+    let stream = |mut ep: Endpoint, first_send: bool| {
+        thread::spawn(move || {
+            let phases = if first_send {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for send in phases {
+                for i in 0..n {
+                    if send {
+                        ep.send_with(40, |b| b[..4].copy_from_slice(&i.to_be_bytes()))
+                            .unwrap_or_else(|e| panic!("send {i}: {e}"));
+                    } else {
+                        let got = ep
+                            .recv_with(|m| u32::from_be_bytes(m.data[..4].try_into().unwrap()))
+                            .unwrap_or_else(|e| panic!("recv {i}: {e}"));
+                        assert_eq!(got, i, "messages arrive in order");
+                    }
+                }
+                ep.flush().unwrap();
+            }
+            ep
+        })
+    };
+    let a = stream(server, true);
+    let b = stream(client, false);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert!(a.credits() > 0 && b.credits() > 0);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn credits_flow_back_without_piggy_backing() {
+    need_rxe0();
+    for wait in [WaitMode::Poll, WaitMode::Event] {
+        let opts = EndpointOptions {
+            msg_size: 64,
+            recv_depth: 3,
+            send_depth: 2,
+            wait,
+            ..Default::default()
+        };
+        let mut l = Listener::bind(addr(7221), &opts).unwrap();
+        let s = thread::spawn(move || l.accept(Some(T)).unwrap());
+        let c = Endpoint::connect_cm(addr(7221), &opts).unwrap();
+        let s = s.join().unwrap();
+        assert_eq!(c.credits(), 3);
+        assert_eq!(c.peer().recv_depth, Some(3));
+        one_way_streams(s, c, 500);
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn oob_endpoints_exchange_messages_in_turn() {
+    need_rxe0();
+    let opts = EndpointOptions {
+        msg_size: 256,
+        ..Default::default()
+    };
+    let l = OobListener::bind(addr(7231), &opts).unwrap();
+    let s = thread::spawn(move || {
+        let mut ep = l.accept(Some(T)).unwrap();
+        for _ in 0..50 {
+            let m = ep.recv().unwrap();
+            ep.send(&m.iter().rev().copied().collect::<Vec<u8>>())
+                .unwrap();
+        }
+        ep.close().unwrap();
+    });
+    let mut c = Endpoint::connect_oob(addr(7231), &opts).unwrap();
+    assert_eq!(c.peer().kind, PeerKind::Unknown);
+    assert_eq!(c.local().gid_index, Some(1));
+    for i in 0..50u8 {
+        let msg: Vec<u8> = (0..=i).collect();
+        c.send(&msg).unwrap();
+        // Request/response: a second message must wait for the answer.
+        assert_eq!(c.credits(), 0);
+        let back = c.recv().unwrap();
+        assert_eq!(back, msg.iter().rev().copied().collect::<Vec<u8>>());
+    }
+    c.close().unwrap();
+    s.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn write_with_imm_and_read_through_an_endpoint() {
+    need_rxe0();
+    let opts = EndpointOptions {
+        msg_size: 64,
+        ..Default::default()
+    };
+    let mut l = Listener::bind(addr(7241), &opts).unwrap();
+    let s = thread::spawn(move || {
+        let mut ep = l.accept(Some(T)).unwrap();
+        let region = ExposedRegion::new(ep.pd(), 8192, RemoteAccess::ReadWrite).unwrap();
+        ep.send(&region.descriptor().encode()).unwrap();
+        let (imm, len) = ep.recv_with(|m| (m.imm, m.rdma_write_len)).unwrap();
+        assert_eq!((imm, len), (Some(0xfeed), Some(4096)));
+        let data = region.to_vec();
+        ep.send(b"ok").unwrap();
+        // Keep the region exposed until the client has read it back.
+        assert_eq!(ep.recv().unwrap(), b"read done");
+        ep.close().unwrap();
+        data
+    });
+    let mut c = Endpoint::connect_cm(addr(7241), &opts).unwrap();
+    let remote = RemoteRegion::decode(&c.recv().unwrap()).unwrap();
+    let mut buf = LocalBuf::new(c.pd(), 4096).unwrap();
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let want = buf.to_vec();
+    c.post(SendRequest::new(
+        1,
+        SendOp::WriteWithImm(remote.slice(100, 4096).unwrap(), 0xfeed),
+        [Sge::new(buf)],
+    ))
+    .unwrap();
+    let done = c.poll_user(1, T).unwrap();
+    assert_eq!(done[0].wr_id, 1);
+    assert!(done[0].is_success());
+    assert_eq!(c.recv().unwrap(), b"ok");
+    let back = LocalBuf::new(c.pd(), 4096).unwrap();
+    c.post(SendRequest::new(
+        2,
+        SendOp::Read(remote.slice(100, 4096).unwrap()),
+        [Sge::new(back)],
+    ))
+    .unwrap();
+    let done = c.poll_user(1, T).unwrap().remove(0).result().unwrap();
+    assert_eq!(&done.into_local_bufs()[0][..], &want[..]);
+    // Endpoint SENDs and reserved ids are refused on post().
+    let e = c.post(SendRequest::send(3, [])).unwrap_err();
+    assert!(e.to_string().contains("Endpoint::send"), "{e}");
+    c.send(b"read done").unwrap();
+    c.close().unwrap();
+    let data = s.join().unwrap();
+    assert_eq!(&data[100..4196], &want[..]);
+    assert!(data[..100].iter().all(|&b| b == 0));
+}
