@@ -2,5 +2,6 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod file;
 pub mod loopback;
 pub mod rdma_rw;
