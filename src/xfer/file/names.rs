@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
 use super::proto::{Reason, MAX_NAME_LEN};
@@ -103,14 +103,20 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
             c if c.len() > MAX_COMPONENT_LEN => {
                 return Err(bad_name(
                     name,
-                    format_args!("a component of {} bytes, the maximum is {MAX_COMPONENT_LEN}", c.len()),
+                    format_args!(
+                        "a component of {} bytes, the maximum is {MAX_COMPONENT_LEN}",
+                        c.len()
+                    ),
                 ))
             }
             _ => {}
         }
     }
     if name.ends_with(TEMP_SUFFIX) {
-        return Err(bad_name(name, format_args!("names ending in {TEMP_SUFFIX} are reserved")));
+        return Err(bad_name(
+            name,
+            format_args!("names ending in {TEMP_SUFFIX} are reserved"),
+        ));
     }
     Ok(RelPath(name.to_string()))
 }
@@ -130,8 +136,12 @@ fn io_err(op: String, e: Errno) -> Error {
 impl ConfinedDir {
     /// Opens `dir` itself (symlinks in `dir` are followed: the operator chose it).
     pub fn open(dir: &Path) -> Result<ConfinedDir> {
-        let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| io_err(format!("open output directory {}", dir.display()), e))?;
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(format!("open output directory {}", dir.display()), e))?;
         Ok(ConfinedDir {
             fd,
             path: dir.to_path_buf(),
@@ -160,7 +170,10 @@ impl ConfinedDir {
             Some(_) if e == Errno::NOTDIR || e == Errno::LOOP => "is not a directory".to_string(),
             _ => format!("cannot be opened: {}", std::io::Error::from(e)),
         };
-        bad_name(rel.as_str(), format_args!("{} {what}", self.path.join(name).display()))
+        bad_name(
+            rel.as_str(),
+            format_args!("{} {what}", self.path.join(name).display()),
+        )
     }
 
     /// The type of entry `name` (without following symlinks), or None if it does not exist.
@@ -201,7 +214,10 @@ impl ConfinedDir {
     pub fn remove(&self, name: &str) -> Result<()> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(io_err(format!("remove {}", self.path.join(name).display()), e)),
+            Err(e) => Err(io_err(
+                format!("remove {}", self.path.join(name).display()),
+                e,
+            )),
         }
     }
 
@@ -217,7 +233,10 @@ impl ConfinedDir {
             Ok(()) => Ok(()),
             Err(Errno::EXIST) => Err(Error::refused(
                 Reason::Exists,
-                format!("{} exists (use --force to overwrite)", self.path.join(to).display()),
+                format!(
+                    "{} exists (use --force to overwrite)",
+                    self.path.join(to).display()
+                ),
             )),
             Err(e) => Err(io_err(
                 format!("rename {} to {to}", self.path.join(from).display()),
@@ -322,7 +341,15 @@ mod tests {
 
     #[test]
     fn ordinary_names_accepted() {
-        for n in ["a", "a/b/c.txt", ".hidden", "..x", "x..", "名前/ファイル", &"a/".repeat(2000)[..3999]] {
+        for n in [
+            "a",
+            "a/b/c.txt",
+            ".hidden",
+            "..x",
+            "x..",
+            "名前/ファイル",
+            &"a/".repeat(2000)[..3999],
+        ] {
             assert_eq!(sanitize(n).unwrap().as_str(), n);
         }
         let r = sanitize("a/b/c.txt").unwrap();
@@ -336,8 +363,15 @@ mod tests {
     fn long_final_component_gets_a_short_temp_name() {
         let r = sanitize(&"n".repeat(255)).unwrap();
         let t = r.temp_name();
-        assert!(t.len() <= MAX_COMPONENT_LEN && t.ends_with(TEMP_SUFFIX), "{t}");
-        assert_eq!(t, sanitize(&"n".repeat(255)).unwrap().temp_name(), "deterministic");
+        assert!(
+            t.len() <= MAX_COMPONENT_LEN && t.ends_with(TEMP_SUFFIX),
+            "{t}"
+        );
+        assert_eq!(
+            t,
+            sanitize(&"n".repeat(255)).unwrap().temp_name(),
+            "deterministic"
+        );
     }
 
     #[test]
@@ -350,7 +384,10 @@ mod tests {
         // Again: parents exist now, a stale temp is replaced.
         std::fs::write(out.path().join("a/b/.c.txt.rdmaxfer-part"), b"stale").unwrap();
         create_confined(out.path(), &rel).unwrap();
-        assert_eq!(std::fs::read(out.path().join("a/b/.c.txt.rdmaxfer-part")).unwrap(), b"");
+        assert_eq!(
+            std::fs::read(out.path().join("a/b/.c.txt.rdmaxfer-part")).unwrap(),
+            b""
+        );
     }
 
     #[test]
@@ -366,7 +403,11 @@ mod tests {
             }) => assert!(message.contains("symbolic link"), "{message}"),
             other => panic!("expected refusal, got {other:?}"),
         }
-        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "nothing escaped");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing escaped"
+        );
     }
 
     #[test]
@@ -390,7 +431,10 @@ mod tests {
         let rel = sanitize("x").unwrap();
         symlink(&target, out.path().join(rel.temp_name())).unwrap();
         let dir = open_parent(out.path(), &rel).unwrap();
-        assert!(dir.open_file(&rel.temp_name(), false).is_err(), "O_NOFOLLOW");
+        assert!(
+            dir.open_file(&rel.temp_name(), false).is_err(),
+            "O_NOFOLLOW"
+        );
         // create_confined removes the link itself and creates a real file.
         create_confined(out.path(), &rel).unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
