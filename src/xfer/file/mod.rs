@@ -3,3 +3,4 @@
 
 pub mod names;
 pub mod proto;
+pub mod sink;
