@@ -4,3 +4,4 @@
 pub mod names;
 pub mod proto;
 pub mod sink;
+pub mod source;
