@@ -5,3 +5,4 @@ pub mod names;
 pub mod proto;
 pub mod sink;
 pub mod source;
+pub mod transfer;

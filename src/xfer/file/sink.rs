@@ -156,6 +156,13 @@ impl Sink {
         (self.held, self.held_hash)
     }
 
+    /// Whether [`abort`](Sink::abort) (or drop) keeps the temporary file for a later resume
+    /// (initially: the `resume` option). A receiver run with `--resume` keeps partial files even
+    /// when this attempt did not itself resume.
+    pub fn set_keep_on_abort(&mut self, keep: bool) {
+        self.opts.resume = keep;
+    }
+
     /// The announced file size.
     pub fn size(&self) -> u64 {
         self.size
