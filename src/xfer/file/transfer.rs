@@ -259,7 +259,6 @@ struct StagingRing {
     region: ExposedRegion,
     slot_size: u32,
     slot_count: u32,
-    copy: Vec<u8>,
 }
 
 /// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
@@ -381,6 +380,110 @@ enum Chunk {
     Ctl(Result<Msg>),
 }
 
+/// Copy buffers between the receiving thread and the writer thread.
+const WRITE_BUFS: usize = 4;
+
+/// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
+/// the slot's credit goes back), a writer thread writes and hashes it, so the network and the
+/// disk overlap. A write error does not stop the draining: it is returned with the sink for the
+/// ACK. Other errors (protocol, connection, an ERR from the sender) end the file (the sink is
+/// dropped, which removes or keeps the temporary file).
+fn receive_data(
+    ep: &mut Endpoint,
+    r: &mut StagingRing,
+    sink: Sink,
+    held: u64,
+    size: u64,
+) -> Result<(Sink, Option<Error>)> {
+    let slot = u64::from(r.slot_size);
+    let bufs = (size - held).div_ceil(slot).clamp(1, WRITE_BUFS as u64) as usize;
+    std::thread::scope(|sc| {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(bufs);
+        let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        for _ in 0..bufs {
+            free_tx
+                .send(vec![0u8; r.slot_size as usize])
+                .expect("receiver alive");
+        }
+        let writer = sc.spawn(move || {
+            let mut sink = sink;
+            let mut failure: Option<Error> = None;
+            let mut off = held;
+            for (buf, n) in full_rx {
+                if failure.is_none() {
+                    if let Err(e) = sink.write_at(off, &buf[..n]) {
+                        failure = Some(e);
+                    }
+                }
+                off += n as u64;
+                if free_tx.send(buf).is_err() {
+                    break;
+                }
+            }
+            (sink, failure)
+        });
+        let mut off = held;
+        let mut seq: u16 = 0;
+        let res: Result<()> = (|| {
+            while off < size {
+                let want = (size - off).min(slot) as usize;
+                let mut buf = free_rx
+                    .recv()
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                let StagingRing {
+                    region, slot_count, ..
+                } = &*r;
+                let got = ep.recv_with(|m| -> Result<Chunk> {
+                    let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
+                        return Ok(Chunk::Ctl(decode_ctl(m.data)));
+                    };
+                    let imm = proto::decode_imm(imm, *slot_count)?;
+                    if imm.seq != seq {
+                        return Err(Error::Protocol(format!(
+                            "data chunk {} arrived where chunk {seq} (mod 65536) was expected",
+                            imm.seq
+                        )));
+                    }
+                    if len as usize != want {
+                        return Err(Error::Protocol(format!(
+                            "data chunk {seq} is {len} bytes, expected {want}"
+                        )));
+                    }
+                    region.read_at(usize::from(imm.slot) * slot as usize, &mut buf[..want])?;
+                    Ok(Chunk::Data(want))
+                })??;
+                let n = match got {
+                    Chunk::Data(n) => n,
+                    Chunk::Ctl(Ok(Msg::Err { reason, message })) => {
+                        return Err(peer_err(reason, &message))
+                    }
+                    Chunk::Ctl(Ok(m)) => {
+                        return Err(Error::Protocol(format!("expected a data chunk, got {m:?}")))
+                    }
+                    Chunk::Ctl(Err(e)) => return Err(e),
+                };
+                full_tx
+                    .send((buf, n))
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                off += n as u64;
+                seq = seq.wrapping_add(1);
+            }
+            Ok(())
+        })();
+        drop(full_tx);
+        let (sink, failure) = writer
+            .join()
+            .map_err(|_| Error::refused(Reason::Internal, "the writer thread panicked"))?;
+        match res {
+            Ok(()) => Ok((sink, failure)),
+            Err(e) => {
+                drop(sink);
+                Err(e)
+            }
+        }
+    })
+}
+
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
@@ -389,7 +492,7 @@ fn receive_file(
     nonce: &Digest,
     h: Hello,
 ) -> Result<()> {
-    let mut sink = match open_sink(opts, nonce, &h) {
+    let sink = match open_sink(opts, nonce, &h) {
         Ok(s) => s,
         Err(e) => {
             let reason = reason_of(&e);
@@ -425,7 +528,6 @@ fn receive_file(
             region: ExposedRegion::new(ep.pd(), len, RemoteAccess::Write)?,
             slot_size,
             slot_count,
-            copy: vec![0u8; slot_size as usize],
         });
     }
     let r = ring.as_mut().expect("made above");
@@ -444,86 +546,22 @@ fn receive_file(
     )?;
 
     let size = h.size;
-    let slot = u64::from(slot_size);
-    let mut off = held;
-    let mut seq: u16 = 0;
-    let mut write_failure: Option<Error> = None;
-    while off < size {
-        let want = (size - off).min(slot) as usize;
-        let StagingRing {
-            region,
-            copy,
-            slot_count,
-            ..
-        } = &mut *r;
-        let got = ep.recv_with(|m| -> Result<Chunk> {
-            let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
-                return Ok(Chunk::Ctl(decode_ctl(m.data)));
-            };
-            let imm = proto::decode_imm(imm, *slot_count)?;
-            if imm.seq != seq {
-                return Err(Error::Protocol(format!(
-                    "data chunk {} arrived where chunk {seq} (mod 65536) was expected",
-                    imm.seq
-                )));
-            }
-            if len as usize != want {
-                return Err(Error::Protocol(format!(
-                    "data chunk {seq} is {len} bytes, expected {want}"
-                )));
-            }
-            region.read_at(
-                usize::from(imm.slot) * slot_size as usize,
-                &mut copy[..want],
-            )?;
-            Ok(Chunk::Data(want))
-        });
-        let n = match got.and_then(|c| c) {
-            Ok(Chunk::Data(n)) => n,
-            Ok(Chunk::Ctl(Ok(Msg::Err { reason, message }))) => {
-                let e = peer_err(reason, &message);
-                report
-                    .files
-                    .push(FileReport::failed(&h.name, size, reason, e.to_string()));
-                return Err(e);
-            }
-            Ok(Chunk::Ctl(other)) => {
-                let e = match other {
-                    Ok(m) => Error::Protocol(format!("expected a data chunk, got {m:?}")),
-                    Err(e) => e,
-                };
+    let (sink, write_failure) = match receive_data(ep, r, sink, held, size) {
+        Ok(x) => x,
+        Err(e) => {
+            if matches!(e, Error::Protocol(_)) {
                 send_err(ep, Reason::Protocol, &e);
-                report.files.push(FileReport::failed(
-                    &h.name,
-                    size,
-                    Reason::Protocol,
-                    e.to_string(),
-                ));
-                return Err(e);
             }
-            Err(e) => {
-                if matches!(e, Error::Protocol(_)) {
-                    send_err(ep, Reason::Protocol, &e);
-                }
-                report.files.push(FileReport::failed(
-                    &h.name,
-                    size,
-                    reason_of(&e),
-                    e.to_string(),
-                ));
-                return Err(e);
-            }
-        };
-        // A write error does not end the session: drain the rest, then answer FIN with it.
-        if write_failure.is_none() {
-            if let Err(e) = sink.write_at(off, &r.copy[..n]) {
-                write_failure = Some(e);
-            }
+            report.files.push(FileReport::failed(
+                &h.name,
+                size,
+                reason_of(&e),
+                e.to_string(),
+            ));
+            return Err(e);
         }
-        off += n as u64;
-        report.bytes += n as u64;
-        seq = seq.wrapping_add(1);
-    }
+    };
+    report.bytes += size - held;
 
     let fin = recv_ctl(ep);
     let (bytes, hash) = match fin {
@@ -732,62 +770,34 @@ fn send_one(
         });
     }
     let r = ring.as_mut().expect("made above");
-    let slot = u64::from(r.slot_size);
-    let mut k: u64 = 0;
-    let mut in_flight = 0usize;
-    let mut failure: Option<Error> = None;
-    while src.offset() < size {
-        while r.free.is_empty() {
-            collect(ep, r, &mut in_flight)?;
+    let sent_before = report.bytes;
+    let hash = match send_data(
+        ep,
+        r,
+        src,
+        &remote,
+        mr.slot_count,
+        opts.corrupt_chunk,
+        &mut |n| progress(sent_before + n),
+    ) {
+        Ok((hash, n)) => {
+            report.bytes += n;
+            hash
         }
-        let mut buf = r.free.pop().expect("not empty");
-        let want = (size - src.offset()).min(slot) as usize;
-        let n = match src.read_chunk(&mut buf[..want]) {
-            Ok(n) => n,
-            Err(err) => {
-                r.free.push(buf);
-                failure = Some(err);
-                break;
+        Err((err, n)) => {
+            report.bytes += n;
+            if err.reason() == Some(Reason::ReadError) {
+                send_err(ep, Reason::ReadError, &err);
             }
-        };
-        if opts.corrupt_chunk == Some(k) && n > 0 {
-            buf[0] ^= 0xff;
+            report.files.push(FileReport::failed(
+                name,
+                size,
+                reason_of(&err),
+                err.to_string(),
+            ));
+            return Err(err);
         }
-        let slot_idx = (k % u64::from(mr.slot_count)) as u16;
-        let imm = proto::encode_imm(proto::Imm {
-            slot: slot_idx,
-            seq: k as u16,
-        });
-        let target = remote.slice(u64::from(slot_idx) * slot, n as u64)?;
-        let wr = SendRequest::new(
-            k,
-            SendOp::WriteWithImm(target, imm),
-            [Sge::range(buf, 0, n)],
-        );
-        if let Err(pe) = ep.post(wr) {
-            r.free
-                .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
-            return Err(pe.error);
-        }
-        in_flight += 1;
-        k += 1;
-        report.bytes += n as u64;
-        progress(report.bytes);
-    }
-    while in_flight > 0 {
-        collect(ep, r, &mut in_flight)?;
-    }
-    if let Some(err) = failure {
-        send_err(ep, reason_of(&err), &err);
-        report.files.push(FileReport::failed(
-            name,
-            size,
-            reason_of(&err),
-            err.to_string(),
-        ));
-        return Err(err);
-    }
-    let hash = src.finish()?;
+    };
     send_msg(ep, &Msg::Fin { bytes: size, hash })?;
     match recv_ctl(ep)? {
         Msg::Ack {
@@ -803,6 +813,115 @@ fn send_one(
         other => return Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
     }
     Ok(())
+}
+
+/// Sends the rest of `src` (from its current offset): a reader thread reads and hashes chunks
+/// into the registered buffers while this thread posts them and takes completed ones back, so
+/// disk, hash and network overlap. Returns the whole file's hash and the bytes written (also
+/// with an error).
+fn send_data(
+    ep: &mut Endpoint,
+    r: &mut SendRing,
+    src: Source,
+    remote: &RemoteRegion,
+    slot_count: u32,
+    corrupt_chunk: Option<u64>,
+    progress: &mut dyn FnMut(u64),
+) -> std::result::Result<(Digest, u64), (Error, u64)> {
+    let size = src.size();
+    let slot = u64::from(r.slot_size);
+    let chunks = (size - src.offset()).div_ceil(slot);
+    let mut written = 0u64;
+    std::thread::scope(|sc| {
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<LocalBuf>();
+        let (full_tx, full_rx) = std::sync::mpsc::channel::<Result<(LocalBuf, usize)>>();
+        let reader = sc.spawn(move || {
+            let mut src = src;
+            let mut k = 0u64;
+            while src.offset() < size {
+                let Ok(mut buf) = empty_rx.recv() else { break };
+                let want = (size - src.offset()).min(slot) as usize;
+                let r = src.read_chunk(&mut buf[..want]).map(|n| {
+                    if corrupt_chunk == Some(k) && n > 0 {
+                        buf[0] ^= 0xff;
+                    }
+                    (buf, n)
+                });
+                let failed = r.is_err();
+                if full_tx.send(r).is_err() || failed {
+                    break;
+                }
+                k += 1;
+            }
+            src
+        });
+        let mut at_reader = 0usize;
+        for b in r.free.drain(..) {
+            if empty_tx.send(b).is_ok() {
+                at_reader += 1;
+            }
+        }
+        let mut in_flight = 0usize;
+        let res: Result<()> = (|| {
+            let mut k = 0u64;
+            while k < chunks {
+                if at_reader == 0 {
+                    collect(ep, r, &mut in_flight)?;
+                    for b in r.free.drain(..) {
+                        if empty_tx.send(b).is_ok() {
+                            at_reader += 1;
+                        }
+                    }
+                    continue;
+                }
+                let (buf, n) = full_rx
+                    .recv()
+                    .map_err(|_| Error::refused(Reason::Internal, "the reader thread ended"))??;
+                at_reader -= 1;
+                let slot_idx = (k % u64::from(slot_count)) as u16;
+                let imm = proto::encode_imm(proto::Imm {
+                    slot: slot_idx,
+                    seq: k as u16,
+                });
+                let target = remote.slice(u64::from(slot_idx) * slot, n as u64)?;
+                let wr = SendRequest::new(
+                    k,
+                    SendOp::WriteWithImm(target, imm),
+                    [Sge::range(buf, 0, n)],
+                );
+                if let Err(pe) = ep.post(wr) {
+                    r.free
+                        .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
+                    return Err(pe.error);
+                }
+                in_flight += 1;
+                k += 1;
+                written += n as u64;
+                progress(written);
+            }
+            while in_flight > 0 {
+                collect(ep, r, &mut in_flight)?;
+            }
+            Ok(())
+        })();
+        drop(empty_tx);
+        let src = reader.join();
+        // Buffers the reader still held are dropped with the channel: make the ring whole again.
+        r.free
+            .extend(full_rx.try_iter().filter_map(|x| x.ok().map(|(b, _)| b)));
+        if r.free.len() + in_flight < r.total {
+            // Some buffers were lost (reader error path): re-made on the next file.
+            r.total = usize::MAX;
+        }
+        let src = src.map_err(|_| {
+            (
+                Error::refused(Reason::Internal, "the reader thread panicked"),
+                written,
+            )
+        })?;
+        res.map_err(|e| (e, written))?;
+        src.finish().map(|h| (h, written)).map_err(|e| (e, written))
+    })
 }
 
 /// Waits for at least one data-chunk completion and takes its buffers back.
