@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ci/guest-file-bench.sh [MIB] [CHUNK] — runs INSIDE the guest: `rdmaxfer send` → `recv --once` of a
 # MIB-MiB random file tmpfs → tmpfs with verification, then ib_write_bw at the same message size.
+# Extra rdmaxfer flags for both sides in $FLAGS (e.g. FLAGS=--event).
 # Prints both JSON summaries, the peak RSS of both sides (/usr/bin/time if present) and ib_write_bw's.
 set -euo pipefail
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
@@ -12,11 +13,11 @@ work="$(mktemp -d /tmp/rdmaxfer-fbench.XXXXXX)"
 mkdir -p "$work/src" "$work/out"
 head -c "$((mib << 20))" /dev/urandom >"$work/src/f.bin"
 timer=()
-[[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "peak RSS %M KiB")
-"${timer[@]}" "$bin" recv --out "$work/out" --listen "$ip" -p "$port" --once --json >"$work/recv.json" 2>"$work/recv.err" &
+[[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "peak RSS %M KiB, %e s elapsed, %U s user, %S s sys")
+"${timer[@]}" "$bin" recv --out "$work/out" --listen "$ip" -p "$port" --once --json ${FLAGS:-} >"$work/recv.json" 2>"$work/recv.err" &
 rpid=$!
 for _ in $(seq 1 400); do grep -q "listening on" "$work/recv.err" && break; sleep 0.05; done
-"${timer[@]}" "$bin" send "$work/src/f.bin" "$ip:$port" --chunk "$chunk" --json >"$work/send.json" 2>"$work/send.err"
+"${timer[@]}" "$bin" send "$work/src/f.bin" "$ip:$port" --chunk "$chunk" --json ${FLAGS:-} >"$work/send.json" 2>"$work/send.err"
 wait "$rpid"
 cmp "$work/src/f.bin" "$work/out/f.bin"
 echo "sender:   $(cat "$work/send.json")"; grep -h "peak RSS" "$work/send.err" || true
