@@ -1,5 +1,6 @@
 //! `rdmaxfer send` and `rdmaxfer recv`: verified file transfer (library: `xfer::file::transfer`).
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -236,16 +237,25 @@ pub fn send(a: SendArgs) -> Result<()> {
     let opts = sopts.endpoint_options(&a.conn.options(4096, 16, 0)?);
     let mut conn = a.conn.clone();
     conn.port = port;
+    let total: u64 = entries
+        .iter()
+        .filter_map(|e| std::fs::metadata(&e.path).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut bar = Progress::new(total, !a.json && std::io::stdout().is_terminal());
     let start = Instant::now();
     let mut report = SessionReport::default();
     let r = conn.connect(&host, &opts).and_then(|mut ep| {
-        let r = transfer::send(&mut ep, &entries, &sopts, &mut report, &mut |_| {})
-            .map_err(anyhow::Error::from);
+        let r = transfer::send(&mut ep, &entries, &sopts, &mut report, &mut |n| {
+            bar.update(n)
+        })
+        .map_err(anyhow::Error::from);
         if let Err(e) = ep.close() {
             tracing::debug!("closing: {e}");
         }
         r
     });
+    bar.finish();
     let secs = start.elapsed().as_secs_f64();
     if a.json {
         println!("{}", summary(&report, secs, r.as_ref().err()));
@@ -253,4 +263,50 @@ pub fn send(a: SendArgs) -> Result<()> {
         print_text(&report, secs, "sent");
     }
     r
+}
+
+/// A one-line progress display on stderr (bytes, rate, ETA), redrawn at most 5 times a second;
+/// only when stdout is a terminal and no JSON is asked for.
+struct Progress {
+    total: u64,
+    enabled: bool,
+    start: Instant,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    fn new(total: u64, enabled: bool) -> Progress {
+        Progress {
+            total,
+            enabled,
+            start: Instant::now(),
+            last: None,
+        }
+    }
+
+    fn update(&mut self, done: u64) {
+        if !self.enabled || self.last.is_some_and(|t| t.elapsed().as_millis() < 200) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let rate = mib(done) / secs;
+        let eta = if rate > 0.0 {
+            format!("{:.0} s", mib(self.total.saturating_sub(done)) / rate)
+        } else {
+            "?".into()
+        };
+        eprint!(
+            "\r{:>9.1} / {:.1} MiB  {rate:>7.1} MiB/s  ETA {eta:<8}",
+            mib(done),
+            mib(self.total)
+        );
+    }
+
+    fn finish(&self) {
+        if self.enabled && self.last.is_some() {
+            eprintln!();
+        }
+    }
 }
