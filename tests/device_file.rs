@@ -500,3 +500,47 @@ fn resume_after_a_killed_sender_completes_and_verifies() {
     assert!(!temp.exists());
     r.kill();
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn receiver_disk_full_is_a_clear_error_on_both_sides() {
+    need_rxe0();
+    let port = 7325;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("small");
+    std::fs::create_dir_all(&out).unwrap();
+    // A 1 MiB tmpfs (the guest runs tests as root).
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&out)
+        .status()
+        .expect("running mount");
+    assert!(
+        st.success(),
+        "mounting a small tmpfs failed (the guest runs tests as root)"
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(out.clone());
+    let src = tmp.path().join("two.bin");
+    std::fs::write(&src, pseudo_random(2 << 20, 3)).unwrap();
+    let r = recv(port, &out, &["--once"]);
+    let s = send(port, &[&src], &[]).finish(T);
+    s.failed("send to a full disk");
+    let d = r.finish(T);
+    d.failed("recv onto a full disk");
+    for j in [one_json(&s), one_json(&d)] {
+        assert_eq!(j["result"], "error", "{j}");
+        assert_eq!(j["files"][0]["result"], "no space", "{j}");
+        let msg = j["files"][0]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("free"),
+            "the message says how much is free: {msg}"
+        );
+    }
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+}
