@@ -501,6 +501,60 @@ fn resume_after_a_killed_sender_completes_and_verifies() {
     r.kill();
 }
 
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Mounts a tmpfs of `size` (e.g. "1m") on `dir` (the guest runs tests as root).
+fn small_tmpfs(dir: &Path, size: &str) -> Unmount {
+    std::fs::create_dir_all(dir).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .expect("running mount");
+    assert!(
+        st.success(),
+        "mounting a small tmpfs failed (the guest runs tests as root)"
+    );
+    Unmount(dir.to_path_buf())
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn disk_filling_up_during_the_transfer_is_reported_and_nothing_is_committed() {
+    need_rxe0();
+    let port = 7326;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("small");
+    let _u = small_tmpfs(&out, "16m");
+    let src = tmp.path().join("twelve.bin");
+    std::fs::write(&src, pseudo_random(12 << 20, 4)).unwrap();
+    let r = recv(port, &out, &["--once"]);
+    let s = send(port, &[&src], &SLOW);
+    wait_until("the transfer starting", T, || has_temp(&out));
+    // Something else fills the disk after the receiver's free-space check.
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(out.join("filler")).unwrap();
+        let block = vec![1u8; 1 << 20];
+        while f.write_all(&block).is_ok() {}
+    }
+    let s = s.finish(T);
+    s.failed("send while the receiver's disk fills up");
+    let d = r.finish(T);
+    d.failed("recv onto a disk that filled up");
+    for j in [one_json(&s), one_json(&d)] {
+        assert_eq!(j["result"], "error", "{j}");
+        assert_eq!(j["files"][0]["result"], "no space", "{j}");
+    }
+    assert_eq!(listing(&out), ["filler"], "only the filler may remain");
+}
+
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn receiver_disk_full_is_a_clear_error_on_both_sides() {
@@ -508,24 +562,7 @@ fn receiver_disk_full_is_a_clear_error_on_both_sides() {
     let port = 7325;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("small");
-    std::fs::create_dir_all(&out).unwrap();
-    // A 1 MiB tmpfs (the guest runs tests as root).
-    let st = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-        .arg(&out)
-        .status()
-        .expect("running mount");
-    assert!(
-        st.success(),
-        "mounting a small tmpfs failed (the guest runs tests as root)"
-    );
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(out.clone());
+    let _u = small_tmpfs(&out, "1m");
     let src = tmp.path().join("two.bin");
     std::fs::write(&src, pseudo_random(2 << 20, 3)).unwrap();
     let r = recv(port, &out, &["--once"]);
