@@ -513,7 +513,9 @@ fn receive_file(
         }
     };
     // The ring: one per connection, re-made only if the chunk size changes.
-    let slot_count = opts.slots.clamp(1, MAX_SLOTS);
+    // The ring must have at least as many slots as the sender may have messages in flight (the
+    // credits this endpoint grants), or a credit would not imply a free slot (see module docs).
+    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
     let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
         .min(MAX_RING_BYTES / u64::from(slot_count))
         .max(1) as u32;
