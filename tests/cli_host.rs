@@ -43,3 +43,38 @@ fn help_lists_the_commands() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("devices") && s.contains("loopback"), "{s}");
 }
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn send_and_recv_refuse_bad_arguments_before_connecting() {
+    let (ok, _, err) = run(&["recv", "--out", "/nonexistent/rdmaxfer-out"]);
+    assert!(!ok);
+    assert!(err.contains("create the directory first"), "{err}");
+    let (ok, _, err) = run(&["send", "198.18.0.1"]);
+    assert!(!ok, "send without a path must fail");
+    assert!(err.contains("PATH"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let p = f.to_str().unwrap();
+    let (ok, _, err) = run(&["send", p, "127.0.0.1:1", "--chunk", "9M"]);
+    assert!(!ok);
+    assert!(err.contains("--chunk must be"), "{err}");
+    let (ok, _, err) = run(&["send", p, "127.0.0.1:1", "--chunk", "1Q"]);
+    assert!(!ok);
+    assert!(err.contains("unknown unit"), "{err}");
+    let (ok, _, err) = run(&["send", "/nonexistent/rdmaxfer-src", "127.0.0.1:1"]);
+    assert!(!ok);
+    assert!(err.contains("listing the files to send"), "{err}");
+}

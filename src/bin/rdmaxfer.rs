@@ -7,6 +7,8 @@ use std::process::ExitCode;
 mod bench;
 #[path = "rdmaxfer/conn.rs"]
 mod conn;
+#[path = "rdmaxfer/file.rs"]
+mod file;
 #[path = "rdmaxfer/onesided.rs"]
 mod onesided;
 #[path = "rdmaxfer/pingpong.rs"]
@@ -58,6 +60,10 @@ enum Command {
     Read(onesided::ReadArgs),
     /// Bandwidth of RDMA WRITE, READ or SEND, perftest-style.
     Bench(bench::Args),
+    /// Send files and directories to `rdmaxfer recv`, verified by BLAKE3.
+    Send(file::SendArgs),
+    /// Receive files from `rdmaxfer send` into a directory (one sender after another).
+    Recv(file::RecvArgs),
 }
 
 fn print_devices(devs: &[DeviceInfo]) {
@@ -134,6 +140,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Write(a) => onesided::write(a)?,
         Command::Read(a) => onesided::read(a)?,
         Command::Bench(a) => bench::run(a)?,
+        Command::Send(a) => file::send(a)?,
+        Command::Recv(a) => file::recv(a)?,
     }
     Ok(())
 }

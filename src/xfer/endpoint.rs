@@ -675,6 +675,11 @@ impl Endpoint {
         self.qp.caps().max_send_wr.saturating_sub(self.own_sq)
     }
 
+    /// Receives kept posted for the peer's messages: the credits granted to it.
+    pub fn recv_depth(&self) -> u32 {
+        self.recv_depth
+    }
+
     /// Messages we may send now without waiting for the peer.
     pub fn credits(&self) -> u32 {
         match self.flow {

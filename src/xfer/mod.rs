@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod endpoint;
+pub mod file;
 pub mod loopback;
 pub mod onesided;
 pub mod pingpong;

@@ -70,7 +70,12 @@ impl Done {
 }
 
 pub fn spawn_prog(name: &str, prog: &str, args: &[&str]) -> Proc {
-    let mut child = Command::new(prog)
+    spawn_command(name, Command::new(prog), args)
+}
+
+fn spawn_command(name: &str, mut cmd: Command, args: &[&str]) -> Proc {
+    let prog = format!("{:?}", cmd.get_program());
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -188,4 +193,15 @@ impl Drop for Proc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Like [`spawn`], with extra environment variables.
+pub fn spawn_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    spawn_cmd(name, env!("CARGO_BIN_EXE_rdmaxfer"), args, env)
+}
+
+fn spawn_cmd(name: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let mut cmd = Command::new(prog);
+    cmd.envs(env.iter().copied());
+    spawn_command(name, cmd, args)
 }
