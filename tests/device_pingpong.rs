@@ -407,7 +407,9 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         "{}",
         c.err
     );
-    assert!(c.elapsed < Duration::from_secs(5), "took {:?}", c.elapsed);
+    // Resolve, route and connect each have a 5 s deadline; the rejection must come well before
+    // they add up (on a loaded emulated guest it was seen to take 6 s).
+    assert!(c.elapsed < Duration::from_secs(10), "took {:?}", c.elapsed);
 
     let c = spawn(
         "client",
