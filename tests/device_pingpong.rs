@@ -408,7 +408,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         c.err
     );
     // Resolve, route and connect each have a 5 s deadline; the rejection must come well before
-    // they add up (on a loaded emulated guest it was seen to take 6 s).
+    // they add up (a cold start of the binary in the guest alone can take several seconds).
     assert!(c.elapsed < Duration::from_secs(10), "took {:?}", c.elapsed);
 
     let c = spawn(
@@ -432,7 +432,9 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         "{}",
         c.err
     );
-    assert!(c.elapsed < Duration::from_secs(5), "took {:?}", c.elapsed);
+    // The refusal itself is immediate; a cold start of the binary in the guest (libibverbs'
+    // providers read over the shared host filesystem) was measured at up to 7 s of system time.
+    assert!(c.elapsed < Duration::from_secs(10), "took {:?}", c.elapsed);
 
     // An address nobody answers ARP for: address resolution fails by the deadline.
     let c = spawn(
