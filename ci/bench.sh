@@ -6,6 +6,8 @@ cd "$CI_ROOT"
 
 bash ci/setup.sh
 ci_path
+cargo build --release
+export RDMAXFER_BIN="$CI_ROOT/target/release/rdmaxfer"
 out="target/bench"
 rm -rf "$out"
 mkdir -p "$out"
@@ -31,5 +33,6 @@ ci/guest.sh -- bash ci/guest-bench.sh "$out" || rc=$?
   done
 } >"$out/anchors.tsv"
 column -t -s $'\t' "$out/anchors.tsv"
+python3 ci/bench-ratios.py "$out" | tee "$out/ratios.txt"
 ci_log "bench outputs in $out/ (anchors.tsv, *.server.txt, *.client.txt)"
 exit "$rc"

@@ -6,6 +6,8 @@ mkdir -p "$out"
 ip=198.18.0.1
 port=18515
 fails=0
+SERVER_ARGS=()
+rdx="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 
 # Poll (bounded) until something listens on TCP $1; give up early if server pid $2 died.
 wait_listen() {
@@ -37,7 +39,8 @@ pair_once() {
   shift
   port=$((port + 1))
   echo "== $name: $* -p $port"
-  timeout 300 "$@" -p "$port" >"$out/$name.server.txt" 2>&1 &
+  # SERVER_ARGS (an array, optional) goes to the server only, e.g. rdmaxfer's --listen.
+  timeout 300 "$@" "${SERVER_ARGS[@]}" -p "$port" >"$out/$name.server.txt" 2>&1 &
   spid=$!
   if ! wait_listen "$port" "$spid"; then
     echo "!! $name: server never listened on $port"; cat "$out/$name.server.txt"
@@ -57,7 +60,19 @@ pair ib_write_bw     ib_write_bw  -d rxe0 -x 1 -F -s 1048576 -n 200
 pair ib_read_bw      ib_read_bw   -d rxe0 -x 1 -F -s 1048576 -n 200
 pair ib_send_bw      ib_send_bw   -d rxe0 -x 1 -F -s 65536   -n 1000
 pair ibv_rc_pingpong ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 1000
-# rdmaxfer's equivalents go here, next to their anchors.
+pair ib_write_bw_64k ib_write_bw  -d rxe0 -x 1 -F -s 65536   -n 2000
+pair ib_read_bw_64k  ib_read_bw   -d rxe0 -x 1 -F -s 65536   -n 2000
+
+# rdmaxfer next to its anchors: same device, sizes and counts; --oob is perftest's TCP exchange.
+SERVER_ARGS=(--listen "$ip" --count 1)
+pair rdx_write_64k "$rdx" bench write -d rxe0 --oob -s 65536   -n 2000
+pair rdx_write_1m  "$rdx" bench write -d rxe0 --oob -s 1048576 -n 200
+pair rdx_read_64k  "$rdx" bench read  -d rxe0 --oob -s 65536   -n 2000
+pair rdx_read_1m   "$rdx" bench read  -d rxe0 --oob -s 1048576 -n 200
+pair rdx_send_64k  "$rdx" bench send  -d rxe0 --oob -s 65536   -n 1000
+pair rdx_cpu_poll  "$rdx" bench write -d rxe0 --oob -s 1048576 -n 200 --json
+pair rdx_cpu_event "$rdx" bench write -d rxe0 --oob -s 1048576 -n 200 --json --event
+SERVER_ARGS=()
 
 echo "== guest bench done: $fails failed pair(s)"
 exit $((fails > 0))

@@ -84,6 +84,14 @@ pub enum Error {
     /// The peer refused or ended the connection.
     #[error("connection: {0}")]
     Connection(String),
+    /// A file transfer was refused or failed for a reason the protocol names (REFUSE/ACK/ERR).
+    #[error("{reason}: {message}")]
+    Refused {
+        /// The wire reason code.
+        reason: crate::xfer::file::proto::Reason,
+        /// Details.
+        message: String,
+    },
     /// An I/O operation (socket, file) failed.
     #[error("{op}: {source}")]
     Io {
@@ -131,6 +139,22 @@ impl Error {
     pub fn wc_status(&self) -> Option<u32> {
         match self {
             Error::Completion { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Builds [`Error::Refused`].
+    pub fn refused(reason: crate::xfer::file::proto::Reason, message: impl Into<String>) -> Self {
+        Error::Refused {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The file-transfer reason code of a [`Error::Refused`], if it is one.
+    pub fn reason(&self) -> Option<crate::xfer::file::proto::Reason> {
+        match self {
+            Error::Refused { reason, .. } => Some(*reason),
             _ => None,
         }
     }

@@ -411,6 +411,8 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         "{}",
         c.err
     );
+    // With 30 s per step, an answer in under 30 s came from the rejection, not a deadline
+    // (a loaded emulated guest was seen to need 6 s just to start and resolve).
     assert!(!c.err.contains("timed out"), "{}", c.err);
     assert!(c.elapsed < Duration::from_secs(30), "took {:?}", c.elapsed);
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdmaxfer::verbs::{ExposedRegion, RemoteAccess, RemoteRegion, WaitMode};
 use rdmaxfer::xfer::bench::{run_initiator, BenchOp, BwParams};
 use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
-use rdmaxfer::xfer::rdma_rw::OneSided;
+use rdmaxfer::xfer::rdma_rw::{self, RawQp};
 use rdmaxfer::Error;
 
 fn pair(mode: WaitMode) -> LoopbackPair {
@@ -18,13 +18,14 @@ fn pair(mode: WaitMode) -> LoopbackPair {
     .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
 }
 
-fn ops(p: &LoopbackPair, max_msg: usize) -> OneSided<'_> {
-    OneSided {
+const T: Duration = Duration::from_secs(10);
+
+fn ops(p: &LoopbackPair, max_msg: usize) -> RawQp<'_> {
+    RawQp {
         qp: &p.a,
         cq: &p.cq_a,
         pd: &p.pd,
         max_msg,
-        timeout: Duration::from_secs(10),
     }
 }
 
@@ -36,16 +37,19 @@ fn write_then_read_3_mib_split_into_messages() {
     let region = ExposedRegion::new(&p.pd, len + 100, RemoteAccess::ReadWrite).unwrap();
     let remote = region.descriptor();
     let data: Vec<u8> = (0..len).map(|i| (i * 13 % 256) as u8).collect();
-    let o = ops(&p, 1 << 20);
-    o.write(&remote, 100, &data).unwrap();
+    let mut o = ops(&p, 1 << 20);
+    rdma_rw::write(&mut o, &remote, 100, &data, T).unwrap();
     let mut got = vec![0u8; len];
     region.read_at(100, &mut got).unwrap();
     assert!(got == data, "region holds what was written");
     assert!(
-        o.read(&remote, 100, len as u64).unwrap() == data,
+        rdma_rw::read(&mut o, &remote, 100, len as u64, T).unwrap() == data,
         "READ gives it back"
     );
-    assert_eq!(o.read(&remote, 0, 100).unwrap(), vec![0u8; 100]);
+    assert_eq!(
+        rdma_rw::read(&mut o, &remote, 0, 100, T).unwrap(),
+        vec![0u8; 100]
+    );
 }
 
 #[test]
@@ -54,7 +58,7 @@ fn out_of_bounds_is_refused_before_posting() {
     let p = pair(WaitMode::Poll);
     let region = ExposedRegion::new(&p.pd, 4096, RemoteAccess::ReadWrite).unwrap();
     let remote = region.descriptor();
-    let o = ops(&p, 1 << 20);
+    let mut o = ops(&p, 1 << 20);
     for (off, len) in [
         (4096u64, 1u64),
         (1, 4096),
@@ -62,12 +66,15 @@ fn out_of_bounds_is_refused_before_posting() {
         (4000, u64::MAX - 10),
     ] {
         assert!(
-            matches!(o.read(&remote, off, len), Err(Error::OutOfBounds { .. })),
+            matches!(
+                rdma_rw::read(&mut o, &remote, off, len, T),
+                Err(Error::OutOfBounds { .. })
+            ),
             "read {off}+{len}"
         );
     }
     assert!(matches!(
-        o.write(&remote, 4095, b"ab"),
+        rdma_rw::write(&mut o, &remote, 4095, b"ab", T),
         Err(Error::OutOfBounds { .. })
     ));
     // A forged descriptor claiming more than was exposed passes the local check but the peer's
@@ -76,7 +83,7 @@ fn out_of_bounds_is_refused_before_posting() {
         len: 1 << 20,
         ..remote
     };
-    let e = o.read(&forged, 0, 1 << 16).unwrap_err();
+    let e = rdma_rw::read(&mut o, &forged, 0, 1 << 16, T).unwrap_err();
     assert_eq!(e.wc_status(), Some(10), "{e}");
 }
 
@@ -95,7 +102,7 @@ fn bandwidth_engine_write_and_read() {
                     tx_depth: 32,
                     timeout: Duration::from_secs(10),
                 };
-                let r = run_initiator(&p.a, &p.cq_a, &p.pd, Some(&region.descriptor()), &params)
+                let r = run_initiator(&mut ops(&p, 8 << 20), Some(&region.descriptor()), &params)
                     .unwrap();
                 assert_eq!((r.iters, r.size), (iters, size));
                 assert!(

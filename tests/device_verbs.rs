@@ -232,10 +232,17 @@ fn selective_signalling_returns_buffers() {
     }
     let c = one(&p.cq_a).result().unwrap();
     assert_eq!(c.wr_id, 7);
+    assert_eq!(c.bufs.len(), 1);
+    let retired: Vec<u64> = c.retired.iter().map(|r| r.wr_id).collect();
     assert_eq!(
-        c.bufs.len(),
+        retired,
+        (0..7).collect::<Vec<_>>(),
+        "the signaled completion retires the 7 unsignaled writes"
+    );
+    assert_eq!(
+        c.into_all_local_bufs().len(),
         8,
-        "the signaled completion retires the 7 unsignaled writes too"
+        "and gives all 8 buffers back"
     );
     for i in 0..8 {
         let mut got = vec![0u8; 4096];

@@ -3,6 +3,14 @@
 
 use std::process::ExitCode;
 
+#[path = "rdmaxfer/bench.rs"]
+mod bench;
+#[path = "rdmaxfer/conn.rs"]
+mod conn;
+#[path = "rdmaxfer/file.rs"]
+mod file;
+#[path = "rdmaxfer/onesided.rs"]
+mod onesided;
 #[path = "rdmaxfer/pingpong.rs"]
 mod pingpong;
 
@@ -44,6 +52,18 @@ enum Command {
     },
     /// Ping-pong with a peer over RDMA CM or ibv_rc_pingpong's out-of-band exchange.
     Pingpong(pingpong::Args),
+    /// Serve a buffer peers may RDMA WRITE and READ (one peer after another).
+    Expose(onesided::ExposeArgs),
+    /// RDMA WRITE into a peer's exposed buffer.
+    Write(onesided::WriteArgs),
+    /// RDMA READ from a peer's exposed buffer.
+    Read(onesided::ReadArgs),
+    /// Bandwidth of RDMA WRITE, READ or SEND, perftest-style.
+    Bench(bench::Args),
+    /// Send files and directories to `rdmaxfer recv`, verified by BLAKE3.
+    Send(file::SendArgs),
+    /// Receive files from `rdmaxfer send` into a directory (one sender after another).
+    Recv(file::RecvArgs),
 }
 
 fn print_devices(devs: &[DeviceInfo]) {
@@ -116,6 +136,12 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Pingpong(a) => pingpong::run(a)?,
+        Command::Expose(a) => onesided::expose(a)?,
+        Command::Write(a) => onesided::write(a)?,
+        Command::Read(a) => onesided::read(a)?,
+        Command::Bench(a) => bench::run(a)?,
+        Command::Send(a) => file::send(a)?,
+        Command::Recv(a) => file::recv(a)?,
     }
     Ok(())
 }

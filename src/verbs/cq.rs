@@ -137,10 +137,21 @@ pub struct Completion {
     pub imm: Option<u32>,
     /// QP number the work request was posted on.
     pub qp_num: u32,
-    /// The buffers given back: this work request's, then those of earlier unsignaled ones it
-    /// retired.
+    /// This work request's buffers, given back.
     pub bufs: Vec<Buf>,
+    /// Earlier unsignaled work requests of the same send queue that this completion retired
+    /// (they finished too), with their buffers.
+    pub retired: Vec<Retired>,
     op: &'static str,
+}
+
+/// An unsignaled work request retired by a later completion.
+#[derive(Debug)]
+pub struct Retired {
+    /// The caller's wr_id.
+    pub wr_id: u64,
+    /// Its buffers.
+    pub bufs: Vec<Buf>,
 }
 
 impl Completion {
@@ -180,13 +191,28 @@ impl Completion {
         }
     }
 
-    /// The exclusive buffers given back, in order (shared ones are dropped).
+    /// This work request's exclusive buffers, in order (shared ones are dropped).
     pub fn into_local_bufs(self) -> Vec<LocalBuf> {
         self.bufs.into_iter().filter_map(Buf::into_local).collect()
+    }
+
+    /// The exclusive buffers of this and of every retired work request.
+    pub fn into_all_local_bufs(self) -> Vec<LocalBuf> {
+        let retired = self.retired.into_iter().flat_map(|r| r.bufs);
+        self.bufs
+            .into_iter()
+            .chain(retired)
+            .filter_map(Buf::into_local)
+            .collect()
     }
 }
 
 pub(crate) const RECV_BIT: u64 = 1 << 63;
+
+/// `IBV_WC_REM_ACCESS_ERR`: the peer refused an RDMA access (bad rkey, rights, bounds).
+pub const REM_ACCESS_ERR: u32 = sys::IBV_WC_REM_ACCESS_ERR;
+/// `IBV_WC_WR_FLUSH_ERR`: flushed because the QP went to the error state.
+pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
 
 pub(crate) struct Entry {
     pub(crate) id: u64,
@@ -281,10 +307,13 @@ impl Table {
             }
             retired.push(e);
         };
-        let mut bufs = mine.bufs;
-        for e in retired {
-            bufs.extend(e.bufs);
-        }
+        let retired = retired
+            .into_iter()
+            .map(|e| Retired {
+                wr_id: e.wr_id,
+                bufs: e.bufs,
+            })
+            .collect();
         let ok = wc.status == sys::IBV_WC_SUCCESS;
         let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
         Some(Completion {
@@ -300,7 +329,8 @@ impl Table {
             // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
             imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
             qp_num: wc.qp_num,
-            bufs,
+            bufs: mine.bufs,
+            retired,
             op: mine.op,
         })
     }
@@ -612,6 +642,8 @@ mod tests {
         assert!(a < b && b < c);
         let done = t.complete(&wc(b, 5, 0)).unwrap();
         assert_eq!(done.wr_id, 101);
+        assert_eq!(done.retired.len(), 1);
+        assert_eq!(done.retired[0].wr_id, 100);
         assert_eq!(done.op(), "RDMA WRITE");
         assert_eq!(t.sq[&5].len(), 1);
         assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");

@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::verbs::{
-    CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp, SendRequest, Sge,
-};
+use crate::verbs::{LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
+use crate::xfer::rdma_rw::Initiator;
 
 /// Which operation to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -132,13 +131,11 @@ pub fn report(
 /// and READ `remote` is the peer's exposed region (at least `size` bytes); every message targets
 /// its start, as perftest does. For SEND the peer must have enough receives posted.
 pub fn run_initiator(
-    qp: &QueuePair,
-    cq: &CompletionQueue,
-    pd: &ProtectionDomain,
+    ini: &mut impl Initiator,
     remote: Option<&RemoteRegion>,
     p: &BwParams,
 ) -> Result<BwReport> {
-    let depth = p.tx_depth.clamp(1, qp.caps().max_send_wr.max(1)) as u64;
+    let depth = p.tx_depth.clamp(1, ini.send_depth().max(1)) as u64;
     let signal_every = (depth / 4).max(1);
     let target = match (p.op, remote) {
         (BenchOp::Send, _) => None,
@@ -150,9 +147,9 @@ pub fn run_initiator(
         }
     };
     // Sources may be shared by every in-flight WR; READ destinations must be exclusive.
-    let src = LocalBuf::new(pd, p.size)?.freeze();
+    let src = LocalBuf::new(ini.pd(), p.size)?.freeze();
     let mut dsts: Vec<LocalBuf> = if p.op == BenchOp::Read {
-        LocalBuf::slots(pd, p.size, depth as usize)?
+        LocalBuf::slots(ini.pd(), p.size, depth as usize)?
     } else {
         Vec::new()
     };
@@ -176,10 +173,10 @@ pub fn run_initiator(
             if !signaled {
                 wr = wr.unsignaled();
             }
-            qp.post_send(wr)?;
+            ini.post_wr(wr)?;
             posted += 1;
         }
-        for c in cq.wait(16, p.timeout)? {
+        for c in ini.wait_wc(16, p.timeout)? {
             let c = c.result()?;
             let n = c.wr_id + 1 - completed;
             let now = Instant::now();
@@ -187,7 +184,7 @@ pub fn run_initiator(
                 done_at.push(now);
             }
             completed = c.wr_id + 1;
-            dsts.extend(c.into_local_bufs());
+            dsts.extend(c.into_all_local_bufs());
         }
     }
     let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();
@@ -213,4 +210,188 @@ mod tests {
         assert!(r.line().contains("1048576"));
         assert!("write".parse::<BenchOp>().is_ok() && "x".parse::<BenchOp>().is_err());
     }
+}
+
+use crate::verbs::{ExposedRegion, RemoteAccess};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::onesided::{recv_msg, send_msg, Msg, Purpose};
+
+fn purpose(op: BenchOp) -> Purpose {
+    match op {
+        BenchOp::Write => Purpose::BenchWrite,
+        BenchOp::Read => Purpose::BenchRead,
+        BenchOp::Send => Purpose::BenchSend,
+    }
+}
+
+/// A generous deadline for a whole run of `bytes` (the emulated rxe moves ≈ 50 MB/s).
+pub fn run_deadline(bytes: u64, step: Duration) -> Duration {
+    step + Duration::from_secs_f64(bytes as f64 / 5e6)
+}
+
+/// What the server side of one bench run saw.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServedBench {
+    /// Operation.
+    pub op: BenchOp,
+    /// Message size.
+    pub size: u64,
+    /// Messages the client ran.
+    pub iters: u64,
+}
+
+/// Serves one `rdmaxfer bench` client that must ask for `op` with message size `size`.
+pub fn serve_bench(ep: &mut Endpoint, op: BenchOp, size: usize) -> Result<ServedBench> {
+    let (iters, csize) = match recv_msg(ep)? {
+        Msg::Setup {
+            purpose: p,
+            size: s,
+            iters,
+            ..
+        } if p == purpose(op) && s == size as u64 => (iters, s),
+        Msg::Setup {
+            purpose: p,
+            size: s,
+            ..
+        } => {
+            let why = format!("options differ: server runs {op:?} -s {size}, client asked {p:?} -s {s} (use the same options on both sides)");
+            let _ = send_msg(ep, &Msg::Refuse(why.clone()));
+            let _ = ep.flush();
+            return Err(Error::Protocol(why));
+        }
+        m => return Err(Error::Protocol(format!("expected SETUP, got {m:?}"))),
+    };
+    let step = ep.timeout();
+    ep.set_timeout(run_deadline(csize.saturating_mul(iters), step));
+    match op {
+        BenchOp::Write | BenchOp::Read => {
+            let region = ExposedRegion::new(ep.pd(), size, RemoteAccess::ReadWrite)?;
+            let sent = send_msg(
+                ep,
+                &Msg::Expose {
+                    access: RemoteAccess::ReadWrite,
+                    region: region.descriptor(),
+                },
+            );
+            let done = sent.and_then(|()| recv_msg(ep));
+            region.revoke()?;
+            match done? {
+                Msg::Done { ok: true, .. } => {}
+                m => return Err(Error::Protocol(format!("client did not finish: {m:?}"))),
+            }
+        }
+        BenchOp::Send => {
+            let ready = RemoteRegion {
+                addr: 0,
+                rkey: 0,
+                len: 0,
+            };
+            send_msg(
+                ep,
+                &Msg::Expose {
+                    access: RemoteAccess::Read,
+                    region: ready,
+                },
+            )?;
+            for i in 0..iters {
+                let n = ep.recv_with(|m| m.data.len())?;
+                if n != size {
+                    return Err(Error::Protocol(format!(
+                        "message {i} is {n} bytes, expected {size}"
+                    )));
+                }
+            }
+            send_msg(
+                ep,
+                &Msg::Done {
+                    ok: true,
+                    written: 0,
+                    read: iters * size as u64,
+                },
+            )?;
+            match recv_msg(ep)? {
+                Msg::Done { ok: true, .. } => {}
+                m => return Err(Error::Protocol(format!("client did not finish: {m:?}"))),
+            }
+        }
+    }
+    ep.set_timeout(step);
+    Ok(ServedBench {
+        op,
+        size: csize,
+        iters,
+    })
+}
+
+/// Runs one bench as the client: SETUP, the measured transfer, DONE.
+pub fn run_bench_client(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
+    send_msg(
+        ep,
+        &Msg::Setup {
+            purpose: purpose(p.op),
+            size: p.size as u64,
+            iters: p.iters,
+            tx_depth: p.tx_depth,
+        },
+    )?;
+    let region = match recv_msg(ep)? {
+        Msg::Expose { region, .. } => region,
+        m => return Err(Error::Protocol(format!("expected EXPOSE, got {m:?}"))),
+    };
+    let step = ep.timeout();
+    ep.set_timeout(run_deadline((p.size as u64).saturating_mul(p.iters), step));
+    let report = match p.op {
+        BenchOp::Write | BenchOp::Read => run_initiator(ep, Some(&region), p),
+        BenchOp::Send => send_stream(ep, p),
+    };
+    let ok = report.is_ok();
+    let sent = send_msg(
+        ep,
+        &Msg::Done {
+            ok,
+            written: 0,
+            read: 0,
+        },
+    )
+    .and_then(|()| ep.flush());
+    let report = report?;
+    sent?;
+    ep.set_timeout(step);
+    Ok(report)
+}
+
+/// SENDs `iters` messages as fast as credits allow; the server confirms it got them all.
+fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
+    let cpu0 = crate::os::cpu_time();
+    let start = Instant::now();
+    let mut done_at = Vec::with_capacity(p.iters as usize);
+    for i in 0..p.iters {
+        ep.send_with(p.size, |b| {
+            if let Some(h) = b.get_mut(..8) {
+                h.copy_from_slice(&i.to_be_bytes());
+            }
+        })?;
+        done_at.push(Instant::now());
+    }
+    ep.flush()?;
+    if let Some(last) = done_at.last_mut() {
+        *last = Instant::now();
+    }
+    let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();
+    match recv_msg(ep)? {
+        Msg::Done { ok: true, read, .. } if read == p.iters * p.size as u64 => {}
+        m => {
+            return Err(Error::Protocol(format!(
+                "server did not confirm every message: {m:?}"
+            )))
+        }
+    }
+    Ok(report(
+        BenchOp::Send,
+        p.size,
+        start,
+        &done_at,
+        p.tx_depth as usize,
+        cpu,
+    ))
 }

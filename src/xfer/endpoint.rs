@@ -34,8 +34,8 @@ use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJE
 use crate::error::{Error, Result};
 use crate::verbs::{
     Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr,
-    ProtectionDomain, QpCaps, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge, WaitMode,
-    WcOpcode,
+    ProtectionDomain, QpCaps, QueuePair, Retired, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
+    WaitMode, WcOpcode,
 };
 use crate::xfer::wire::{self, Hello, ImmKind, OobDest, Reject, RejectCode};
 
@@ -231,6 +231,9 @@ pub struct Endpoint {
     qp: QueuePair,
     ready: VecDeque<Completion>,
     user_done: VecDeque<Completion>,
+    /// The caller's unsignaled work requests that one of our own completions retired: handed to
+    /// the caller with its next completion.
+    user_retired: Vec<Retired>,
     /// Reused by busy polls.
     scratch: Vec<Completion>,
     send_pool: Vec<LocalBuf>,
@@ -243,6 +246,8 @@ pub struct Endpoint {
     /// Send-queue slots for our own SENDs.
     own_sq: u32,
     msg_size: usize,
+    /// Receives we keep posted.
+    recv_depth: u32,
     peer_msg_size: usize,
     max_inline: u32,
     timeout: Duration,
@@ -404,6 +409,7 @@ impl Parts {
             qp: self.qp,
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
+            user_retired: Vec::new(),
             scratch: Vec::with_capacity(32),
             send_pool: self.send_pool,
             cq: self.cq,
@@ -413,6 +419,7 @@ impl Parts {
             sends_posted: 0,
             own_sq: self.own_sq,
             msg_size: opts.msg_size,
+            recv_depth: opts.recv_depth,
             peer_msg_size,
             max_inline,
             timeout: opts.timeout,
@@ -631,6 +638,48 @@ impl Endpoint {
         }
     }
 
+    /// Switches an out-of-band endpoint from ibv_rc_pingpong's one-message-at-a-time flow to
+    /// credit flow control (a no-op over CM, which has credits from the start). Both sides must
+    /// call it, the connecting side with `initiator`; so it is for rdmaxfer ↔ rdmaxfer only.
+    /// Each side sends one [`wire::Hello`] with its receive depth and message size.
+    pub fn enable_credits(&mut self, initiator: bool) -> Result<()> {
+        if !matches!(self.flow, Flow::Implicit { .. }) {
+            return Ok(());
+        }
+        let mine = wire::Hello::new(self.recv_depth, self.msg_size as u32).encode();
+        let theirs = if initiator {
+            self.send(&mine)?;
+            self.recv()?
+        } else {
+            let t = self.recv()?;
+            self.send(&mine)?;
+            t
+        };
+        let h = wire::Hello::decode(&theirs)?;
+        // Our hello used one of the peer's receives and we have not been told it is re-posted;
+        // we re-posted the one its hello used and owe it that credit.
+        let mut flow = credit_flow(h.recv_depth);
+        if let Flow::Credits { credits, owed, .. } = &mut flow {
+            *credits = h.recv_depth - 1;
+            *owed = 1;
+        }
+        self.flow = flow;
+        self.peer_msg_size = (h.msg_size as usize).min(self.msg_size);
+        self.peer.recv_depth = Some(h.recv_depth);
+        self.peer.msg_size = Some(h.msg_size);
+        Ok(())
+    }
+
+    /// Send-queue slots left for the caller's own work requests ([`post`](Self::post)).
+    pub fn user_send_depth(&self) -> u32 {
+        self.qp.caps().max_send_wr.saturating_sub(self.own_sq)
+    }
+
+    /// Receives kept posted for the peer's messages: the credits granted to it.
+    pub fn recv_depth(&self) -> u32 {
+        self.recv_depth
+    }
+
     /// Messages we may send now without waiting for the peer.
     pub fn credits(&self) -> u32 {
         match self.flow {
@@ -662,13 +711,26 @@ impl Endpoint {
     }
 
     /// Handles one completion: returns send buffers, applies credits, queues messages.
-    fn handle(&mut self, c: Completion) -> Result<()> {
+    fn handle(&mut self, mut c: Completion) -> Result<()> {
         if c.wr_id < RESERVED_WR_ID {
+            if !self.user_retired.is_empty() {
+                let mut r = std::mem::take(&mut self.user_retired);
+                r.append(&mut c.retired);
+                c.retired = r;
+            }
             self.user_done.push_back(c);
             return Ok(());
         }
+        self.user_retired.append(&mut c.retired);
         if !c.is_success() {
-            return Err(c.to_error());
+            let e = c.to_error();
+            if c.status == crate::verbs::cq::WR_FLUSH_ERR && !self.user_done.is_empty() {
+                // A flush is the consequence; the caller's failed work request (already queued)
+                // is the cause: let it be seen first, and fail every later call.
+                self.failed.get_or_insert_with(|| e.to_string());
+                return Ok(());
+            }
+            return Err(e);
         }
         match c.wr_id {
             WR_DATA | WR_CREDIT => {
@@ -957,8 +1019,9 @@ impl Endpoint {
     }
 
     /// Posts the caller's own work request (RDMA READ / WRITE / WRITE_WITH_IMM) on the QP. Its
-    /// wr_id must be below [`RESERVED_WR_ID`] and it must be signaled (its completion, from
-    /// [`poll_user`](Self::poll_user), hands the buffers back). WRITE_WITH_IMM consumes a
+    /// wr_id must be below [`RESERVED_WR_ID`]. Its completion, from [`poll_user`](Self::poll_user),
+    /// hands the buffers back; an unsignaled one's come back in the `retired` list of a later
+    /// completion (so the last of a batch must be signaled). WRITE_WITH_IMM consumes a
     /// receive at the peer, so it waits for (and spends) a credit. SENDs go through
     /// [`send`](Self::send).
     pub fn post(&mut self, wr: SendRequest) -> Result<(), crate::verbs::PostError> {
@@ -972,12 +1035,6 @@ impl Endpoint {
         };
         if wr.wr_id() >= RESERVED_WR_ID {
             return refuse(wr, format!("wr_id must be below {RESERVED_WR_ID:#x}"));
-        }
-        if !wr.is_signaled() {
-            return refuse(
-                wr,
-                "work requests posted on an endpoint must be signaled".into(),
-            );
         }
         if matches!(wr.op(), SendOp::Send | SendOp::SendWithImm(_)) {
             return refuse(

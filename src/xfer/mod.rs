@@ -3,7 +3,10 @@
 
 pub mod bench;
 pub mod endpoint;
+pub mod file;
 pub mod loopback;
+pub mod onesided;
 pub mod pingpong;
 pub mod rdma_rw;
+pub mod session;
 pub mod wire;

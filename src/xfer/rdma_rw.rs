@@ -5,21 +5,53 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::verbs::{
-    CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp, SendRequest, Sge,
+    Completion, CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp,
+    SendRequest, Sge,
 };
 
-/// Where one-sided operations run: a connected QP, its send CQ and its PD.
-pub struct OneSided<'a> {
+/// Something that can post the caller's send-queue work requests and hand back their completions:
+/// a bare connected QP ([`RawQp`]) or an endpoint that also carries its own messages.
+pub trait Initiator {
+    /// Posts one work request (signaled or not).
+    fn post_wr(&mut self, wr: SendRequest) -> Result<()>;
+    /// Waits up to `timeout` for at least one completion of the caller's work requests.
+    fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>>;
+    /// The PD to register staging buffers in.
+    fn pd(&self) -> &ProtectionDomain;
+    /// Largest single message.
+    fn max_msg(&self) -> usize;
+    /// Send-queue slots available for the caller's work requests.
+    fn send_depth(&self) -> u32;
+}
+
+/// A connected QP used directly: its send CQ must carry nothing else.
+pub struct RawQp<'a> {
     /// Connected QP.
     pub qp: &'a QueuePair,
-    /// The QP's send CQ.
+    /// Its send CQ.
     pub cq: &'a CompletionQueue,
-    /// The QP's PD (staging buffers are registered there).
+    /// Its PD.
     pub pd: &'a ProtectionDomain,
     /// Largest single message (the port's max_msg_sz).
     pub max_msg: usize,
-    /// Deadline per completion.
-    pub timeout: Duration,
+}
+
+impl Initiator for RawQp<'_> {
+    fn post_wr(&mut self, wr: SendRequest) -> Result<()> {
+        Ok(self.qp.post_send(wr)?)
+    }
+    fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        self.cq.wait(max, timeout)
+    }
+    fn pd(&self) -> &ProtectionDomain {
+        self.pd
+    }
+    fn max_msg(&self) -> usize {
+        self.max_msg
+    }
+    fn send_depth(&self) -> u32 {
+        self.qp.caps().max_send_wr
+    }
 }
 
 /// Splits `[offset, offset+len)` into `(offset, len)` pieces of at most `max` bytes.
@@ -47,56 +79,66 @@ pub fn check_bounds(remote: &RemoteRegion, offset: u64, len: u64) -> Result<()> 
     }
 }
 
-impl OneSided<'_> {
-    fn staging(&self, len: u64) -> Result<LocalBuf> {
-        LocalBuf::new(self.pd, (len as usize).min(self.max_msg).max(1))
-    }
+fn staging(ini: &impl Initiator, len: u64) -> Result<LocalBuf> {
+    LocalBuf::new(ini.pd(), (len as usize).min(ini.max_msg()).max(1))
+}
 
-    /// RDMA WRITEs `data` to `remote` at `offset`.
-    pub fn write(&self, remote: &RemoteRegion, offset: u64, data: &[u8]) -> Result<()> {
-        check_bounds(remote, offset, data.len() as u64)?;
-        let mut buf = Some(self.staging(data.len() as u64)?);
-        let mut pos = 0usize;
-        for (off, n) in split(offset, data.len() as u64, self.max_msg as u64) {
-            let mut b = buf.take().expect("staging buffer is back");
-            let n = n as usize;
-            b[..n].copy_from_slice(&data[pos..pos + n]);
-            let slice = remote.slice(off, n as u64)?;
-            self.qp.post_send(SendRequest::new(
-                off,
-                SendOp::Write(slice),
-                [Sge::range(b, 0, n)],
-            ))?;
-            let c = self.cq.wait(1, self.timeout)?.remove(0).result()?;
-            buf = c.into_local_bufs().pop();
-            pos += n;
-        }
-        Ok(())
+/// RDMA WRITEs `data` to `remote` at `offset`, one message of at most `max_msg` at a time.
+pub fn write(
+    ini: &mut impl Initiator,
+    remote: &RemoteRegion,
+    offset: u64,
+    data: &[u8],
+    timeout: Duration,
+) -> Result<()> {
+    check_bounds(remote, offset, data.len() as u64)?;
+    let mut buf = Some(staging(ini, data.len() as u64)?);
+    let mut pos = 0usize;
+    for (off, n) in split(offset, data.len() as u64, ini.max_msg() as u64) {
+        let mut b = buf.take().expect("staging buffer is back");
+        let n = n as usize;
+        b[..n].copy_from_slice(&data[pos..pos + n]);
+        let slice = remote.slice(off, n as u64)?;
+        ini.post_wr(SendRequest::new(
+            off,
+            SendOp::Write(slice),
+            [Sge::range(b, 0, n)],
+        ))?;
+        let c = ini.wait_wc(1, timeout)?.remove(0).result()?;
+        buf = c.into_local_bufs().pop();
+        pos += n;
     }
+    Ok(())
+}
 
-    /// RDMA READs `len` bytes of `remote` at `offset`.
-    pub fn read(&self, remote: &RemoteRegion, offset: u64, len: u64) -> Result<Vec<u8>> {
-        check_bounds(remote, offset, len)?;
-        let mut out = Vec::with_capacity(len as usize);
-        let mut buf = Some(self.staging(len)?);
-        for (off, n) in split(offset, len, self.max_msg as u64) {
-            let b = buf.take().expect("staging buffer is back");
-            let slice = remote.slice(off, n)?;
-            self.qp.post_send(SendRequest::new(
-                off,
-                SendOp::Read(slice),
-                [Sge::range(b, 0, n as usize)],
-            ))?;
-            let c = self.cq.wait(1, self.timeout)?.remove(0).result()?;
-            let b = c
-                .into_local_bufs()
-                .pop()
-                .ok_or_else(|| Error::Protocol("READ buffer not returned".into()))?;
-            out.extend_from_slice(&b[..n as usize]);
-            buf = Some(b);
-        }
-        Ok(out)
+/// RDMA READs `len` bytes of `remote` at `offset`.
+pub fn read(
+    ini: &mut impl Initiator,
+    remote: &RemoteRegion,
+    offset: u64,
+    len: u64,
+    timeout: Duration,
+) -> Result<Vec<u8>> {
+    check_bounds(remote, offset, len)?;
+    let mut out = Vec::with_capacity(len as usize);
+    let mut buf = Some(staging(ini, len)?);
+    for (off, n) in split(offset, len, ini.max_msg() as u64) {
+        let b = buf.take().expect("staging buffer is back");
+        let slice = remote.slice(off, n)?;
+        ini.post_wr(SendRequest::new(
+            off,
+            SendOp::Read(slice),
+            [Sge::range(b, 0, n as usize)],
+        ))?;
+        let c = ini.wait_wc(1, timeout)?.remove(0).result()?;
+        let b = c
+            .into_local_bufs()
+            .pop()
+            .ok_or_else(|| Error::Protocol("READ buffer not returned".into()))?;
+        out.extend_from_slice(&b[..n as usize]);
+        buf = Some(b);
     }
+    Ok(out)
 }
 
 #[cfg(test)]

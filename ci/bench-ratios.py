@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Prints rdmaxfer / anchor ratios from one ci/bench.sh run (target/bench/anchors.tsv + JSON outputs)."""
+import json
+import pathlib
+import sys
+
+out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/bench")
+vals = {}
+for line in (out / "anchors.tsv").read_text().splitlines()[1:]:
+    tool, size, metric, value = line.split("\t")
+    vals[(tool, metric)] = float(value)
+
+
+def ratio(name, ours, anchor, metric, goal, higher_is_better=True):
+    a, b = vals.get((ours, metric)), vals.get((anchor, metric))
+    if a is None or b is None or b == 0:
+        print(f"{name:<34} missing ({ours}: {a}, {anchor}: {b})")
+        return
+    r = a / b
+    ok = r >= goal if higher_is_better else r <= goal
+    cmp = ">=" if higher_is_better else "<="
+    print(f"{name:<34} {a:10.2f} / {b:10.2f} = {r:5.3f}  (goal {cmp} {goal}: {'met' if ok else 'NOT met'})")
+
+
+print("== rdmaxfer vs anchors (one guest run; MB = 2^20 bytes)")
+ratio("bench write 64 KiB / ib_write_bw", "rdx_write_64k", "ib_write_bw_64k", "BW_average_MBps", 0.97)
+ratio("bench write 1 MiB / ib_write_bw", "rdx_write_1m", "ib_write_bw", "BW_average_MBps", 0.97)
+ratio("bench read 64 KiB / ib_read_bw", "rdx_read_64k", "ib_read_bw_64k", "BW_average_MBps", 0.97)
+ratio("bench read 1 MiB / ib_read_bw", "rdx_read_1m", "ib_read_bw", "BW_average_MBps", 0.97)
+ratio("bench send 64 KiB / ib_send_bw", "rdx_send_64k", "ib_send_bw", "BW_average_MBps", 0.95)
+
+
+def last_json(name):
+    try:
+        lines = (out / f"{name}.client.txt").read_text().splitlines()
+        return json.loads([l for l in lines if l.startswith("{")][-1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+poll, event = last_json("rdx_cpu_poll"), last_json("rdx_cpu_event")
+if poll and event:
+    gib = lambda j: j["size"] * j["iters"] / 2**30
+    cpu_p, cpu_e = poll["cpu_seconds"] / gib(poll), event["cpu_seconds"] / gib(event)
+    bw = event["bw_avg_mib_s"] / poll["bw_avg_mib_s"]
+    print(f"{'event vs poll CPU s/GiB (1 MiB write)':<34} {cpu_e:10.3f} / {cpu_p:10.3f} = {cpu_e / cpu_p:5.3f}  "
+          f"(goal <= 0.5: {'met' if cpu_e / cpu_p <= 0.5 else 'NOT met'}) at {bw:5.3f} x poll bandwidth (goal >= 0.9)")
+else:
+    print("event vs poll CPU: missing")

@@ -1,0 +1,312 @@
+//! `rdmaxfer send` and `rdmaxfer recv`: verified file transfer (library: `xfer::file::transfer`).
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+use rdmaxfer::xfer::file::source;
+use rdmaxfer::xfer::file::transfer::{
+    self, ReceiverOptions, SenderOptions, SessionReport, DEFAULT_CHUNK, DEFAULT_SLOTS,
+};
+
+use crate::conn::{self, ConnArgs};
+
+/// Environment variable holding the token when `--token` is not given.
+const TOKEN_ENV: &str = "RDMAXFER_TOKEN";
+
+/// Parses `1048576`, `64K`, `1M`, `2G` (binary units).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => {
+            let m = match t[i..]
+                .to_ascii_uppercase()
+                .trim_end_matches("IB")
+                .trim_end_matches('B')
+            {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                u => return Err(format!("unknown unit {u:?} in {s:?} (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 64K, 1M)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn token(arg: &Option<String>) -> Option<Vec<u8>> {
+    arg.clone()
+        .or_else(|| std::env::var(TOKEN_ENV).ok())
+        .filter(|t| !t.is_empty())
+        .map(String::into_bytes)
+}
+
+/// Arguments of `rdmaxfer recv`.
+#[derive(clap::Args, Debug)]
+pub struct RecvArgs {
+    /// Directory the files go to (must exist).
+    #[arg(long)]
+    out: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    listen: String,
+    /// Serve one sender, then exit (non-zero if anything failed).
+    #[arg(long)]
+    once: bool,
+    /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN).
+    #[arg(long)]
+    token: Option<String>,
+    /// Refuse files larger than this (e.g. 10G).
+    #[arg(long, value_parser = parse_size)]
+    max_size: Option<u64>,
+    /// Overwrite existing files.
+    #[arg(long)]
+    force: bool,
+    /// Keep partial files and continue them when the sender resumes.
+    #[arg(long)]
+    resume: bool,
+    /// Staging ring slots (chunks the sender may have in flight).
+    #[arg(long, default_value_t = DEFAULT_SLOTS)]
+    slots: u32,
+    /// Print one JSON summary per connection on stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// Arguments of `rdmaxfer send`.
+#[derive(clap::Args, Debug)]
+pub struct SendArgs {
+    /// Files and directories to send, then the receiver as HOST or HOST:PORT.
+    #[arg(required = true, num_args = 2.., value_name = "PATH... HOST[:PORT]")]
+    args: Vec<String>,
+    /// Token the receiver requires (default: $RDMAXFER_TOKEN).
+    #[arg(long)]
+    token: Option<String>,
+    /// Chunk size: bytes per RDMA WRITE (the receiver may lower it).
+    #[arg(long, value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
+    chunk: u64,
+    /// Chunks in flight at most.
+    #[arg(long, default_value_t = DEFAULT_SLOTS)]
+    slots: u32,
+    /// Continue partial files the receiver kept (it must run with --resume).
+    #[arg(long)]
+    resume: bool,
+    /// Print one JSON summary on stdout.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> serde_json::Value {
+    let mib_s = if secs > 0.0 {
+        report.bytes as f64 / (1 << 20) as f64 / secs
+    } else {
+        0.0
+    };
+    let mut v = serde_json::json!({
+        "files": report.files,
+        "bytes": report.bytes,
+        "seconds": secs,
+        "mib_s": mib_s,
+        "result": if err.is_none() { "ok" } else { "error" },
+    });
+    if let Some(e) = err {
+        v["error"] = serde_json::Value::String(format!("{e:#}"));
+    }
+    v
+}
+
+fn print_text(report: &SessionReport, secs: f64, verb: &str) {
+    for f in &report.files {
+        match &f.hash {
+            Some(h) if f.is_ok() => println!("ok      {} ({} bytes, blake3 {h})", f.name, f.bytes),
+            _ => println!(
+                "FAILED  {} ({}): {}",
+                f.name,
+                f.result,
+                f.message.as_deref().unwrap_or("")
+            ),
+        }
+    }
+    let mib = report.bytes as f64 / (1 << 20) as f64;
+    println!(
+        "{verb} {} of {} files, {} bytes in {secs:.3} s ({:.1} MiB/s)",
+        report.files.len() - report.failures(),
+        report.files.len(),
+        report.bytes,
+        if secs > 0.0 { mib / secs } else { 0.0 }
+    );
+}
+
+/// `rdmaxfer recv`.
+pub fn recv(a: RecvArgs) -> Result<()> {
+    let meta = std::fs::metadata(&a.out)
+        .with_context(|| format!("--out {}: create the directory first", a.out.display()))?;
+    if !meta.is_dir() {
+        bail!("--out {} is not a directory", a.out.display());
+    }
+    if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
+        bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
+    }
+    let ropts = ReceiverOptions {
+        out_dir: a.out.clone(),
+        token: token(&a.token),
+        max_size: a.max_size,
+        force: a.force,
+        resume: a.resume,
+        slots: a.slots,
+    };
+    let opts = ropts.endpoint_options(&a.conn.options(4096, 16, 0)?);
+    let mut server = a.conn.listen(&a.listen, &opts)?;
+    conn::serve(&mut server, a.once.then_some(1), |ep| {
+        let start = Instant::now();
+        let mut report = SessionReport::default();
+        let r = transfer::receive(ep, &ropts, &mut report).map_err(anyhow::Error::from);
+        let secs = start.elapsed().as_secs_f64();
+        if a.json {
+            println!("{}", summary(&report, secs, r.as_ref().err()));
+        } else {
+            print_text(&report, secs, "received");
+        }
+        r
+    })
+}
+
+fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
+    if let Some(rest) = s.strip_prefix('[') {
+        // [v6]:port
+        let (h, p) = rest
+            .split_once(']')
+            .with_context(|| format!("{s:?}: missing ']'"))?;
+        let port = match p.strip_prefix(':') {
+            Some(p) => p.parse().with_context(|| format!("{s:?}: bad port"))?,
+            None => default_port,
+        };
+        return Ok((h.to_string(), port));
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => Ok((
+            h.to_string(),
+            p.parse()
+                .with_context(|| format!("{s:?}: {p:?} is not a port number"))?,
+        )),
+        _ => Ok((s.to_string(), default_port)),
+    }
+}
+
+/// `rdmaxfer send`.
+pub fn send(a: SendArgs) -> Result<()> {
+    let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
+    let (host, port) = split_host(dest, a.conn.port)?;
+    let roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+    let entries = source::walk(&roots).context("listing the files to send")?;
+    let chunk = u32::try_from(a.chunk)
+        .ok()
+        .filter(|&c| c > 0 && c <= transfer::MAX_CHUNK)
+        .with_context(|| format!("--chunk must be 1..={} bytes", transfer::MAX_CHUNK))?;
+    // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
+    let corrupt_chunk = if cfg!(debug_assertions) {
+        std::env::var("RDMAXFER_TEST_CORRUPT_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    } else {
+        None
+    };
+    let sopts = SenderOptions {
+        token: token(&a.token),
+        chunk,
+        slots: a.slots,
+        resume: a.resume,
+        corrupt_chunk,
+    };
+    if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
+        bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
+    }
+    let opts = sopts.endpoint_options(&a.conn.options(4096, 16, 0)?);
+    let mut conn = a.conn.clone();
+    conn.port = port;
+    let total: u64 = entries
+        .iter()
+        .filter_map(|e| std::fs::metadata(&e.path).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut bar = Progress::new(total, !a.json && std::io::stdout().is_terminal());
+    let start = Instant::now();
+    let mut report = SessionReport::default();
+    let r = conn.connect(&host, &opts).and_then(|mut ep| {
+        let r = transfer::send(&mut ep, &entries, &sopts, &mut report, &mut |n| {
+            bar.update(n)
+        })
+        .map_err(anyhow::Error::from);
+        if let Err(e) = ep.close() {
+            tracing::debug!("closing: {e}");
+        }
+        r
+    });
+    bar.finish();
+    let secs = start.elapsed().as_secs_f64();
+    if a.json {
+        println!("{}", summary(&report, secs, r.as_ref().err()));
+    } else {
+        print_text(&report, secs, "sent");
+    }
+    r
+}
+
+/// A one-line progress display on stderr (bytes, rate, ETA), redrawn at most 5 times a second;
+/// only when stdout is a terminal and no JSON is asked for.
+struct Progress {
+    total: u64,
+    enabled: bool,
+    start: Instant,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    fn new(total: u64, enabled: bool) -> Progress {
+        Progress {
+            total,
+            enabled,
+            start: Instant::now(),
+            last: None,
+        }
+    }
+
+    fn update(&mut self, done: u64) {
+        if !self.enabled || self.last.is_some_and(|t| t.elapsed().as_millis() < 200) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let rate = mib(done) / secs;
+        let eta = if rate > 0.0 {
+            format!("{:.0} s", mib(self.total.saturating_sub(done)) / rate)
+        } else {
+            "?".into()
+        };
+        eprint!(
+            "\r{:>9.1} / {:.1} MiB  {rate:>7.1} MiB/s  ETA {eta:<8}",
+            mib(done),
+            mib(self.total)
+        );
+    }
+
+    fn finish(&self) {
+        if self.enabled && self.last.is_some() {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `rdmaxfer expose`, `write` and `read`: one-sided RDMA against a peer's exposed buffer.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use rdmaxfer::verbs::RemoteAccess;
+use rdmaxfer::xfer::onesided::{self, preview};
+
+use crate::conn::{serve, ConnArgs};
+
+/// Serve one buffer that peers may RDMA WRITE and/or READ, to peers one after another.
+#[derive(clap::Args, Debug)]
+pub struct ExposeArgs {
+    /// Listen on ADDR (default 0.0.0.0).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "0.0.0.0", required = true)]
+    listen: Option<String>,
+    /// Buffer size in bytes (kept across peers).
+    #[arg(long)]
+    size: usize,
+    /// What peers may do: rw, r or w.
+    #[arg(long, default_value = "rw")]
+    access: String,
+    /// Serve one peer, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Save the buffer to FILE after each peer (so it holds the final buffer at exit).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Print one JSON object per peer instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// RDMA WRITE data into a peer's exposed buffer.
+#[derive(clap::Args, Debug)]
+pub struct WriteArgs {
+    /// The `rdmaxfer expose` server.
+    host: String,
+    /// Offset in the peer's buffer.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// The bytes to write (UTF-8).
+    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    data: Option<String>,
+    /// A file whose contents to write.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// RDMA READ bytes from a peer's exposed buffer (to stdout, or --out FILE).
+#[derive(clap::Args, Debug)]
+pub struct ReadArgs {
+    /// The `rdmaxfer expose` server.
+    host: String,
+    /// Offset in the peer's buffer.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// Bytes to read.
+    #[arg(long)]
+    len: u64,
+    /// Write the bytes to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// Writes `data` to `path` through a temporary file and a rename, so it is never half-written.
+fn save(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .context("--out needs a file name")?
+        .to_string_lossy();
+    let tmp = dir.join(format!(".{name}.rdmaxfer-tmp"));
+    let r = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(data)?;
+        f.sync_all()
+    });
+    if let Err(e) = r.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("saving {}", path.display()));
+    }
+    Ok(())
+}
+
+/// Runs `rdmaxfer expose`.
+pub fn expose(a: ExposeArgs) -> Result<()> {
+    if a.size == 0 {
+        bail!("--size must be at least 1");
+    }
+    let access: RemoteAccess = a.access.parse()?;
+    let opts = a.conn.options(4096, 4, 16)?;
+    let mut server = a
+        .conn
+        .listen(a.listen.as_deref().unwrap_or("0.0.0.0"), &opts)?;
+    let mut content = vec![0u8; a.size];
+    let count = a.once.then_some(1);
+    serve(&mut server, count, |ep| {
+        let r = onesided::serve_session(ep, &mut content, access)?;
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            let who = r.peer.as_deref().unwrap_or("?");
+            let status = match (&r.error, r.ok) {
+                (Some(e), _) => format!("ended early: {e}"),
+                (None, true) => "done".into(),
+                (None, false) => "reported a failure".into(),
+            };
+            println!(
+                "peer {who}: wrote {} bytes, read {} bytes, {status}",
+                r.written, r.read
+            );
+            if r.changed.is_empty() {
+                println!("  buffer unchanged");
+            }
+            for &(s, e) in r.changed.iter().take(8) {
+                println!(
+                    "  changed [{s}, {e}) ({} bytes): {}",
+                    e - s,
+                    preview(&content[s..e], 64)
+                );
+            }
+            if r.changed.len() > 8 {
+                println!("  … and {} more changed ranges", r.changed.len() - 8);
+            }
+        }
+        std::io::stdout().flush()?;
+        if let Some(out) = &a.out {
+            save(out, &content)?;
+        }
+        // A peer that failed or vanished was reported above; the server carries on.
+        Ok(())
+    })
+}
+
+fn timeout(c: &ConnArgs) -> Duration {
+    Duration::from_secs_f64(c.timeout)
+}
+
+/// Runs `rdmaxfer write`.
+pub fn write(a: WriteArgs) -> Result<()> {
+    let data = match (&a.data, &a.file) {
+        (Some(d), _) => d.as_bytes().to_vec(),
+        (None, Some(f)) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, None) => bail!("give --data or --file"),
+    };
+    let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
+    let x = onesided::open_session(&mut ep).context("opening the session")?;
+    onesided::write_session(&mut ep, &x, a.offset, &data, timeout(&a.conn))
+        .with_context(|| format!("writing {} bytes at offset {}", data.len(), a.offset))?;
+    ep.close().context("closing the connection")?;
+    eprintln!(
+        "wrote {} bytes at offset {} of the peer's {}-byte buffer",
+        data.len(),
+        a.offset,
+        x.region.len
+    );
+    Ok(())
+}
+
+/// Runs `rdmaxfer read`.
+pub fn read(a: ReadArgs) -> Result<()> {
+    let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
+    let x = onesided::open_session(&mut ep).context("opening the session")?;
+    let data = onesided::read_session(&mut ep, &x, a.offset, a.len, timeout(&a.conn))
+        .with_context(|| format!("reading {} bytes at offset {}", a.len, a.offset))?;
+    ep.close().context("closing the connection")?;
+    match &a.out {
+        Some(p) => save(p, &data)?,
+        None => std::io::stdout().write_all(&data)?,
+    }
+    eprintln!(
+        "read {} bytes at offset {} of the peer's {}-byte buffer",
+        data.len(),
+        a.offset,
+        x.region.len
+    );
+    Ok(())
+}

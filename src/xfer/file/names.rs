@@ -1,0 +1,468 @@
+//! Safe receiving of file names: a peer's name is checked by [`sanitize`], then every directory
+//! on its way is opened relative to its parent with `O_NOFOLLOW` ([`open_parent`]), so neither
+//! `..` nor a symlink (existing or raced in) can lead outside the output directory.
+//!
+//! Rules (see `docs/file-protocol.md`): a name is 1..=4096 bytes of UTF-8, `/`-separated, not
+//! absolute, with no empty, `.` or `..` components, no NUL, no backslash, each component at most
+//! 255 bytes, and no final component ending in [`TEMP_SUFFIX`] (reserved for temporary files).
+
+use std::fmt;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+
+use super::proto::{Reason, MAX_NAME_LEN};
+use crate::{Error, Result};
+
+/// Longest path component, in bytes (Linux `NAME_MAX`).
+pub const MAX_COMPONENT_LEN: usize = 255;
+/// Suffix of temporary files; names ending in it are refused.
+pub const TEMP_SUFFIX: &str = ".rdmaxfer-part";
+
+/// A sanitized relative name: non-empty `/`-separated components, each safe to open below a
+/// directory. Made only by [`sanitize`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RelPath(String);
+
+impl RelPath {
+    /// The name as `/`-separated text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The components, first to last (never empty).
+    pub fn components(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+
+    /// The directories leading to the file (all components but the last).
+    pub fn parents(&self) -> impl Iterator<Item = &str> {
+        let n = self.0.split('/').count() - 1;
+        self.0.split('/').take(n)
+    }
+
+    /// The last component.
+    pub fn file_name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+
+    /// The temporary file's name for this file: `.<name>.rdmaxfer-part`, or, when that would
+    /// exceed [`MAX_COMPONENT_LEN`], `.<first 32 hex digits of BLAKE3(name)>.rdmaxfer-part`.
+    pub fn temp_name(&self) -> String {
+        let name = self.file_name();
+        if 1 + name.len() + TEMP_SUFFIX.len() <= MAX_COMPONENT_LEN {
+            format!(".{name}{TEMP_SUFFIX}")
+        } else {
+            let hex = blake3::hash(name.as_bytes()).to_hex();
+            format!(".{}{TEMP_SUFFIX}", &hex[..32])
+        }
+    }
+}
+
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn bad_name(name: &str, why: impl fmt::Display) -> Error {
+    // Quote at most 100 characters of a hostile name.
+    let shown: String = name.chars().take(100).collect();
+    let more = if shown.len() < name.len() { "…" } else { "" };
+    Error::refused(Reason::BadName, format!("{shown:?}{more}: {why}"))
+}
+
+/// Checks a peer-supplied name against the rules in the module docs.
+pub fn sanitize(name: &str) -> Result<RelPath> {
+    if name.is_empty() {
+        return Err(bad_name(name, "empty name"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(bad_name(
+            name,
+            format_args!("{} bytes, the maximum is {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    if name.contains('\0') {
+        return Err(bad_name(name, "contains a NUL byte"));
+    }
+    if name.contains('\\') {
+        return Err(bad_name(name, "contains a backslash"));
+    }
+    if name.starts_with('/') {
+        return Err(bad_name(name, "absolute path"));
+    }
+    for c in name.split('/') {
+        match c {
+            "" => return Err(bad_name(name, "empty component (`//` or trailing `/`)")),
+            "." => return Err(bad_name(name, "`.` component")),
+            ".." => return Err(bad_name(name, "`..` component")),
+            c if c.len() > MAX_COMPONENT_LEN => {
+                return Err(bad_name(
+                    name,
+                    format_args!(
+                        "a component of {} bytes, the maximum is {MAX_COMPONENT_LEN}",
+                        c.len()
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    if name.ends_with(TEMP_SUFFIX) {
+        return Err(bad_name(
+            name,
+            format_args!("names ending in {TEMP_SUFFIX} are reserved"),
+        ));
+    }
+    Ok(RelPath(name.to_string()))
+}
+
+/// A directory opened by [`open_parent`]: all operations are relative to its descriptor and
+/// never follow a symlink in the last component.
+#[derive(Debug)]
+pub struct ConfinedDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+fn io_err(op: String, e: Errno) -> Error {
+    Error::io(op, e.into())
+}
+
+impl ConfinedDir {
+    /// Opens `dir` itself (symlinks in `dir` are followed: the operator chose it).
+    pub fn open(dir: &Path) -> Result<ConfinedDir> {
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(format!("open output directory {}", dir.display()), e))?;
+        Ok(ConfinedDir {
+            fd,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    /// The directory's path, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the subdirectory `name`, refusing a symlink or a non-directory.
+    fn child(&self, name: &str) -> std::result::Result<ConfinedDir, Errno> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())?;
+        Ok(ConfinedDir {
+            fd,
+            path: self.path.join(name),
+        })
+    }
+
+    /// A refusal for a child that could not be opened as a directory.
+    fn not_a_dir(&self, rel: &RelPath, name: &str, e: Errno) -> Error {
+        let what = match self.kind(name) {
+            Some(rustix::fs::FileType::Symlink) => "is a symbolic link".to_string(),
+            Some(_) if e == Errno::NOTDIR || e == Errno::LOOP => "is not a directory".to_string(),
+            _ => format!("cannot be opened: {}", std::io::Error::from(e)),
+        };
+        bad_name(
+            rel.as_str(),
+            format_args!("{} {what}", self.path.join(name).display()),
+        )
+    }
+
+    /// The type of entry `name` (without following symlinks), or None if it does not exist.
+    pub fn kind(&self, name: &str) -> Option<rustix::fs::FileType> {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode))
+    }
+
+    /// True when an entry `name` exists (of any type, symlinks not followed).
+    pub fn exists(&self, name: &str) -> bool {
+        self.kind(name).is_some()
+    }
+
+    /// Opens regular file `name` for reading and writing, never through a symlink.
+    /// `create`: create it exclusively (fails if it exists); else it must exist.
+    pub fn open_file(&self, name: &str, create: bool) -> Result<File> {
+        let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if create {
+            flags |= OFlags::CREATE | OFlags::EXCL;
+        }
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_bits_truncate(0o600))
+            .map_err(|e| io_err(format!("open {}", self.path.join(name).display()), e))?;
+        let file = File::from(fd);
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {}", self.path.join(name).display()), e))?;
+        if !meta.is_file() {
+            return Err(Error::refused(
+                Reason::Exists,
+                format!("{} is not a regular file", self.path.join(name).display()),
+            ));
+        }
+        Ok(file)
+    }
+
+    /// Removes file `name`; a missing file is not an error.
+    pub fn remove(&self, name: &str) -> Result<()> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(io_err(
+                format!("remove {}", self.path.join(name).display()),
+                e,
+            )),
+        }
+    }
+
+    /// Renames `from` to `to` within this directory. Without `replace`, an existing `to` is
+    /// refused atomically (`RENAME_NOREPLACE`) with [`Reason::Exists`].
+    pub fn rename(&self, from: &str, to: &str, replace: bool) -> Result<()> {
+        let flags = if replace {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::NOREPLACE
+        };
+        match rustix::fs::renameat_with(&self.fd, from, &self.fd, to, flags) {
+            Ok(()) => Ok(()),
+            Err(Errno::EXIST) => Err(Error::refused(
+                Reason::Exists,
+                format!(
+                    "{} exists (use --force to overwrite)",
+                    self.path.join(to).display()
+                ),
+            )),
+            Err(e) => Err(io_err(
+                format!("rename {} to {to}", self.path.join(from).display()),
+                e,
+            )),
+        }
+    }
+
+    /// Flushes the directory's entries to disk (after a rename).
+    pub fn sync(&self) -> Result<()> {
+        rustix::fs::fsync(&self.fd)
+            .map_err(|e| io_err(format!("fsync directory {}", self.path.display()), e))
+    }
+
+    /// Bytes available to unprivileged users on this directory's filesystem.
+    pub fn free_bytes(&self) -> Result<u64> {
+        let st = rustix::fs::fstatvfs(self.fd.as_fd())
+            .map_err(|e| io_err(format!("statvfs {}", self.path.display()), e))?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+}
+
+/// Walks `rel`'s parent directories below `out_dir` without following symlinks. Returns the
+/// deepest directory that exists and the components still missing below it (empty when the
+/// whole parent chain exists). Refuses a symlink or non-directory on the way.
+pub fn walk_existing<'r>(out_dir: &Path, rel: &'r RelPath) -> Result<(ConfinedDir, Vec<&'r str>)> {
+    let mut dir = ConfinedDir::open(out_dir)?;
+    let mut parents = rel.parents();
+    for c in parents.by_ref() {
+        match dir.child(c) {
+            Ok(d) => dir = d,
+            Err(Errno::NOENT) => {
+                let mut missing = vec![c];
+                missing.extend(parents);
+                return Ok((dir, missing));
+            }
+            Err(e) => return Err(dir.not_a_dir(rel, c, e)),
+        }
+    }
+    Ok((dir, Vec::new()))
+}
+
+/// Creates the `missing` directories (from [`walk_existing`]) below `dir`; returns the last.
+pub fn create_dirs(mut dir: ConfinedDir, rel: &RelPath, missing: &[&str]) -> Result<ConfinedDir> {
+    for c in missing {
+        match rustix::fs::mkdirat(&dir.fd, *c, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(io_err(format!("mkdir {}", dir.path.join(c).display()), e)),
+        }
+        dir = dir.child(c).map_err(|e| dir.not_a_dir(rel, c, e))?;
+    }
+    Ok(dir)
+}
+
+/// Opens (creating as needed) the directory that will hold `rel`, strictly inside `out_dir`.
+pub fn open_parent(out_dir: &Path, rel: &RelPath) -> Result<ConfinedDir> {
+    let (dir, missing) = walk_existing(out_dir, rel)?;
+    create_dirs(dir, rel, &missing)
+}
+
+/// Creates the missing parents of `rel` and a fresh, empty temporary file
+/// ([`RelPath::temp_name`]) for it, strictly inside `out_dir`; a stale temporary file is
+/// replaced. Returns the parent directory and the open file.
+pub fn create_confined(out_dir: &Path, rel: &RelPath) -> Result<(ConfinedDir, File)> {
+    let dir = open_parent(out_dir, rel)?;
+    let temp = rel.temp_name();
+    dir.remove(&temp)?;
+    let file = dir.open_file(&temp, true)?;
+    Ok((dir, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn refused(name: &str) -> String {
+        match sanitize(name) {
+            Err(Error::Refused {
+                reason: Reason::BadName,
+                message,
+            }) => message,
+            other => panic!("{name:?}: expected a bad-name refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn hostile_names_refused_with_reason() {
+        assert!(refused("").contains("empty name"));
+        assert!(refused("../x").contains("`..`"));
+        assert!(refused("a/../../x").contains("`..`"));
+        assert!(refused("/etc/x").contains("absolute"));
+        assert!(refused("a\0b").contains("NUL"));
+        assert!(refused("a\\b").contains("backslash"));
+        assert!(refused("a//b").contains("empty component"));
+        assert!(refused("a/").contains("empty component"));
+        assert!(refused("./a").contains("`.`"));
+        assert!(refused(&"a".repeat(5000)).contains("5000 bytes"));
+        assert!(refused(&"a".repeat(256)).contains("component of 256 bytes"));
+        assert!(refused("x.rdmaxfer-part").contains("reserved"));
+    }
+
+    #[test]
+    fn ordinary_names_accepted() {
+        for n in [
+            "a",
+            "a/b/c.txt",
+            ".hidden",
+            "..x",
+            "x..",
+            "名前/ファイル",
+            &"a/".repeat(2000)[..3999],
+        ] {
+            assert_eq!(sanitize(n).unwrap().as_str(), n);
+        }
+        let r = sanitize("a/b/c.txt").unwrap();
+        assert_eq!(r.parents().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(r.file_name(), "c.txt");
+        assert_eq!(r.temp_name(), ".c.txt.rdmaxfer-part");
+        assert_eq!(sanitize("c").unwrap().parents().count(), 0);
+    }
+
+    #[test]
+    fn long_final_component_gets_a_short_temp_name() {
+        let r = sanitize(&"n".repeat(255)).unwrap();
+        let t = r.temp_name();
+        assert!(
+            t.len() <= MAX_COMPONENT_LEN && t.ends_with(TEMP_SUFFIX),
+            "{t}"
+        );
+        assert_eq!(
+            t,
+            sanitize(&"n".repeat(255)).unwrap().temp_name(),
+            "deterministic"
+        );
+    }
+
+    #[test]
+    fn nested_name_created_inside_out_dir() {
+        let out = tempfile::tempdir().unwrap();
+        let rel = sanitize("a/b/c.txt").unwrap();
+        let (dir, _file) = create_confined(out.path(), &rel).unwrap();
+        assert_eq!(dir.path(), out.path().join("a/b"));
+        assert!(out.path().join("a/b/.c.txt.rdmaxfer-part").is_file());
+        // Again: parents exist now, a stale temp is replaced.
+        std::fs::write(out.path().join("a/b/.c.txt.rdmaxfer-part"), b"stale").unwrap();
+        create_confined(out.path(), &rel).unwrap();
+        assert_eq!(
+            std::fs::read(out.path().join("a/b/.c.txt.rdmaxfer-part")).unwrap(),
+            b""
+        );
+    }
+
+    #[test]
+    fn symlinked_directory_refused() {
+        let out = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        symlink(outside.path(), out.path().join("link")).unwrap();
+        let rel = sanitize("link/x").unwrap();
+        match create_confined(out.path(), &rel) {
+            Err(Error::Refused {
+                reason: Reason::BadName,
+                message,
+            }) => assert!(message.contains("symbolic link"), "{message}"),
+            other => panic!("expected refusal, got {other:?}"),
+        }
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing escaped"
+        );
+    }
+
+    #[test]
+    fn symlink_deeper_and_file_as_dir_refused() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir(out.path().join("a")).unwrap();
+        symlink("/tmp", out.path().join("a/up")).unwrap();
+        std::fs::write(out.path().join("f"), b"").unwrap();
+        let e = create_confined(out.path(), &sanitize("a/up/x").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let e = create_confined(out.path(), &sanitize("f/x").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+    }
+
+    #[test]
+    fn symlinked_temp_file_not_followed() {
+        let out = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        let rel = sanitize("x").unwrap();
+        symlink(&target, out.path().join(rel.temp_name())).unwrap();
+        let dir = open_parent(out.path(), &rel).unwrap();
+        assert!(
+            dir.open_file(&rel.temp_name(), false).is_err(),
+            "O_NOFOLLOW"
+        );
+        // create_confined removes the link itself and creates a real file.
+        create_confined(out.path(), &rel).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert!(out.path().join(rel.temp_name()).is_file());
+    }
+
+    #[test]
+    fn walk_reports_missing_without_creating() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir(out.path().join("a")).unwrap();
+        let rel = sanitize("a/b/c/f").unwrap();
+        let (dir, missing) = walk_existing(out.path(), &rel).unwrap();
+        assert_eq!(dir.path(), out.path().join("a"));
+        assert_eq!(missing, ["b", "c"]);
+        assert!(!out.path().join("a/b").exists());
+    }
+
+    #[test]
+    fn rename_refuses_to_replace_unless_asked() {
+        let out = tempfile::tempdir().unwrap();
+        let dir = ConfinedDir::open(out.path()).unwrap();
+        std::fs::write(out.path().join("a"), b"new").unwrap();
+        std::fs::write(out.path().join("b"), b"old").unwrap();
+        let e = dir.rename("a", "b", false).unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::Exists));
+        assert_eq!(std::fs::read(out.path().join("b")).unwrap(), b"old");
+        dir.rename("a", "b", true).unwrap();
+        assert_eq!(std::fs::read(out.path().join("b")).unwrap(), b"new");
+        assert!(dir.free_bytes().unwrap() > 0);
+    }
+}

@@ -1,0 +1,80 @@
+//! Serving and connecting the same way for every command: RDMA CM or the out-of-band exchange.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::{self, Endpoint, EndpointOptions, Listener, OobListener};
+
+/// A listener of either kind.
+pub enum Server {
+    /// RDMA CM.
+    Cm(Listener),
+    /// ibv_rc_pingpong-style TCP exchange.
+    Oob(OobListener),
+}
+
+impl Server {
+    /// Listens on `addr:port` (an IP address; `0.0.0.0` for all).
+    pub fn bind(addr: &str, port: u16, oob: bool, opts: &EndpointOptions) -> Result<Server> {
+        let ip: IpAddr = addr.parse().map_err(|_| {
+            Error::InvalidArgument(format!("listen address {addr:?} is not an IP address"))
+        })?;
+        let sa = SocketAddr::new(ip, port);
+        Ok(if oob {
+            Server::Oob(OobListener::bind(sa, opts)?)
+        } else {
+            Server::Cm(Listener::bind(sa, opts)?)
+        })
+    }
+
+    /// Waits for the next peer (`None`: forever). Over OOB the endpoint is switched to credit
+    /// flow control: the peer must be rdmaxfer (use [`connect`]).
+    pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
+        match self {
+            Server::Cm(l) => l.accept(wait),
+            Server::Oob(l) => {
+                let mut ep = l.accept(wait)?;
+                ep.enable_credits(false)?;
+                Ok(ep)
+            }
+        }
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        match self {
+            Server::Cm(l) => l.local_addr(),
+            Server::Oob(l) => l.local_addr(),
+        }
+    }
+
+    /// "rdma_cm" or "oob".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Server::Cm(_) => "rdma_cm",
+            Server::Oob(_) => "oob",
+        }
+    }
+
+    /// True when the listener itself can serve no more peers.
+    pub fn is_broken(&self) -> bool {
+        match self {
+            Server::Cm(l) => l.is_broken(),
+            Server::Oob(_) => false,
+        }
+    }
+}
+
+/// Connects to `host:port` with RDMA CM, or with the out-of-band exchange when `oob` (then
+/// switched to credit flow control: the peer must be a [`Server`]).
+pub fn connect(host: &str, port: u16, oob: bool, opts: &EndpointOptions) -> Result<Endpoint> {
+    let dst = endpoint::resolve_host(host, port)?;
+    if oob {
+        let mut ep = Endpoint::connect_oob(dst, opts)?;
+        ep.enable_credits(true)?;
+        Ok(ep)
+    } else {
+        Endpoint::connect_cm(dst, opts)
+    }
+}

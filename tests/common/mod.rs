@@ -1,0 +1,207 @@
+//! Helpers shared by the device tests that drive the `rdmaxfer` binary: child processes whose
+//! output is collected line by line, so tests synchronise on what they print, never on sleeps.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The guest's rxe0 address.
+pub const IP: &str = "198.18.0.1";
+
+/// Fails (never skips) when rxe0 is missing.
+pub fn need_rxe0() {
+    rdmaxfer::verbs::Context::open(Some("rxe0"))
+        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
+}
+
+/// A child process whose stdout and stderr are collected line by line.
+pub struct Proc {
+    name: String,
+    child: Child,
+    lines: Receiver<String>,
+    out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
+}
+
+pub struct Done {
+    pub status: ExitStatus,
+    pub out: String,
+    pub err: String,
+    pub elapsed: Duration,
+}
+
+impl Done {
+    pub fn ok(&self, what: &str) -> &Self {
+        assert!(
+            self.status.success(),
+            "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.out,
+            self.err
+        );
+        self
+    }
+
+    pub fn failed(&self, what: &str) -> &Self {
+        assert!(
+            !self.status.success(),
+            "{what} should have failed:\nstdout:\n{}\nstderr:\n{}",
+            self.out,
+            self.err
+        );
+        assert!(
+            !self.err.contains("panicked"),
+            "{what} panicked:\n{}",
+            self.err
+        );
+        self
+    }
+
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.out
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
+            .collect()
+    }
+}
+
+pub fn spawn_prog(name: &str, prog: &str, args: &[&str]) -> Proc {
+    spawn_command(name, Command::new(prog), args)
+}
+
+fn spawn_command(name: &str, mut cmd: Command, args: &[&str]) -> Proc {
+    let prog = format!("{:?}", cmd.get_program());
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {prog}: {e}"));
+    let (tx, lines) = mpsc::channel();
+    let out = Arc::new(Mutex::new(String::new()));
+    let err = Arc::new(Mutex::new(String::new()));
+    let pump = |r: Box<dyn Read + Send>, acc: Arc<Mutex<String>>, tx: mpsc::Sender<String>| {
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines().map_while(|l| l.ok()) {
+                acc.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        });
+    };
+    pump(
+        Box::new(child.stdout.take().unwrap()),
+        out.clone(),
+        tx.clone(),
+    );
+    pump(Box::new(child.stderr.take().unwrap()), err.clone(), tx);
+    Proc {
+        name: name.to_string(),
+        child,
+        lines,
+        out,
+        err,
+    }
+}
+
+pub fn spawn(name: &str, args: &[&str]) -> Proc {
+    spawn_prog(name, env!("CARGO_BIN_EXE_rdmaxfer"), args)
+}
+
+impl Proc {
+    pub fn dump(&self) -> String {
+        format!(
+            "stdout:\n{}\nstderr:\n{}",
+            self.out.lock().unwrap(),
+            self.err.lock().unwrap()
+        )
+    }
+
+    /// Waits for an output line containing `needle`.
+    pub fn wait_for(&mut self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return l,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: no {needle:?} within {within:?}\n{}",
+                    self.name,
+                    self.dump()
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "{}: exited before printing {needle:?}\n{}",
+                        self.name,
+                        self.dump()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Waits (bounded) for the process to exit.
+    pub fn finish(mut self, within: Duration) -> Done {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if t.elapsed() > within {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{}: still running after {within:?}\n{}",
+                    self.name,
+                    self.dump()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let elapsed = t.elapsed();
+        // The pipes close at exit; wait (bounded) for the readers to drain them.
+        let end = Instant::now() + Duration::from_secs(5);
+        while self
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+            .is_ok()
+        {}
+        let out = self.out.lock().unwrap().clone();
+        let err = self.err.lock().unwrap().clone();
+        Done {
+            status,
+            out,
+            err,
+            elapsed,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Like [`spawn`], with extra environment variables.
+pub fn spawn_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    spawn_cmd(name, env!("CARGO_BIN_EXE_rdmaxfer"), args, env)
+}
+
+fn spawn_cmd(name: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let mut cmd = Command::new(prog);
+    cmd.envs(env.iter().copied());
+    spawn_command(name, cmd, args)
+}

@@ -1,0 +1,583 @@
+//! Device tests (rxe0, in the guest) of `rdmaxfer send` / `rdmaxfer recv`: sizes around the
+//! chunk size, a random multi-MiB file, a nested tree, CM and OOB, event and poll; hostile
+//! senders; killed peers; a corrupted chunk; resume.
+//!
+//! The issue asks for a 64 MiB file; the emulated guest moves ≈ 50 MB/s and this is a debug
+//! build, so the random file here is 16 MiB (the guest demo sends 32 MiB, the benchmark 128).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{need_rxe0, spawn, spawn_env, Done, Proc, IP};
+use rdmaxfer::xfer::endpoint::EndpointOptions;
+use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
+use rdmaxfer::xfer::session;
+
+const T: Duration = Duration::from_secs(120);
+const CHUNK: usize = 65536;
+
+fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
+    let p = port.to_string();
+    let o = out.to_str().unwrap();
+    let mut args = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
+    args.extend_from_slice(extra);
+    let mut r = spawn("recv", &args);
+    r.wait_for("listening on", T);
+    r
+}
+
+fn send_args(port: u16, paths: &[&Path], extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec!["send".into()];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap().to_string()));
+    args.push(format!("{IP}:{port}"));
+    args.push("--json".into());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
+    let args = send_args(port, paths, extra);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    spawn("send", &a)
+}
+
+fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    blake3::hash(b).to_hex().to_string()
+}
+
+/// Every regular file below `dir`, relative, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    fn go(base: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                go(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().to_str().unwrap().to_string());
+            }
+        }
+    }
+    let mut v = Vec::new();
+    go(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+fn one_json(d: &Done) -> serde_json::Value {
+    let mut j = d.json_lines();
+    assert_eq!(
+        j.len(),
+        1,
+        "one JSON summary expected:\n{}\n{}",
+        d.out,
+        d.err
+    );
+    j.pop().unwrap()
+}
+
+/// Sends `files` (name → contents, written below a source dir) plus, if `tree`, a nested
+/// directory; checks each received file byte for byte and by hash, and both JSON summaries.
+fn round_trip(port: u16, mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let mut paths: Vec<PathBuf> = Vec::new();
+    let mut expect: Vec<(String, Vec<u8>)> = Vec::new();
+    for (name, data) in files {
+        let p = src.join(name);
+        std::fs::write(&p, data).unwrap();
+        paths.push(p);
+        expect.push((name.to_string(), data.clone()));
+    }
+    if tree {
+        let root = src.join("tree");
+        for (rel, len, seed) in [
+            ("a/b/c/deep.bin", 3 * CHUNK + 7, 1),
+            ("a/b/mid.txt", 10, 2),
+            ("a/top.bin", CHUNK, 3),
+            ("z/empty", 0, 4),
+            ("root.bin", 1, 5),
+        ] {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let d = pseudo_random(len, seed);
+            std::fs::write(&p, &d).unwrap();
+            expect.push((format!("tree/{rel}"), d));
+        }
+        paths.push(root);
+    }
+    let mut r = recv(port, &out, &[&["--once"], mode].concat());
+    let chunk = CHUNK.to_string();
+    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let s = send(port, &refs, &[&["--chunk", &chunk], mode].concat()).finish(T);
+    s.ok("send");
+    let rd = {
+        r.wait_for("\"result\"", T);
+        r.finish(T)
+    };
+    rd.ok("recv");
+    expect.sort();
+    let names: Vec<String> = expect.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(listing(&out), names, "received files (no temp files left)");
+    let total: u64 = expect.iter().map(|(_, d)| d.len() as u64).sum();
+    for j in [one_json(&s), one_json(&rd)] {
+        assert_eq!(j["result"], "ok", "{j}");
+        assert_eq!(j["bytes"], total, "{j}");
+        assert!(j["seconds"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["mib_s"].as_f64().is_some(), "{j}");
+        let fs = j["files"].as_array().unwrap();
+        assert_eq!(fs.len(), expect.len(), "{j}");
+        for (f, (name, data)) in fs.iter().zip(&expect) {
+            assert_eq!(f["name"], name.as_str(), "{j}");
+            assert_eq!(f["bytes"], data.len() as u64, "{j}");
+            assert_eq!(f["hash"], hex(data), "{j}");
+            assert_eq!(f["result"], "ok", "{j}");
+        }
+    }
+    for (name, data) in &expect {
+        let got = std::fs::read(out.join(name)).unwrap();
+        assert!(got == *data, "{name}: contents differ");
+        assert_eq!(hex(&got), hex(data));
+    }
+}
+
+fn edge_sizes() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("zero", Vec::new()),
+        ("one", vec![0x5a]),
+        ("chunk-1", pseudo_random(CHUNK - 1, 11)),
+        ("chunk", pseudo_random(CHUNK, 12)),
+        ("chunk+1", pseudo_random(CHUNK + 1, 13)),
+    ]
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn edge_sizes_and_tree_cm_poll() {
+    round_trip(7301, &[], &edge_sizes(), true);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn edge_sizes_and_tree_oob_event() {
+    round_trip(7302, &["--oob", "--event"], &edge_sizes(), true);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn random_16mib_cm_event() {
+    round_trip(
+        7303,
+        &["--event"],
+        &[("random.bin", pseudo_random(16 << 20, 99))],
+        false,
+    );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn random_16mib_oob_poll() {
+    round_trip(
+        7304,
+        &["--oob"],
+        &[("random.bin", pseudo_random(16 << 20, 98))],
+        false,
+    );
+}
+
+// ---- hostile senders -------------------------------------------------------------------------
+
+const TOKEN: &str = "s3cret-token";
+
+fn hello(name: &str, size: u64, auth: Option<proto::Digest>) -> Hello {
+    Hello {
+        version: proto::VERSION,
+        name: name.into(),
+        size,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: CHUNK as u32,
+        flags: HelloFlags::default(),
+        auth,
+    }
+}
+
+/// A HELLO built by hand (any version, any name length).
+fn raw_hello(version: u16, name: &[u8], auth: Option<proto::Digest>) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&1u16.to_be_bytes());
+    b.extend_from_slice(&(if auth.is_some() { 8u16 } else { 0 }).to_be_bytes());
+    b.extend_from_slice(&(CHUNK as u32).to_be_bytes());
+    b.extend_from_slice(&10u64.to_be_bytes());
+    b.extend_from_slice(&0o644u32.to_be_bytes());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    b.extend_from_slice(name);
+    if let Some(a) = auth {
+        b.extend_from_slice(&a);
+    }
+    let mut m = Vec::new();
+    m.extend_from_slice(&proto::MAGIC.to_be_bytes());
+    m.extend_from_slice(&version.to_be_bytes());
+    m.extend_from_slice(&1u16.to_be_bytes());
+    m.extend_from_slice(&(b.len() as u32).to_be_bytes());
+    m.extend_from_slice(&b);
+    m
+}
+
+/// Connects like a sender, answers the challenge with `msg(nonce)` and returns the reply.
+fn hostile(port: u16, msg: impl FnOnce(&proto::Digest) -> Vec<u8>) -> Msg {
+    let opts = EndpointOptions {
+        msg_size: proto::MAX_MSG_LEN,
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
+    let nonce = match proto::decode(&ep.recv().expect("challenge")).expect("decode challenge") {
+        Msg::Challenge { nonce, .. } => nonce,
+        m => panic!("expected CHALLENGE, got {m:?}"),
+    };
+    ep.send(&msg(&nonce)).expect("send");
+    let reply = proto::decode(&ep.recv().expect("reply")).expect("decode reply");
+    let _ = ep.send(&proto::encode(&Msg::Done));
+    let _ = ep.close();
+    reply
+}
+
+fn expect_refuse(m: Msg, want: Reason, what: &str) {
+    match m {
+        Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
+            assert_eq!(reason, want, "{what}: {message}");
+            assert!(!message.is_empty(), "{what}: refusal without a message");
+        }
+        m => panic!("{what}: expected a refusal ({want}), got {m:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn hostile_senders_are_refused_and_the_receiver_keeps_serving() {
+    need_rxe0();
+    let port = 7310;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut r = recv(port, &out, &["--token", TOKEN, "--max-size", "1000"]);
+    let tok = TOKEN.as_bytes();
+    let auth = |n: &proto::Digest| Some(proto::auth_answer(tok, n));
+    let enc = |h: Hello| proto::encode(&Msg::Hello(h));
+
+    for (name, why) in [
+        ("../x", "parent"),
+        ("/etc/x", "absolute"),
+        ("a\0b", "NUL"),
+        ("a/../../x", "nested parent"),
+    ] {
+        let m = hostile(port, |n| enc(hello(name, 10, auth(n))));
+        expect_refuse(m, Reason::BadName, why);
+    }
+    let long = vec![b'a'; 5000];
+    let m = hostile(port, |n| raw_hello(1, &long, auth(n)));
+    expect_refuse(m, Reason::Protocol, "name over 4 KiB");
+    let m = hostile(port, |n| enc(hello("big", 1001, auth(n))));
+    expect_refuse(m, Reason::TooLarge, "over --max-size");
+    let m = hostile(port, |n| {
+        enc(hello("x", 10, Some(proto::auth_answer(b"wrong", n))))
+    });
+    expect_refuse(m, Reason::AuthFailed, "wrong token");
+    let m = hostile(port, |_| enc(hello("x", 10, None)));
+    expect_refuse(m, Reason::AuthFailed, "no token");
+    let m = hostile(port, |n| raw_hello(2, b"x", auth(n)));
+    expect_refuse(m, Reason::Version, "version 2");
+    let m = hostile(port, |n| raw_hello(1, b"x", auth(n))[..20].to_vec());
+    expect_refuse(m, Reason::Protocol, "truncated");
+    let m = hostile(port, |n| {
+        let mut v = raw_hello(1, b"x", auth(n));
+        v[8..12].copy_from_slice(&100_000u32.to_be_bytes());
+        v
+    });
+    expect_refuse(m, Reason::Protocol, "oversized length");
+    assert!(
+        listing(&out).is_empty(),
+        "hostile senders left {:?}",
+        listing(&out)
+    );
+
+    // Still serving: a proper sender (token from the environment) gets through.
+    let src = tmp.path().join("fine.txt");
+    std::fs::write(&src, b"still here\n").unwrap();
+    let args = send_args(port, &[&src], &[]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = spawn_env("send", &a, &[("RDMAXFER_TOKEN", TOKEN)]).finish(T);
+    s.ok("send after hostile senders");
+    assert_eq!(
+        std::fs::read(out.join("fine.txt")).unwrap(),
+        b"still here\n"
+    );
+    r.kill();
+}
+
+// ---- failures ----------------------------------------------------------------------------------
+
+/// Waits (bounded) until `cond` holds, polling the file system.
+fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < within,
+            "{what} did not happen within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn has_temp(out: &Path) -> bool {
+    listing(out).iter().any(|n| n.ends_with(".rdmaxfer-part"))
+}
+
+/// A 64 MiB sparse file sent in 16 KiB chunks with one in flight: slow enough to interrupt.
+fn slow_source(dir: &Path) -> PathBuf {
+    let p = dir.join("big.bin");
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(64 << 20).unwrap();
+    p
+}
+
+const SLOW: [&str; 4] = ["--chunk", "16K", "--slots", "1"];
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn sender_killed_receiver_fails_cleanly() {
+    need_rxe0();
+    let port = 7320;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let src = slow_source(tmp.path());
+    let r = recv(port, &out, &["--once", "--timeout", "3"]);
+    let mut s = send(port, &[&src], &SLOW);
+    wait_until("the transfer starting", T, || has_temp(&out));
+    s.kill();
+    let t = Instant::now();
+    let d = r.finish(Duration::from_secs(30));
+    d.failed("recv --once after the sender was killed");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "noticed after {:?}",
+        t.elapsed()
+    );
+    let j = one_json(&d);
+    assert_eq!(j["result"], "error", "{j}");
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+    drop(s);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn receiver_killed_sender_fails() {
+    need_rxe0();
+    let port = 7321;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let src = slow_source(tmp.path());
+    let mut r = recv(port, &out, &[]);
+    let s = send(port, &[&src], &[&SLOW[..], &["--timeout", "3"]].concat());
+    wait_until("the transfer starting", T, || has_temp(&out));
+    r.kill();
+    let d = s.finish(Duration::from_secs(30));
+    d.failed("send after the receiver was killed");
+    assert!(
+        d.elapsed < Duration::from_secs(20),
+        "noticed after {:?}",
+        d.elapsed
+    );
+    assert_eq!(one_json(&d)["result"], "error");
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn corrupted_chunk_is_a_hash_mismatch_and_nothing_is_committed() {
+    need_rxe0();
+    let port = 7322;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let src = tmp.path().join("c.bin");
+    std::fs::write(&src, pseudo_random(3 * CHUNK + 5, 7)).unwrap();
+    let r = recv(port, &out, &["--once"]);
+    let args = send_args(port, &[&src], &["--chunk", "64K"]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = spawn_env("send", &a, &[("RDMAXFER_TEST_CORRUPT_CHUNK", "1")]).finish(T);
+    s.failed("send with a corrupted chunk");
+    let d = r.finish(T);
+    d.failed("recv of a corrupted file");
+    for j in [one_json(&s), one_json(&d)] {
+        assert_eq!(j["result"], "error", "{j}");
+        assert_eq!(j["files"][0]["result"], "hash mismatch", "{j}");
+        assert!(j["files"][0]["hash"].is_null(), "{j}");
+    }
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn existing_file_is_refused_without_force_and_replaced_with_it() {
+    need_rxe0();
+    let port = 7323;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("f"), b"old").unwrap();
+    let src = tmp.path().join("f");
+    std::fs::write(&src, b"new contents").unwrap();
+    let mut r = recv(port, &out, &[]);
+    let s = send(port, &[&src], &[]).finish(T);
+    s.failed("send onto an existing file");
+    assert_eq!(one_json(&s)["files"][0]["result"], "exists");
+    assert_eq!(std::fs::read(out.join("f")).unwrap(), b"old");
+    r.kill();
+    drop(r);
+    let r = recv(port, &out, &["--once", "--force"]);
+    send(port, &[&src], &[]).finish(T).ok("send with --force");
+    r.finish(T).ok("recv --force");
+    assert_eq!(std::fs::read(out.join("f")).unwrap(), b"new contents");
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn resume_after_a_killed_sender_completes_and_verifies() {
+    need_rxe0();
+    let port = 7324;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let src = tmp.path().join("big.bin");
+    let data = pseudo_random(24 << 20, 5);
+    std::fs::write(&src, &data).unwrap();
+    let mut r = recv(port, &out, &["--resume", "--timeout", "3"]);
+    let mut s = send(port, &[&src], &[&SLOW[..], &["--resume"]].concat());
+    let temp = out.join(".big.bin.rdmaxfer-part");
+    wait_until("some data received", T, || {
+        std::fs::metadata(&temp).is_ok_and(|m| m.len() >= 1 << 20)
+    });
+    s.kill();
+    drop(s);
+    // The receiver notices, keeps the partial file, and serves the next sender.
+    r.wait_for("rdmaxfer: error", T);
+    let held = std::fs::metadata(&temp).expect("partial file kept").len();
+    assert!(held > 0 && held < data.len() as u64, "held {held}");
+    let d = send(port, &[&src], &["--resume"]).finish(T);
+    d.ok("resumed send");
+    let j = one_json(&d);
+    assert_eq!(j["files"][0]["hash"], hex(&data), "{j}");
+    assert!(
+        j["bytes"].as_u64().unwrap() <= data.len() as u64 - held,
+        "resumed send moved {} bytes, {held} were held: {j}",
+        j["bytes"]
+    );
+    assert!(std::fs::read(out.join("big.bin")).unwrap() == data);
+    assert!(!temp.exists());
+    r.kill();
+}
+
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Mounts a tmpfs of `size` (e.g. "1m") on `dir` (the guest runs tests as root).
+fn small_tmpfs(dir: &Path, size: &str) -> Unmount {
+    std::fs::create_dir_all(dir).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .expect("running mount");
+    assert!(
+        st.success(),
+        "mounting a small tmpfs failed (the guest runs tests as root)"
+    );
+    Unmount(dir.to_path_buf())
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn disk_filling_up_during_the_transfer_is_reported_and_nothing_is_committed() {
+    need_rxe0();
+    let port = 7326;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("small");
+    let _u = small_tmpfs(&out, "16m");
+    let src = tmp.path().join("twelve.bin");
+    std::fs::write(&src, pseudo_random(12 << 20, 4)).unwrap();
+    let r = recv(port, &out, &["--once"]);
+    let s = send(port, &[&src], &SLOW);
+    wait_until("the transfer starting", T, || has_temp(&out));
+    // Something else fills the disk after the receiver's free-space check.
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(out.join("filler")).unwrap();
+        let block = vec![1u8; 1 << 20];
+        while f.write_all(&block).is_ok() {}
+    }
+    let s = s.finish(T);
+    s.failed("send while the receiver's disk fills up");
+    let d = r.finish(T);
+    d.failed("recv onto a disk that filled up");
+    for j in [one_json(&s), one_json(&d)] {
+        assert_eq!(j["result"], "error", "{j}");
+        assert_eq!(j["files"][0]["result"], "no space", "{j}");
+    }
+    assert_eq!(listing(&out), ["filler"], "only the filler may remain");
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn receiver_disk_full_is_a_clear_error_on_both_sides() {
+    need_rxe0();
+    let port = 7325;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("small");
+    let _u = small_tmpfs(&out, "1m");
+    let src = tmp.path().join("two.bin");
+    std::fs::write(&src, pseudo_random(2 << 20, 3)).unwrap();
+    let r = recv(port, &out, &["--once"]);
+    let s = send(port, &[&src], &[]).finish(T);
+    s.failed("send to a full disk");
+    let d = r.finish(T);
+    d.failed("recv onto a full disk");
+    for j in [one_json(&s), one_json(&d)] {
+        assert_eq!(j["result"], "error", "{j}");
+        assert_eq!(j["files"][0]["result"], "no space", "{j}");
+        let msg = j["files"][0]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("free"),
+            "the message says how much is free: {msg}"
+        );
+    }
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+}

@@ -1,0 +1,330 @@
+//! Device tests (rxe0, in the guest) of `rdmaxfer expose`, `write`, `read` and `bench`, driven
+//! through the binary over RDMA CM and OOB.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{need_rxe0, spawn, Proc, IP};
+use rdmaxfer::verbs::{ExposedRegion, RemoteAccess};
+use rdmaxfer::xfer::endpoint::EndpointOptions;
+use rdmaxfer::xfer::onesided::{self, Msg};
+use rdmaxfer::xfer::session::{self, Server};
+
+const T: Duration = Duration::from_secs(60);
+
+fn expose(port: u16, oob: bool, extra: &[&str]) -> Proc {
+    let p = port.to_string();
+    let mut args = vec!["expose", "--listen", IP, "-p", &p];
+    if oob {
+        args.push("--oob");
+    }
+    args.extend_from_slice(extra);
+    let mut s = spawn("expose", &args);
+    s.wait_for("listening on", T);
+    s
+}
+
+fn client(cmd: &str, port: u16, oob: bool, extra: &[&str]) -> common::Done {
+    let p = port.to_string();
+    let mut args = vec![cmd, IP, "-p", &p];
+    if oob {
+        args.push("--oob");
+    }
+    args.extend_from_slice(extra);
+    spawn(cmd, &args).finish(T)
+}
+
+fn text_round_trip(port: u16, oob: bool) {
+    need_rxe0();
+    let mut s = expose(port, oob, &["--size", "4096"]);
+    client(
+        "write",
+        port,
+        oob,
+        &["--offset", "100", "--data", "hello, one-sided world"],
+    )
+    .ok("write");
+    s.wait_for("changed [100, 122)", T);
+    let r = client("read", port, oob, &["--offset", "100", "--len", "22"]);
+    r.ok("read");
+    assert_eq!(r.out.trim_end_matches('\n'), "hello, one-sided world");
+    let r = client("read", port, oob, &["--offset", "98", "--len", "4"]);
+    assert_eq!(
+        r.ok("read").out.trim_end_matches('\n').as_bytes(),
+        b"\0\0he"
+    );
+    s.kill();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn text_round_trip_cm() {
+    text_round_trip(7101, false);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn text_round_trip_oob() {
+    text_round_trip(7102, true);
+}
+
+fn file_round_trip(port: u16, oob: bool) {
+    need_rxe0();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    let back = dir.path().join("back.bin");
+    let saved = dir.path().join("saved.bin");
+    let len = 3 << 20;
+    let data: Vec<u8> = (0..len)
+        .map(|i: usize| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let size = (len + 7).to_string();
+    let mut s = expose(
+        port,
+        oob,
+        &["--size", &size, "--once", "--out", saved.to_str().unwrap()],
+    );
+    // --once: one peer writes; the buffer is saved to --out.
+    client(
+        "write",
+        port,
+        oob,
+        &["--offset", "7", "--file", src.to_str().unwrap()],
+    )
+    .ok("write");
+    let done = {
+        s.wait_for("changed [", T);
+        s.finish(T)
+    };
+    done.ok("expose --once");
+    let saved = std::fs::read(&saved).unwrap();
+    assert_eq!(saved.len(), len + 7);
+    assert!(saved[7..] == data[..], "saved buffer holds the file");
+    // A new server starts from zeroes; write again and read it back through a file.
+    let mut s = expose(port, oob, &["--size", &size]);
+    client(
+        "write",
+        port,
+        oob,
+        &["--offset", "7", "--file", src.to_str().unwrap()],
+    )
+    .ok("write");
+    let lenarg = len.to_string();
+    client(
+        "read",
+        port,
+        oob,
+        &[
+            "--offset",
+            "7",
+            "--len",
+            &lenarg,
+            "--out",
+            back.to_str().unwrap(),
+        ],
+    )
+    .ok("read");
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "3 MiB read back byte for byte"
+    );
+    s.kill();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn file_3_mib_round_trip_cm() {
+    file_round_trip(7103, false);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn file_3_mib_round_trip_oob() {
+    file_round_trip(7104, true);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn out_of_bounds_is_refused_locally() {
+    need_rxe0();
+    let mut s = expose(7105, false, &["--size", "4096"]);
+    for (off, len) in [
+        ("4096", "1"),
+        ("4000", "97"),
+        ("18446744073709551615", "2"),
+        ("1", "18446744073709551615"),
+    ] {
+        let r = client("read", 7105, false, &["--offset", off, "--len", len]);
+        r.failed("out-of-bounds read");
+        assert!(r.err.contains("out of bounds"), "{off}+{len}: {}", r.err);
+    }
+    let r = client(
+        "write",
+        7105,
+        false,
+        &["--offset", "4090", "--data", "0123456789"],
+    );
+    r.failed("out-of-bounds write");
+    assert!(r.err.contains("out of bounds"), "{}", r.err);
+    // Nothing reached the buffer, and the server kept serving.
+    let r = client("read", 7105, false, &["--offset", "4090", "--len", "6"]);
+    assert_eq!(
+        r.ok("read after refusals")
+            .out
+            .trim_end_matches('\n')
+            .as_bytes(),
+        &[0u8; 6]
+    );
+    s.kill();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn reading_a_write_only_exposure_is_a_remote_access_error() {
+    need_rxe0();
+    let mut s = expose(7106, false, &["--size", "64", "--access", "w"]);
+    let r = client("read", 7106, false, &["--len", "8"]);
+    r.failed("read of write-only exposure");
+    assert!(r.err.contains("remote access error"), "{}", r.err);
+    assert!(
+        r.err.contains("Write access"),
+        "the error names the exposure's rights: {}",
+        r.err
+    );
+    client("write", 7106, false, &["--data", "still serving"]).ok("write after the failed read");
+    s.wait_for("\"still serving\"", T);
+    s.kill();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn access_after_revoke_fails_without_hanging() {
+    need_rxe0();
+    let opts = EndpointOptions {
+        device: Some("rxe0".into()),
+        extra_send_wr: 8,
+        ..Default::default()
+    };
+    let mut server = Server::bind(IP, 7107, false, &opts).unwrap();
+    let t = std::thread::spawn(move || {
+        let mut ep = server.accept(Some(T)).unwrap();
+        assert!(matches!(
+            onesided::recv_msg(&mut ep).unwrap(),
+            Msg::Setup { .. }
+        ));
+        let region = ExposedRegion::new(ep.pd(), 4096, RemoteAccess::ReadWrite).unwrap();
+        onesided::send_msg(
+            &mut ep,
+            &Msg::Expose {
+                access: RemoteAccess::ReadWrite,
+                region: region.descriptor(),
+            },
+        )
+        .unwrap();
+        let left = region.revoke().unwrap();
+        assert_eq!(left, vec![0u8; 4096]);
+        // Tell the client the exposure is gone, then wait for it to hang up.
+        onesided::send_msg(
+            &mut ep,
+            &Msg::Done {
+                ok: true,
+                written: 0,
+                read: 0,
+            },
+        )
+        .unwrap();
+        let _ = ep.recv();
+    });
+    let mut ep = session::connect(IP, 7107, false, &opts).unwrap();
+    let x = onesided::open_session(&mut ep).unwrap();
+    assert!(matches!(
+        onesided::recv_msg(&mut ep).unwrap(),
+        Msg::Done { .. }
+    ));
+    let t0 = std::time::Instant::now();
+    let e =
+        onesided::write_session(&mut ep, &x, 0, b"too late", Duration::from_secs(10)).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(10), "no hang");
+    assert!(e.to_string().contains("remote access error"), "{e}");
+    drop(ep);
+    t.join().unwrap();
+}
+
+fn bench_pair(op: &str, size: usize, iters: u64, port: u16, flags: &[&str]) -> serde_json::Value {
+    let p = port.to_string();
+    let s_ = size.to_string();
+    let mut sargs = vec![
+        "bench", op, "--listen", IP, "-p", &p, "-s", &s_, "--count", "1",
+    ];
+    sargs.extend_from_slice(flags);
+    let mut server = spawn("bench server", &sargs);
+    server.wait_for("listening on", T);
+    let n = iters.to_string();
+    let mut cargs = vec![
+        "bench", op, IP, "-p", &p, "-s", &s_, "-n", &n, "-t", "32", "--json",
+    ];
+    cargs.extend_from_slice(flags);
+    let c = spawn("bench client", &cargs).finish(T);
+    if !c.status.success() {
+        server.kill();
+        let s = server.finish(T);
+        panic!(
+            "bench client {cargs:?} failed:\n{}\nserver stdout:\n{}\nserver stderr:\n{}",
+            c.err, s.out, s.err
+        );
+    }
+    server.finish(T).ok("bench server");
+    let v = c.json_lines().pop().expect("one JSON object");
+    assert_eq!(v["op"], op);
+    assert_eq!(v["size"], size);
+    assert_eq!(v["iters"], iters);
+    for k in [
+        "bw_peak_mib_s",
+        "bw_avg_mib_s",
+        "msg_rate_mpps",
+        "cpu_seconds",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x >= 0.0), "{k} in {v}");
+    }
+    assert!(v["bw_avg_mib_s"].as_f64().unwrap() > 0.0, "{v}");
+    v
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn bench_every_op_at_4k_and_1m_poll_cm_and_event_oob() {
+    need_rxe0();
+    let mut port = 7110;
+    for flags in [&[][..], &["--event", "--oob"][..]] {
+        for op in ["write", "read", "send"] {
+            for (size, iters) in [(4096usize, 300u64), (1 << 20, 16)] {
+                let v = bench_pair(op, size, iters, port, flags);
+                assert_eq!(v["event"], flags.contains(&"--event"), "{v}");
+                port += 1;
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn bench_with_mismatched_options_fails_clearly() {
+    need_rxe0();
+    let mut server = spawn(
+        "bench server",
+        &[
+            "bench", "write", "--listen", IP, "-p", "7130", "-s", "4096", "--count", "1",
+        ],
+    );
+    server.wait_for("listening on", T);
+    let c = spawn(
+        "bench client",
+        &["bench", "read", IP, "-p", "7130", "-s", "4096", "-n", "10"],
+    )
+    .finish(T);
+    c.failed("mismatched bench");
+    assert!(c.err.contains("options differ"), "{}", c.err);
+    server.finish(T).failed("server saw a failed client");
+}
