@@ -734,9 +734,8 @@ impl Endpoint {
         }
         match c.wr_id {
             WR_DATA | WR_CREDIT => {
-                let own = usize::from(c.wr_id == WR_DATA);
-                let retired = c.bufs.len().saturating_sub(own) as u32;
-                self.sends_posted = self.sends_posted.saturating_sub(1 + retired);
+                // Our own SENDs are all signaled: one completion each.
+                self.sends_posted = self.sends_posted.saturating_sub(1);
                 self.send_pool
                     .extend(c.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
                 if let Flow::Credits {
