@@ -554,6 +554,12 @@ impl Endpoint {
         Ok(parts.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id)))
     }
 
+    /// Takes the next connection from `listener` (see [`Listener::accept`]): the server side of
+    /// [`connect_cm`](Self::connect_cm).
+    pub fn accept_cm(listener: &mut Listener, wait: Option<Duration>) -> Result<Endpoint> {
+        listener.accept(wait)
+    }
+
     /// Connects to `dst` with ibv_rc_pingpong's out-of-band exchange (the peer may be
     /// `ibv_rc_pingpong` itself, or an [`OobListener`]).
     pub fn connect_oob(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
