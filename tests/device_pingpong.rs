@@ -256,7 +256,9 @@ fn pair_runs(
             cargs.push("--event".into());
         }
         let what = format!("client size {size} oob {oob} event {ev}");
+        let t = Instant::now();
         let c = spawn("client", &strs(&cargs)).finish(T);
+        eprintln!("{what}: {:?}", t.elapsed());
         c.ok(&what);
         let j = c.json_lines();
         assert_eq!(j.len(), 1, "{what}: {}", c.out);
@@ -310,18 +312,19 @@ fn pair_runs(
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn cm_sizes_poll_and_event() {
     need_rxe0();
-    pair_runs(7101, 1, 200, false, false, &[false, true]);
-    pair_runs(7102, 4096, 200, false, true, &[false, true]);
-    pair_runs(7103, 1 << 20, 10, false, false, &[false, true]);
+    // Each size once; client and server modes differ, so every side sees poll and event.
+    pair_runs(7101, 1, 200, false, true, &[false]);
+    pair_runs(7102, 4096, 200, false, false, &[true]);
+    pair_runs(7103, 1 << 20, 10, false, true, &[false]);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn oob_sizes_poll_and_event() {
     need_rxe0();
-    pair_runs(7111, 1, 200, true, true, &[false, true]);
-    pair_runs(7112, 4096, 200, true, false, &[false, true]);
-    pair_runs(7113, 1 << 20, 10, true, true, &[false, true]);
+    pair_runs(7111, 1, 200, true, false, &[true]);
+    pair_runs(7112, 4096, 200, true, true, &[false]);
+    pair_runs(7113, 1 << 20, 10, true, false, &[true]);
 }
 
 fn ibv_ok(d: &Done, iters: u64) {
@@ -398,18 +401,20 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
     need_rxe0();
     let c = spawn(
         "client",
-        &["pingpong", IP, "-p", "7141", "-n", "5", "--timeout", "5"],
+        &["pingpong", IP, "-p", "7141", "-n", "5", "--timeout", "30"],
     )
     .finish(T);
     c.failed("CM client without a server");
+    // Refused by the peer's CM at once, not by running into the deadline.
     assert!(
         c.err.contains("rejected") && c.err.contains("nothing is listening"),
         "{}",
         c.err
     );
-    // Resolve, route and connect each have a 5 s deadline; the rejection must come well before
-    // they add up (a cold start of the binary in the guest alone can take several seconds).
-    assert!(c.elapsed < Duration::from_secs(10), "took {:?}", c.elapsed);
+    // With 30 s per step, an answer in under 30 s came from the rejection, not a deadline
+    // (a loaded emulated guest was seen to need 6 s just to start and resolve).
+    assert!(!c.err.contains("timed out"), "{}", c.err);
+    assert!(c.elapsed < Duration::from_secs(30), "took {:?}", c.elapsed);
 
     let c = spawn(
         "client",
@@ -422,7 +427,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
             "-n",
             "5",
             "--timeout",
-            "5",
+            "30",
         ],
     )
     .finish(T);
@@ -432,9 +437,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         "{}",
         c.err
     );
-    // The refusal itself is immediate; a cold start of the binary in the guest (libibverbs'
-    // providers read over the shared host filesystem) was measured at up to 7 s of system time.
-    assert!(c.elapsed < Duration::from_secs(10), "took {:?}", c.elapsed);
+    assert!(c.elapsed < Duration::from_secs(30), "took {:?}", c.elapsed);
 
     // An address nobody answers ARP for: address resolution fails by the deadline.
     let c = spawn(
@@ -447,13 +450,14 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
             "-n",
             "5",
             "--timeout",
-            "2",
+            "3",
         ],
     )
     .finish(T);
     c.failed("CM client to a silent address");
     assert!(c.err.contains("198.18.0.99"), "{}", c.err);
-    assert!(c.elapsed < Duration::from_secs(8), "took {:?}", c.elapsed);
+    // The 3 s deadline, plus slack for starting a process in the emulated guest.
+    assert!(c.elapsed < Duration::from_secs(15), "took {:?}", c.elapsed);
 }
 
 #[test]
@@ -565,9 +569,9 @@ fn kill_mid_run(port: u16, oob: bool, kill_server: bool) {
     let what = format!("survivor (oob {oob}, server killed {kill_server})");
     d.failed(&what);
     assert!(d.err.contains("error"), "{what}: {}", d.err);
-    // Deadline 3 s (+ process exit and emulation slack).
+    // Deadline 3 s, plus slack for the emulated guest.
     assert!(
-        t.elapsed() < Duration::from_secs(10),
+        t.elapsed() < Duration::from_secs(15),
         "{what} took {:?}: {}",
         t.elapsed(),
         d.err

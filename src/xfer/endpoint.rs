@@ -554,6 +554,12 @@ impl Endpoint {
         Ok(parts.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id)))
     }
 
+    /// Takes the next connection from `listener` (see [`Listener::accept`]): the server side of
+    /// [`connect_cm`](Self::connect_cm).
+    pub fn accept_cm(listener: &mut Listener, wait: Option<Duration>) -> Result<Endpoint> {
+        listener.accept(wait)
+    }
+
     /// Connects to `dst` with ibv_rc_pingpong's out-of-band exchange (the peer may be
     /// `ibv_rc_pingpong` itself, or an [`OobListener`]).
     pub fn connect_oob(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
@@ -734,9 +740,8 @@ impl Endpoint {
         }
         match c.wr_id {
             WR_DATA | WR_CREDIT => {
-                let own = usize::from(c.wr_id == WR_DATA);
-                let retired = c.bufs.len().saturating_sub(own) as u32;
-                self.sends_posted = self.sends_posted.saturating_sub(1 + retired);
+                // Our own SENDs are all signaled: one completion each.
+                self.sends_posted = self.sends_posted.saturating_sub(1);
                 self.send_pool
                     .extend(c.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
                 if let Flow::Credits {
