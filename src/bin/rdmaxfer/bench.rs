@@ -1,6 +1,7 @@
 //! `rdmaxfer bench write|read|send`: perftest-style bandwidth.
 
 use anyhow::{bail, Context as _, Result};
+use rdmaxfer::verbs::WaitMode;
 use rdmaxfer::xfer::bench::{self, BenchOp, BwParams, BwReport};
 
 use crate::conn::{serve, ConnArgs};
@@ -76,6 +77,12 @@ pub fn run(a: Args) -> Result<()> {
     let opts = a.conn.options(msg, depth(&a, op), a.tx_depth)?;
     match (&a.listen, &a.host) {
         (Some(addr), _) => {
+            // The target of WRITE/READ is passive until DONE: it sleeps on the completion channel
+            // rather than busy-poll a core away from the (soft) NIC, as perftest's server does.
+            let mut opts = opts;
+            if op != BenchOp::Send {
+                opts.wait = WaitMode::Event;
+            }
             let mut server = a.conn.listen(addr, &opts)?;
             serve(&mut server, a.count, |ep| {
                 let s = bench::serve_bench(ep, op, a.size)?;
