@@ -393,6 +393,45 @@ impl Parts {
         Ok(())
     }
 
+    /// A connected rdma_cm endpoint: the QP is in RTS (rdma_cm moved it) and `hello` is the
+    /// peer's handshake.
+    fn into_cm_endpoint(
+        self,
+        opts: &EndpointOptions,
+        hello: &Hello,
+        peer_addr: Option<SocketAddr>,
+        id: CmId,
+    ) -> Endpoint {
+        self.qp.set_state(crate::verbs::QpState::Rts);
+        let (sgid, dgid) = id.gids();
+        let local = LocalInfo {
+            transport: Transport::Cm,
+            device: self.ctx.name().to_string(),
+            port: self.port.port,
+            addr: id.local_addr(),
+            qpn: self.qp.qp_num(),
+            psn: None,
+            lid: self.port.lid,
+            gid: sgid,
+            gid_index: None,
+            path_mtu: self.port.active_mtu,
+            port_max_msg: self.port.max_msg_sz,
+        };
+        let peer = PeerInfo {
+            addr: peer_addr,
+            kind: PeerKind::Rdmaxfer {
+                version: hello.version,
+            },
+            qpn: None,
+            psn: None,
+            lid: 0,
+            gid: dgid,
+            recv_depth: Some(hello.recv_depth),
+            msg_size: Some(hello.msg_size),
+        };
+        self.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id))
+    }
+
     fn into_endpoint(
         self,
         opts: &EndpointOptions,
@@ -524,34 +563,8 @@ impl Endpoint {
         }
         let hello = Hello::decode(ev.private_data())?;
         drop(ev);
-        parts.qp.set_state(crate::verbs::QpState::Rts);
-        let (sgid, dgid) = id.gids();
-        let local = LocalInfo {
-            transport: Transport::Cm,
-            device: parts.ctx.name().to_string(),
-            port: parts.port.port,
-            addr: id.local_addr(),
-            qpn: parts.qp.qp_num(),
-            psn: None,
-            lid: parts.port.lid,
-            gid: sgid,
-            gid_index: None,
-            path_mtu: parts.port.active_mtu,
-            port_max_msg: parts.port.max_msg_sz,
-        };
-        let peer = PeerInfo {
-            addr: id.peer_addr().or(Some(dst)),
-            kind: PeerKind::Rdmaxfer {
-                version: hello.version,
-            },
-            qpn: None,
-            psn: None,
-            lid: 0,
-            gid: dgid,
-            recv_depth: Some(hello.recv_depth),
-            msg_size: Some(hello.msg_size),
-        };
-        Ok(parts.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id)))
+        let peer_addr = id.peer_addr().or(Some(dst));
+        Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
     }
 
     /// Takes the next connection from `listener` (see [`Listener::accept`]): the server side of
@@ -1414,34 +1427,8 @@ impl Listener {
             opts.timeout,
             "the client to complete the connection",
         )?;
-        parts.qp.set_state(crate::verbs::QpState::Rts);
-        let (sgid, dgid) = id.gids();
-        let local = LocalInfo {
-            transport: Transport::Cm,
-            device: parts.ctx.name().to_string(),
-            port: parts.port.port,
-            addr: id.local_addr(),
-            qpn: parts.qp.qp_num(),
-            psn: None,
-            lid: parts.port.lid,
-            gid: sgid,
-            gid_index: None,
-            path_mtu: parts.port.active_mtu,
-            port_max_msg: parts.port.max_msg_sz,
-        };
-        let peer = PeerInfo {
-            addr: id.peer_addr(),
-            kind: PeerKind::Rdmaxfer {
-                version: hello.version,
-            },
-            qpn: None,
-            psn: None,
-            lid: 0,
-            gid: dgid,
-            recv_depth: Some(hello.recv_depth),
-            msg_size: Some(hello.msg_size),
-        };
-        Ok(parts.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id)))
+        let peer_addr = id.peer_addr();
+        Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
     }
 }
 
