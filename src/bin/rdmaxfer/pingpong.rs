@@ -1,14 +1,15 @@
 //! `rdmaxfer pingpong`: parse, call `xfer::pingpong`, print.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
-use rdmaxfer::verbs::{Gid, Mtu, WaitMode};
+use rdmaxfer::verbs::Gid;
 use rdmaxfer::xfer::endpoint::{
-    self, Endpoint, EndpointOptions, Listener, LocalInfo, OobListener, PeerInfo, DEFAULT_PORT,
+    self, Endpoint, EndpointOptions, Listener, LocalInfo, OobListener, PeerInfo,
 };
 use rdmaxfer::xfer::pingpong::{self, Stats};
+
+use crate::conn::ConnArgs;
 
 /// Ping-pong SENDs with a peer (rdmaxfer, or ibv_rc_pingpong with --oob) and report latency.
 ///
@@ -22,33 +23,12 @@ pub struct Args {
     /// The server to connect to.
     #[arg(required_unless_present = "listen")]
     host: Option<String>,
-    /// Port (RDMA CM port, or TCP port of the --oob exchange).
-    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
-    port: u16,
     /// Message size in bytes.
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: usize,
     /// Round trips.
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     iters: u64,
-    /// Set up with ibv_rc_pingpong's out-of-band TCP exchange instead of RDMA CM.
-    #[arg(long)]
-    oob: bool,
-    /// RDMA device (default: the first with an active port; with CM, the one routing to HOST).
-    #[arg(short = 'd', long = "ib-dev")]
-    device: Option<String>,
-    /// GID index (default: the IPv4-mapped RoCE v2 GID).
-    #[arg(short = 'g', long = "gid-idx")]
-    gid_index: Option<u32>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 (--oob only; default 1024).
-    #[arg(short = 'm', long = "mtu")]
-    mtu: Option<u32>,
-    /// Sleep on the completion channel instead of busy-polling.
-    #[arg(short = 'e', long = "event")]
-    event: bool,
-    /// Deadline in seconds for each step (resolve, connect, accept, exchange, each completion).
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
     /// Print one JSON object per run (server: per connection) instead of text.
     #[arg(long)]
     json: bool,
@@ -56,6 +36,8 @@ pub struct Args {
     /// until killed).
     #[arg(long, value_name = "N")]
     count: Option<u64>,
+    #[command(flatten)]
+    conn: ConnArgs,
 }
 
 impl Args {
@@ -66,29 +48,10 @@ impl Args {
         if self.iters == 0 {
             bail!("-n must be at least 1");
         }
-        if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
-            bail!("--timeout must be a positive number of seconds");
-        }
-        let mtu = self.mtu.map(Mtu::from_bytes).transpose()?;
-        if mtu.is_some() && !self.oob {
-            bail!("-m sets the path MTU of the --oob exchange; with rdma_cm the MTU follows the route");
-        }
-        Ok(EndpointOptions {
-            device: self.device.clone(),
-            gid_index: self.gid_index,
-            mtu,
-            wait: if self.event {
-                WaitMode::Event
-            } else {
-                WaitMode::Poll
-            },
-            timeout: Duration::from_secs_f64(self.timeout),
-            msg_size: self.size,
-            // Ping-pong has one message in flight; 4 receives keep credit returns piggy-backed.
-            recv_depth: 4,
-            send_depth: 2,
-            extra_send_wr: 0,
-        })
+        let mut opts = self.conn.options(self.size, 4, 0)?;
+        // Ping-pong has one message in flight; 4 receives keep credit returns piggy-backed.
+        opts.send_depth = 2;
+        Ok(opts)
     }
 }
 
@@ -148,12 +111,12 @@ fn server(a: &Args, opts: &EndpointOptions, listen: &str) -> Result<()> {
     let ip: IpAddr = listen
         .parse()
         .with_context(|| format!("--listen {listen:?} is not an IP address"))?;
-    let addr = SocketAddr::new(ip, a.port);
+    let addr = SocketAddr::new(ip, a.conn.port);
     enum L {
         Cm(Listener),
         Oob(OobListener),
     }
-    let mut l = if a.oob {
+    let mut l = if a.conn.oob {
         let l = OobListener::bind(addr, opts).context("setting up the out-of-band listener")?;
         eprintln!("listening on {} (oob, TCP)", l.local_addr());
         L::Oob(l)
@@ -191,8 +154,8 @@ fn server(a: &Args, opts: &EndpointOptions, listen: &str) -> Result<()> {
 }
 
 fn client(a: &Args, opts: &EndpointOptions, host: &str) -> Result<()> {
-    let dst = endpoint::resolve_host(host, a.port)?;
-    let mut ep = if a.oob {
+    let dst = endpoint::resolve_host(host, a.conn.port)?;
+    let mut ep = if a.conn.oob {
         Endpoint::connect_oob(dst, opts)
             .with_context(|| format!("connecting to {dst} (out-of-band TCP exchange)"))?
     } else {
