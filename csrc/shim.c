@@ -37,6 +37,12 @@ int shim_ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32
 	return ibv_query_gid_ex(context, port_num, gid_index, entry, flags);
 }
 
+ssize_t shim_ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
+                                 size_t max_entries, uint32_t flags)
+{
+	return ibv_query_gid_table(context, entries, max_entries, flags);
+}
+
 size_t shim_sizeof(int which)
 {
 	switch (which) {

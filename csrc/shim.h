@@ -25,6 +25,9 @@ struct ibv_mr *shim_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int
 /* ibv_query_gid_ex(3) */
 int shim_ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
                           struct ibv_gid_entry *entry, uint32_t flags);
+/* ibv_query_gid_table(3): every valid entry of every port in one call */
+ssize_t shim_ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
+                                 size_t max_entries, uint32_t flags);
 
 /* sizeof/offsetof as the C compiler sees them, for the bindgen layout cross-check test. */
 size_t shim_sizeof(int which);
