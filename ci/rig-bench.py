@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Two-host benchmark table from one ci/rig.sh run: ib_write_bw vs `rdmaxfer bench write` vs
+`rdmaxfer send` at 1 MiB, clean and with 1 % loss (MB = 2^20 bytes, as perftest prints)."""
+import json
+import pathlib
+import sys
+
+out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/rig/bench")
+
+
+def text(name):
+    try:
+        return (out / f"{name}.txt").read_text()
+    except OSError:
+        return ""
+
+
+def perftest_bw(name):
+    """BW average (MB/s) of perftest's result row (the line after the #bytes header)."""
+    lines = text(name).splitlines()
+    for i, l in enumerate(lines):
+        if l.strip().startswith("#bytes") and i + 1 < len(lines):
+            f = lines[i + 1].split()
+            if len(f) >= 4 and f[0].isdigit():
+                return float(f[3])
+    return None
+
+
+def last_json(name, key):
+    rows = [l for l in text(name).splitlines() if l.startswith("{")]
+    try:
+        v = json.loads(rows[-1]).get(key)
+        return float(v) if v is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+rows = {
+    "ib_write_bw": lambda m: perftest_bw(f"ib_write_bw.{m}"),
+    "write bench": lambda m: last_json(f"rdx_write.{m}", "bw_avg_mib_s"),
+    "send file": lambda m: last_json(f"rdx_send.{m}", "mib_s"),
+}
+vals = {(t, m): f(m) for t, f in rows.items() for m in ("clean", "loss")}
+anchor = vals[("ib_write_bw", "clean")]
+
+print("== two-host benchmark, 1 MiB messages / chunks (MB/s = MiB/s)")
+print(f"{'tool':<12} {'clean':>9} {'1% loss':>9}   ratio to ib_write_bw clean")
+for t in rows:
+    c, l = vals[(t, "clean")], vals[(t, "loss")]
+    fmt = lambda v: f"{v:9.2f}" if v is not None else "  missing"
+    ratio = ""
+    if t != "ib_write_bw":
+        if c is not None and anchor:
+            ratio = f"clean {c / anchor:5.3f}"
+            ratio += f" (goal >= 0.95: {'met' if c / anchor >= 0.95 else 'NOT met'})"
+        else:
+            ratio = "clean missing"
+        if l is not None and vals[("ib_write_bw", "loss")]:
+            ratio += f", loss vs ib_write_bw loss {l / vals[('ib_write_bw', 'loss')]:5.3f}"
+    print(f"{t:<12} {fmt(c)} {fmt(l)}   {ratio}")
+for m in ("clean", "loss"):
+    a = vals[("ib_write_bw", m)]
+    for t in ("write bench", "send file"):
+        v = vals[(t, m)]
+        print(f"{t} {m} ratio: {v / a:.3f}" if v is not None and a else f"{t} {m} ratio: missing")

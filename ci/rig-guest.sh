@@ -1,0 +1,62 @@
+# ci/rig-guest.sh — sourced by every command ci/rig.sh runs INSIDE a rig guest (never run on its own).
+# Gives: BIN (rdmaxfer), W (guest-local tmpfs work dir), NIC (from the agent) and small helpers.
+
+BIN="${RIG_BIN:?RIG_BIN not set}"
+W=/tmp/rig
+mkdir -p "$W"
+cd "$W" || exit 1
+ulimit -l unlimited
+
+# netem ARGS... — replace the root qdisc of the wire NIC with netem ARGS (e.g. "loss 1%").
+netem() { tc qdisc replace dev "$NIC" root netem "$@" && echo "[$(hostname)] netem on $NIC: $*"; }
+# netem_off — back to the default qdisc.
+netem_off() { tc qdisc del dev "$NIC" root 2>/dev/null || true; }
+
+# mkrand FILE MIB — a random file (kept: callers reuse it across tests).
+mkrand() { [[ -s "$1" ]] || head -c "$(($2 << 20))" /dev/urandom >"$1"; }
+
+# wait_size GLOB BYTES SECS — poll until a file matching GLOB (in the current dir) has at least
+# BYTES bytes; fails after SECS.
+wait_size() {
+  local end=$((SECONDS + $3)) f
+  while ((SECONDS < end)); do
+    for f in $1; do
+      [[ -f "$f" ]] && (($(stat -c %s "$f") >= $2)) && { echo "wait_size: $f has $(stat -c %s "$f") bytes"; return 0; }
+    done
+    sleep 0.05
+  done
+  echo "wait_size: no $1 with $2 bytes after $3 s: $(ls -la $(dirname "$1") 2>&1)"
+  return 1
+}
+
+# rxe_active SECS — poll until rxe0's port is ACTIVE and GID index 1 is back (after link down).
+rxe_active() {
+  local end=$((SECONDS + $1))
+  while ((SECONDS < end)); do
+    rdma link show rxe0/1 | grep -q 'state ACTIVE' &&
+      grep -q ffff "/sys/class/infiniband/rxe0/ports/1/gids/1" && return 0
+    sleep 0.1
+  done
+  echo "rxe_active: rxe0 not ACTIVE with its IPv4 GID after $1 s: $(rdma link show rxe0/1)"
+  return 1
+}
+
+# proc_sample PID — "rss_kib fds" of a process.
+proc_sample() { echo "$(awk '/^VmRSS/ {print $2}' "/proc/$1/status") $(ls "/proc/$1/fd" | wc -l)"; }
+
+# rdma_res — the resource counts of rxe0 (pd, cq, qp, cm_id, mr, ctx, …) on one line.
+rdma_res() { rdma resource show | grep rxe0 | tr -s ' '; }
+
+# serve_tcp PORT CMD... — run a server that prints nothing when ready (perftest): start it, poll
+# until something listens on TCP PORT, say "listening on", then wait for it and return its status.
+serve_tcp() {
+  local p="$1" pid end=$((SECONDS + 30))
+  shift
+  "$@" &
+  pid=$!
+  while ((SECONDS < end)) && kill -0 "$pid" 2>/dev/null; do
+    ss -Hltn "sport = :$p" | grep -q . && { echo "listening on tcp port $p"; break; }
+    sleep 0.05
+  done
+  wait "$pid"
+}
