@@ -48,6 +48,7 @@ want="$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${ip//./ })"
 gid1="$(cat /sys/class/infiniband/rxe0/ports/1/gids/1 2>/dev/null)"
 [[ "$gid1" == "$want" ]] || fail "rxe0 GID index 1 is '$gid1', expected $want (::ffff:$ip)"
 ulimit -l unlimited
+mkdir -p /tmp/rig && cp "${RIG_BIN:?}" /tmp/rig/rdmaxfer || fail "copying $RIG_BIN to /tmp/rig"
 echo "[agent $name] rxe0 ACTIVE on $nic $ip/24, GID[1]=$gid1, $(nproc) vCPU, $(($(awk '/MemTotal/ {print $2}' /proc/meminfo) >> 10)) MiB"
 put "$dir/ready" "ok $nic"
 

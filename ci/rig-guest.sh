@@ -1,11 +1,15 @@
 # ci/rig-guest.sh — sourced by every command ci/rig.sh runs INSIDE a rig guest (never run on its own).
 # Gives: BIN (rdmaxfer), W (guest-local tmpfs work dir), NIC (from the agent) and small helpers.
 
-BIN="${RIG_BIN:?RIG_BIN not set}"
 W=/tmp/rig
 mkdir -p "$W"
 cd "$W" || exit 1
 ulimit -l unlimited
+# The agent copied the binary to tmpfs: exec over 9p costs ~0.1 s more per process (the soak starts 500).
+BIN="$W/rdmaxfer"
+# rdmaxfer's wait mode: one vCPU per guest, and busy-polling it starves rxe (in the same kernel)
+# of the CPU: -e (sleep on the completion channel) unless RIG_POLL=1.
+if [[ "${RIG_POLL:-0}" == 1 ]]; then EV=""; else EV="-e"; fi
 
 # netem ARGS... — replace the root qdisc of the wire NIC with netem ARGS (e.g. "loss 1%").
 netem() { tc qdisc replace dev "$NIC" root netem "$@" && echo "[$(hostname)] netem on $NIC: $*"; }

@@ -51,7 +51,7 @@ boot() {
     --name "rig$node" --memory "${RIG_MEMORY:-1536M}" --cpus 1 \
     --rwdir "$CI_ROOT" --cwd "$CI_ROOT" \
     --qemu-opts="-netdev socket,id=s0,${NETDEV[$node]} -device virtio-net-pci,netdev=s0,mac=${MAC[$node]}" \
-    --exec "RIG_BIN=$(printf %q "$RIG_BIN") bash ci/rig-agent.sh $node ${IP[$node]} ${MAC[$node]} $(printf %q "$d")" \
+    --exec "RIG_BIN=$(printf %q "$RIG_BIN") RIG_POLL=${RIG_POLL:-0} bash ci/rig-agent.sh $node ${IP[$node]} ${MAC[$node]} $(printf %q "$d")" \
     </dev/null > >(cat >"$d/console.log") 2>&1 &
   VNG[$node]=$!
 }
@@ -215,7 +215,7 @@ PY
 recv_on() {
   local node="$1"
   shift
-  cmd "$node" "rm -rf out-$port; mkdir out-$port; exec \$BIN recv --out out-$port --listen ${IP[$node]} -p $port --json $*"
+  cmd "$node" "rm -rf out-$port; mkdir out-$port; exec \$BIN recv \$EV --out out-$port --listen ${IP[$node]} -p $port --json $*"
   RID="$LAST"
   wait_log "$RID" 'listening on' 30
 }
@@ -225,7 +225,7 @@ recv_on() {
 xfer() {
   local name="$1" mib="$2" secs="$3" rextra="$4" sextra="$5" sid hs hr
   recv_on A --once "$rextra" || { T_FAILS=$((T_FAILS + 1)); return 1; }
-  cmd B "mkrand f$mib.bin $mib && exec \$BIN send f$mib.bin $IP_A:$port --json $sextra"
+  cmd B "mkrand f$mib.bin $mib && exec \$BIN send \$EV f$mib.bin $IP_A:$port --json $sextra"
   sid="$LAST"
   wait_rc "$sid" "$secs"
   local src="$RC" selapsed=$ELAPSED
@@ -247,10 +247,10 @@ xfer() {
 
 t_pingpong() { # pingpong_cm / pingpong_oob
   local extra="$1"
-  cmd A "exec \$BIN pingpong --listen $IP_A -p $port --count 1 -n 500 $extra"
+  cmd A "exec \$BIN pingpong \$EV --listen $IP_A -p $port --count 1 -n 500 $extra"
   local srv="$LAST"
   wait_log "$srv" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); return; }
-  run B 60 "exec \$BIN pingpong $IP_A -p $port -n 500 $extra" || true
+  run B 60 "exec \$BIN pingpong \$EV $IP_A -p $port -n 500 $extra" || true
   local crc="$RC" cli="$LAST"
   wait_rc "$srv" 30
   sed 's/^/  [A server] /' "$(logf "$srv")"
@@ -292,7 +292,7 @@ test_delay_reorder() {
 test_link_down() {
   begin link_down
   recv_on A --once || { T_FAILS=$((T_FAILS + 1)); end_test; return; }
-  cmd B "mkrand f64.bin 64 && exec \$BIN send f64.bin $IP_A:$port --json"
+  cmd B "mkrand f64.bin 64 && exec \$BIN send \$EV f64.bin $IP_A:$port --json"
   local sid="$LAST" hs hr
   run A 60 "wait_size 'out-$port/.f64.bin*' $((4 << 20)) 50" || T_FAILS=$((T_FAILS + 1))
   # The fault: B's NIC down for 2 s (the sleep is the fault's length, not synchronisation).
@@ -331,7 +331,7 @@ test_link_down() {
 fails_clearly() {
   local secs="$2" rextra="$3" sextra="$4" re="$5"
   recv_on A --once "$rextra" || { T_FAILS=$((T_FAILS + 1)); return; }
-  cmd B "mkrand f1.bin 1 && exec \$BIN send f1.bin $IP_A:$port --json $sextra"
+  cmd B "mkrand f1.bin 1 && exec \$BIN send \$EV f1.bin $IP_A:$port --json $sextra"
   local sid="$LAST"
   wait_rc "$sid" "$secs"
   local src="$RC" se=$ELAPSED
@@ -375,7 +375,7 @@ test_soak() {
   run A 20 'rdma_res' || true
   local base_a
   base_a="$(tail -n1 "$(logf "$LAST")")"
-  cmd A "rm -rf soak; mkdir soak; echo \$\$ >soak.pid; exec \$BIN recv --out soak --listen $IP_A -p $port --json >soak.json"
+  cmd A "rm -rf soak; mkdir soak; echo \$\$ >soak.pid; exec \$BIN recv \$EV --out soak --listen $IP_A -p $port --json >soak.json"
   local rid="$LAST"
   wait_log "$rid" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); netem_both ""; end_test; return; }
   run A 20 'rdma_res' || true
@@ -385,7 +385,7 @@ test_soak() {
   cmd B "rm -rf soak; mkdir soak; fails=0
     for i in \$(seq 1 $n); do
       head -c \$((RANDOM % 262144 + 1)) /dev/urandom >soak/s\$i.bin
-      \$BIN send soak/s\$i.bin $IP_A:$port --json >soak/s\$i.json 2>&1 || { fails=\$((fails + 1)); echo \"send \$i failed: \$(cat soak/s\$i.json)\"; }
+      \$BIN send \$EV soak/s\$i.bin $IP_A:$port --json >soak/s\$i.json 2>&1 || { fails=\$((fails + 1)); echo \"send \$i failed: \$(cat soak/s\$i.json)\"; }
       ((i == 20)) && echo 'soak: 20 sent'
       ((i % 100 == 0)) && echo \"soak: \$i sent, \$fails failed, \${SECONDS}s\"
     done
@@ -473,12 +473,12 @@ test_bench() {
       "exec ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n $iters -p $port $IP_A" || true
     port=$((port + 1))
     bench_pair "rdx_write.$mode" 300 \
-      "exec \$BIN bench write --listen $IP_A --count 1 -d rxe0 --oob -s 1048576 -n $iters -p $port" \
-      "exec \$BIN bench write $IP_A -d rxe0 --oob -s 1048576 -n $iters -p $port --json" || true
+      "exec \$BIN bench write \$EV --listen $IP_A --count 1 -d rxe0 --oob -s 1048576 -n $iters -p $port" \
+      "exec \$BIN bench write \$EV $IP_A -d rxe0 --oob -s 1048576 -n $iters -p $port --json" || true
     port=$((port + 1))
     bench_pair "rdx_send.$mode" 300 \
-      "rm -rf out-$port; mkdir out-$port; exec \$BIN recv --out out-$port --listen $IP_A -p $port --once --json" \
-      "exec \$BIN send fb.bin $IP_A:$port --chunk 1M --json" || true
+      "rm -rf out-$port; mkdir out-$port; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --once --json" \
+      "exec \$BIN send \$EV fb.bin $IP_A:$port --chunk 1M --json" || true
     if [[ $mode == loss ]]; then netem_both ""; fi
   done
   python3 ci/rig-bench.py "$run/bench" | tee "$run/bench/ratios.txt"
@@ -492,10 +492,10 @@ test_bench() {
 test_receiver_killed() {
   begin receiver_killed
   # Receiver on B (B's qemu is the one that can be rebooted: A's socket listens again).
-  cmd B "rm -rf out-$port; mkdir out-$port; exec \$BIN recv --out out-$port --listen $IP_B -p $port --once --json"
+  cmd B "rm -rf out-$port; mkdir out-$port; exec \$BIN recv \$EV --out out-$port --listen $IP_B -p $port --once --json"
   local rid="$LAST"
   wait_log "$rid" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); end_test; return; }
-  cmd A "mkrand f128.bin 128 && exec \$BIN send f128.bin $IP_B:$port --json"
+  cmd A "mkrand f128.bin 128 && exec \$BIN send \$EV f128.bin $IP_B:$port --json"
   local sid="$LAST"
   run B 90 "wait_size 'out-$port/.f128.bin*' $((4 << 20)) 80" || T_FAILS=$((T_FAILS + 1))
   kill_host B
@@ -515,10 +515,10 @@ test_receiver_killed() {
 test_sender_killed() {
   begin sender_killed
   # Receiver on A, not --once: after the sender's host dies it must fail that session and listen again.
-  cmd A "rm -rf out-$port; mkdir out-$port; echo \$\$ >recv.pid; exec \$BIN recv --out out-$port --listen $IP_A -p $port --json"
+  cmd A "rm -rf out-$port; mkdir out-$port; echo \$\$ >recv.pid; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --json"
   local rid="$LAST"
   wait_log "$rid" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); end_test; return; }
-  cmd B "mkrand f128.bin 128 && exec \$BIN send f128.bin $IP_A:$port --json"
+  cmd B "mkrand f128.bin 128 && exec \$BIN send \$EV f128.bin $IP_A:$port --json"
   run A 90 "wait_size 'out-$port/.f128.bin*' $((4 << 20)) 80" || T_FAILS=$((T_FAILS + 1))
   kill_host B
   local deadline=40 t0=$SECONDS
@@ -529,7 +529,7 @@ test_sender_killed() {
   run A 20 "ls -A out-$port | wc -l" || true
   expect "no final file and no temporary file" is "$(tail -n1 "$(logf "$LAST")")" 0
   # Listening again: a small transfer from A itself (rxe0 to its own address) must get through.
-  run A 60 "head -c 1000 /dev/urandom >small.bin && \$BIN send small.bin $IP_A:$port --json && cmp small.bin out-$port/small.bin && echo same" || true
+  run A 60 "head -c 1000 /dev/urandom >small.bin && \$BIN send \$EV small.bin $IP_A:$port --json && cmp small.bin out-$port/small.bin && echo same" || true
   expect "receiver serves the next sender" has "$LAST" '^same$'
   run A 20 'kill $(cat recv.pid)' >/dev/null || true
   wait_rc "$rid" 20

@@ -20,7 +20,7 @@ pub enum Error {
         hint: &'static str,
     },
     /// A work request completed with an error status.
-    #[error("{op} (wr_id {wr_id}) completed with {status_str} (status {status}, vendor error {vendor_err:#x})")]
+    #[error("{op} (wr_id {wr_id}) completed with {status_str} (status {status}, vendor error {vendor_err:#x}){}", completion_hint(*status))]
     Completion {
         /// What kind of work request it was.
         op: &'static str,
@@ -165,6 +165,21 @@ impl Error {
     }
 }
 
+/// What a failed completion usually means on a real wire, or empty (`ibv_wc_status` values).
+fn completion_hint(status: u32) -> &'static str {
+    match status {
+        // IBV_WC_WR_FLUSH_ERR
+        5 => ": the connection had already failed (queue pair in the error state): the peer went away, or it or we got an invalid request or an error",
+        // IBV_WC_REM_INV_REQ_ERR
+        9 => ": the peer's queue pair rejected the request as invalid, e.g. the two hosts use different path MTUs (with --oob, -m must be the same on both sides) or a message larger than the peer accepts",
+        // IBV_WC_RETRY_EXC_ERR
+        12 => ": the peer did not acknowledge within the transport retries: its host or link is down, the peer is gone, or the peer cannot answer our GID (check -g on both sides)",
+        // IBV_WC_RNR_RETRY_EXC_ERR
+        13 => ": the peer had no receive posted (receiver not ready) for too long",
+        _ => "",
+    }
+}
+
 /// The calling thread's errno (never 0: falls back to EIO when a call failed without setting it).
 pub(crate) fn last_errno() -> i32 {
     match std::io::Error::last_os_error().raw_os_error() {
@@ -199,6 +214,25 @@ mod tests {
         assert_eq!(e.wc_status(), Some(10));
         assert!(e.to_string().contains("remote access error"));
         assert!(e.to_string().contains("wr_id 7"));
+    }
+
+    #[test]
+    fn completion_errors_seen_on_a_wire_say_what_they_mean() {
+        let e = |status| Error::Completion {
+            op: "RDMA WRITE_WITH_IMM",
+            wr_id: 0,
+            status,
+            status_str: "x".into(),
+            vendor_err: 0,
+        };
+        assert!(e(9).to_string().contains("path MTU"), "{}", e(9));
+        assert!(
+            e(12).to_string().contains("host or link is down"),
+            "{}",
+            e(12)
+        );
+        assert!(e(5).to_string().contains("already failed"), "{}", e(5));
+        assert!(e(1).to_string().ends_with("vendor error 0x0)"), "{}", e(1));
     }
 
     #[test]

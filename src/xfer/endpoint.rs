@@ -583,11 +583,16 @@ impl Endpoint {
             .map_err(|e| Error::io(format!("connecting to {dst} (TCP)"), e))?;
         set_timeouts(&s, t)?;
         write_all(&mut s, &side.me.encode(), "sending our address")?;
-        let peer = OobDest::decode(&read_msg(
-            &mut s,
-            wire::OOB_MSG_LEN,
-            "the server's address",
-        )?)?;
+        let peer = OobDest::decode(
+            &read_msg(&mut s, wire::OOB_MSG_LEN, "the server's address").map_err(|e| match e {
+                // A server that cannot use our address closes without sending its own.
+                Error::Protocol(m) if m.ends_with(CLOSED_EMPTY) => Error::Connection(format!(
+                    "{m}: the server refused our address (its output says why; e.g. a GID \
+                     index (-g) of another kind than the server's)"
+                )),
+                e => e,
+            })?,
+        )?;
         side.connect(&peer)?;
         write_all(&mut s, wire::OOB_DONE, "sending \"done\"")?;
         let local_addr = s.local_addr().ok();
@@ -1184,6 +1189,7 @@ impl OobSide {
                 "the peer sent a zero GID: on RoCE both sides need a GID (run ibv_rc_pingpong with -g, e.g. -g 1)".into(),
             ));
         }
+        check_gid_kinds(&self.gid, &peer.gid)?;
         let sgid = u8::try_from(self.gid.index)
             .map_err(|_| Error::InvalidArgument(format!("GID index {} > 255", self.gid.index)))?;
         // is_global only when the peer's GID has a non-zero interface id, as ibv_rc_pingpong.
@@ -1247,6 +1253,31 @@ impl OobSide {
     }
 }
 
+/// Both sides of an OOB connection must use the same kind of GID: an IPv4-mapped (RoCE v2) one
+/// cannot reach an IPv6 one (e.g. the `fe80::` link-local GID at index 0), and the RTR
+/// transition or the first packet would fail without saying why.
+fn check_gid_kinds(ours: &GidEntry, peer: &Gid) -> Result<()> {
+    if ours.gid.is_ipv4_mapped() == peer.is_ipv4_mapped() {
+        return Ok(());
+    }
+    let kind = |g: &Gid| {
+        if g.is_ipv4_mapped() {
+            "an IPv4-mapped (RoCE v2) GID"
+        } else {
+            "an IPv6 GID"
+        }
+    };
+    Err(Error::InvalidArgument(format!(
+        "GID mismatch: our GID index {} is {} ({}), the peer's GID is {} ({}): use GID indexes of \
+         the same kind on both hosts (-g; the default is the IPv4-mapped RoCE v2 GID)",
+        ours.index,
+        kind(&ours.gid),
+        std::net::Ipv6Addr::from(ours.gid.0),
+        kind(peer),
+        std::net::Ipv6Addr::from(peer.0)
+    )))
+}
+
 fn set_timeouts(s: &TcpStream, t: Duration) -> Result<()> {
     s.set_read_timeout(Some(t))
         .map_err(|e| Error::io("setting the TCP read timeout", e))?;
@@ -1261,12 +1292,16 @@ fn write_all(s: &mut TcpStream, b: &[u8], what: &str) -> Result<()> {
         .map_err(|e| Error::io(format!("{what} (TCP)"), e))
 }
 
+/// How [`read_msg`] reports a peer that closed before sending anything.
+const CLOSED_EMPTY: &str = "the peer closed the connection without sending anything";
+
 /// Reads exactly `n` bytes; a peer that closes early sent a short message (a protocol error).
 fn read_msg(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; n];
     let mut got = 0;
     while got < n {
         match s.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Err(Error::Protocol(format!("{what}: {CLOSED_EMPTY}"))),
             Ok(0) => {
                 return Err(Error::Protocol(format!(
                     "{what}: the peer closed the connection after {got} of {n} bytes"
@@ -1616,6 +1651,28 @@ mod tests {
             ..v4
         };
         assert!(gid_source(&ll).unwrap_err().to_string().contains("IPv4"));
+    }
+
+    #[test]
+    fn oob_gid_kinds_must_match() {
+        let v4 = GidEntry {
+            index: 1,
+            gid: "::ffff:198.18.0.1".parse().unwrap(),
+            gid_type: crate::verbs::GidType::RoceV2,
+            netdev: None,
+        };
+        let ll = GidEntry {
+            index: 0,
+            gid: "fe80::5054:ff:fe12:3402".parse().unwrap(),
+            ..v4.clone()
+        };
+        let peer_v4: Gid = "::ffff:198.18.0.2".parse().unwrap();
+        assert!(check_gid_kinds(&v4, &peer_v4).is_ok());
+        assert!(check_gid_kinds(&ll, &ll.gid).is_ok());
+        let e = check_gid_kinds(&v4, &ll.gid).unwrap_err().to_string();
+        assert!(e.contains("GID mismatch") && e.contains("fe80::"), "{e}");
+        let e = check_gid_kinds(&ll, &peer_v4).unwrap_err().to_string();
+        assert!(e.contains("GID index 0") && e.contains("-g"), "{e}");
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub const MAX_CHUNK: u32 = 8 << 20;
 pub const MAX_RING_BYTES: u64 = 64 << 20;
 /// Most ring slots.
 pub const MAX_SLOTS: u32 = 1024;
+/// Smallest slot the receiver offers for a small file.
+const MIN_SLOT: u64 = 4096;
 
 /// The receiver's policy.
 #[derive(Clone, Debug)]
@@ -516,10 +518,17 @@ fn receive_file(
     // The ring must have at least as many slots as the sender may have messages in flight (the
     // credits this endpoint grants), or a credit would not imply a free slot (see module docs).
     let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
+    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
+    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
+    // large is kept for the next file of the session.
     let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
         .min(MAX_RING_BYTES / u64::from(slot_count))
+        .min(h.size.max(MIN_SLOT).next_power_of_two())
         .max(1) as u32;
-    if ring.as_ref().is_some_and(|r| r.slot_size != slot_size) {
+    if ring
+        .as_ref()
+        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
+    {
         if let Some(old) = ring.take() {
             old.region.revoke()?;
         }
@@ -540,8 +549,8 @@ fn receive_file(
         &Msg::Mr(Ring {
             addr: desc.addr,
             rkey: desc.rkey,
-            slot_size,
-            slot_count,
+            slot_size: r.slot_size,
+            slot_count: r.slot_count,
             resume_offset: held,
             resume_hash: held_hash,
         }),
