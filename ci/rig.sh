@@ -395,7 +395,7 @@ test_soak() {
   run A 20 'proc_sample $(cat soak.pid)' || true
   local s0
   s0="$(tail -n1 "$(logf "$LAST")")"
-  wait_rc "$sid" $((n * 2 + 60))
+  wait_rc "$sid" $((n * 3 + 120))
   local src="$RC" se=$ELAPSED
   sed 's/^/  [B] /' "$(logf "$sid")"
   run A 20 'proc_sample $(cat soak.pid)' || true
@@ -473,8 +473,8 @@ test_bench() {
       "exec ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n $iters -p $port $IP_A" || true
     port=$((port + 1))
     bench_pair "rdx_write.$mode" 300 \
-      "exec \$BIN bench write \$EV --listen $IP_A --count 1 -d rxe0 --oob -s 1048576 -n $iters -p $port" \
-      "exec \$BIN bench write \$EV $IP_A -d rxe0 --oob -s 1048576 -n $iters -p $port --json" || true
+      "exec \$BIN bench write \$EV --listen $IP_A --count 1 -d rxe0 --oob -s 1048576 -n $iters -p $port --timeout 120" \
+      "exec \$BIN bench write \$EV $IP_A -d rxe0 --oob -s 1048576 -n $iters -p $port --json --timeout 120" || true
     port=$((port + 1))
     bench_pair "rdx_send.$mode" 300 \
       "rm -rf out-$port; mkdir out-$port; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --once --json" \
