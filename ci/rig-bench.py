@@ -29,7 +29,10 @@ def perftest_bw(name):
 def last_json(name, key):
     rows = [l for l in text(name).splitlines() if l.startswith("{")]
     try:
-        v = json.loads(rows[-1]).get(key)
+        j = json.loads(rows[-1])
+        if j.get("result", "ok") != "ok":
+            return None  # a failed run's rate is not a figure
+        v = j.get(key)
         return float(v) if v is not None else None
     except (IndexError, ValueError):
         return None
