@@ -21,21 +21,11 @@ fi
 timer=()
 [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "peak RSS %M KiB, %e s elapsed, %U s user, %S s sys")
 
-# wait_for DESC CMD... — poll CMD (every 50 ms, at most 20 s) until it succeeds.
-wait_for() {
-  local desc="$1" i
-  shift
-  for ((i = 0; i < 400; i++)); do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  echo "timed out waiting for $desc" >&2
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
 "${timer[@]}" "$bin" recv --out "$work/out" --listen "$ip" -p "$port" --once --json ${FLAGS:-} >"$work/recv.json" 2>"$work/recv.err" &
 rpid=$!
-wait_for "rdmaxfer recv to listen" grep -q "listening on" "$work/recv.err"
+wait_line "$work/recv.err" "$rpid"
 t0="$(date +%s.%N)"
 "${timer[@]}" "$bin" send "$work/src/f.bin" "$ip:$port" --chunk "$chunk" --json ${FLAGS:-} >"$work/send.json" 2>"$work/send.err"
 t1="$(date +%s.%N)"
@@ -52,7 +42,7 @@ rm -f "$work/out/f.bin"
 # socket), so readiness is its cm_id in LISTEN state on our port.
 (cd "$work/rcopy" && exec rcopy -p 7427) >"$work/rcopy.server" 2>&1 &
 cpid=$!
-wait_for "rcopy to listen" bash -c 'rdma resource show cm_id | grep -q "LISTEN.*7427"'
+wait_until "rcopy to listen" "$cpid" cm_listening 7427
 t0="$(date +%s.%N)"
 rcopy "$work/src/f.bin" "$ip:$work/rcopy/f.bin" -p 7427 >"$work/rcopy.client" 2>&1
 t1="$(date +%s.%N)"
@@ -64,7 +54,7 @@ echo "rcopy:    $mib MiB in $(python3 -c "print(round($t1 - $t0, 3))") s = $rcop
 
 ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 >"$work/ibw.server" 2>&1 &
 spid=$!
-wait_for "ib_write_bw to listen" bash -c 'ss -Hltn "sport = :18611" | grep -q .'
+wait_tcp 18611 "$spid"
 ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 "$ip" >"$work/ibw.client" 2>&1
 wait "$spid" || true
 grep -A1 "#bytes" "$work/ibw.client"
