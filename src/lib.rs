@@ -9,6 +9,7 @@
     missing_docs
 )]
 
+pub mod capi;
 pub mod cm;
 pub mod error;
 pub mod os;
