@@ -54,7 +54,7 @@ impl From<Error> for Fail {
 }
 
 /// What the body of an export returns.
-pub type CResult<T = ()> = Result<T, Fail>;
+pub type CResult<T> = Result<T, Fail>;
 
 /// Records `msg` as the calling thread's last error (NULs become spaces).
 pub fn set_last_error(msg: String) {
@@ -94,7 +94,7 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs the body of export `func`: its failure becomes a status and the last error message, a
 /// panic becomes `RDMAXFER_ERR_PANIC`. Nothing unwinds into C.
-pub fn run(func: &'static str, body: impl FnOnce() -> CResult) -> rdmaxfer_status {
+pub fn run(func: &'static str, body: impl FnOnce() -> CResult<()>) -> rdmaxfer_status {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => rdmaxfer_status::RDMAXFER_OK,
         Ok(Err(f)) => {
@@ -124,7 +124,7 @@ pub fn run_or<T>(func: &'static str, fallback: T, body: impl FnOnce() -> CResult
     }
 }
 
-fn check_ptr<T>(p: *const T, name: &str) -> CResult {
+fn check_ptr<T>(p: *const T, name: &str) -> CResult<()> {
     if p.is_null() {
         return Err(Fail::new(
             rdmaxfer_status::RDMAXFER_ERR_NULL_ARGUMENT,
@@ -205,7 +205,7 @@ pub fn arg_path(p: *const c_char, name: &str) -> CResult<PathBuf> {
     Ok(PathBuf::from(OsStr::from_bytes(c.to_bytes())))
 }
 
-fn check_len(len: usize, name: &str) -> CResult {
+fn check_len(len: usize, name: &str) -> CResult<()> {
     if len > isize::MAX as usize {
         return Err(Fail::invalid(format!("{name}: length {len} is too large")));
     }

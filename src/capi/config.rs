@@ -17,7 +17,8 @@ pub const RDMAXFER_TRANSPORT_CM: u32 = 0;
 /// Set up connections with ibv_rc_pingpong's out-of-band TCP exchange.
 pub const RDMAXFER_TRANSPORT_OOB: u32 = 1;
 /// The default port (RDMA CM port, or TCP port of the out-of-band exchange).
-pub const RDMAXFER_DEFAULT_PORT: u16 = DEFAULT_PORT;
+pub const RDMAXFER_DEFAULT_PORT: u16 = 18515;
+const _: () = assert!(RDMAXFER_DEFAULT_PORT == DEFAULT_PORT);
 
 /// Connection settings. Made by `rdmaxfer_config_new`, freed by `rdmaxfer_config_free`;
 /// `rdmaxfer_listen` and `rdmaxfer_connect` copy what they need, so it may be freed (or changed)
@@ -127,7 +128,7 @@ pub extern "C" fn rdmaxfer_config_free(cfg: *mut rdmaxfer_config) {
 fn set(
     func: &'static str,
     cfg: *mut rdmaxfer_config,
-    f: impl FnOnce(&mut Config) -> CResult,
+    f: impl FnOnce(&mut Config) -> CResult<()>,
 ) -> rdmaxfer_status {
     boundary::run(func, || {
         let mut c = handle(cfg, "cfg")?;
