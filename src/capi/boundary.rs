@@ -251,13 +251,15 @@ pub trait Handle: Sized {
 pub fn lock<H: Handle>(h: &H) -> CResult<MutexGuard<'_, H::State>> {
     let g = match h.state().try_lock() {
         Ok(g) => g,
-        Err(TryLockError::WouldBlock) => return Err(Fail::new(
-            rdmaxfer_status::RDMAXFER_ERR_BUSY,
-            format!(
+        Err(TryLockError::WouldBlock) => {
+            return Err(Fail::new(
+                rdmaxfer_status::RDMAXFER_ERR_BUSY,
+                format!(
                 "this {} is in use by another call (another thread, or a callback calling back in)",
                 H::NAME
             ),
-        )),
+            ))
+        }
         Err(TryLockError::Poisoned(_)) => {
             return Err(Fail::new(
                 rdmaxfer_status::RDMAXFER_ERR_PANIC,
