@@ -399,12 +399,12 @@ fn c_rw_demo_against_cli_expose() {
         ],
     );
     s.wait_for("listening on", T);
-    let c = vg(
+    let c = native(
         "rw_demo",
         &["-p", "19606", "-o", "100", "-T", TIMEOUT_MS, IP],
     )
     .finish(T);
-    vg_ok(&c, "C rw_demo client");
+    c.ok("C rw_demo client");
     assert!(
         c.out.contains("peer exposes 4096 bytes (access 3)"),
         "{}",
@@ -424,13 +424,13 @@ fn c_rw_demo_against_cli_expose() {
     assert!(buf[..100].iter().chain(&buf[120..]).all(|&b| b == 0));
 }
 
-/// The read/write demo's server (rdmaxfer_expose) for `rdmaxfer write`, then a C client that
-/// writes and reads back.
+/// The read/write demo's server (rdmaxfer_expose) for `rdmaxfer write`, then C to C: a server
+/// and a client, both under valgrind (at once: two vCPUs).
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_rw_demo_server_for_cli_write_and_c_client() {
     need_rxe0();
-    let mut s = vg(
+    let mut s = native(
         "rw_demo",
         &["-l", IP, "-p", "19607", "-s", "256", "-T", TIMEOUT_MS],
     );
@@ -453,7 +453,7 @@ fn c_rw_demo_server_for_cli_write_and_c_client() {
     .finish(T)
     .ok("rdmaxfer write");
     let d = s.finish(T);
-    vg_ok(&d, "C rw_demo server");
+    d.ok("C rw_demo server");
     assert!(
         d.out
             .contains("peer wrote 18 bytes, read 0 bytes, done; 18 bytes changed in 1 ranges"),
@@ -466,20 +466,20 @@ fn c_rw_demo_server_for_cli_write_and_c_client() {
         d.out
     );
 
-    let mut s = native(
+    let mut s = vg(
         "rw_demo",
         &["-l", IP, "-p", "19608", "-s", "64", "-T", TIMEOUT_MS],
     );
     s.wait_for("listening on", T);
-    let c = native(
+    let c = vg(
         "rw_demo",
         &["-p", "19608", "-m", "C to C", "-T", TIMEOUT_MS, IP],
     )
     .finish(T);
-    c.ok("C rw_demo client");
+    vg_ok(&c, "C rw_demo client");
     assert!(c.out.contains("read back 6 bytes: verified"), "{}", c.out);
     let d = s.finish(T);
-    d.ok("C rw_demo server");
+    vg_ok(&d, "C rw_demo server");
     assert!(
         d.out.contains("peer wrote 6 bytes, read 6 bytes, done"),
         "{}",
