@@ -117,6 +117,27 @@ fn check_received(out: &Path, files: &[(String, Vec<u8>)]) {
     }
 }
 
+/// `rdmaxfer expose --once --json` of `size` bytes on `port`, listening.
+fn cli_expose(port: &str, size: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "expose",
+        "--listen",
+        IP,
+        "-p",
+        port,
+        "--size",
+        size,
+        "--once",
+        "--json",
+        "--timeout",
+        TIMEOUT_S,
+    ];
+    args.extend_from_slice(extra);
+    let mut s = spawn("expose", &args);
+    s.wait_for("listening on", T);
+    s
+}
+
 /// C file_send → `rdmaxfer recv` (RDMA CM, with a token).
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
@@ -380,25 +401,7 @@ fn c_rw_demo_against_cli_expose() {
     need_rxe0();
     let tmp = tempfile::tempdir().unwrap();
     let saved = tmp.path().join("buf.bin");
-    let mut s = spawn(
-        "expose",
-        &[
-            "expose",
-            "--listen",
-            IP,
-            "-p",
-            "19606",
-            "--size",
-            "4096",
-            "--once",
-            "--json",
-            "--out",
-            saved.to_str().unwrap(),
-            "--timeout",
-            TIMEOUT_S,
-        ],
-    );
-    s.wait_for("listening on", T);
+    let s = cli_expose("19606", "4096", &["--out", saved.to_str().unwrap()]);
     let c = native(
         "rw_demo",
         &["-p", "19606", "-o", "100", "-T", TIMEOUT_MS, IP],
@@ -494,23 +497,7 @@ fn c_rw_demo_server_for_cli_write_and_c_client() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_rw_demo_out_of_bounds_is_refused() {
     need_rxe0();
-    let mut s = spawn(
-        "expose",
-        &[
-            "expose",
-            "--listen",
-            IP,
-            "-p",
-            "19609",
-            "--size",
-            "16",
-            "--once",
-            "--json",
-            "--timeout",
-            TIMEOUT_S,
-        ],
-    );
-    s.wait_for("listening on", T);
+    let s = cli_expose("19609", "16", &[]);
     let c = native(
         "rw_demo",
         &["-p", "19609", "-o", "10", "-T", TIMEOUT_MS, IP],

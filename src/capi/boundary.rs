@@ -160,9 +160,9 @@ pub struct Out<T>(*mut T);
 impl<T> Out<T> {
     /// Stores `v` (the previous contents are not read or dropped: they may be uninitialised).
     pub fn set(self, v: T) {
-        // SAFETY: non-NULL and aligned (checked in `out`); the header's contract is that an
-        // out-parameter points to writable memory for one `T`. `write` does not drop the old
-        // contents, which the caller may not have initialised.
+        // `write` does not drop the old contents, which the caller may not have initialised.
+        // SAFETY: non-NULL and aligned (checked in `out`); per the header an out-parameter
+        // points to writable memory for one `T`.
         unsafe { self.0.write(v) }
     }
 }
@@ -298,9 +298,9 @@ pub fn take_handle<H: Handle>(p: *mut H) -> CResult<Box<H>> {
             format!("this {} is in use by another call; not freed", H::NAME),
         ));
     }
+    // No call is using it: its lock was free just above.
     // SAFETY: `p` is non-NULL and aligned (checked by `arg`), came from `into_handle`
-    // (Box::into_raw) and, per the header's contract, has not been freed before; no call is
-    // using it (its lock was free just above).
+    // (Box::into_raw) and, per the header's contract, has not been freed before.
     Ok(unsafe { Box::from_raw(p) })
 }
 
