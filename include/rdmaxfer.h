@@ -575,6 +575,8 @@ void rdmaxfer_conn_free(struct rdmaxfer_conn *conn);
 
 /**
  * The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).
+ * Over the out-of-band transport this first switches the connection to rdmaxfer's flow
+ * control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
  */
 enum rdmaxfer_status rdmaxfer_conn_max_msg_size(const struct rdmaxfer_conn *conn, size_t *out_size);
 

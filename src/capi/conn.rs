@@ -210,6 +210,8 @@ pub extern "C" fn rdmaxfer_conn_free(conn: *mut rdmaxfer_conn) {
 }
 
 /// The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).
+/// Over the out-of-band transport this first switches the connection to rdmaxfer's flow
+/// control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_max_msg_size(
     conn: *const rdmaxfer_conn,

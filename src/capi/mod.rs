@@ -36,3 +36,15 @@ pub use status::rdmaxfer_status;
 
 #[cfg(test)]
 mod tests;
+
+// Handles may be used from any thread (one call at a time, enforced by their mutex): their state
+// must be `Send`, which makes each `Mutex<State>`, and so each handle, `Send + Sync`.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<rdmaxfer_config>();
+    send_sync::<rdmaxfer_listener>();
+    send_sync::<rdmaxfer_conn>();
+    send_sync::<rdmaxfer_buf>();
+    send_sync::<rdmaxfer_remote>();
+    send_sync::<rdmaxfer_device_list>();
+};
