@@ -11,7 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{need_rxe0, spawn, spawn_prog, Done, Proc, IP};
+use common::{need_rxe0, pseudo_random, spawn, spawn_prog, Done, Proc, IP};
 
 const T: Duration = Duration::from_secs(300);
 /// Per-step deadline for both sides: valgrind on an emulated CPU is slow.
@@ -79,18 +79,6 @@ fn vg_ok(d: &Done, what: &str) {
         "{what}: valgrind report:\n{}",
         d.err
     );
-}
-
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 fn write_tree(src: &Path) -> Vec<(String, Vec<u8>)> {
