@@ -45,5 +45,10 @@ if poll and event:
     bw = event["bw_avg_mib_s"] / poll["bw_avg_mib_s"]
     print(f"{'event vs poll CPU s/GiB (1 MiB write)':<34} {cpu_e:10.3f} / {cpu_p:10.3f} = {cpu_e / cpu_p:5.3f}  "
           f"(goal <= 0.5: {'met' if cpu_e / cpu_p <= 0.5 else 'NOT met'}) at {bw:5.3f} x poll bandwidth (goal >= 0.9)")
+    if "cpu_user_seconds" in poll and "cpu_user_seconds" in event:
+        # On rxe the system part is mostly the soft device's own work (charged to the poster).
+        usr_p, usr_e = poll["cpu_user_seconds"] / gib(poll), event["cpu_user_seconds"] / gib(event)
+        print(f"{'  of which user CPU s/GiB':<34} {usr_e:10.3f} / {usr_p:10.3f} = {usr_e / max(usr_p, 1e-9):5.3f}"
+              f"   (system: {cpu_e - usr_e:.3f} / {cpu_p - usr_p:.3f})")
 else:
     print("event vs poll CPU: missing")

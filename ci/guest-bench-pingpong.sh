@@ -17,25 +17,7 @@ fails=0
 tsv="$out/pingpong-runs.tsv"
 printf 'round\ttool\tmetric\tvalue\n' >"$tsv"
 
-# Bounded poll until TCP port $1 listens, or server pid $2 died.
-wait_tcp() {
-  for _ in $(seq 1 600); do
-    ss -Hltn "sport = :$1" | grep -q . && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-# Bounded wait for "listening on" in file $1, or server pid $2 died.
-wait_line() {
-  for _ in $(seq 1 600); do
-    grep -q "listening on" "$1" 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$tsv"; }
 

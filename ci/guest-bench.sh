@@ -9,16 +9,7 @@ fails=0
 SERVER_ARGS=()
 rdx="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 
-# Poll (bounded) until something listens on TCP $1; give up early if server pid $2 died.
-wait_listen() {
-  local p="$1" pid="$2"
-  for _ in $(seq 1 600); do
-    ss -Hltn "sport = :$p" | grep -q . && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
 # pair NAME CMD... — server runs CMD, client runs CMD plus the server address; logs to OUTDIR/NAME.*.txt.
 # perftest's cycles-per-µs calibration sometimes fails under TCG ("Correlation coefficient r^2 < 0.9")
@@ -42,7 +33,7 @@ pair_once() {
   # SERVER_ARGS (an array, optional) goes to the server only, e.g. rdmaxfer's --listen.
   timeout 300 "$@" "${SERVER_ARGS[@]}" -p "$port" >"$out/$name.server.txt" 2>&1 &
   spid=$!
-  if ! wait_listen "$port" "$spid"; then
+  if ! wait_tcp "$port" "$spid"; then
     echo "!! $name: server never listened on $port"; cat "$out/$name.server.txt"
     kill "$spid" 2>/dev/null || true; wait "$spid" || true
     fails=$((fails + 1)); return 1

@@ -2,6 +2,7 @@
 # ci/guest-demo.sh — runs INSIDE the guest: the demo on rxe0: devices, loopback, then a verified
 # file transfer (32 MiB from /dev/urandom, `rdmaxfer send` → `rdmaxfer recv --once`, tmpfs → tmpfs).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 [[ -x "$bin" ]] || { echo "[demo] $bin not built: run ci/demo.sh" >&2; exit 1; }
 ip=198.18.0.1
@@ -21,13 +22,7 @@ echo "[demo] \$ $bin recv --out $work/out --listen $ip -p $port --once --json &"
 "$bin" recv --out "$work/out" --listen "$ip" -p "$port" --once --json \
   >"$work/recv.json" 2>"$work/recv.err" &
 rpid=$!
-# Bounded wait for the receiver to say it is ready.
-for _ in $(seq 1 400); do
-  grep -q "listening on" "$work/recv.err" && break
-  kill -0 "$rpid" 2>/dev/null || { cat "$work/recv.err" >&2; exit 1; }
-  sleep 0.05
-done
-grep -q "listening on" "$work/recv.err" || { echo "[demo] receiver never listened" >&2; cat "$work/recv.err" >&2; exit 1; }
+wait_line "$work/recv.err" "$rpid" || { echo "[demo] receiver never listened" >&2; cat "$work/recv.err" >&2; exit 1; }
 run "$bin" send "$work/src/demo.bin" "$ip:$port" --json | tee "$work/send.json"
 rc=0
 wait "$rpid" || rc=$?

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# ci/guest-file-bench.sh [MIB] [CHUNK] — runs INSIDE the guest: `rdmaxfer send` → `recv --once` of a
-# MIB-MiB random file tmpfs → tmpfs with verification, then ib_write_bw at the same message size.
-# Extra rdmaxfer flags for both sides in $FLAGS (e.g. FLAGS=--event).
-# Prints both JSON summaries, the peak RSS of both sides (/usr/bin/time if present) and ib_write_bw's.
+# ci/guest-file-bench.sh [MIB] [CHUNK] — runs INSIDE the guest: a MIB-MiB random file tmpfs → tmpfs,
+# side by side: `rdmaxfer send` → `recv --once` (verified: BLAKE3 + cmp), rcopy (rsockets, no
+# integrity check; cmp'd here) and ib_write_bw at the chunk size; prints the ratios.
+# Extra rdmaxfer flags for both sides in $FLAGS (e.g. FLAGS=--event); SPARSE=1 uses a sparse
+# source (peak RSS of big files without RAM); NO_ANCHOR=1 skips rcopy and ib_write_bw.
 set -euo pipefail
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 mib="${1:-128}"
@@ -10,27 +11,59 @@ chunk="${2:-1048576}"
 ip=198.18.0.1
 port=18610
 work="$(mktemp -d /tmp/rdmaxfer-fbench.XXXXXX)"
-mkdir -p "$work/src" "$work/out"
-if [[ -n "${SPARSE:-}" ]]; then # SPARSE=1: a sparse source (for RSS of big files without RAM)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/src" "$work/out" "$work/rcopy"
+if [[ -n "${SPARSE:-}" ]]; then
   truncate -s "$((mib << 20))" "$work/src/f.bin"
 else
   head -c "$((mib << 20))" /dev/urandom >"$work/src/f.bin"
 fi
 timer=()
 [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "peak RSS %M KiB, %e s elapsed, %U s user, %S s sys")
+
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
+
 "${timer[@]}" "$bin" recv --out "$work/out" --listen "$ip" -p "$port" --once --json ${FLAGS:-} >"$work/recv.json" 2>"$work/recv.err" &
 rpid=$!
-for _ in $(seq 1 400); do grep -q "listening on" "$work/recv.err" && break; sleep 0.05; done
+wait_line "$work/recv.err" "$rpid"
+t0="$(date +%s.%N)"
 "${timer[@]}" "$bin" send "$work/src/f.bin" "$ip:$port" --chunk "$chunk" --json ${FLAGS:-} >"$work/send.json" 2>"$work/send.err"
+t1="$(date +%s.%N)"
+ours_cmd="$(python3 -c "print($mib / ($t1 - $t0))")"
 wait "$rpid"
 cmp "$work/src/f.bin" "$work/out/f.bin"
 echo "sender:   $(cat "$work/send.json")"; grep -h "peak RSS" "$work/send.err" || true
 echo "receiver: $(cat "$work/recv.json")"; grep -h "peak RSS" "$work/recv.err" || true
-rm -rf "$work"
-if [[ -z "${NO_ANCHOR:-}" ]] && command -v ib_write_bw >/dev/null; then
-  ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 >/tmp/ibw.server 2>&1 &
-  spid=$!
-  for _ in $(seq 1 400); do ss -Hltn "sport = :18611" | grep -q . && break; sleep 0.05; done
-  ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 "$ip" 2>&1 | grep -A1 "#bytes" || true
-  wait "$spid" || true
-fi
+ours="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mib_s"])' "$work/send.json")"
+rm -f "$work/out/f.bin"
+[[ -n "${NO_ANCHOR:-}" ]] && exit 0
+
+# rcopy: the server keeps running after a copy; its rsocket listens through rdma_cm (not a TCP
+# socket), so readiness is its cm_id in LISTEN state on our port.
+(cd "$work/rcopy" && exec rcopy -p 7427) >"$work/rcopy.server" 2>&1 &
+cpid=$!
+wait_until "rcopy to listen" "$cpid" cm_listening 7427
+t0="$(date +%s.%N)"
+rcopy "$work/src/f.bin" "$ip:$work/rcopy/f.bin" -p 7427 >"$work/rcopy.client" 2>&1
+t1="$(date +%s.%N)"
+kill "$cpid" 2>/dev/null || true
+wait "$cpid" 2>/dev/null || true
+cmp "$work/src/f.bin" "$work/rcopy/f.bin"
+rcopy_mib_s="$(python3 -c "print($mib / ($t1 - $t0))")"
+echo "rcopy:    $mib MiB in $(python3 -c "print(round($t1 - $t0, 3))") s = $rcopy_mib_s MiB/s (whole command, incl. connect)"
+
+ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 >"$work/ibw.server" 2>&1 &
+spid=$!
+wait_tcp 18611 "$spid"
+ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 "$ip" >"$work/ibw.client" 2>&1
+wait "$spid" || true
+grep -A1 "#bytes" "$work/ibw.client"
+ibw="$(awk '/#bytes/ { getline; print $4 }' "$work/ibw.client")"
+python3 - "$ours" "$ours_cmd" "$rcopy_mib_s" "$ibw" <<'PY'
+import sys
+ours, ours_cmd, rcopy, ibw = map(float, sys.argv[1:])
+# vs rcopy: both whole client commands (start, connect, copy, close); vs ib_write_bw: the data
+# phase (as perftest times it).
+print(f"file (whole command) {ours_cmd:.2f} MiB/s / rcopy {rcopy:.2f} MiB/s = {ours_cmd / rcopy:.2f}  (goal >= 1.2)")
+print(f"file (data phase) {ours:.2f} MiB/s / ib_write_bw {ibw:.2f} MiB/s = {ours / ibw:.2f}  (goal >= 0.9)")
+PY

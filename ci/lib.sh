@@ -39,3 +39,6 @@ ci_find_kernel() {
   done < <(compgen -G '/boot/vmlinuz-*-amd64' | sort -V -r)
   return 1
 }
+
+# The pinned cbindgen that generates include/rdmaxfer.h (installed by ci/setup.sh).
+CBINDGEN_VERSION="0.27.0"

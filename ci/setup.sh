@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/setup.sh — idempotent host set-up (root, Debian bookworm): packages, rdma-core pin, virtme-ng, cargo.
+# ci/setup.sh — idempotent host set-up (root, Debian bookworm): packages, rdma-core pin, virtme-ng, cargo, cbindgen.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -66,4 +66,12 @@ command -v cargo >/dev/null 2>&1 ||
 cargo fmt --version >/dev/null 2>&1 || ci_die "rustfmt missing: rustup component add rustfmt"
 cargo clippy --version >/dev/null 2>&1 || ci_die "clippy missing: rustup component add clippy"
 ci_log "rust: $(rustc --version) / $(cargo --version)"
+
+# 6. cbindgen, pinned: it generates include/rdmaxfer.h (ci/gen-header.sh; CI checks it is current).
+if [[ "$(cbindgen --version 2>/dev/null || true)" == "cbindgen $CBINDGEN_VERSION" ]]; then
+  ci_log "cbindgen $CBINDGEN_VERSION already installed"
+else
+  ci_log "cargo: installing cbindgen $CBINDGEN_VERSION"
+  cargo install -q cbindgen --version "$CBINDGEN_VERSION" --locked || ci_die "cargo install cbindgen $CBINDGEN_VERSION failed"
+fi
 ci_log "setup ok"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/test.sh — command 2, every test: fmt, clippy, host `cargo test`, device tests in one rxe guest; ends "N passed, M failed".
+# ci/test.sh — command 2, every test: fmt, clippy, header check, host `cargo test`, the C examples, device tests in one rxe guest; ends "N passed, M failed".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -43,6 +43,7 @@ step setup bash ci/setup.sh || finish
 ci_path
 step fmt cargo fmt --check || true
 step clippy cargo clippy --all-targets -- -D warnings || true
+step header bash ci/gen-header.sh --check || true
 step host-tests cargo test --no-fail-fast || true
 
 # Build the test binaries once more (a no-op after the host run) and pick tests/device_*.rs.
@@ -82,6 +83,9 @@ if ((${#device_bins[@]} == 0)); then
   finish
 fi
 ci_log "device test binaries: ${device_bins[*]}; RDMAXFER_BIN=$RDMAXFER_BIN"
+# The C API as a C user gets it: install with PREFIX, build examples/c with pkg-config (the guest
+# runs them from target/capi/bin, tests/device_capi.rs).
+step capi-examples bash ci/capi-examples.sh || true
 step device-tests ci/guest.sh -- bash ci/guest-tests.sh "${device_bins[@]}" || true
 # The two-host rig (ci/rig.sh: two guests on a wire, faults, soak, benchmark) takes ~20 min on a
 # 2-core host (the 500-transfer soak ~11), more than this run's budget: opt in with CI_RIG=1 (RIG_SOAK_N shortens the soak).

@@ -92,14 +92,14 @@ pub enum Error {
         /// Details.
         message: String,
     },
-    /// An I/O operation (socket, file) failed.
-    #[error("{op}: {source}")]
+    /// An I/O operation (socket, file) failed. The message already includes the cause, so it
+    /// is not also chained as `source()` (which would print it twice under `{:#}`).
+    #[error("{op}: {error}")]
     Io {
         /// What was being done.
         op: String,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -122,7 +122,7 @@ impl Error {
     pub fn io(op: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             op: op.into(),
-            source,
+            error: source,
         }
     }
 
@@ -130,7 +130,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Verb { errno, .. } => Some(*errno),
-            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Io { error, .. } => error.raw_os_error(),
             _ => None,
         }
     }
@@ -257,5 +257,16 @@ mod tests {
             available: vec![],
         };
         assert!(e.to_string().contains("none"));
+    }
+
+    #[test]
+    fn io_error_prints_its_cause_once_under_anyhow() {
+        let e = Error::io(
+            "connect 198.18.0.1:1",
+            std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
+        );
+        assert_eq!(e.errno(), Some(libc::ECONNREFUSED));
+        let s = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(s.matches("refused").count(), 1, "{s}");
     }
 }

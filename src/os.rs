@@ -8,11 +8,19 @@ use std::time::{Duration, Instant};
 
 /// CPU time (user + system) this process has used so far (`getrusage(2)`, `RUSAGE_SELF`).
 pub fn cpu_time() -> Duration {
+    let (user, sys) = cpu_times();
+    user + sys
+}
+
+/// CPU time this process has used so far, split into (user, system) (`getrusage(2)`,
+/// `RUSAGE_SELF`). On Soft-RoCE the system part holds the device's own work (packet building,
+/// CRC, copies), which the kernel charges to whichever process is running.
+pub fn cpu_times() -> (Duration, Duration) {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `ru` is a valid out-pointer for one `struct rusage`.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
     if rc != 0 {
-        return Duration::ZERO;
+        return (Duration::ZERO, Duration::ZERO);
     }
     // SAFETY: getrusage succeeded and filled the struct (it was zeroed anyway).
     let ru = unsafe { ru.assume_init() };
@@ -22,7 +30,7 @@ pub fn cpu_time() -> Duration {
             (t.tv_usec.clamp(0, 999_999) as u32) * 1000,
         )
     };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
 /// A cheap, monotonic tick counter for per-iteration timing: the TSC on x86_64 (`rdtsc`; one

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{need_rxe0, spawn, spawn_env, Done, Proc, IP};
+use common::{need_rxe0, pseudo_random, spawn, spawn_env, Done, Proc, IP};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
 use rdmaxfer::xfer::session;
@@ -41,18 +41,6 @@ fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
     let args = send_args(port, paths, extra);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     spawn("send", &a)
-}
-
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 fn hex(b: &[u8]) -> String {

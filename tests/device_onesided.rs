@@ -285,9 +285,14 @@ fn bench_pair(op: &str, size: usize, iters: u64, port: u16, flags: &[&str]) -> s
         "bw_avg_mib_s",
         "msg_rate_mpps",
         "cpu_seconds",
+        "cpu_user_seconds",
     ] {
         assert!(v[k].as_f64().is_some_and(|x| x >= 0.0), "{k} in {v}");
     }
+    assert!(
+        v["cpu_user_seconds"].as_f64() <= v["cpu_seconds"].as_f64(),
+        "{v}"
+    );
     assert!(v["bw_avg_mib_s"].as_f64().unwrap() > 0.0, "{v}");
     v
 }

@@ -441,10 +441,9 @@ impl Context {
         let len = self.query_port(port)?.gid_tbl_len as usize;
         let max = len.saturating_mul(ports as usize).max(1);
         let mut entries = vec![sys::ibv_gid_entry::default(); max];
-        // SAFETY: valid context; `entries` holds `max` writable entries and the call writes at
-        // most that many.
-        let n =
-            unsafe { sys::shim_ibv_query_gid_table(self.as_ptr(), entries.as_mut_ptr(), max, 0) };
+        let ctx = self.as_ptr();
+        // SAFETY: valid context; `entries` has room for the `max` entries the call may write.
+        let n = unsafe { sys::shim_ibv_query_gid_table(ctx, entries.as_mut_ptr(), max, 0) };
         if n < 0 {
             return Err(Error::verb("ibv_query_gid_table", (-n) as i32));
         }

@@ -54,6 +54,9 @@ pub struct BwReport {
     pub seconds: f64,
     /// CPU seconds (user + system) this process used during the measurement.
     pub cpu_seconds: f64,
+    /// The user-space part of `cpu_seconds` (the rest is the kernel's, which on Soft-RoCE
+    /// includes the soft device's own work).
+    pub cpu_user_seconds: f64,
 }
 
 impl BwReport {
@@ -92,6 +95,34 @@ pub struct BwParams {
 
 const MIB: f64 = 1048576.0;
 
+/// CPU seconds used over a measurement.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuUsed {
+    /// User + system.
+    pub total: f64,
+    /// User only.
+    pub user: f64,
+}
+
+/// Measures the CPU time used from [`CpuMeter::start`] to [`CpuMeter::stop`].
+struct CpuMeter(std::time::Duration, std::time::Duration);
+
+impl CpuMeter {
+    fn start() -> CpuMeter {
+        let (u, s) = crate::os::cpu_times();
+        CpuMeter(u, s)
+    }
+
+    fn stop(&self) -> CpuUsed {
+        let (u, s) = crate::os::cpu_times();
+        let user = u.saturating_sub(self.0).as_secs_f64();
+        CpuUsed {
+            total: user + s.saturating_sub(self.1).as_secs_f64(),
+            user,
+        }
+    }
+}
+
 /// Computes the report from completion timestamps (one per message, in order).
 pub fn report(
     op: BenchOp,
@@ -99,7 +130,7 @@ pub fn report(
     start: Instant,
     done_at: &[Instant],
     window: usize,
-    cpu_seconds: f64,
+    cpu: CpuUsed,
 ) -> BwReport {
     let iters = done_at.len() as u64;
     let end = done_at.last().copied().unwrap_or(start);
@@ -123,7 +154,8 @@ pub fn report(
         bw_avg_mib_s: avg,
         msg_rate_mpps: iters as f64 / secs / 1e6,
         seconds: secs,
-        cpu_seconds,
+        cpu_seconds: cpu.total,
+        cpu_user_seconds: cpu.user,
     }
 }
 
@@ -153,7 +185,7 @@ pub fn run_initiator(
     } else {
         Vec::new()
     };
-    let cpu0 = crate::os::cpu_time();
+    let cpu0 = CpuMeter::start();
     let start = Instant::now();
     let mut done_at = Vec::with_capacity(p.iters as usize);
     let (mut posted, mut completed) = (0u64, 0u64);
@@ -187,7 +219,7 @@ pub fn run_initiator(
             dsts.extend(c.into_all_local_bufs());
         }
     }
-    let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();
+    let cpu = cpu0.stop();
     Ok(report(p.op, p.size, start, &done_at, depth as usize, cpu))
 }
 
@@ -201,7 +233,12 @@ mod tests {
         let done: Vec<Instant> = (1..=100)
             .map(|i| start + Duration::from_millis(i * 10))
             .collect();
-        let r = report(BenchOp::Write, 1 << 20, start, &done, 10, 0.5);
+        let cpu = CpuUsed {
+            total: 0.5,
+            user: 0.2,
+        };
+        let r = report(BenchOp::Write, 1 << 20, start, &done, 10, cpu);
+        assert_eq!((r.cpu_seconds, r.cpu_user_seconds), (0.5, 0.2));
         assert_eq!(r.iters, 100);
         assert!((r.seconds - 1.0).abs() < 1e-6);
         assert!((r.bw_avg_mib_s - 100.0).abs() < 1e-6, "{}", r.bw_avg_mib_s);
@@ -362,7 +399,7 @@ pub fn run_bench_client(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
 
 /// SENDs `iters` messages as fast as credits allow; the server confirms it got them all.
 fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
-    let cpu0 = crate::os::cpu_time();
+    let cpu0 = CpuMeter::start();
     let start = Instant::now();
     let mut done_at = Vec::with_capacity(p.iters as usize);
     for i in 0..p.iters {
@@ -377,7 +414,7 @@ fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
     if let Some(last) = done_at.last_mut() {
         *last = Instant::now();
     }
-    let cpu = (crate::os::cpu_time() - cpu0).as_secs_f64();
+    let cpu = cpu0.stop();
     match recv_msg(ep)? {
         Msg::Done { ok: true, read, .. } if read == p.iters * p.size as u64 => {}
         m => {

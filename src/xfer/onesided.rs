@@ -416,17 +416,24 @@ pub fn read_session(
 fn finish(ep: &mut Endpoint, ok: bool, written: u64, read: u64) {
     // Best effort: after a failed operation the QP is in error and the peer notices the
     // disconnect instead.
-    if send_msg(ep, &Msg::Done { ok, written, read })
-        .and_then(|()| ep.flush())
-        .is_err()
-    {
+    if end_session(ep, ok, written, read).is_err() {
         tracing::debug!("could not tell the server the session is done");
     }
 }
 
+/// Ends a session opened with [`open_session`]: tells the server whether it went well and how
+/// many bytes were written and read (DONE), and waits until the message is acknowledged.
+pub fn end_session(ep: &mut Endpoint, ok: bool, written: u64, read: u64) -> Result<()> {
+    send_msg(ep, &Msg::Done { ok, written, read })?;
+    ep.flush()
+}
+
 impl Initiator for Endpoint {
-    fn post_wr(&mut self, wr: crate::verbs::SendRequest) -> Result<()> {
-        Ok(self.post(wr)?)
+    fn post_wr(
+        &mut self,
+        wr: crate::verbs::SendRequest,
+    ) -> std::result::Result<(), crate::verbs::PostError> {
+        self.post(wr)
     }
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<crate::verbs::Completion>> {
         self.poll_user(max, timeout)

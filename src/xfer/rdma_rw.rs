@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, LocalBuf, ProtectionDomain, QueuePair, RemoteRegion, SendOp,
-    SendRequest, Sge,
+    Completion, CompletionQueue, LocalBuf, PostError, ProtectionDomain, QueuePair, RemoteRegion,
+    RemoteSlice, SendOp, SendRequest, Sge,
 };
 
 /// Something that can post the caller's send-queue work requests and hand back their completions:
 /// a bare connected QP ([`RawQp`]) or an endpoint that also carries its own messages.
 pub trait Initiator {
-    /// Posts one work request (signaled or not).
-    fn post_wr(&mut self, wr: SendRequest) -> Result<()>;
+    /// Posts one work request (signaled or not); a failed post gives its buffers back.
+    fn post_wr(&mut self, wr: SendRequest) -> Result<(), PostError>;
     /// Waits up to `timeout` for at least one completion of the caller's work requests.
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>>;
     /// The PD to register staging buffers in.
@@ -37,8 +37,8 @@ pub struct RawQp<'a> {
 }
 
 impl Initiator for RawQp<'_> {
-    fn post_wr(&mut self, wr: SendRequest) -> Result<()> {
-        Ok(self.qp.post_send(wr)?)
+    fn post_wr(&mut self, wr: SendRequest) -> Result<(), PostError> {
+        self.qp.post_send(wr)
     }
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
         self.cq.wait(max, timeout)
@@ -83,6 +83,116 @@ fn staging(ini: &impl Initiator, len: u64) -> Result<LocalBuf> {
     LocalBuf::new(ini.pd(), (len as usize).min(ini.max_msg()).max(1))
 }
 
+/// Which way a one-sided transfer moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// RDMA WRITE: local buffer → remote region.
+    Write,
+    /// RDMA READ: remote region → local buffer.
+    Read,
+}
+
+/// A failed transfer, with the caller's buffer when the device gave it back (it stays with
+/// the queue when a completion never came, e.g. after a timeout).
+#[derive(Debug)]
+pub struct BufError {
+    /// What went wrong.
+    pub error: Error,
+    /// The buffer, if it came back.
+    pub buf: Option<LocalBuf>,
+}
+
+/// Posts one signaled READ or WRITE of `buf[boff..boff + n]` against `slice` and waits for it;
+/// the buffer comes back either way when the device returns it.
+fn round(
+    ini: &mut impl Initiator,
+    dir: Direction,
+    slice: RemoteSlice,
+    buf: LocalBuf,
+    boff: usize,
+    n: usize,
+    timeout: Duration,
+) -> Result<LocalBuf, BufError> {
+    let op = match dir {
+        Direction::Write => SendOp::Write(slice),
+        Direction::Read => SendOp::Read(slice),
+    };
+    let wr = SendRequest::new(boff as u64, op, [Sge::range(buf, boff, n)]);
+    if let Err(e) = ini.post_wr(wr) {
+        return Err(BufError {
+            error: e.error,
+            buf: e.bufs.into_iter().find_map(crate::verbs::Buf::into_local),
+        });
+    }
+    let c = match ini.wait_wc(1, timeout) {
+        Ok(mut v) => v.remove(0),
+        Err(error) => return Err(BufError { error, buf: None }),
+    };
+    let error = (!c.is_success()).then(|| c.to_error());
+    let buf = c.into_local_bufs().pop();
+    match (error, buf) {
+        (None, Some(b)) => Ok(b),
+        (None, None) => Err(BufError {
+            error: Error::Protocol(format!("{dir:?} buffer not returned")),
+            buf: None,
+        }),
+        (Some(error), buf) => Err(BufError { error, buf }),
+    }
+}
+
+/// Moves `len` bytes between `buf[buf_offset..]` (a registered buffer, no copy) and `remote`
+/// at `offset`, in messages of at most `max_msg`, each waited for. Both ranges are checked
+/// before anything is posted. The buffer is handed back in both cases when the device returned
+/// it.
+#[allow(clippy::too_many_arguments)]
+pub fn transfer_buf(
+    ini: &mut impl Initiator,
+    dir: Direction,
+    remote: &RemoteRegion,
+    offset: u64,
+    buf: LocalBuf,
+    buf_offset: usize,
+    len: u64,
+    timeout: Duration,
+) -> Result<LocalBuf, BufError> {
+    let local_ok = usize::try_from(len)
+        .ok()
+        .and_then(|l| buf_offset.checked_add(l))
+        .is_some_and(|end| end <= buf.len());
+    if !local_ok {
+        let error = Error::InvalidArgument(format!(
+            "local range: offset {buf_offset} + length {len} exceeds the {}-byte buffer",
+            buf.len()
+        ));
+        return Err(BufError {
+            error,
+            buf: Some(buf),
+        });
+    }
+    if let Err(error) = check_bounds(remote, offset, len) {
+        return Err(BufError {
+            error,
+            buf: Some(buf),
+        });
+    }
+    let mut buf = buf;
+    let mut boff = buf_offset;
+    for (off, n) in split(offset, len, ini.max_msg() as u64) {
+        let slice = match remote.slice(off, n) {
+            Ok(s) => s,
+            Err(error) => {
+                return Err(BufError {
+                    error,
+                    buf: Some(buf),
+                })
+            }
+        };
+        buf = round(ini, dir, slice, buf, boff, n as usize, timeout)?;
+        boff += n as usize;
+    }
+    Ok(buf)
+}
+
 /// RDMA WRITEs `data` to `remote` at `offset`, one message of at most `max_msg` at a time.
 pub fn write(
     ini: &mut impl Initiator,
@@ -99,13 +209,8 @@ pub fn write(
         let n = n as usize;
         b[..n].copy_from_slice(&data[pos..pos + n]);
         let slice = remote.slice(off, n as u64)?;
-        ini.post_wr(SendRequest::new(
-            off,
-            SendOp::Write(slice),
-            [Sge::range(b, 0, n)],
-        ))?;
-        let c = ini.wait_wc(1, timeout)?.remove(0).result()?;
-        buf = c.into_local_bufs().pop();
+        let b = round(ini, Direction::Write, slice, b, 0, n, timeout).map_err(|e| e.error)?;
+        buf = Some(b);
         pos += n;
     }
     Ok(())
@@ -125,16 +230,8 @@ pub fn read(
     for (off, n) in split(offset, len, ini.max_msg() as u64) {
         let b = buf.take().expect("staging buffer is back");
         let slice = remote.slice(off, n)?;
-        ini.post_wr(SendRequest::new(
-            off,
-            SendOp::Read(slice),
-            [Sge::range(b, 0, n as usize)],
-        ))?;
-        let c = ini.wait_wc(1, timeout)?.remove(0).result()?;
-        let b = c
-            .into_local_bufs()
-            .pop()
-            .ok_or_else(|| Error::Protocol("READ buffer not returned".into()))?;
+        let b =
+            round(ini, Direction::Read, slice, b, 0, n as usize, timeout).map_err(|e| e.error)?;
         out.extend_from_slice(&b[..n as usize]);
         buf = Some(b);
     }

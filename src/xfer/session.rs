@@ -31,13 +31,19 @@ impl Server {
     /// Waits for the next peer (`None`: forever). Over OOB the endpoint is switched to credit
     /// flow control: the peer must be rdmaxfer (use [`connect`]).
     pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
+        let mut ep = self.accept_plain(wait)?;
+        if let Server::Oob(_) = self {
+            ep.enable_credits(false)?;
+        }
+        Ok(ep)
+    }
+
+    /// Like [`accept`](Self::accept), but an OOB endpoint keeps ibv_rc_pingpong's
+    /// one-message-at-a-time flow (the caller may switch it with [`Endpoint::enable_credits`]).
+    pub fn accept_plain(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
         match self {
             Server::Cm(l) => l.accept(wait),
-            Server::Oob(l) => {
-                let mut ep = l.accept(wait)?;
-                ep.enable_credits(false)?;
-                Ok(ep)
-            }
+            Server::Oob(l) => l.accept(wait),
         }
     }
 
@@ -69,11 +75,19 @@ impl Server {
 /// Connects to `host:port` with RDMA CM, or with the out-of-band exchange when `oob` (then
 /// switched to credit flow control: the peer must be a [`Server`]).
 pub fn connect(host: &str, port: u16, oob: bool, opts: &EndpointOptions) -> Result<Endpoint> {
+    let mut ep = connect_plain(host, port, oob, opts)?;
+    if oob {
+        ep.enable_credits(true)?;
+    }
+    Ok(ep)
+}
+
+/// Like [`connect`], but an OOB endpoint keeps ibv_rc_pingpong's one-message-at-a-time flow
+/// (the caller may switch it with [`Endpoint::enable_credits`]).
+pub fn connect_plain(host: &str, port: u16, oob: bool, opts: &EndpointOptions) -> Result<Endpoint> {
     let dst = endpoint::resolve_host(host, port)?;
     if oob {
-        let mut ep = Endpoint::connect_oob(dst, opts)?;
-        ep.enable_credits(true)?;
-        Ok(ep)
+        Endpoint::connect_oob(dst, opts)
     } else {
         Endpoint::connect_cm(dst, opts)
     }

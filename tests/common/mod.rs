@@ -205,3 +205,16 @@ fn spawn_cmd(name: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Pro
     cmd.envs(env.iter().copied());
     spawn_command(name, cmd, args)
 }
+
+/// Deterministic test data (xorshift), different for each `seed`.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}

@@ -52,7 +52,8 @@ fn print(a: &Args, r: &BwReport) -> Result<()> {
         let v = serde_json::json!({
             "op": r.op, "size": r.size, "iters": r.iters, "bw_peak_mib_s": r.bw_peak_mib_s,
             "bw_avg_mib_s": r.bw_avg_mib_s, "msg_rate_mpps": r.msg_rate_mpps,
-            "cpu_seconds": r.cpu_seconds, "seconds": r.seconds, "tx_depth": a.tx_depth,
+            "cpu_seconds": r.cpu_seconds, "cpu_user_seconds": r.cpu_user_seconds,
+            "seconds": r.seconds, "tx_depth": a.tx_depth,
             "event": a.conn.event, "transport": if a.conn.oob { "oob" } else { "rdma_cm" },
         });
         println!("{v}");

@@ -200,6 +200,18 @@ impl SessionReport {
     pub fn failures(&self) -> usize {
         self.files.iter().filter(|f| !f.is_ok()).count()
     }
+
+    /// `Ok` when every file succeeded, else an error counting the files that were not `what`
+    /// ("received", "delivered").
+    fn result(&self, what: &str) -> Result<()> {
+        match self.failures() {
+            0 => Ok(()),
+            n => Err(Error::refused(
+                Reason::Internal,
+                format!("{n} of {} files were not {what}", self.files.len()),
+            )),
+        }
+    }
 }
 
 fn reason_of(e: &Error) -> Reason {
@@ -281,13 +293,7 @@ pub fn receive(
         }
     }
     r?;
-    match report.failures() {
-        0 => Ok(()),
-        n => Err(Error::refused(
-            Reason::Internal,
-            format!("{n} of {} files were not received", report.files.len()),
-        )),
-    }
+    report.result("received")
 }
 
 fn receive_session(
@@ -486,6 +492,24 @@ fn receive_data(
     })
 }
 
+/// Ends a file that failed while receiving: tells the sender about a protocol violation,
+/// records the failure in `report`, and returns the error.
+fn file_failed(
+    ep: &mut Endpoint,
+    report: &mut SessionReport,
+    name: &str,
+    size: u64,
+    e: Error,
+) -> Error {
+    if matches!(e, Error::Protocol(_)) {
+        send_err(ep, Reason::Protocol, &e);
+    }
+    report
+        .files
+        .push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
+    e
+}
+
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
@@ -559,18 +583,7 @@ fn receive_file(
     let size = h.size;
     let (sink, write_failure) = match receive_data(ep, r, sink, held, size) {
         Ok(x) => x,
-        Err(e) => {
-            if matches!(e, Error::Protocol(_)) {
-                send_err(ep, Reason::Protocol, &e);
-            }
-            report.files.push(FileReport::failed(
-                &h.name,
-                size,
-                reason_of(&e),
-                e.to_string(),
-            ));
-            return Err(e);
-        }
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
     };
     report.bytes += size - held;
 
@@ -592,16 +605,7 @@ fn receive_file(
                 Ok(m) => Error::Protocol(format!("expected FIN, got {m:?}")),
                 Err(e) => e,
             };
-            if matches!(e, Error::Protocol(_)) {
-                send_err(ep, Reason::Protocol, &e);
-            }
-            report.files.push(FileReport::failed(
-                &h.name,
-                size,
-                reason_of(&e),
-                e.to_string(),
-            ));
-            return Err(e);
+            return Err(file_failed(ep, report, &h.name, size, e));
         }
     };
     let result = match write_failure {
@@ -667,13 +671,7 @@ pub fn send(
     if let Err(e) = send_msg(ep, &Msg::Done).and_then(|()| ep.flush()) {
         tracing::debug!("DONE not acknowledged ({e}); every file already has its verdict");
     }
-    match report.failures() {
-        0 => Ok(()),
-        n => Err(Error::refused(
-            Reason::Internal,
-            format!("{n} of {} files were not delivered", report.files.len()),
-        )),
-    }
+    report.result("delivered")
 }
 
 fn send_one(

@@ -1,0 +1,423 @@
+//! Registered buffers, one-sided sessions against a peer's exposed buffer (RDMA READ/WRITE),
+//! and serving an exposure.
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use super::boundary::{self, handle, into_handle, out, CResult, Fail, Handle};
+use super::conn::rdmaxfer_conn;
+use super::status::rdmaxfer_status;
+use crate::verbs::{LocalBuf, RemoteAccess};
+use crate::xfer::onesided::{self, Exposure};
+use crate::xfer::rdma_rw::{self, Direction};
+
+/// Peers may RDMA READ the exposed buffer.
+pub const RDMAXFER_ACCESS_READ: u32 = 1;
+/// Peers may RDMA WRITE the exposed buffer.
+pub const RDMAXFER_ACCESS_WRITE: u32 = 2;
+/// Peers may RDMA READ and WRITE the exposed buffer.
+pub const RDMAXFER_ACCESS_READ_WRITE: u32 = 3;
+
+fn access_of(a: u32) -> CResult<RemoteAccess> {
+    match a {
+        RDMAXFER_ACCESS_READ => Ok(RemoteAccess::Read),
+        RDMAXFER_ACCESS_WRITE => Ok(RemoteAccess::Write),
+        RDMAXFER_ACCESS_READ_WRITE => Ok(RemoteAccess::ReadWrite),
+        a => Err(Fail::invalid(format!(
+            "access {a} (use RDMAXFER_ACCESS_READ, _WRITE or _READ_WRITE)"
+        ))),
+    }
+}
+
+fn access_bits(a: RemoteAccess) -> u32 {
+    match a {
+        RemoteAccess::Read => RDMAXFER_ACCESS_READ,
+        RemoteAccess::Write => RDMAXFER_ACCESS_WRITE,
+        RemoteAccess::ReadWrite => RDMAXFER_ACCESS_READ_WRITE,
+    }
+}
+
+/// Memory registered on one connection (local access only): the source of RDMA WRITEs and the
+/// target of RDMA READs, without copies. Its bytes are reached through `rdmaxfer_buf_write`
+/// and `rdmaxfer_buf_read`, never a pointer, so freeing a connection or a failed transfer can
+/// never leave the caller holding a pointer to memory the device owns.
+pub struct rdmaxfer_buf {
+    state: Mutex<BufState>,
+}
+
+/// A buffer's state.
+pub struct BufState {
+    /// `None` when a failed transfer left it with the queue (timed out).
+    buf: Option<LocalBuf>,
+    len: usize,
+    conn_id: u64,
+}
+
+impl BufState {
+    fn get(&mut self) -> CResult<&mut LocalBuf> {
+        self.buf.as_mut().ok_or_else(|| {
+            Fail::state(
+                "the buffer was lost in a failed transfer (it stays with the queue); free it",
+            )
+        })
+    }
+
+    fn range(&self, offset: usize, len: usize) -> CResult<std::ops::Range<usize>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(offset..end),
+            _ => Err(Fail::invalid(format!(
+                "offset {offset} + length {len} exceeds the {}-byte buffer",
+                self.len
+            ))),
+        }
+    }
+}
+
+impl Handle for rdmaxfer_buf {
+    type State = BufState;
+    const NAME: &'static str = "rdmaxfer_buf";
+    fn state(&self) -> &Mutex<BufState> {
+        &self.state
+    }
+}
+
+/// Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_buf_new(
+    conn: *mut rdmaxfer_conn,
+    len: usize,
+    out_buf: *mut *mut rdmaxfer_buf,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_buf_new", || {
+        let c = handle(conn, "conn")?;
+        let o = out(out_buf, "out_buf")?;
+        if len == 0 || len > isize::MAX as usize {
+            return Err(Fail::invalid(format!("length {len}")));
+        }
+        let b = LocalBuf::new(c.ep.pd(), len)?;
+        o.set(into_handle(rdmaxfer_buf {
+            state: Mutex::new(BufState {
+                buf: Some(b),
+                len,
+                conn_id: c.id,
+            }),
+        }));
+        Ok(())
+    })
+}
+
+/// Frees a buffer (NULL: nothing).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_buf_free(buf: *mut rdmaxfer_buf) {
+    boundary::free_handle("rdmaxfer_buf_free", buf);
+}
+
+/// The buffer's length in bytes (0 for NULL).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_buf_len(buf: *const rdmaxfer_buf) -> usize {
+    boundary::run_or("rdmaxfer_buf_len", 0, || {
+        if buf.is_null() {
+            return Ok(0);
+        }
+        Ok(handle(buf, "buf")?.len)
+    })
+}
+
+/// Copies `len` bytes from `src` into the buffer at `offset`.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_buf_write(
+    buf: *mut rdmaxfer_buf,
+    offset: usize,
+    src: *const c_void,
+    len: usize,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_buf_write", || {
+        let mut b = handle(buf, "buf")?;
+        let src = boundary::arg_bytes(src, len, "src")?;
+        let r = b.range(offset, len)?;
+        b.get()?[r].copy_from_slice(src);
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes of the buffer at `offset` to `dst`.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_buf_read(
+    buf: *const rdmaxfer_buf,
+    offset: usize,
+    dst: *mut c_void,
+    len: usize,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_buf_read", || {
+        let mut b = handle(buf, "buf")?;
+        let dst = boundary::arg_bytes_mut(dst, len, "dst")?;
+        let r = b.range(offset, len)?;
+        dst.copy_from_slice(&b.get()?[r]);
+        Ok(())
+    })
+}
+
+/// The client's side of a one-sided session with a peer serving an exposure (`rdmaxfer_expose`
+/// or `rdmaxfer expose`). Made by `rdmaxfer_remote_open`, ended by `rdmaxfer_remote_close`,
+/// freed by `rdmaxfer_remote_free`.
+pub struct rdmaxfer_remote {
+    state: Mutex<Remote>,
+}
+
+/// A session's state.
+pub struct Remote {
+    x: Exposure,
+    conn_id: u64,
+    written: u64,
+    read: u64,
+    failed: bool,
+    closed: bool,
+}
+
+impl Handle for rdmaxfer_remote {
+    type State = Remote;
+    const NAME: &'static str = "rdmaxfer_remote";
+    fn state(&self) -> &Mutex<Remote> {
+        &self.state
+    }
+}
+
+/// Opens a one-sided session on `conn`: asks the peer to expose its buffer and learns where it
+/// is, how long, and what it allows.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_remote_open(
+    conn: *mut rdmaxfer_conn,
+    out_remote: *mut *mut rdmaxfer_remote,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_remote_open", || {
+        let mut c = handle(conn, "conn")?;
+        let o = out(out_remote, "out_remote")?;
+        let x = onesided::open_session(c.rdmaxfer_peer()?)?;
+        o.set(into_handle(rdmaxfer_remote {
+            state: Mutex::new(Remote {
+                x,
+                conn_id: c.id,
+                written: 0,
+                read: 0,
+                failed: false,
+                closed: false,
+            }),
+        }));
+        Ok(())
+    })
+}
+
+/// The length in bytes of the peer's exposed buffer (0 for NULL).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_remote_len(remote: *const rdmaxfer_remote) -> u64 {
+    boundary::run_or("rdmaxfer_remote_len", 0, || {
+        if remote.is_null() {
+            return Ok(0);
+        }
+        Ok(handle(remote, "remote")?.x.region.len)
+    })
+}
+
+/// What the peer allows: `RDMAXFER_ACCESS_READ`, `_WRITE` or `_READ_WRITE` (0 for NULL).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_remote_access(remote: *const rdmaxfer_remote) -> u32 {
+    boundary::run_or("rdmaxfer_remote_access", 0, || {
+        if remote.is_null() {
+            return Ok(0);
+        }
+        Ok(access_bits(handle(remote, "remote")?.x.access))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rdma(
+    func: &'static str,
+    dir: Direction,
+    conn: *mut rdmaxfer_conn,
+    remote: *mut rdmaxfer_remote,
+    remote_offset: u64,
+    buf: *mut rdmaxfer_buf,
+    buf_offset: usize,
+    len: usize,
+) -> rdmaxfer_status {
+    boundary::run(func, || {
+        let mut c = handle(conn, "conn")?;
+        let mut r = handle(remote, "remote")?;
+        let mut b = handle(buf, "buf")?;
+        if r.conn_id != c.id || b.conn_id != c.id {
+            return Err(Fail::invalid(
+                "remote and buf must be made on this conn (rdmaxfer_remote_open, rdmaxfer_buf_new)",
+            ));
+        }
+        if r.closed {
+            return Err(Fail::state("the session was closed"));
+        }
+        let allowed = match dir {
+            Direction::Write => r.x.access.can_write(),
+            Direction::Read => r.x.access.can_read(),
+        };
+        if !allowed {
+            return Err(Fail::invalid(format!(
+                "the peer exposes its buffer with {:?} access only",
+                r.x.access
+            )));
+        }
+        b.get()?;
+        let lb = b.buf.take().expect("checked by get");
+        let timeout = c.ep.timeout();
+        let region = r.x.region;
+        match rdma_rw::transfer_buf(
+            &mut c.ep,
+            dir,
+            &region,
+            remote_offset,
+            lb,
+            buf_offset,
+            len as u64,
+            timeout,
+        ) {
+            Ok(lb) => {
+                b.buf = Some(lb);
+                match dir {
+                    Direction::Write => r.written += len as u64,
+                    Direction::Read => r.read += len as u64,
+                }
+                Ok(())
+            }
+            Err(e) => {
+                b.buf = e.buf;
+                r.failed = true;
+                Err(e.error.into())
+            }
+        }
+    })
+}
+
+/// RDMA WRITEs `len` bytes of `buf` at `buf_offset` into the peer's buffer at `remote_offset`
+/// (both ranges checked first), and waits until it is done.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_rdma_write(
+    conn: *mut rdmaxfer_conn,
+    remote: *mut rdmaxfer_remote,
+    remote_offset: u64,
+    buf: *mut rdmaxfer_buf,
+    buf_offset: usize,
+    len: usize,
+) -> rdmaxfer_status {
+    rdma(
+        "rdmaxfer_rdma_write",
+        Direction::Write,
+        conn,
+        remote,
+        remote_offset,
+        buf,
+        buf_offset,
+        len,
+    )
+}
+
+/// RDMA READs `len` bytes of the peer's buffer at `remote_offset` into `buf` at `buf_offset`
+/// (both ranges checked first), and waits until they are there.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_rdma_read(
+    conn: *mut rdmaxfer_conn,
+    remote: *mut rdmaxfer_remote,
+    remote_offset: u64,
+    buf: *mut rdmaxfer_buf,
+    buf_offset: usize,
+    len: usize,
+) -> rdmaxfer_status {
+    rdma(
+        "rdmaxfer_rdma_read",
+        Direction::Read,
+        conn,
+        remote,
+        remote_offset,
+        buf,
+        buf_offset,
+        len,
+    )
+}
+
+/// Ends the session: tells the peer how many bytes were written and read and whether every
+/// transfer succeeded, and waits until it has the message. The peer then revokes its exposure.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_remote_close(
+    conn: *mut rdmaxfer_conn,
+    remote: *mut rdmaxfer_remote,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_remote_close", || {
+        let mut c = handle(conn, "conn")?;
+        let mut r = handle(remote, "remote")?;
+        if r.conn_id != c.id {
+            return Err(Fail::invalid("remote was not opened on this conn"));
+        }
+        if r.closed {
+            return Err(Fail::state("the session was already closed"));
+        }
+        r.closed = true;
+        onesided::end_session(&mut c.ep, !r.failed, r.written, r.read)?;
+        Ok(())
+    })
+}
+
+/// Frees a session (NULL: nothing). Freeing it without `rdmaxfer_remote_close` leaves the peer
+/// waiting until the connection ends.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_remote_free(remote: *mut rdmaxfer_remote) {
+    boundary::free_handle("rdmaxfer_remote_free", remote);
+}
+
+/// What one peer did to an exposed buffer (`rdmaxfer_expose`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct rdmaxfer_expose_report {
+    /// Bytes the peer said it wrote.
+    pub written: u64,
+    /// Bytes the peer said it read.
+    pub read: u64,
+    /// 1 when the peer ended the session saying every transfer succeeded; 0 when it reported a
+    /// failure or vanished (the last error message then says why).
+    pub ok: u32,
+    /// Changed byte ranges (gaps under 16 bytes merged).
+    pub changed_ranges: u32,
+    /// Bytes inside those ranges.
+    pub changed_bytes: u64,
+}
+
+/// Serves one session on `conn` (from `rdmaxfer_accept`): exposes a copy of `data` (`len`
+/// bytes) with `access`, waits until the peer ends the session (or goes away), revokes the
+/// exposure and copies what the peer left in it back to `data`. As `rdmaxfer expose` does; the
+/// peer may be `rdmaxfer write`/`read` or `rdmaxfer_remote_open`.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_expose(
+    conn: *mut rdmaxfer_conn,
+    data: *mut c_void,
+    len: usize,
+    access: u32,
+    out_report: *mut rdmaxfer_expose_report,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_expose", || {
+        let mut c = handle(conn, "conn")?;
+        if len == 0 {
+            return Err(Fail::invalid("length 0"));
+        }
+        let dst = boundary::arg_bytes_mut(data, len, "data")?;
+        let access = access_of(access)?;
+        let o = out(out_report, "out_report")?;
+        let mut content = dst.to_vec();
+        let rep = onesided::serve_session(c.rdmaxfer_peer()?, &mut content, access)?;
+        dst.copy_from_slice(&content);
+        if let Some(e) = &rep.error {
+            boundary::set_last_error(format!("rdmaxfer_expose: the session ended early: {e}"));
+        }
+        o.set(rdmaxfer_expose_report {
+            written: rep.written,
+            read: rep.read,
+            ok: u32::from(rep.ok),
+            changed_ranges: rep.changed.len().try_into().unwrap_or(u32::MAX),
+            changed_bytes: rep.changed.iter().map(|(s, e)| (e - s) as u64).sum(),
+        });
+        Ok(())
+    })
+}

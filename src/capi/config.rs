@@ -1,0 +1,288 @@
+//! `rdmaxfer_config`: how to connect (device, GID index, port, CM or OOB, MTU, timeout, event
+//! mode, token, message size).
+
+use std::ffi::{c_char, c_int};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::boundary::{self, handle, into_handle, out, CResult, Fail, Handle};
+use super::status::rdmaxfer_status;
+use crate::verbs::{Mtu, WaitMode};
+use crate::xfer::endpoint::{EndpointOptions, DEFAULT_PORT, DEFAULT_TIMEOUT};
+use crate::xfer::file::proto::MAX_MSG_LEN;
+use crate::xfer::file::transfer::DEFAULT_SLOTS;
+
+/// Set up connections with RDMA CM (the default).
+pub const RDMAXFER_TRANSPORT_CM: u32 = 0;
+/// Set up connections with ibv_rc_pingpong's out-of-band TCP exchange.
+pub const RDMAXFER_TRANSPORT_OOB: u32 = 1;
+/// The default port (RDMA CM port, or TCP port of the out-of-band exchange).
+pub const RDMAXFER_DEFAULT_PORT: u16 = 18515;
+const _: () = assert!(RDMAXFER_DEFAULT_PORT == DEFAULT_PORT);
+
+/// Connection settings. Made by `rdmaxfer_config_new`, freed by `rdmaxfer_config_free`;
+/// `rdmaxfer_listen` and `rdmaxfer_connect` copy what they need, so it may be freed (or changed)
+/// right after.
+pub struct rdmaxfer_config {
+    state: Mutex<Config>,
+}
+
+/// The settings (Rust side).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// RDMA device; `None`: automatic.
+    pub device: Option<String>,
+    /// GID index; `None`: the IPv4-mapped RoCE v2 GID.
+    pub gid_index: Option<u32>,
+    /// Port used when a call's port argument is 0.
+    pub port: u16,
+    /// Out-of-band exchange instead of RDMA CM.
+    pub oob: bool,
+    /// Path MTU (OOB only).
+    pub mtu: Option<Mtu>,
+    /// Sleep on the completion channel instead of busy-polling.
+    pub event: bool,
+    /// Deadline of each step.
+    pub timeout: Duration,
+    /// File-transfer token.
+    pub token: Option<Vec<u8>>,
+    /// Largest message either side may send.
+    pub msg_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            device: None,
+            gid_index: None,
+            port: DEFAULT_PORT,
+            oob: false,
+            mtu: None,
+            event: false,
+            timeout: DEFAULT_TIMEOUT,
+            token: None,
+            msg_size: MAX_MSG_LEN,
+        }
+    }
+}
+
+impl Config {
+    /// Endpoint options that suit every use of a C connection: messages up to `msg_size` (at
+    /// least the file protocol's), receives and RDMA slots for file transfer and one-sided
+    /// sessions.
+    pub fn endpoint_options(&self) -> EndpointOptions {
+        EndpointOptions {
+            device: self.device.clone(),
+            gid_index: self.gid_index,
+            mtu: self.mtu,
+            wait: if self.event {
+                WaitMode::Event
+            } else {
+                WaitMode::Poll
+            },
+            timeout: self.timeout,
+            msg_size: self.msg_size.max(MAX_MSG_LEN),
+            recv_depth: DEFAULT_SLOTS,
+            send_depth: 4,
+            extra_send_wr: DEFAULT_SLOTS,
+        }
+    }
+
+    /// `port`, or the configured port when it is 0.
+    pub fn port_or_default(&self, port: u16) -> u16 {
+        if port == 0 {
+            self.port
+        } else {
+            port
+        }
+    }
+}
+
+impl Handle for rdmaxfer_config {
+    type State = Config;
+    const NAME: &'static str = "rdmaxfer_config";
+    fn state(&self) -> &Mutex<Config> {
+        &self.state
+    }
+}
+
+/// Makes a configuration with the defaults: automatic device and GID, port 18515, RDMA CM,
+/// busy-polling, 10 s per step, no token, messages up to 8192 bytes.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_new(out_cfg: *mut *mut rdmaxfer_config) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_config_new", || {
+        let o = out(out_cfg, "out_cfg")?;
+        o.set(into_handle(rdmaxfer_config {
+            state: Mutex::new(Config::default()),
+        }));
+        Ok(())
+    })
+}
+
+/// Frees a configuration (NULL: nothing).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_free(cfg: *mut rdmaxfer_config) {
+    boundary::free_handle("rdmaxfer_config_free", cfg);
+}
+
+fn set(
+    func: &'static str,
+    cfg: *mut rdmaxfer_config,
+    f: impl FnOnce(&mut Config) -> CResult<()>,
+) -> rdmaxfer_status {
+    boundary::run(func, || {
+        let mut c = handle(cfg, "cfg")?;
+        // Changes apply only when valid: work on a copy.
+        let mut next = c.clone();
+        f(&mut next)?;
+        *c = next;
+        Ok(())
+    })
+}
+
+/// Uses RDMA device `name` (e.g. "rxe0"); NULL: automatic (the first with an active port, or
+/// with RDMA CM the one that routes to the peer).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_device(
+    cfg: *mut rdmaxfer_config,
+    name: *const c_char,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_device", cfg, |c| {
+        let name = boundary::opt_str(name, "name")?;
+        if name.is_some_and(str::is_empty) {
+            return Err(Fail::invalid("name is empty (pass NULL for automatic)"));
+        }
+        c.device = name.map(str::to_string);
+        Ok(())
+    })
+}
+
+/// Uses GID table entry `index`; -1: automatic (the IPv4-mapped RoCE v2 GID).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_gid_index(
+    cfg: *mut rdmaxfer_config,
+    index: i32,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_gid_index", cfg, |c| {
+        c.gid_index = match index {
+            -1 => None,
+            i => Some(
+                u32::try_from(i)
+                    .map_err(|_| Fail::invalid(format!("GID index {i} (use -1 for automatic)")))?,
+            ),
+        };
+        Ok(())
+    })
+}
+
+/// The port `rdmaxfer_listen` and `rdmaxfer_connect` use when their `port` argument is 0
+/// (default 18515).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_port(
+    cfg: *mut rdmaxfer_config,
+    port: u16,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_port", cfg, |c| {
+        if port == 0 {
+            return Err(Fail::invalid("port 0"));
+        }
+        c.port = port;
+        Ok(())
+    })
+}
+
+/// `RDMAXFER_TRANSPORT_CM` (default) or `RDMAXFER_TRANSPORT_OOB` (ibv_rc_pingpong's TCP
+/// exchange; a ping-pong peer may then be ibv_rc_pingpong itself).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_transport(
+    cfg: *mut rdmaxfer_config,
+    transport: u32,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_transport", cfg, |c| {
+        c.oob = match transport {
+            RDMAXFER_TRANSPORT_CM => false,
+            RDMAXFER_TRANSPORT_OOB => true,
+            t => return Err(Fail::invalid(format!("transport {t}"))),
+        };
+        Ok(())
+    })
+}
+
+/// Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only); 0: default
+/// (1024).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_mtu(
+    cfg: *mut rdmaxfer_config,
+    bytes: u32,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_mtu", cfg, |c| {
+        c.mtu = match bytes {
+            0 => None,
+            b => Some(Mtu::from_bytes(b)?),
+        };
+        Ok(())
+    })
+}
+
+/// Deadline of each step (resolve, connect, each message and completion), in milliseconds
+/// (default 10000; must be positive).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_timeout_ms(
+    cfg: *mut rdmaxfer_config,
+    ms: u32,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_timeout_ms", cfg, |c| {
+        if ms == 0 {
+            return Err(Fail::invalid("timeout 0"));
+        }
+        c.timeout = Duration::from_millis(u64::from(ms));
+        Ok(())
+    })
+}
+
+/// Non-zero: sleep on the completion channel while waiting; 0 (default): busy-poll.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_event_mode(
+    cfg: *mut rdmaxfer_config,
+    enabled: c_int,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_event_mode", cfg, |c| {
+        c.event = enabled != 0;
+        Ok(())
+    })
+}
+
+/// The file-transfer token (a receiver requires senders to know it; a sender answers with it);
+/// NULL or "": none.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_token(
+    cfg: *mut rdmaxfer_config,
+    token: *const c_char,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_token", cfg, |c| {
+        c.token = boundary::opt_str(token, "token")?
+            .filter(|t| !t.is_empty())
+            .map(|t| t.as_bytes().to_vec());
+        Ok(())
+    })
+}
+
+/// Largest message `rdmaxfer_send` / ping-pong may use (default and minimum 8192 bytes).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_msg_size(
+    cfg: *mut rdmaxfer_config,
+    bytes: usize,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_msg_size", cfg, |c| {
+        if bytes == 0 || bytes > 1 << 30 {
+            return Err(Fail::invalid(format!("message size {bytes} (1..=1 GiB)")));
+        }
+        c.msg_size = bytes;
+        Ok(())
+    })
+}
+
+/// A copy of the settings.
+pub(crate) fn snapshot(cfg: *const rdmaxfer_config) -> CResult<Config> {
+    Ok(handle(cfg, "cfg")?.clone())
+}

@@ -1,0 +1,352 @@
+//! Listeners and connections: `rdmaxfer_listen`, `rdmaxfer_accept`, `rdmaxfer_connect`,
+//! messages, ping-pong, close and free.
+
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::boundary::{self, handle, into_handle, out, CResult, Fail, Handle};
+use super::config::{snapshot, Config};
+use super::status::rdmaxfer_status;
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::pingpong;
+use crate::xfer::session::{self, Server};
+
+/// A listening endpoint (RDMA CM or out-of-band TCP). Made by `rdmaxfer_listen`, freed by
+/// `rdmaxfer_listener_free`.
+pub struct rdmaxfer_listener {
+    state: Mutex<ListenerState>,
+}
+
+/// A listener's state.
+pub struct ListenerState {
+    server: Server,
+    cfg: Config,
+}
+
+impl Handle for rdmaxfer_listener {
+    type State = ListenerState;
+    const NAME: &'static str = "rdmaxfer_listener";
+    fn state(&self) -> &Mutex<ListenerState> {
+        &self.state
+    }
+}
+
+/// A connected peer. Made by `rdmaxfer_accept` or `rdmaxfer_connect`; ended by
+/// `rdmaxfer_conn_close` (graceful) or `rdmaxfer_conn_free`.
+pub struct rdmaxfer_conn {
+    state: Mutex<Conn>,
+}
+
+/// Which side of the connection this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Made by `rdmaxfer_connect`.
+    Client,
+    /// Made by `rdmaxfer_accept`.
+    Server,
+}
+
+/// A connection's state.
+pub struct Conn {
+    /// The endpoint.
+    pub ep: Endpoint,
+    /// Which side.
+    pub role: Role,
+    /// An out-of-band endpoint still in ibv_rc_pingpong's one-message flow (see [`Conn::rdmaxfer_peer`]).
+    plain_oob: bool,
+    /// Identifies the connection to the buffers and sessions made on it.
+    pub id: u64,
+    /// File-transfer token (from the configuration).
+    pub token: Option<Vec<u8>>,
+}
+
+impl Conn {
+    /// Before any exchange with an rdmaxfer peer: an out-of-band connection switches to credit
+    /// flow control (both rdmaxfer sides do this on first use; ping-pong does not, so its peer
+    /// may be ibv_rc_pingpong).
+    pub fn rdmaxfer_peer(&mut self) -> CResult<&mut Endpoint> {
+        if self.plain_oob {
+            self.ep.enable_credits(self.role == Role::Client)?;
+            self.plain_oob = false;
+        }
+        Ok(&mut self.ep)
+    }
+}
+
+impl Handle for rdmaxfer_conn {
+    type State = Conn;
+    const NAME: &'static str = "rdmaxfer_conn";
+    fn state(&self) -> &Mutex<Conn> {
+        &self.state
+    }
+}
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mut rdmaxfer_conn {
+    into_handle(rdmaxfer_conn {
+        state: Mutex::new(Conn {
+            ep,
+            role,
+            plain_oob: oob,
+            id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+            token: cfg.token.clone(),
+        }),
+    })
+}
+
+/// Listens on `addr` (an IP address, "0.0.0.0" for all) and `port` (0: the configured port),
+/// with RDMA CM or the out-of-band exchange as `cfg` says. The device, GID index and message
+/// size are checked now.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_listen(
+    cfg: *const super::rdmaxfer_config,
+    addr: *const c_char,
+    port: u16,
+    out_listener: *mut *mut rdmaxfer_listener,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_listen", || {
+        let cfg = snapshot(cfg)?;
+        let addr = boundary::arg_str(addr, "addr")?;
+        let o = out(out_listener, "out_listener")?;
+        let server = Server::bind(
+            addr,
+            cfg.port_or_default(port),
+            cfg.oob,
+            &cfg.endpoint_options(),
+        )?;
+        o.set(into_handle(rdmaxfer_listener {
+            state: Mutex::new(ListenerState { server, cfg }),
+        }));
+        Ok(())
+    })
+}
+
+/// The port `listener` listens on.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_listener_port(
+    listener: *const rdmaxfer_listener,
+    out_port: *mut u16,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_listener_port", || {
+        let l = handle(listener, "listener")?;
+        out(out_port, "out_port")?.set(l.server.local_addr().port());
+        Ok(())
+    })
+}
+
+/// Waits (without limit) for the next peer and sets the connection up.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_accept(
+    listener: *mut rdmaxfer_listener,
+    out_conn: *mut *mut rdmaxfer_conn,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_accept", || {
+        let mut l = handle(listener, "listener")?;
+        let o = out(out_conn, "out_conn")?;
+        let oob = matches!(l.server, Server::Oob(_));
+        let ep = l.server.accept_plain(None)?;
+        o.set(new_conn(ep, Role::Server, oob, &l.cfg));
+        Ok(())
+    })
+}
+
+/// Frees a listener (NULL: nothing); connections accepted from it stay usable.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_listener_free(listener: *mut rdmaxfer_listener) {
+    boundary::free_handle("rdmaxfer_listener_free", listener);
+}
+
+/// Connects to `host` (name or IP address) at `port` (0: the configured port).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_connect(
+    cfg: *const super::rdmaxfer_config,
+    host: *const c_char,
+    port: u16,
+    out_conn: *mut *mut rdmaxfer_conn,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_connect", || {
+        let cfg = snapshot(cfg)?;
+        let host = boundary::arg_str(host, "host")?;
+        let o = out(out_conn, "out_conn")?;
+        let ep = session::connect_plain(
+            host,
+            cfg.port_or_default(port),
+            cfg.oob,
+            &cfg.endpoint_options(),
+        )?;
+        o.set(new_conn(ep, Role::Client, cfg.oob, &cfg));
+        Ok(())
+    })
+}
+
+/// Ends the connection gracefully (waits until what was sent is acknowledged, then
+/// disconnects) and frees it, whatever the status (NULL: nothing to do, `RDMAXFER_OK`). A
+/// connection that another call is using is left alone and `RDMAXFER_ERR_BUSY` is returned.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_conn_close(conn: *mut rdmaxfer_conn) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_conn_close", || {
+        if conn.is_null() {
+            return Ok(());
+        }
+        let c = boundary::take_handle(conn)?;
+        let state = c.state.into_inner().map_err(|_| {
+            Fail::new(
+                rdmaxfer_status::RDMAXFER_ERR_PANIC,
+                "an earlier call on this rdmaxfer_conn panicked; freed without closing",
+            )
+        })?;
+        state.ep.close()?;
+        Ok(())
+    })
+}
+
+/// Frees a connection without waiting for the peer (NULL: nothing). Buffers and sessions made
+/// on it stay valid to free.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_conn_free(conn: *mut rdmaxfer_conn) {
+    boundary::free_handle("rdmaxfer_conn_free", conn);
+}
+
+/// The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).
+/// Over the out-of-band transport this first switches the connection to rdmaxfer's flow
+/// control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_conn_max_msg_size(
+    conn: *const rdmaxfer_conn,
+    out_size: *mut usize,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_conn_max_msg_size", || {
+        let mut c = handle(conn, "conn")?;
+        let o = out(out_size, "out_size")?;
+        let n = c.rdmaxfer_peer()?.max_msg_size();
+        o.set(n);
+        Ok(())
+    })
+}
+
+/// Sends `len` bytes at `data` as one message to an rdmaxfer peer (waits for flow-control
+/// credit, at most the timeout). `len` may be 0.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_send(
+    conn: *mut rdmaxfer_conn,
+    data: *const c_void,
+    len: usize,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_send", || {
+        let mut c = handle(conn, "conn")?;
+        let data = boundary::arg_bytes(data, len, "data")?;
+        c.rdmaxfer_peer()?.send(data)?;
+        Ok(())
+    })
+}
+
+/// Waits (at most the timeout) for the next message and copies it to `buf` (`cap` bytes);
+/// `*out_len` is its length. A message longer than `cap` is consumed and dropped, and
+/// `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned: a buffer of `rdmaxfer_conn_max_msg_size` bytes
+/// always suffices.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv(
+    conn: *mut rdmaxfer_conn,
+    buf: *mut c_void,
+    cap: usize,
+    out_len: *mut usize,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_recv", || {
+        let mut c = handle(conn, "conn")?;
+        let dst = boundary::arg_bytes_mut(buf, cap, "buf")?;
+        let o = out(out_len, "out_len")?;
+        let n = c.rdmaxfer_peer()?.recv_with(|m| {
+            let n = m.data.len();
+            match dst.get_mut(..n) {
+                Some(d) => {
+                    d.copy_from_slice(m.data);
+                    Ok(n)
+                }
+                None => Err(Fail::new(
+                    rdmaxfer_status::RDMAXFER_ERR_BUFFER_TOO_SMALL,
+                    format!("a {n}-byte message does not fit the {cap}-byte buffer (dropped)"),
+                )),
+            }
+        })??;
+        o.set(n);
+        Ok(())
+    })
+}
+
+/// Results of `rdmaxfer_pingpong` (times in microseconds unless named otherwise).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct rdmaxfer_pingpong_stats {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Round trips.
+    pub iters: u64,
+    /// Bytes moved both ways (size × iters × 2, as ibv_rc_pingpong counts).
+    pub bytes: u64,
+    /// Wall time of the loop, seconds.
+    pub seconds: f64,
+    /// bytes × 8 / µs.
+    pub mbit_per_sec: f64,
+    /// µs per round trip (ibv_rc_pingpong's usec/iter).
+    pub usec_per_iter: f64,
+    /// CPU seconds (user + system) the process used during the loop.
+    pub cpu_seconds: f64,
+    /// Smallest round trip.
+    pub rtt_min_us: f64,
+    /// Median round trip.
+    pub rtt_p50_us: f64,
+    /// Mean round trip.
+    pub rtt_mean_us: f64,
+    /// 99th percentile round trip.
+    pub rtt_p99_us: f64,
+    /// 99.9th percentile round trip.
+    pub rtt_p999_us: f64,
+    /// Largest round trip.
+    pub rtt_max_us: f64,
+    /// 1 when every received message was checked (client: always; server: rdmaxfer peers).
+    pub checked: u32,
+}
+
+/// Ping-pong: `iters` round trips of `size`-byte messages. The connecting side sends the pings
+/// and checks each pong; the accepting side answers. Both sides need the same size and count;
+/// the peer may be `rdmaxfer pingpong` (or, over the out-of-band transport, ibv_rc_pingpong).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_pingpong(
+    conn: *mut rdmaxfer_conn,
+    size: usize,
+    iters: u64,
+    out_stats: *mut rdmaxfer_pingpong_stats,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_pingpong", || {
+        let mut c = handle(conn, "conn")?;
+        let o = out(out_stats, "out_stats")?;
+        if size == 0 || iters == 0 {
+            return Err(Fail::invalid(format!(
+                "size {size} and iters {iters} must both be at least 1"
+            )));
+        }
+        let s = match c.role {
+            Role::Client => pingpong::run_client(&mut c.ep, size, iters)?,
+            Role::Server => pingpong::run_server(&mut c.ep, size, iters)?,
+        };
+        o.set(rdmaxfer_pingpong_stats {
+            size: s.size as u64,
+            iters: s.iters,
+            bytes: s.bytes,
+            seconds: s.seconds,
+            mbit_per_sec: s.mbit_per_sec,
+            usec_per_iter: s.usec_per_iter,
+            cpu_seconds: s.cpu_seconds,
+            rtt_min_us: s.rtt_us.min,
+            rtt_p50_us: s.rtt_us.p50,
+            rtt_mean_us: s.rtt_us.mean,
+            rtt_p99_us: s.rtt_us.p99,
+            rtt_p999_us: s.rtt_us.p999,
+            rtt_max_us: s.rtt_us.max,
+            checked: u32::from(s.checked),
+        });
+        Ok(())
+    })
+}

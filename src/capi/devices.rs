@@ -1,0 +1,121 @@
+//! Device listing: `rdmaxfer_devices`.
+
+use std::ffi::{c_char, CString};
+use std::sync::Mutex;
+
+use super::boundary::{self, handle, into_handle, out, Fail, Handle};
+use super::status::rdmaxfer_status;
+use crate::verbs;
+
+/// A snapshot of the RDMA devices. Made by `rdmaxfer_devices`, freed by
+/// `rdmaxfer_device_list_free`.
+pub struct rdmaxfer_device_list {
+    state: Mutex<Vec<Device>>,
+}
+
+/// One device (Rust side), with the strings C borrows.
+pub struct Device {
+    name: CString,
+    node_guid: CString,
+    transport: CString,
+    ports: u32,
+    active_ports: u32,
+    gids: u32,
+}
+
+impl Handle for rdmaxfer_device_list {
+    type State = Vec<Device>;
+    const NAME: &'static str = "rdmaxfer_device_list";
+    fn state(&self) -> &Mutex<Vec<Device>> {
+        &self.state
+    }
+}
+
+/// One device of an `rdmaxfer_device_list`. The strings belong to the list and live until it
+/// is freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdmaxfer_device_info {
+    /// Device name, e.g. "rxe0".
+    pub name: *const c_char,
+    /// Node GUID, "xxxx:xxxx:xxxx:xxxx".
+    pub node_guid: *const c_char,
+    /// Transport: "InfiniBand", "iWARP", ...
+    pub transport: *const c_char,
+    /// Number of ports.
+    pub ports: u32,
+    /// Ports whose state is ACTIVE.
+    pub active_ports: u32,
+    /// Populated GID table entries over all ports.
+    pub gids: u32,
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
+}
+
+/// Lists the RDMA devices with their ports and GIDs. Fails with `RDMAXFER_ERR_NO_DEVICE` (the
+/// last error message says how to get a Soft-RoCE device) when there is none.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_devices(out_list: *mut *mut rdmaxfer_device_list) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_devices", || {
+        let o = out(out_list, "out_list")?;
+        let devs = verbs::devices()?
+            .into_iter()
+            .map(|d| Device {
+                name: cstring(&d.name),
+                node_guid: cstring(&d.node_guid),
+                transport: cstring(&d.transport),
+                ports: d.ports.len() as u32,
+                active_ports: d.ports.iter().filter(|p| p.attr.active).count() as u32,
+                gids: d.ports.iter().map(|p| p.gids.len() as u32).sum(),
+            })
+            .collect();
+        o.set(into_handle(rdmaxfer_device_list {
+            state: Mutex::new(devs),
+        }));
+        Ok(())
+    })
+}
+
+/// Number of devices in `list` (0 for NULL).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_device_list_len(list: *const rdmaxfer_device_list) -> usize {
+    boundary::run_or("rdmaxfer_device_list_len", 0, || {
+        if list.is_null() {
+            return Ok(0);
+        }
+        Ok(handle(list, "list")?.len())
+    })
+}
+
+/// Device `index` of `list`.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_device_list_get(
+    list: *const rdmaxfer_device_list,
+    index: usize,
+    out_info: *mut rdmaxfer_device_info,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_device_list_get", || {
+        let l = handle(list, "list")?;
+        let o = out(out_info, "out_info")?;
+        let d = l.get(index).ok_or_else(|| {
+            Fail::invalid(format!("index {index} (the list has {} devices)", l.len()))
+        })?;
+        o.set(rdmaxfer_device_info {
+            name: d.name.as_ptr(),
+            node_guid: d.node_guid.as_ptr(),
+            transport: d.transport.as_ptr(),
+            ports: d.ports,
+            active_ports: d.active_ports,
+            gids: d.gids,
+        });
+        Ok(())
+    })
+}
+
+/// Frees a device list (NULL: nothing).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_device_list_free(list: *mut rdmaxfer_device_list) {
+    boundary::free_handle("rdmaxfer_device_list_free", list);
+}

@@ -1,0 +1,137 @@
+//! Verified file transfer: `rdmaxfer_send_file` and `rdmaxfer_recv_file` (the protocol of
+//! `rdmaxfer send` / `rdmaxfer recv`).
+
+use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
+
+use super::boundary::{self, handle, out, Fail};
+use super::conn::rdmaxfer_conn;
+use super::status::rdmaxfer_status;
+use crate::xfer::file::source;
+use crate::xfer::file::transfer::{self, ReceiverOptions, SenderOptions, SessionReport};
+
+/// `rdmaxfer_recv_file`: overwrite existing files.
+pub const RDMAXFER_RECV_FORCE: u32 = 1;
+/// `rdmaxfer_recv_file`: keep partial files and continue them when a sender resumes.
+pub const RDMAXFER_RECV_RESUME: u32 = 2;
+
+/// Called by `rdmaxfer_send_file` as data goes out: bytes sent so far, bytes in total, and the
+/// caller's `user` pointer. It runs on the calling thread, inside the call, with the connection
+/// in use: calling back into rdmaxfer on that connection returns `RDMAXFER_ERR_BUSY`.
+pub type rdmaxfer_progress_cb = Option<extern "C" fn(sent: u64, total: u64, user: *mut c_void)>;
+
+fn failed_files(report: &SessionReport) -> String {
+    report
+        .files
+        .iter()
+        .filter(|f| !f.is_ok())
+        .map(|f| {
+            format!(
+                "{} ({}: {})",
+                f.name,
+                f.result,
+                f.message.as_deref().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn with_files(e: crate::Error, report: &SessionReport) -> Fail {
+    let mut f = Fail::from(e);
+    let failed = failed_files(report);
+    if !failed.is_empty() {
+        f.msg = format!("{}; failed: {failed}", f.msg);
+    }
+    f
+}
+
+/// Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
+/// peer, verified by BLAKE3, with the configuration's token. `progress` (may be NULL) is called
+/// with the bytes sent so far; `user` is passed to it untouched. `RDMAXFER_OK` only when every
+/// file was verified and committed by the receiver.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_send_file(
+    conn: *mut rdmaxfer_conn,
+    path: *const c_char,
+    progress: rdmaxfer_progress_cb,
+    user: *mut c_void,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_send_file", || {
+        let mut c = handle(conn, "conn")?;
+        let path: PathBuf = boundary::arg_path(path, "path")?;
+        let entries = source::walk(&[path])?;
+        let total: u64 = entries
+            .iter()
+            .filter_map(|e| std::fs::metadata(&e.path).ok())
+            .map(|m| m.len())
+            .sum();
+        let opts = SenderOptions {
+            token: c.token.clone(),
+            ..SenderOptions::default()
+        };
+        let mut report = SessionReport::default();
+        let mut tick = |sent: u64| {
+            if let Some(cb) = progress {
+                cb(sent, total, user);
+            }
+        };
+        transfer::send(c.rdmaxfer_peer()?, &entries, &opts, &mut report, &mut tick)
+            .map_err(|e| with_files(e, &report))
+    })
+}
+
+/// What `rdmaxfer_recv_file` received.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct rdmaxfer_recv_summary {
+    /// Files verified and committed.
+    pub files: u64,
+    /// Bytes moved by RDMA.
+    pub bytes: u64,
+}
+
+/// Receives what one sender sends on `conn` into the existing directory `out_dir` (names are
+/// confined to it; each file is verified by BLAKE3, fsynced and renamed into place). `flags`:
+/// `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the configuration the
+/// sender must know it. `RDMAXFER_OK` only when every file arrived verified.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_file(
+    conn: *mut rdmaxfer_conn,
+    out_dir: *const c_char,
+    flags: u32,
+    out_summary: *mut rdmaxfer_recv_summary,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_recv_file", || {
+        let mut c = handle(conn, "conn")?;
+        let dir = boundary::arg_path(out_dir, "out_dir")?;
+        let o = out(out_summary, "out_summary")?;
+        if flags & !(RDMAXFER_RECV_FORCE | RDMAXFER_RECV_RESUME) != 0 {
+            return Err(Fail::invalid(format!("unknown flags {flags:#x}")));
+        }
+        let meta = std::fs::metadata(&dir)
+            .map_err(|e| crate::Error::io(format!("out_dir {}", dir.display()), e))?;
+        if !meta.is_dir() {
+            return Err(Fail::invalid(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        let ep_depth = c.ep.recv_depth();
+        let opts = ReceiverOptions {
+            token: c.token.clone(),
+            force: flags & RDMAXFER_RECV_FORCE != 0,
+            resume: flags & RDMAXFER_RECV_RESUME != 0,
+            slots: ep_depth,
+            ..ReceiverOptions::new(dir)
+        };
+        let mut report = SessionReport::default();
+        transfer::receive(c.rdmaxfer_peer()?, &opts, &mut report)
+            .map_err(|e| with_files(e, &report))?;
+        o.set(rdmaxfer_recv_summary {
+            files: report.files.len() as u64,
+            bytes: report.bytes,
+        });
+        Ok(())
+    })
+}

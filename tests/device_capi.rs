@@ -1,0 +1,534 @@
+//! Device tests (rxe0, in the guest) of the C API through the C examples (`examples/c`, built
+//! against the installed library with pkg-config by `ci/capi-examples.sh` before the guest
+//! boots): C ↔ Rust CLI file transfer both ways, ping-pong both ways (CM and OOB), the
+//! read/write demo against `rdmaxfer expose` and as a server for `rdmaxfer write`/`read`, and
+//! device listing. Every C program runs under valgrind memcheck at least once: no errors,
+//! nothing definitely lost (rdma-core's own noise is suppressed by `tests/valgrind.supp`, see its comments).
+//! Processes synchronise on their output lines, never on sleeps.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{need_rxe0, pseudo_random, spawn, spawn_prog, Done, Proc, IP};
+
+const T: Duration = Duration::from_secs(300);
+/// Per-step deadline for both sides: valgrind on an emulated CPU is slow.
+const TIMEOUT_S: &str = "120";
+const TIMEOUT_MS: &str = "120000";
+/// valgrind's exit status when it found errors (or definite leaks).
+const VG_ERR: i32 = 99;
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A C example built by ci/capi-examples.sh (`RDMAXFER_CAPI_BIN` overrides the directory).
+fn c_prog(name: &str) -> String {
+    let dir = std::env::var_os("RDMAXFER_CAPI_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest().join("target/capi/bin"));
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build the C examples first with `bash ci/capi-examples.sh` (ci/test.sh does)",
+        p.display()
+    );
+    p.to_str().unwrap().to_string()
+}
+
+/// Runs C example `name` natively.
+fn native(name: &str, args: &[&str]) -> Proc {
+    spawn_prog(name, &c_prog(name), args)
+}
+
+/// Runs C example `name` under valgrind memcheck (each example runs so at least once here;
+/// the other runs are native, as valgrind on the emulated CPU costs about a minute each).
+fn vg(name: &str, args: &[&str]) -> Proc {
+    let prog = c_prog(name);
+    let supp = format!(
+        "--suppressions={}",
+        manifest().join("tests/valgrind.supp").display()
+    );
+    let err = format!("--error-exitcode={VG_ERR}");
+    let mut a = vec![
+        "-q",
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite",
+        "--show-leak-kinds=definite",
+        &err,
+        &supp,
+        prog.as_str(),
+    ];
+    a.extend_from_slice(args);
+    spawn_prog(name, "valgrind", &a)
+}
+
+/// Asserts a valgrind-run C program succeeded with a clean memcheck report.
+fn vg_ok(d: &Done, what: &str) {
+    assert_ne!(
+        d.status.code(),
+        Some(VG_ERR),
+        "{what}: valgrind found errors or definite leaks:\n{}",
+        d.err
+    );
+    d.ok(what);
+    assert!(
+        !d.err.contains("definitely lost") && !d.err.contains("Invalid "),
+        "{what}: valgrind report:\n{}",
+        d.err
+    );
+}
+
+fn write_tree(src: &Path) -> Vec<(String, Vec<u8>)> {
+    let files = [
+        ("data.bin", pseudo_random(300_000, 7)),
+        ("sub/small.txt", b"hello from C".to_vec()),
+        ("sub/empty", Vec::new()),
+    ];
+    for (name, data) in &files {
+        let p = src.join("tree").join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+    }
+    files
+        .iter()
+        .map(|(n, d)| (format!("tree/{n}"), d.clone()))
+        .collect()
+}
+
+fn check_received(out: &Path, files: &[(String, Vec<u8>)]) {
+    for (name, data) in files {
+        let got = std::fs::read(out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name}: received bytes differ");
+    }
+}
+
+/// `rdmaxfer expose --once --json` of `size` bytes on `port`, listening.
+fn cli_expose(port: &str, size: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "expose",
+        "--listen",
+        IP,
+        "-p",
+        port,
+        "--size",
+        size,
+        "--once",
+        "--json",
+        "--timeout",
+        TIMEOUT_S,
+    ];
+    args.extend_from_slice(extra);
+    let mut s = spawn("expose", &args);
+    s.wait_for("listening on", T);
+    s
+}
+
+/// C file_send → `rdmaxfer recv` (RDMA CM, with a token).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_sender_to_cli_receiver() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir_all(&out).unwrap();
+    let files = write_tree(&src);
+    let o = out.to_str().unwrap();
+    let mut r = spawn(
+        "recv",
+        &[
+            "recv",
+            "--out",
+            o,
+            "--listen",
+            IP,
+            "-p",
+            "19601",
+            "--once",
+            "--json",
+            "--token",
+            "s3cret",
+            "--timeout",
+            TIMEOUT_S,
+        ],
+    );
+    r.wait_for("listening on", T);
+    let tree = src.join("tree");
+    let s = vg(
+        "file_send",
+        &[
+            "-p",
+            "19601",
+            "-k",
+            "s3cret",
+            "-T",
+            TIMEOUT_MS,
+            tree.to_str().unwrap(),
+            IP,
+        ],
+    )
+    .finish(T);
+    vg_ok(&s, "C file_send");
+    assert!(s.out.contains("verified by the receiver"), "{}", s.out);
+    assert!(
+        s.out.contains("progress: 300012 of 300012 bytes"),
+        "{}",
+        s.out
+    );
+    let rd = r.finish(T);
+    rd.ok("rdmaxfer recv");
+    let j = rd.json_lines();
+    assert_eq!(j.len(), 1, "{}", rd.out);
+    assert_eq!(j[0]["result"], "ok", "{}", rd.out);
+    assert_eq!(j[0]["files"].as_array().unwrap().len(), 3, "{}", rd.out);
+    check_received(&out, &files);
+}
+
+/// A C sender with the wrong token is refused, and says why.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_sender_wrong_token_is_refused() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let f = tmp.path().join("f.txt");
+    std::fs::write(&f, b"x").unwrap();
+    let o = out.to_str().unwrap();
+    let mut r = spawn(
+        "recv",
+        &[
+            "recv",
+            "--out",
+            o,
+            "--listen",
+            IP,
+            "-p",
+            "19602",
+            "--once",
+            "--token",
+            "right",
+            "--timeout",
+            TIMEOUT_S,
+        ],
+    );
+    r.wait_for("listening on", T);
+    let s = native(
+        "file_send",
+        &[
+            "-p",
+            "19602",
+            "-k",
+            "wrong",
+            "-T",
+            TIMEOUT_MS,
+            f.to_str().unwrap(),
+            IP,
+        ],
+    )
+    .finish(T);
+    s.failed("C file_send with the wrong token");
+    assert!(s.err.contains("rdmaxfer_send_file"), "{}", s.err);
+    assert!(
+        s.err.contains("status 13"),
+        "refused status expected:\n{}",
+        s.err
+    );
+    r.finish(T).failed("rdmaxfer recv (bad token)");
+    assert_eq!(
+        std::fs::read_dir(&out).unwrap().count(),
+        0,
+        "nothing received"
+    );
+}
+
+/// `rdmaxfer send --oob` → C file_recv (out-of-band set-up; credits switched on first use).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn cli_sender_to_c_receiver_oob() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir_all(&out).unwrap();
+    let files = write_tree(&src);
+    let mut r = vg(
+        "file_recv",
+        &[
+            "-l",
+            IP,
+            "-p",
+            "19603",
+            "-O",
+            "-T",
+            TIMEOUT_MS,
+            out.to_str().unwrap(),
+        ],
+    );
+    r.wait_for("listening on", T);
+    let tree = src.join("tree");
+    let dest = format!("{IP}:19603");
+    let s = spawn(
+        "send",
+        &[
+            "send",
+            tree.to_str().unwrap(),
+            &dest,
+            "--oob",
+            "--json",
+            "--timeout",
+            TIMEOUT_S,
+        ],
+    )
+    .finish(T);
+    s.ok("rdmaxfer send --oob");
+    let rd = r.finish(T);
+    vg_ok(&rd, "C file_recv");
+    assert!(
+        rd.out.contains("received 3 files, 300012 bytes, verified"),
+        "{}",
+        rd.out
+    );
+    check_received(&out, &files);
+}
+
+fn pingpong_stats_ok(out: &str, size: u64, iters: u64) {
+    assert!(
+        out.contains(&format!("{} bytes in", size * iters * 2)),
+        "ibv_rc_pingpong result line expected:\n{out}"
+    );
+    assert!(out.contains(&format!("{iters} iters in")), "{out}");
+    assert!(out.contains("rtt_us: min"), "{out}");
+}
+
+/// C ping-pong client → `rdmaxfer pingpong --listen` (RDMA CM).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_pingpong_client_against_cli_server() {
+    need_rxe0();
+    let mut server = spawn(
+        "server",
+        &[
+            "pingpong",
+            "--listen",
+            IP,
+            "-p",
+            "19604",
+            "-s",
+            "4096",
+            "-n",
+            "50",
+            "--count",
+            "1",
+            "--timeout",
+            TIMEOUT_S,
+        ],
+    );
+    server.wait_for("listening on", T);
+    let c = vg(
+        "pingpong",
+        &[
+            "-p", "19604", "-s", "4096", "-n", "50", "-T", TIMEOUT_MS, IP,
+        ],
+    )
+    .finish(T);
+    vg_ok(&c, "C pingpong client");
+    pingpong_stats_ok(&c.out, 4096, 50);
+    assert!(c.out.contains("checked: yes"), "{}", c.out);
+    let s = server.finish(T);
+    s.ok("rdmaxfer pingpong server");
+    assert!(s.out.contains("409600 bytes in"), "{}", s.out);
+}
+
+/// `rdmaxfer pingpong` client → C ping-pong server, out-of-band set-up, event mode.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn cli_pingpong_client_against_c_server_oob_event() {
+    need_rxe0();
+    let mut server = native(
+        "pingpong",
+        &[
+            "-l", IP, "-p", "19605", "-s", "1024", "-n", "40", "-O", "-e", "-T", TIMEOUT_MS,
+        ],
+    );
+    server.wait_for("listening on", T);
+    let c = spawn(
+        "client",
+        &[
+            "pingpong",
+            IP,
+            "-p",
+            "19605",
+            "-s",
+            "1024",
+            "-n",
+            "40",
+            "--oob",
+            "--json",
+            "--timeout",
+            TIMEOUT_S,
+        ],
+    )
+    .finish(T);
+    c.ok("rdmaxfer pingpong client");
+    let j = c.json_lines();
+    assert_eq!(j.len(), 1, "{}", c.out);
+    assert_eq!(j[0]["iters"], 40);
+    assert_eq!(j[0]["transport"], "oob");
+    let s = server.finish(T);
+    s.ok("C pingpong server");
+    pingpong_stats_ok(&s.out, 1024, 40);
+}
+
+/// The read/write demo's client against `rdmaxfer expose --once`: WRITE, READ back, verify; the
+/// server reports what changed and saves the buffer.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_rw_demo_against_cli_expose() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let saved = tmp.path().join("buf.bin");
+    let s = cli_expose("19606", "4096", &["--out", saved.to_str().unwrap()]);
+    let c = native(
+        "rw_demo",
+        &["-p", "19606", "-o", "100", "-T", TIMEOUT_MS, IP],
+    )
+    .finish(T);
+    c.ok("C rw_demo client");
+    assert!(
+        c.out.contains("peer exposes 4096 bytes (access 3)"),
+        "{}",
+        c.out
+    );
+    assert!(c.out.contains("read back 20 bytes: verified"), "{}", c.out);
+    let d = s.finish(T);
+    d.ok("rdmaxfer expose");
+    let j = d.json_lines();
+    assert_eq!(j.len(), 1, "{}", d.out);
+    assert_eq!(j[0]["written"], 20, "{}", d.out);
+    assert_eq!(j[0]["read"], 20, "{}", d.out);
+    assert_eq!(j[0]["ok"], true, "{}", d.out);
+    let buf = std::fs::read(&saved).unwrap();
+    assert_eq!(buf.len(), 4096);
+    assert_eq!(&buf[100..120], b"RDMA_Read_Write_Demo");
+    assert!(buf[..100].iter().chain(&buf[120..]).all(|&b| b == 0));
+}
+
+/// The read/write demo's server (rdmaxfer_expose) for `rdmaxfer write`, then C to C: a server
+/// and a client, both under valgrind (at once: two vCPUs).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_rw_demo_server_for_cli_write_and_c_client() {
+    need_rxe0();
+    let mut s = native(
+        "rw_demo",
+        &["-l", IP, "-p", "19607", "-s", "256", "-T", TIMEOUT_MS],
+    );
+    s.wait_for("listening on", T);
+    spawn(
+        "write",
+        &[
+            "write",
+            IP,
+            "-p",
+            "19607",
+            "--offset",
+            "8",
+            "--data",
+            "written by the CLI",
+            "--timeout",
+            TIMEOUT_S,
+        ],
+    )
+    .finish(T)
+    .ok("rdmaxfer write");
+    let d = s.finish(T);
+    d.ok("C rw_demo server");
+    assert!(
+        d.out
+            .contains("peer wrote 18 bytes, read 0 bytes, done; 18 bytes changed in 1 ranges"),
+        "{}",
+        d.out
+    );
+    assert!(
+        d.out.contains("buffer at 8: \"written by the CLI\""),
+        "{}",
+        d.out
+    );
+
+    let mut s = vg(
+        "rw_demo",
+        &["-l", IP, "-p", "19608", "-s", "64", "-T", TIMEOUT_MS],
+    );
+    s.wait_for("listening on", T);
+    let c = vg(
+        "rw_demo",
+        &["-p", "19608", "-m", "C to C", "-T", TIMEOUT_MS, IP],
+    )
+    .finish(T);
+    vg_ok(&c, "C rw_demo client");
+    assert!(c.out.contains("read back 6 bytes: verified"), "{}", c.out);
+    let d = s.finish(T);
+    vg_ok(&d, "C rw_demo server");
+    assert!(
+        d.out.contains("peer wrote 6 bytes, read 6 bytes, done"),
+        "{}",
+        d.out
+    );
+    assert!(d.out.contains("buffer at 0: \"C to C\""), "{}", d.out);
+}
+
+/// A C client writing past the end of the exposure is refused locally, before anything is
+/// posted, and the server's buffer is untouched.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_rw_demo_out_of_bounds_is_refused() {
+    need_rxe0();
+    let s = cli_expose("19609", "16", &[]);
+    let c = native(
+        "rw_demo",
+        &["-p", "19609", "-o", "10", "-T", TIMEOUT_MS, IP],
+    )
+    .finish(T);
+    c.failed("C rw_demo writing past the end");
+    assert!(
+        c.err.contains("status 10"),
+        "out of bounds expected:\n{}",
+        c.err
+    );
+    assert!(
+        c.err.contains("exceeds the exposed region of 16 bytes"),
+        "{}",
+        c.err
+    );
+    let d = s.finish(T);
+    let j = d.json_lines();
+    assert_eq!(j.len(), 1, "{}\n{}", d.out, d.err);
+    assert_eq!(
+        j[0]["changed"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        d.out
+    );
+}
+
+/// The devices example lists rxe0 through rdmaxfer_devices.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_devices_lists_rxe0() {
+    need_rxe0();
+    let d = vg("devices", &[]).finish(T);
+    vg_ok(&d, "C devices");
+    assert!(
+        d.out.contains("librdmaxfer 0.1.0 (header 0.1.0)"),
+        "{}",
+        d.out
+    );
+    let line = d
+        .out
+        .lines()
+        .find(|l| l.starts_with("rxe0:"))
+        .unwrap_or_else(|| panic!("no rxe0 line:\n{}", d.out));
+    assert!(line.contains("(1 active)"), "{line}");
+}
