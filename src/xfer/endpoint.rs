@@ -47,7 +47,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const RNR_RETRY: u8 = 3;
 /// Transport retries (ibv_rc_pingpong's retry_cnt).
 pub const RETRY_COUNT: u8 = 7;
-/// Local ACK timeout code (ibv_rc_pingpong's: 4.096 µs × 2^14 ≈ 67 ms).
+/// Local ACK timeout code (ibv_rc_pingpong's: 4.096 µs × 2^14 ≈ 67 ms), OOB and CM alike: under
+/// loss Soft-RoCE spends about one ACK timeout per lost packet.
 pub const ACK_TIMEOUT: u8 = 14;
 /// Work request ids at or above this value are the endpoint's own.
 pub const RESERVED_WR_ID: u64 = 1 << 62;
@@ -545,6 +546,9 @@ impl Endpoint {
             retry_count: RETRY_COUNT,
             rnr_retry_count: RNR_RETRY,
         };
+        // rdma_cm's own ACK timeout on RoCE is 2.1 s (code 19), and Soft-RoCE often waits one ACK
+        // timeout to recover a lost packet: use ibv_rc_pingpong's, as the OOB path does.
+        id.set_ack_timeout(ACK_TIMEOUT)?;
         id.connect(&param)?;
         let what = "the connection to be established";
         let ev = id.next_event(Some(t), what)?;
@@ -1456,6 +1460,8 @@ impl Listener {
             retry_count: RETRY_COUNT,
             rnr_retry_count: RNR_RETRY,
         };
+        id.set_ack_timeout(ACK_TIMEOUT)
+            .map_err(|e| reject(RejectCode::Resources, e))?;
         id.accept(&param)?;
         id.expect_event(
             EventKind::Established,
