@@ -12,7 +12,9 @@ use rdmaxfer::verbs::{
     Context, ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge,
     WaitMode,
 };
-use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener, OobListener, PeerKind};
+use rdmaxfer::xfer::endpoint::{
+    Endpoint, EndpointOptions, Listener, OobListener, PeerKind, ACK_TIMEOUT, RETRY_COUNT,
+};
 use rdmaxfer::xfer::pingpong;
 use rdmaxfer::xfer::wire::Reject;
 use rdmaxfer::Error;
@@ -214,6 +216,16 @@ fn credits_flow_back_without_piggy_backing() {
         let s = s.join().unwrap();
         assert_eq!(c.credits(), 3);
         assert_eq!(c.peer().recv_depth, Some(3));
+        // rdma_cm's own ACK timeout (19: 2.1 s) made lost packets cost seconds with Soft-RoCE:
+        // both sides must have ibv_rc_pingpong's 14, as over OOB.
+        for ep in [&c, &s] {
+            let rts = ep.qp().query_rts().unwrap();
+            assert_eq!(
+                (rts.timeout, rts.retry_cnt),
+                (ACK_TIMEOUT, RETRY_COUNT),
+                "{rts:?}"
+            );
+        }
         one_way_streams(s, c, 500);
     }
 }

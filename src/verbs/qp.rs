@@ -486,6 +486,30 @@ impl QueuePair {
         self.state.store(s as u8, Ordering::Release);
     }
 
+    /// The RTS attributes as the device has them (`ibv_query_qp(3)`): for a QP that rdma_cm
+    /// moved to RTS, what it chose (PSN, ACK timeout, retry counts, outstanding reads).
+    pub fn query_rts(&self) -> Result<RtsAttr> {
+        let mut attr = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        let mask = sys::IBV_QP_SQ_PSN.0
+            | sys::IBV_QP_TIMEOUT.0
+            | sys::IBV_QP_RETRY_CNT.0
+            | sys::IBV_QP_RNR_RETRY.0
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        // SAFETY: valid QP; both out-structures are ours and outlive the call.
+        let rc = unsafe { sys::ibv_query_qp(self.qp.as_ptr(), &mut attr, mask as i32, &mut init) };
+        if rc != 0 {
+            return Err(Error::verb("ibv_query_qp", rc));
+        }
+        Ok(RtsAttr {
+            sq_psn: attr.sq_psn,
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            max_rd_atomic: attr.max_rd_atomic,
+        })
+    }
+
     /// The send CQ.
     pub fn send_cq(&self) -> &CompletionQueue {
         &self.send_cq
