@@ -45,6 +45,20 @@ rxe_active() {
   return 1
 }
 
+# peer_reachable IP SECS — poll until IP answers a TCP probe (a refused connect counts: it came
+# back; no ping in the guest): after a link flap the neighbour entry may be stale, and the next
+# connection's first packets would be lost until it is re-resolved.
+peer_reachable() {
+  local end=$((SECONDS + $2)) rc
+  while ((SECONDS < end)); do
+    rc=0
+    timeout 1 bash -c "exec 3<>/dev/tcp/$1/9" 2>/dev/null || rc=$?
+    ((rc != 124)) && return 0
+  done
+  echo "peer_reachable: $1 does not answer after $2 s"
+  return 1
+}
+
 # proc_sample PID — "rss_kib fds" of a process.
 proc_sample() { echo "$(awk '/^VmRSS/ {print $2}' "/proc/$1/status") $(ls "/proc/$1/fd" | wc -l)"; }
 

@@ -323,6 +323,9 @@ test_link_down() {
   fi
   run B 30 "rxe_active 20" || T_FAILS=$((T_FAILS + 1))
   run A 30 "rxe_active 20" || T_FAILS=$((T_FAILS + 1))
+  # The wire is whole again for the next test: each side reaches the other.
+  run B 30 "peer_reachable $IP_A 20" || T_FAILS=$((T_FAILS + 1))
+  run A 30 "peer_reachable $IP_B 20" || T_FAILS=$((T_FAILS + 1))
   end_test
 }
 
