@@ -246,6 +246,20 @@ pub trait Handle: Sized {
     fn state(&self) -> &Mutex<Self::State>;
 }
 
+/// Implements [`Handle`] for an opaque handle type whose `state` field is a `Mutex<$state>`.
+macro_rules! impl_handle {
+    ($handle:ident, $state:ty) => {
+        impl $crate::capi::boundary::Handle for $handle {
+            type State = $state;
+            const NAME: &'static str = stringify!($handle);
+            fn state(&self) -> &std::sync::Mutex<$state> {
+                &self.state
+            }
+        }
+    };
+}
+pub(crate) use impl_handle;
+
 /// Locks a handle's state without waiting: busy when another call holds it, poisoned (an
 /// earlier call panicked) → `RDMAXFER_ERR_PANIC`.
 pub fn lock<H: Handle>(h: &H) -> CResult<MutexGuard<'_, H::State>> {

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use super::boundary::{self, handle, into_handle, out, CResult, Fail, Handle};
+use super::boundary::{self, handle, impl_handle, into_handle, out, CResult, Fail};
 use super::conn::rdmaxfer_conn;
 use super::status::rdmaxfer_status;
 use crate::verbs::{LocalBuf, RemoteAccess};
@@ -73,13 +73,7 @@ impl BufState {
     }
 }
 
-impl Handle for rdmaxfer_buf {
-    type State = BufState;
-    const NAME: &'static str = "rdmaxfer_buf";
-    fn state(&self) -> &Mutex<BufState> {
-        &self.state
-    }
-}
+impl_handle!(rdmaxfer_buf, BufState);
 
 /// Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
 #[no_mangle]
@@ -174,13 +168,7 @@ pub struct Remote {
     closed: bool,
 }
 
-impl Handle for rdmaxfer_remote {
-    type State = Remote;
-    const NAME: &'static str = "rdmaxfer_remote";
-    fn state(&self) -> &Mutex<Remote> {
-        &self.state
-    }
-}
+impl_handle!(rdmaxfer_remote, Remote);
 
 /// Opens a one-sided session on `conn`: asks the peer to expose its buffer and learns where it
 /// is, how long, and what it allows.

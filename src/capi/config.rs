@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::boundary::{self, handle, into_handle, out, CResult, Fail, Handle};
+use super::boundary::{self, handle, impl_handle, into_handle, out, CResult, Fail};
 use super::status::rdmaxfer_status;
 use crate::verbs::{Mtu, WaitMode};
 use crate::xfer::endpoint::{EndpointOptions, DEFAULT_PORT, DEFAULT_TIMEOUT};
@@ -98,13 +98,7 @@ impl Config {
     }
 }
 
-impl Handle for rdmaxfer_config {
-    type State = Config;
-    const NAME: &'static str = "rdmaxfer_config";
-    fn state(&self) -> &Mutex<Config> {
-        &self.state
-    }
-}
+impl_handle!(rdmaxfer_config, Config);
 
 /// Makes a configuration with the defaults: automatic device and GID, port 18515, RDMA CM,
 /// busy-polling, 10 s per step, no token, messages up to 8192 bytes.

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::boundary::{self, handle, into_handle, out, CResult, Fail, Handle};
+use super::boundary::{self, handle, impl_handle, into_handle, out, CResult, Fail};
 use super::config::{snapshot, Config};
 use super::status::rdmaxfer_status;
 use crate::xfer::endpoint::Endpoint;
@@ -24,13 +24,7 @@ pub struct ListenerState {
     cfg: Config,
 }
 
-impl Handle for rdmaxfer_listener {
-    type State = ListenerState;
-    const NAME: &'static str = "rdmaxfer_listener";
-    fn state(&self) -> &Mutex<ListenerState> {
-        &self.state
-    }
-}
+impl_handle!(rdmaxfer_listener, ListenerState);
 
 /// A connected peer. Made by `rdmaxfer_accept` or `rdmaxfer_connect`; ended by
 /// `rdmaxfer_conn_close` (graceful) or `rdmaxfer_conn_free`.
@@ -74,13 +68,7 @@ impl Conn {
     }
 }
 
-impl Handle for rdmaxfer_conn {
-    type State = Conn;
-    const NAME: &'static str = "rdmaxfer_conn";
-    fn state(&self) -> &Mutex<Conn> {
-        &self.state
-    }
-}
+impl_handle!(rdmaxfer_conn, Conn);
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 

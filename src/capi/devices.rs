@@ -3,7 +3,7 @@
 use std::ffi::{c_char, CString};
 use std::sync::Mutex;
 
-use super::boundary::{self, handle, into_handle, out, Fail, Handle};
+use super::boundary::{self, handle, impl_handle, into_handle, out, Fail};
 use super::status::rdmaxfer_status;
 use crate::verbs;
 
@@ -23,13 +23,7 @@ pub struct Device {
     gids: u32,
 }
 
-impl Handle for rdmaxfer_device_list {
-    type State = Vec<Device>;
-    const NAME: &'static str = "rdmaxfer_device_list";
-    fn state(&self) -> &Mutex<Vec<Device>> {
-        &self.state
-    }
-}
+impl_handle!(rdmaxfer_device_list, Vec<Device>);
 
 /// One device of an `rdmaxfer_device_list`. The strings belong to the list and live until it
 /// is freed.
