@@ -105,6 +105,26 @@ fn check_received(out: &Path, files: &[(String, Vec<u8>)]) {
     }
 }
 
+/// `rdmaxfer recv --once` into `out` on `port`, listening.
+fn cli_recv(out: &str, port: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "recv",
+        "--out",
+        out,
+        "--listen",
+        IP,
+        "-p",
+        port,
+        "--once",
+        "--timeout",
+        TIMEOUT_S,
+    ];
+    args.extend_from_slice(extra);
+    let mut r = spawn("recv", &args);
+    r.wait_for("listening on", T);
+    r
+}
+
 /// `rdmaxfer expose --once --json` of `size` bytes on `port`, listening.
 fn cli_expose(port: &str, size: &str, extra: &[&str]) -> Proc {
     let mut args = vec![
@@ -136,25 +156,7 @@ fn c_sender_to_cli_receiver() {
     std::fs::create_dir_all(&out).unwrap();
     let files = write_tree(&src);
     let o = out.to_str().unwrap();
-    let mut r = spawn(
-        "recv",
-        &[
-            "recv",
-            "--out",
-            o,
-            "--listen",
-            IP,
-            "-p",
-            "19601",
-            "--once",
-            "--json",
-            "--token",
-            "s3cret",
-            "--timeout",
-            TIMEOUT_S,
-        ],
-    );
-    r.wait_for("listening on", T);
+    let mut r = cli_recv(o, "19601", &["--json", "--token", "s3cret"]);
     let tree = src.join("tree");
     let s = vg(
         "file_send",
@@ -197,24 +199,7 @@ fn c_sender_wrong_token_is_refused() {
     let f = tmp.path().join("f.txt");
     std::fs::write(&f, b"x").unwrap();
     let o = out.to_str().unwrap();
-    let mut r = spawn(
-        "recv",
-        &[
-            "recv",
-            "--out",
-            o,
-            "--listen",
-            IP,
-            "-p",
-            "19602",
-            "--once",
-            "--token",
-            "right",
-            "--timeout",
-            TIMEOUT_S,
-        ],
-    );
-    r.wait_for("listening on", T);
+    let mut r = cli_recv(o, "19602", &["--token", "right"]);
     let s = native(
         "file_send",
         &[
