@@ -156,7 +156,7 @@ fn c_sender_to_cli_receiver() {
     std::fs::create_dir_all(&out).unwrap();
     let files = write_tree(&src);
     let o = out.to_str().unwrap();
-    let mut r = cli_recv(o, "19601", &["--json", "--token", "s3cret"]);
+    let r = cli_recv(o, "19601", &["--json", "--token", "s3cret"]);
     let tree = src.join("tree");
     let s = vg(
         "file_send",
@@ -199,7 +199,7 @@ fn c_sender_wrong_token_is_refused() {
     let f = tmp.path().join("f.txt");
     std::fs::write(&f, b"x").unwrap();
     let o = out.to_str().unwrap();
-    let mut r = cli_recv(o, "19602", &["--token", "right"]);
+    let r = cli_recv(o, "19602", &["--token", "right"]);
     let s = native(
         "file_send",
         &[
