@@ -16,6 +16,9 @@ use crate::sys;
 use crate::verbs::device::Context;
 use crate::verbs::mr::{LocalBuf, SharedBuf};
 
+/// The buffers of one work request: inline for the usual one (no allocation per message).
+pub type Bufs = smallvec::SmallVec<[Buf; 1]>;
+
 /// A posted buffer: exclusive or shared read-only.
 #[derive(Debug)]
 pub enum Buf {
@@ -138,7 +141,7 @@ pub struct Completion {
     /// QP number the work request was posted on.
     pub qp_num: u32,
     /// This work request's buffers, given back.
-    pub bufs: Vec<Buf>,
+    pub bufs: Bufs,
     /// Earlier unsignaled work requests of the same send queue that this completion retired
     /// (they finished too), with their buffers.
     pub retired: Vec<Retired>,
@@ -151,7 +154,7 @@ pub struct Retired {
     /// The caller's wr_id.
     pub wr_id: u64,
     /// Its buffers.
-    pub bufs: Vec<Buf>,
+    pub bufs: Bufs,
 }
 
 impl Completion {
@@ -217,7 +220,7 @@ pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
 pub(crate) struct Entry {
     pub(crate) id: u64,
     pub(crate) wr_id: u64,
-    pub(crate) bufs: Vec<Buf>,
+    pub(crate) bufs: Bufs,
     pub(crate) op: &'static str,
 }
 
@@ -257,7 +260,7 @@ impl Table {
         qpn: u32,
         recv: bool,
         wr_id: u64,
-        bufs: Vec<Buf>,
+        bufs: Bufs,
         op: &'static str,
     ) -> u64 {
         self.next_id += 1;
@@ -636,9 +639,9 @@ mod tests {
     #[test]
     fn signaled_completion_retires_earlier_unsignaled() {
         let mut t = Table::default();
-        let a = t.push(5, false, 100, vec![], "RDMA WRITE");
-        let b = t.push(5, false, 101, vec![], "RDMA WRITE");
-        let c = t.push(5, false, 102, vec![], "SEND");
+        let a = t.push(5, false, 100, Bufs::new(), "RDMA WRITE");
+        let b = t.push(5, false, 101, Bufs::new(), "RDMA WRITE");
+        let c = t.push(5, false, 102, Bufs::new(), "SEND");
         assert!(a < b && b < c);
         let done = t.complete(&wc(b, 5, 0)).unwrap();
         assert_eq!(done.wr_id, 101);
@@ -662,7 +665,7 @@ mod tests {
     #[test]
     fn recv_ids_are_separate_and_unknown_qp_is_ignored() {
         let mut t = Table::default();
-        let r = t.push(9, true, 1, vec![], "RECV");
+        let r = t.push(9, true, 1, Bufs::new(), "RECV");
         assert_ne!(r & RECV_BIT, 0);
         assert!(t.complete(&wc(r, 10, 0)).is_none());
         let mut w = wc(r, 9, 0);
@@ -676,8 +679,8 @@ mod tests {
     #[test]
     fn purge_and_pop_last() {
         let mut t = Table::default();
-        t.push(3, false, 1, vec![], "SEND");
-        t.push(3, true, 2, vec![], "RECV");
+        t.push(3, false, 1, Bufs::new(), "SEND");
+        t.push(3, true, 2, Bufs::new(), "RECV");
         assert_eq!(t.pop_last(3, true).unwrap().wr_id, 2);
         assert!(t.has_entries(3));
         assert_eq!(t.purge(3).len(), 1);

@@ -12,7 +12,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 
-pub use cq::{wc_status_str, Buf, Completion, CompletionQueue, Retired, WaitMode, WcOpcode};
+pub use cq::{wc_status_str, Buf, Bufs, Completion, CompletionQueue, Retired, WaitMode, WcOpcode};
 pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, PortAttr, PortInfo};
 pub use gid::{select_gid, Gid, GidEntry, GidType};
 pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};

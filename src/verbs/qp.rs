@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::sys;
-use crate::verbs::cq::{Buf, CompletionQueue};
+use crate::verbs::cq::{Buf, Bufs, CompletionQueue};
 use crate::verbs::device::Mtu;
 use crate::verbs::gid::Gid;
 use crate::verbs::mr::RemoteSlice;
@@ -229,12 +229,15 @@ impl SendOp {
     }
 }
 
+/// The SGEs of one work request: inline for up to two (no allocation per message).
+type SgeVec = smallvec::SmallVec<[Sge; 2]>;
+
 /// A send-queue work request (`struct ibv_send_wr`).
 #[derive(Debug)]
 pub struct SendRequest {
     wr_id: u64,
     op: SendOp,
-    sges: Vec<Sge>,
+    sges: SgeVec,
     signaled: bool,
     inline: bool,
 }
@@ -290,7 +293,7 @@ pub struct PostError {
     /// What went wrong.
     pub error: Error,
     /// The work request's buffers.
-    pub bufs: Vec<Buf>,
+    pub bufs: Bufs,
 }
 
 impl std::fmt::Display for PostError {
@@ -707,7 +710,7 @@ impl QueuePair {
             signaled,
             inline,
         } = wr;
-        let fail = |error, sges: Vec<Sge>| {
+        let fail = |error, sges: SgeVec| {
             Err(PostError {
                 error,
                 bufs: sges.into_iter().map(|s| s.buf).collect(),
@@ -772,7 +775,7 @@ impl QueuePair {
                 rkey: r.rkey,
             };
         }
-        let bufs: Vec<Buf> = sges.into_iter().map(|s| s.buf).collect();
+        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         let mut t = self.send_cq.lock();
         w.wr_id = t.push(self.qpn, false, wr_id, bufs, op.name());
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
@@ -795,7 +798,7 @@ impl QueuePair {
         wr_id: u64,
         sges: impl IntoIterator<Item = Sge>,
     ) -> std::result::Result<(), PostError> {
-        let sges: Vec<Sge> = sges.into_iter().collect();
+        let sges: SgeVec = sges.into_iter().collect();
         let state = self.state();
         if matches!(state, QpState::Reset | QpState::Error) {
             return Err(PostError {
@@ -821,7 +824,7 @@ impl QueuePair {
             num_sge: sg.len() as i32,
             ..Default::default()
         };
-        let bufs: Vec<Buf> = sges.into_iter().map(|s| s.buf).collect();
+        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         let mut t = self.recv_cq.lock();
         w.wr_id = t.push(self.qpn, true, wr_id, bufs, "RECV");
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
