@@ -238,6 +238,9 @@ pub struct Endpoint {
     /// Reused by busy polls.
     scratch: Vec<Completion>,
     send_pool: Vec<LocalBuf>,
+    /// Receive buffers taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
+    /// yet: [`settle`](Endpoint::settle) re-posts them (and returns their credits).
+    deferred: Vec<LocalBuf>,
     cq: CompletionQueue,
     pd: ProtectionDomain,
     ctx: Context,
@@ -452,6 +455,7 @@ impl Parts {
             user_retired: Vec::new(),
             scratch: Vec::with_capacity(32),
             send_pool: self.send_pool,
+            deferred: Vec::new(),
             cq: self.cq,
             pd: self.pd,
             ctx: self.ctx,
@@ -833,6 +837,7 @@ impl Endpoint {
     }
 
     fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+        self.settle()?;
         if !self.disconnected && deadline.at.is_none() {
             // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
             // a while in poll mode.
@@ -966,7 +971,8 @@ impl Endpoint {
         match &mut self.flow {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
         }
-        Ok(())
+        // After the post: a reply that waited for this message is not delayed by re-posts.
+        self.settle().map_err(|e| self.fail(e))
     }
 
     /// Sends `data` as one message (copied into a registered buffer).
@@ -977,6 +983,42 @@ impl Endpoint {
     /// Waits (at most the timeout) for the next message, lends it to `f`, then re-posts its
     /// buffer and returns the credit.
     pub fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+        self.recv_inner(f, false)
+    }
+
+    /// Like [`recv_with`](Self::recv_with), but the buffer is re-posted (and its credit
+    /// returned) only by the next call that sends or waits: a ping-pong reply is then posted
+    /// before the re-post, which stays off the round trip.
+    pub(crate) fn recv_deferred<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+        self.recv_inner(f, true)
+    }
+
+    /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits.
+    fn settle(&mut self) -> Result<()> {
+        while let Some(buf) = self.deferred.pop() {
+            self.repost(buf)?;
+        }
+        Ok(())
+    }
+
+    /// Re-posts one receive buffer and accounts for its credit.
+    fn repost(&mut self, buf: LocalBuf) -> Result<()> {
+        self.qp.post_recv(WR_RECV, [Sge::new(buf)])?;
+        match &mut self.flow {
+            Flow::Credits {
+                owed, threshold, ..
+            } => {
+                *owed += 1;
+                if *owed >= *threshold {
+                    self.send_credit_msg()?;
+                }
+            }
+            Flow::Implicit { credits } => *credits += 1,
+        }
+        Ok(())
+    }
+
+    fn recv_inner<R>(&mut self, f: impl FnOnce(Message<'_>) -> R, defer: bool) -> Result<R> {
         self.check_usable()?;
         let mut deadline = self.deadline();
         while self.ready.is_empty() {
@@ -1013,19 +1055,10 @@ impl Endpoint {
                 rdma_write_len: None,
             })
         };
-        if let Err(e) = self.qp.post_recv(WR_RECV, [Sge::new(buf)]) {
-            return Err(self.fail(e.error));
-        }
-        match &mut self.flow {
-            Flow::Credits {
-                owed, threshold, ..
-            } => {
-                *owed += 1;
-                if *owed >= *threshold {
-                    self.send_credit_msg().map_err(|e| self.fail(e))?;
-                }
-            }
-            Flow::Implicit { credits } => *credits += 1,
+        if defer {
+            self.deferred.push(buf);
+        } else {
+            self.repost(buf).map_err(|e| self.fail(e))?;
         }
         Ok(out)
     }
@@ -1038,6 +1071,7 @@ impl Endpoint {
     /// Waits until every message sent so far has completed (was acknowledged by the peer).
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
+        self.settle().map_err(|e| self.fail(e))?;
         let mut deadline = self.deadline();
         while self.sends_posted > 0 {
             self.pump(&mut deadline, "the last sends to complete")?;
@@ -1055,7 +1089,7 @@ impl Endpoint {
         let refuse = |wr: SendRequest, msg: String| {
             let e = crate::verbs::PostError {
                 error: Error::InvalidArgument(msg),
-                bufs: Vec::new(),
+                bufs: crate::verbs::Bufs::new(),
             };
             drop(wr);
             Err(e)
@@ -1072,7 +1106,7 @@ impl Endpoint {
         if let Err(e) = self.check_usable() {
             return Err(crate::verbs::PostError {
                 error: e,
-                bufs: Vec::new(),
+                bufs: crate::verbs::Bufs::new(),
             });
         }
         let needs_credit = matches!(wr.op(), SendOp::WriteWithImm(..));
@@ -1082,7 +1116,7 @@ impl Endpoint {
                 if let Err(e) = self.pump(&mut deadline, "send credit from the peer") {
                     return Err(crate::verbs::PostError {
                         error: e,
-                        bufs: Vec::new(),
+                        bufs: crate::verbs::Bufs::new(),
                     });
                 }
             }

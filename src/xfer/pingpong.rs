@@ -364,7 +364,7 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     for seq in 0..iters {
         let t = os::ticks();
         ep.send_with(size, |b| filler.fill(b, seq))?;
-        ep.recv_with(|m| pat.check(m.data, seq, "pong"))??;
+        ep.recv_deferred(|m| pat.check(m.data, seq, "pong"))??;
         rtt.push(os::ticks().wrapping_sub(t));
     }
     ep.flush()?;
@@ -385,7 +385,7 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     let clock = Clock::start();
     let mut sent_at = None;
     for seq in 0..iters {
-        ep.recv_with(|m| {
+        ep.recv_deferred(|m| {
             if check {
                 pat.check_seq(m.data, seq, "ping")
             } else if m.data.len() != size {
