@@ -78,3 +78,16 @@ fn send_and_recv_refuse_bad_arguments_before_connecting() {
     assert!(!ok);
     assert!(err.contains("listing the files to send"), "{err}");
 }
+
+#[test]
+fn event_and_poll_are_exclusive() {
+    for cmd in [
+        &["send", "x", "127.0.0.1:1", "--event", "--poll"][..],
+        &["recv", "--out", ".", "--event", "--poll"][..],
+        &["pingpong", "127.0.0.1", "-e", "--poll"][..],
+    ] {
+        let (ok, _, err) = run(cmd);
+        assert!(!ok, "{cmd:?} must be refused");
+        assert!(err.contains("cannot be used with"), "{cmd:?}: {err}");
+    }
+}

@@ -160,7 +160,7 @@ fn edge_sizes() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn edge_sizes_and_tree_cm_poll() {
-    round_trip(7301, &[], &edge_sizes(), true);
+    round_trip(7301, &["--poll"], &edge_sizes(), true);
 }
 
 #[test]
@@ -185,7 +185,7 @@ fn random_16mib_cm_event() {
 fn random_16mib_oob_poll() {
     round_trip(
         7304,
-        &["--oob"],
+        &["--oob", "--poll"],
         &[("random.bin", pseudo_random(16 << 20, 98))],
         false,
     );

@@ -25,9 +25,12 @@ pub struct ConnArgs {
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (--oob only; default 1024).
     #[arg(short = 'm', long = "mtu")]
     pub mtu: Option<u32>,
-    /// Sleep on the completion channel instead of busy-polling.
-    #[arg(short = 'e', long = "event")]
+    /// Sleep on the completion channel instead of busy-polling (the default of send and recv).
+    #[arg(short = 'e', long = "event", conflicts_with = "poll")]
     pub event: bool,
+    /// Busy-poll the completion queue (the default, except for send and recv).
+    #[arg(long)]
+    pub poll: bool,
     /// Deadline in seconds for each step (resolve, connect, accept, exchange, each completion).
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -37,6 +40,28 @@ impl ConnArgs {
     /// Endpoint options with message buffers of `msg_size` bytes, `depth` deep, and `extra`
     /// send-queue slots for RDMA READ/WRITE.
     pub fn options(&self, msg_size: usize, depth: u32, extra: u32) -> Result<EndpointOptions> {
+        self.options_waiting(WaitMode::Poll, msg_size, depth, extra)
+    }
+
+    /// How completions are waited for: `--event`, `--poll`, else `default`.
+    pub fn wait_mode(&self, default: WaitMode) -> WaitMode {
+        if self.event {
+            WaitMode::Event
+        } else if self.poll {
+            WaitMode::Poll
+        } else {
+            default
+        }
+    }
+
+    /// Like [`options`](Self::options), waiting in `default` mode unless `--event` / `--poll`.
+    pub fn options_waiting(
+        &self,
+        default: WaitMode,
+        msg_size: usize,
+        depth: u32,
+        extra: u32,
+    ) -> Result<EndpointOptions> {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
             bail!("--timeout must be a positive number of seconds");
         }
@@ -48,11 +73,7 @@ impl ConnArgs {
             device: self.device.clone(),
             gid_index: self.gid_index,
             mtu,
-            wait: if self.event {
-                WaitMode::Event
-            } else {
-                WaitMode::Poll
-            },
+            wait: self.wait_mode(default),
             timeout: Duration::from_secs_f64(self.timeout),
             msg_size,
             recv_depth: depth,

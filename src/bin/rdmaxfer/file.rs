@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
+use rdmaxfer::verbs::WaitMode;
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::transfer::{
     self, ReceiverOptions, SenderOptions, SessionReport, DEFAULT_CHUNK, DEFAULT_SLOTS,
@@ -168,7 +169,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         resume: a.resume,
         slots: a.slots,
     };
-    let opts = ropts.endpoint_options(&a.conn.options(4096, 16, 0)?);
+    let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     let mut server = a.conn.listen(&a.listen, &opts)?;
     conn::serve(&mut server, a.once.then_some(1), |ep| {
         let start = Instant::now();
@@ -234,7 +235,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
         bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
     }
-    let opts = sopts.endpoint_options(&a.conn.options(4096, 16, 0)?);
+    let opts = sopts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     let mut conn = a.conn.clone();
     conn.port = port;
     let total: u64 = entries
