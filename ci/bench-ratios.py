@@ -52,3 +52,13 @@ if poll and event:
               f"   (system: {cpu_e - usr_e:.3f} / {cpu_p - usr_p:.3f})")
 else:
     print("event vs poll CPU: missing")
+
+# The same for the anchor: ib_write_bw 1 MiB x 200, polling vs -e (--use_event).
+ap, ae = vals.get(("ib_write_bw_cpu_poll", "cpu_seconds")), vals.get(("ib_write_bw_cpu_event", "cpu_seconds"))
+bp, be = vals.get(("ib_write_bw_cpu_poll", "BW_average_MBps")), vals.get(("ib_write_bw_cpu_event", "BW_average_MBps"))
+if None not in (ap, ae, bp, be) and ap > 0 and bp > 0:
+    g = 200 / 1024  # GiB moved by 200 x 1 MiB
+    print(f"{'ib_write_bw -e vs poll CPU s/GiB':<34} {ae / g:10.3f} / {ap / g:10.3f} = {ae / ap:5.3f}  "
+          f"at {be / bp:5.3f} x poll bandwidth (the anchor's own ratio, for comparison)")
+else:
+    print("ib_write_bw event vs poll CPU: missing")

@@ -29,6 +29,7 @@ ci/guest.sh -- bash ci/guest-bench.sh "$out" || rc=$?
       }
       / bytes in .* seconds = / { bytes = $1 }
       / iters in .* usec\/iter/ { printf "%s\t%d\tusec_per_iter\t%s\n", tool, bytes / (2 * $1), $(NF-1) }
+      /^cpu_time user / { printf "%s\t0\tcpu_seconds\t%s\n", tool, $3 + $5 }
     ' "$f"
   done
 } >"$out/anchors.tsv"

@@ -53,6 +53,10 @@ pair ib_send_bw      ib_send_bw   -d rxe0 -x 1 -F -s 65536   -n 1000
 pair ibv_rc_pingpong ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 1000
 pair ib_write_bw_64k ib_write_bw  -d rxe0 -x 1 -F -s 65536   -n 2000
 pair ib_read_bw_64k  ib_read_bw   -d rxe0 -x 1 -F -s 65536   -n 2000
+# The anchor's own event vs poll CPU (process user+system seconds, from /usr/bin/time): on rxe the
+# soft device's protocol work runs in the posting thread's system time, whatever the wait mode.
+pair ib_write_bw_cpu_poll  /usr/bin/time -f 'cpu_time user %U sys %S' ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n 200
+pair ib_write_bw_cpu_event /usr/bin/time -f 'cpu_time user %U sys %S' ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n 200 -e
 
 # rdmaxfer next to its anchors: same device, sizes and counts; --oob is perftest's TCP exchange.
 SERVER_ARGS=(--listen "$ip" --count 1)

@@ -55,13 +55,30 @@ echo "rcopy:    $mib MiB in $(python3 -c "print(round($t1 - $t0, 3))") s = $rcop
 ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 >"$work/ibw.server" 2>&1 &
 spid=$!
 wait_tcp 18611 "$spid"
-ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 "$ip" >"$work/ibw.client" 2>&1
+"${timer[@]}" ib_write_bw -d rxe0 -x 1 -F -s "$chunk" -n 200 -p 18611 "$ip" >"$work/ibw.client" 2>&1
 wait "$spid" || true
+grep -h "peak RSS" "$work/ibw.client" | sed 's/^/ib_write_bw client: /' || true
 grep -A1 "#bytes" "$work/ibw.client"
 ibw="$(awk '/#bytes/ { getline; print $4 }' "$work/ibw.client")"
-python3 - "$ours" "$ours_cmd" "$rcopy_mib_s" "$ibw" <<'PY'
-import sys
-ours, ours_cmd, rcopy, ibw = map(float, sys.argv[1:])
+python3 - "$ours" "$ours_cmd" "$rcopy_mib_s" "$ibw" "$mib" "$chunk" "$(nproc)" "$work" <<'PY'
+import re, sys
+ours, ours_cmd, rcopy, ibw, mib, chunk, ncpu = map(float, sys.argv[1:8])
+work = sys.argv[8]
+# Where the guest's CPU went (/usr/bin/time of each process): user + system seconds per GiB, and
+# how busy the guest's vCPUs were while rdmaxfer ran.
+def times(f):
+    m = re.search(r"peak RSS (\d+) KiB, ([\d.]+) s elapsed, ([\d.]+) s user, ([\d.]+) s sys", open(f).read())
+    return None if m is None else tuple(map(float, m.groups()[1:]))
+s, r, w = times(f"{work}/send.err"), times(f"{work}/recv.err"), times(f"{work}/ibw.client")
+if s and r:
+    gib = mib / 1024
+    print(f"CPU s/GiB: sender {(s[1] + s[2]) / gib:.2f} (user {s[1] / gib:.2f}, sys {s[2] / gib:.2f}), "
+          f"receiver {(r[1] + r[2]) / gib:.2f} (user {r[1] / gib:.2f}, sys {r[2] / gib:.2f})")
+    busy = (s[1] + s[2] + r[1] + r[2]) / (s[0] * ncpu)
+    print(f"guest CPU busy during the send: {busy:.0%} of {ncpu:.0f} vCPUs over {s[0]:.2f} s")
+if w:
+    g = 200 * chunk / 2**30
+    print(f"ib_write_bw CPU s/GiB: {(w[1] + w[2]) / g:.2f} (user {w[1] / g:.2f}, sys {w[2] / g:.2f})")
 # vs rcopy: both whole client commands (start, connect, copy, close); vs ib_write_bw: the data
 # phase (as perftest times it).
 print(f"file (whole command) {ours_cmd:.2f} MiB/s / rcopy {rcopy:.2f} MiB/s = {ours_cmd / rcopy:.2f}  (goal >= 1.2)")
