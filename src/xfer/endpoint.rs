@@ -837,7 +837,11 @@ impl Endpoint {
     }
 
     fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
-        self.settle()?;
+        if !self.deferred.is_empty() {
+            // Re-posting returns credits: progress that the caller's condition may be waiting
+            // for (an OOB peer grants no credit of its own), so let it look again first.
+            return self.settle();
+        }
         if !self.disconnected && deadline.at.is_none() {
             // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
             // a while in poll mode.
