@@ -469,7 +469,7 @@ test_soak() {
   end_test
 }
 
-# ---- benchmark: ib_write_bw vs rdmaxfer bench write vs rdmaxfer send, 1 MiB, clean and 1% loss --
+# ---- benchmark: ib_write_bw vs rdmaxfer bench write vs rdmaxfer send, 1 MiB: clean, 1% loss, reordering
 
 # pair NAME SECS SERVER_SCRIPT CLIENT_SCRIPT — server on A (waits until it listens), client on B;
 # the client's output is kept as $run/bench/NAME.txt. perftest's TCG clock calibration sometimes
@@ -502,23 +502,31 @@ bench_pair() {
 test_bench() {
   begin bench
   mkdir -p "$run/bench"
-  local mode iters="${RIG_BENCH_ITERS:-100}" mib="${RIG_BENCH_MIB:-64}"
-  run B 60 "mkrand fb.bin $mib" || T_FAILS=$((T_FAILS + 1))
-  for mode in clean loss; do
-    if [[ $mode == loss ]]; then netem_both "loss 1%"; fi
+  local mode iters file secs
+  run B 60 "mkrand fb.bin ${RIG_BENCH_MIB:-64} && mkrand fr.bin ${RIG_BENCH_REORDER_MIB:-8}" || T_FAILS=$((T_FAILS + 1))
+  for mode in clean loss reorder; do
+    # Under reordering everything moves at ~0.3 MB/s: fewer MiB there, so each run takes ~30 s.
+    iters="${RIG_BENCH_ITERS:-100}" file=fb.bin secs=300
+    case $mode in
+      loss) netem_both "loss 1%" ;;
+      reorder)
+        netem_both "$REORDER_NETEM"
+        iters="${RIG_BENCH_REORDER_MIB:-8}" file=fr.bin secs=180
+        ;;
+    esac
     port=$((port + 1))
-    bench_pair "ib_write_bw.$mode" 300 \
+    bench_pair "ib_write_bw.$mode" "$secs" \
       "serve_tcp $port ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n $iters -p $port" \
       "exec ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n $iters -p $port $IP_A" || true
     port=$((port + 1))
-    bench_pair "rdx_write.$mode" 300 \
+    bench_pair "rdx_write.$mode" "$secs" \
       "exec \$BIN bench write \$EV --listen $IP_A --count 1 -d rxe0 --oob -s 1048576 -n $iters -p $port --timeout 120" \
       "exec \$BIN bench write \$EV $IP_A -d rxe0 --oob -s 1048576 -n $iters -p $port --json --timeout 120" || true
     port=$((port + 1))
-    bench_pair "rdx_send.$mode" 300 \
+    bench_pair "rdx_send.$mode" "$secs" \
       "rm -rf out-$port; mkdir out-$port; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --once --json" \
-      "exec \$BIN send \$EV fb.bin $IP_A:$port --chunk 1M --json" || true
-    if [[ $mode == loss ]]; then netem_both ""; fi
+      "exec \$BIN send \$EV $file $IP_A:$port --chunk 1M --json" || true
+    [[ $mode == clean ]] || netem_both ""
   done
   python3 ci/rig-bench.py "$run/bench" | tee "$run/bench/ratios.txt"
   expect "every benchmark figure present" test -z "$(grep -l missing "$run/bench/ratios.txt")"
