@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two-host benchmark table from one ci/rig.sh run: ib_write_bw vs `rdmaxfer bench write` vs
-`rdmaxfer send` at 1 MiB, clean and with 1 % loss (MB = 2^20 bytes, as perftest prints)."""
+`rdmaxfer send` at 1 MiB, clean, with 1 % loss and with 5 ms ± 2 ms delay + 25 % reordering
+(ci/rig.sh REORDER_NETEM) (MB = 2^20 bytes, as perftest prints)."""
 import json
 import pathlib
 import sys
@@ -43,14 +44,19 @@ rows = {
     "write bench": lambda m: last_json(f"rdx_write.{m}", "bw_avg_mib_s"),
     "send file": lambda m: last_json(f"rdx_send.{m}", "mib_s"),
 }
-vals = {(t, m): f(m) for t, f in rows.items() for m in ("clean", "loss")}
+MODES = ("clean", "loss", "reorder")
+vals = {(t, m): f(m) for t, f in rows.items() for m in MODES}
 anchor = vals[("ib_write_bw", "clean")]
 
+
+def fmt(v):
+    return f"{v:9.2f}" if v is not None else "  missing"
+
+
 print("== two-host benchmark, 1 MiB messages / chunks (MB/s = MiB/s)")
-print(f"{'tool':<12} {'clean':>9} {'1% loss':>9}   ratio to ib_write_bw clean")
+print(f"{'tool':<12} {'clean':>9} {'1% loss':>9} {'reorder':>9}   ratio to ib_write_bw clean")
 for t in rows:
-    c, l = vals[(t, "clean")], vals[(t, "loss")]
-    fmt = lambda v: f"{v:9.2f}" if v is not None else "  missing"
+    c = vals[(t, "clean")]
     ratio = ""
     if t != "ib_write_bw":
         if c is not None and anchor:
@@ -58,10 +64,12 @@ for t in rows:
             ratio += f" (goal >= 0.95: {'met' if c / anchor >= 0.95 else 'NOT met'})"
         else:
             ratio = "clean missing"
-        if l is not None and vals[("ib_write_bw", "loss")]:
-            ratio += f", loss vs ib_write_bw loss {l / vals[('ib_write_bw', 'loss')]:5.3f}"
-    print(f"{t:<12} {fmt(c)} {fmt(l)}   {ratio}")
-for m in ("clean", "loss"):
+        for m, what in (("loss", "loss"), ("reorder", "reordering")):
+            v, a = vals[(t, m)], vals[("ib_write_bw", m)]
+            if v is not None and a:
+                ratio += f", {what} vs ib_write_bw {what} {v / a:5.3f}"
+    print(f"{t:<12} {' '.join(fmt(vals[(t, m)]) for m in MODES)}   {ratio}")
+for m in MODES:
     a = vals[("ib_write_bw", m)]
     for t in ("write bench", "send file"):
         v = vals[(t, m)]

@@ -11,8 +11,12 @@ BIN="$W/rdmaxfer"
 # of the CPU: -e (sleep on the completion channel) unless RIG_POLL=1.
 if [[ "${RIG_POLL:-0}" == 1 ]]; then EV=""; else EV="-e"; fi
 
-# netem ARGS... — replace the root qdisc of the wire NIC with netem ARGS (e.g. "loss 1%").
-netem() { tc qdisc replace dev "$NIC" root netem "$@" && echo "[$(hostname)] netem on $NIC: $*"; }
+# netem ARGS... — the root qdisc of the wire NIC becomes a fresh netem ARGS (e.g. "loss 1%"). Not
+# `tc qdisc replace`: that keeps options of the previous netem that ARGS does not name (a `rate`).
+netem() {
+  tc qdisc del dev "$NIC" root 2>/dev/null
+  tc qdisc add dev "$NIC" root netem "$@" && echo "[$(hostname)] netem on $NIC: $*"
+}
 # netem_off — back to the default qdisc.
 netem_off() { tc qdisc del dev "$NIC" root 2>/dev/null || true; }
 
@@ -61,6 +65,15 @@ peer_reachable() {
 
 # proc_sample PID — "rss_kib fds" of a process.
 proc_sample() { echo "$(awk '/^VmRSS/ {print $2}' "/proc/$1/status") $(ls "/proc/$1/fd" | wc -l)"; }
+
+# rxe_counters — rxe0's hardware counters on one line, NAME=VALUE … (out_of_seq_request,
+# duplicate_request: packets the responder got out of order / again; rcvd_seq_err: sequence NAKs
+# the requester got; completer_retry_err: its retransmissions; …).
+rxe_counters() {
+  local f
+  for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do printf '%s=%s ' "${f##*/}" "$(cat "$f")"; done
+  echo
+}
 
 # rdma_res — the resource counts of rxe0 (pd, cq, qp, cm_id, mr, ctx, …) on one line.
 rdma_res() { rdma resource show | grep rxe0 | tr -s ' '; }
