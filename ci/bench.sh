@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ci/bench.sh — boot one guest, run the anchor benchmarks on rxe0 (later: rdmaxfer's next to them), summarise.
+# ci/bench.sh — boot one guest, run the anchor benchmarks and rdmaxfer's next to them on rxe0
+# (BENCH_ROUNDS rounds, default 3, interleaved), summarise with the medians.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -12,14 +13,14 @@ out="target/bench"
 rm -rf "$out"
 mkdir -p "$out"
 rc=0
-ci/guest.sh -- bash ci/guest-bench.sh "$out" || rc=$?
+CI_GUEST_ENV="BENCH_ROUNDS ${CI_GUEST_ENV:-}" ci/guest.sh -- bash ci/guest-bench.sh "$out" || rc=$?
 
 # One row per anchor: tool, message size, metric, value (the client's figures; MB = 2^20 bytes).
 {
   printf 'tool\tbytes\tmetric\tvalue\n'
   for f in "$out"/*.client.txt; do
     [[ -e "$f" ]] || continue
-    tool="$(basename "$f" .client.txt)"
+    tool="$(basename "$f" .client.txt)" # NAME.rROUND: bench-ratios.py takes the medians
     awk -v tool="$tool" '
       /^ *#bytes/ { hdr = ($0 ~ /t_typical/) ? "lat" : "bw"; next }
       hdr != "" && $1 ~ /^[0-9]+$/ && NF >= 5 {
