@@ -1000,20 +1000,21 @@ impl Endpoint {
     /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits.
     fn settle(&mut self) -> Result<()> {
         while let Some(buf) = self.deferred.pop() {
-            self.repost(buf)?;
+            self.repost(buf, true)?;
         }
         Ok(())
     }
 
-    /// Re-posts one receive buffer and accounts for its credit.
-    fn repost(&mut self, buf: LocalBuf) -> Result<()> {
+    /// Re-posts one receive buffer and accounts for its credit; with `credit_msg`, a credit
+    /// message goes out once enough are owed (else they wait for the next message or re-post).
+    fn repost(&mut self, buf: LocalBuf, credit_msg: bool) -> Result<()> {
         self.qp.post_recv(WR_RECV, [Sge::new(buf)])?;
         match &mut self.flow {
             Flow::Credits {
                 owed, threshold, ..
             } => {
                 *owed += 1;
-                if *owed >= *threshold {
+                if credit_msg && *owed >= *threshold {
                     self.send_credit_msg()?;
                 }
             }
@@ -1062,7 +1063,7 @@ impl Endpoint {
         if defer {
             self.deferred.push(buf);
         } else {
-            self.repost(buf).map_err(|e| self.fail(e))?;
+            self.repost(buf, true).map_err(|e| self.fail(e))?;
         }
         Ok(out)
     }
@@ -1075,7 +1076,11 @@ impl Endpoint {
     /// Waits until every message sent so far has completed (was acknowledged by the peer).
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
-        self.settle().map_err(|e| self.fail(e))?;
+        // The deferred receives go back, but no credit message for them: a flush ends a burst of
+        // ours, and a peer that has finished too would not be there to take it.
+        while let Some(buf) = self.deferred.pop() {
+            self.repost(buf, false).map_err(|e| self.fail(e))?;
+        }
         let mut deadline = self.deadline();
         while self.sends_posted > 0 {
             self.pump(&mut deadline, "the last sends to complete")?;
