@@ -941,6 +941,15 @@ fn send_data(
 fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result<()> {
     let timeout = ep.timeout();
     for c in ep.poll_user(r.total, timeout)? {
+        if c.status == crate::verbs::cq::REM_ACCESS_ERR {
+            // The ring was valid when the receiver offered it: it has since been withdrawn.
+            return Err(Error::Connection(format!(
+                "the receiver withdrew its staging ring while data was being written: it ended \
+                 this transfer on its side (at its step deadline, or on an error it reports). \
+                 Detail: {}",
+                c.to_error()
+            )));
+        }
         if !c.is_success() {
             return Err(c.to_error());
         }
