@@ -42,7 +42,10 @@ def last_json(name, key):
 rows = {
     "ib_write_bw": lambda m: perftest_bw(f"ib_write_bw.{m}"),
     "write bench": lambda m: last_json(f"rdx_write.{m}", "bw_avg_mib_s"),
-    "send file": lambda m: last_json(f"rdx_send.{m}", "mib_s"),
+    # The data phase (first chunk to the receiver's verified ACK), timed like perftest (which
+    # leaves out its set-up); "send cmd" is the whole command, connection set-up included.
+    "send file": lambda m: last_json(f"rdx_send.{m}", "data_mib_s"),
+    "send cmd": lambda m: last_json(f"rdx_send.{m}", "mib_s"),
 }
 MODES = ("clean", "loss", "reorder")
 vals = {(t, m): f(m) for t, f in rows.items() for m in MODES}
@@ -61,7 +64,8 @@ for t in rows:
     if t != "ib_write_bw":
         if c is not None and anchor:
             ratio = f"clean {c / anchor:5.3f}"
-            ratio += f" (goal >= 0.95: {'met' if c / anchor >= 0.95 else 'NOT met'})"
+            if t != "send cmd":  # the goal compares data phases
+                ratio += f" (goal >= 0.95: {'met' if c / anchor >= 0.95 else 'NOT met'})"
         else:
             ratio = "clean missing"
         for m, what in (("loss", "loss"), ("reorder", "reordering")):

@@ -123,6 +123,13 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "mib_s": mib_s,
         "result": if err.is_none() { "ok" } else { "error" },
     });
+    if report.data_seconds > 0.0 {
+        // Sender only: the data phase (first chunk to the receiver's verdict), as perftest
+        // times its transfers (without connection set-up).
+        v["data_seconds"] = serde_json::json!(report.data_seconds);
+        v["data_mib_s"] =
+            serde_json::json!(report.bytes as f64 / (1 << 20) as f64 / report.data_seconds);
+    }
     if let Some(e) = err {
         v["error"] = serde_json::Value::String(format!("{e:#}"));
     }

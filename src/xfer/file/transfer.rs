@@ -16,7 +16,7 @@
 //! slot-sized copy buffer on the receiver), whatever the file size.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -193,6 +193,9 @@ pub struct SessionReport {
     pub files: Vec<FileReport>,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
+    /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
+    /// (ACK), summed: the data phase, without connection set-up and per-file handshakes.
+    pub data_seconds: f64,
 }
 
 impl SessionReport {
@@ -784,6 +787,7 @@ fn send_one(
     }
     let r = ring.as_mut().expect("made above");
     let sent_before = report.bytes;
+    let data_start = Instant::now();
     let hash = match send_data(
         ep,
         r,
@@ -812,7 +816,9 @@ fn send_one(
         }
     };
     send_msg(ep, &Msg::Fin { bytes: size, hash })?;
-    match recv_ctl(ep)? {
+    let verdict = recv_ctl(ep)?;
+    report.data_seconds += data_start.elapsed().as_secs_f64();
+    match verdict {
         Msg::Ack {
             status: Reason::Ok, ..
         } => report.files.push(FileReport::ok(name, size, &hash)),
