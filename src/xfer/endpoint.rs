@@ -840,7 +840,7 @@ impl Endpoint {
         if !self.deferred.is_empty() {
             // Re-posting returns credits: progress that the caller's condition may be waiting
             // for (an OOB peer grants no credit of its own), so let it look again first.
-            return self.settle();
+            return self.settle(true);
         }
         if !self.disconnected && deadline.at.is_none() {
             // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
@@ -976,7 +976,7 @@ impl Endpoint {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
         }
         // After the post: a reply that waited for this message is not delayed by re-posts.
-        self.settle().map_err(|e| self.fail(e))
+        self.settle(true).map_err(|e| self.fail(e))
     }
 
     /// Sends `data` as one message (copied into a registered buffer).
@@ -997,10 +997,11 @@ impl Endpoint {
         self.recv_inner(f, true)
     }
 
-    /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits.
-    fn settle(&mut self) -> Result<()> {
+    /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits
+    /// (with `credit_msg`, a credit message once enough are owed; see [`repost`](Self::repost)).
+    fn settle(&mut self, credit_msg: bool) -> Result<()> {
         while let Some(buf) = self.deferred.pop() {
-            self.repost(buf, true)?;
+            self.repost(buf, credit_msg)?;
         }
         Ok(())
     }
@@ -1078,9 +1079,7 @@ impl Endpoint {
         self.check_usable()?;
         // The deferred receives go back, but no credit message for them: a flush ends a burst of
         // ours, and a peer that has finished too would not be there to take it.
-        while let Some(buf) = self.deferred.pop() {
-            self.repost(buf, false).map_err(|e| self.fail(e))?;
-        }
+        self.settle(false).map_err(|e| self.fail(e))?;
         let mut deadline = self.deadline();
         while self.sends_posted > 0 {
             self.pump(&mut deadline, "the last sends to complete")?;
