@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # ci/guest-bench-pingpong.sh OUTDIR [ROUNDS] — runs INSIDE the guest: rdmaxfer pingpong next to its
-# anchors on rxe0, interleaved ROUNDS times (default 3), medians compared:
+# anchors on rxe0, interleaved ROUNDS times (default 8), medians compared:
 #   ib_send_lat -s 2 t_typical        vs  rdmaxfer pingpong -s 2 one-way p50      (target <= 1.05)
 #   ibv_rc_pingpong -s 4096 usec/iter vs  rdmaxfer pingpong -s 4096 usec/iter     (target <= 1.0)
 #   rdmaxfer event vs poll mode: CPU seconds per iteration (reported).
 # Needs the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench}"
-rounds="${2:-3}"
+rounds="${2:-8}"
 mkdir -p "$out"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 [[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
@@ -109,15 +109,25 @@ show("rdmaxfer -s 4096 -n 1000 event [usec/iter]", "rdmaxfer_4k_event", "usec_pe
 show("rdmaxfer -s 4096 -n 1000 --oob [usec/iter]", "rdmaxfer_4k_oob", "usec_per_iter")
 cp = show("rdmaxfer 4 KiB poll CPU [us/iter]", "rdmaxfer_4k_poll", "cpu_s_per_iter")
 ce = show("rdmaxfer 4 KiB event CPU [us/iter]", "rdmaxfer_4k_event", "cpu_s_per_iter")
-def ratio(label, a, b, target):
+def paired(tool, metric, atool, ametric):
+    """Median of the per-round ratios (each rdmaxfer run over the anchor run next to it)."""
+    v = {r["round"]: float(r["value"]) for r in rows if r["tool"] == tool and r["metric"] == metric}
+    a = {r["round"]: float(r["value"]) for r in rows if r["tool"] == atool and r["metric"] == ametric}
+    q = [v[k] / a[k] for k in v if k in a and a[k] > 0]
+    return (statistics.median(q), q) if q else (None, q)
+def ratio(label, a, b, target, pair=None):
     if a is None or b is None or b == 0:
         print(f"{label:<44} n/a")
     else:
         r = a / b
         verdict = "" if target is None else ("  ok" if r <= target else "  ABOVE TARGET")
         print(f"{label:<44} {r:10.3f}" + ("" if target is None else f"  (target <= {target}){verdict}"))
-ratio("ratio one-way p50 / t_typical (2 B)", ow, lat, 1.05)
-ratio("ratio usec/iter rdmaxfer / ibv_rc_pingpong", poll, ibv, 1.0)
+    if pair is not None and pair[0] is not None:
+        print(f"{'  per-round ratios, median':<44} {pair[0]:10.3f}  {sorted(round(x, 3) for x in pair[1])}")
+ratio("ratio one-way p50 / t_typical (2 B)", ow, lat, 1.05,
+      paired("rdmaxfer_2", "one_way_p50_us", "ib_send_lat", "t_typical_us"))
+ratio("ratio usec/iter rdmaxfer / ibv_rc_pingpong", poll, ibv, 1.0,
+      paired("rdmaxfer_4k_poll", "usec_per_iter", "ibv_rc_pingpong", "usec_per_iter"))
 ratio("ratio CPU per iter event / poll", ce, cp, None)
 PY
 echo "== pingpong bench done: $fails failed run(s)"

@@ -1,6 +1,7 @@
 //! Device tests of the `Endpoint` library API (need rxe0 at 198.18.0.1; run inside the guest by
 //! ci/test.sh): many connections against one listener without leaks, handshake rejection, credit
-//! flow control under one-way streams, and one-sided WRITE_WITH_IMM / READ through an endpoint.
+//! flow control under one-way streams, a corrupted pong caught at its sequence number, and
+//! one-sided WRITE_WITH_IMM / READ through an endpoint.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -261,6 +262,48 @@ fn oob_endpoints_exchange_messages_in_turn() {
     }
     c.close().unwrap();
     s.join().unwrap();
+}
+
+/// An echo server (as ibv_rc_pingpong's) that corrupts one byte of pong `bad`, then waits for
+/// `done` before closing (so the client, not a vanished peer, ends the run).
+fn corrupting_echo(l: OobListener, bad: u64, done: std::sync::mpsc::Receiver<()>) {
+    let mut ep = l.accept(Some(T)).unwrap();
+    for i in 0..=bad {
+        let mut m = ep.recv().unwrap();
+        if i == bad {
+            m[100] ^= 0xff;
+        }
+        ep.send(&m).unwrap();
+    }
+    ep.flush().unwrap();
+    done.recv_timeout(T).unwrap();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_corrupted_pong_fails_the_client_at_its_sequence_number() {
+    need_rxe0();
+    let opts = EndpointOptions {
+        msg_size: 4096,
+        ..Default::default()
+    };
+    // Pong 7 is checked after ping 8 is posted (off the round trip); the last pong at once.
+    for (port, bad) in [(7251u16, 7u64), (7252, 19)] {
+        let l = OobListener::bind(addr(port), &opts).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = thread::spawn(move || corrupting_echo(l, bad, rx));
+        let mut c = Endpoint::connect_oob(addr(port), &opts).unwrap();
+        let e = pingpong::run_client(&mut c, 4096, 20)
+            .expect_err("a corrupted pong must fail the run")
+            .to_string();
+        assert!(
+            e.contains(&format!("pong {bad}: pattern mismatch at byte 100")),
+            "{e}"
+        );
+        drop(c);
+        tx.send(()).unwrap();
+        s.join().unwrap();
+    }
 }
 
 #[test]

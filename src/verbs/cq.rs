@@ -5,7 +5,7 @@
 //! lives here, keyed by an internal work request id, until its completion is polled. That is how
 //! posted memory stays out of reach of safe code (and survives `mem::forget` of any handle).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -194,6 +194,16 @@ impl Completion {
         }
     }
 
+    /// The first exclusive buffer of this work request (a receive has exactly one).
+    #[inline(always)]
+    pub fn take_local(&mut self) -> Option<LocalBuf> {
+        if self.bufs.len() == 1 {
+            return self.bufs.pop().and_then(Buf::into_local);
+        }
+        let i = self.bufs.iter().position(|b| matches!(b, Buf::Local(_)))?;
+        self.bufs.remove(i).into_local()
+    }
+
     /// This work request's exclusive buffers, in order (shared ones are dropped).
     pub fn into_local_bufs(self) -> Vec<LocalBuf> {
         self.bufs.into_iter().filter_map(Buf::into_local).collect()
@@ -224,26 +234,41 @@ pub(crate) struct Entry {
     pub(crate) op: &'static str,
 }
 
-/// Hashes a QP number as itself: QPNs are distinct small integers, and SipHash on every post and
-/// completion is measurable in an emulated guest.
-#[derive(Default)]
-pub(crate) struct QpnHasher(u64);
+/// Work queues by QP number: a short list scanned linearly (a CQ serves few QPs; hashing, and
+/// hashbrown's SIMD probing, cost more than the scan, most of all in an emulated guest).
+pub(crate) struct QpMap<V>(Vec<(u32, V)>);
 
-impl std::hash::Hasher for QpnHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.0 = u64::from(v);
+impl<V> Default for QpMap<V> {
+    fn default() -> Self {
+        QpMap(Vec::new())
     }
 }
 
-type QpMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<QpnHasher>>;
+impl<V: Default> QpMap<V> {
+    fn get(&self, qpn: u32) -> Option<&V> {
+        self.0.iter().find(|(k, _)| *k == qpn).map(|(_, v)| v)
+    }
+
+    fn get_mut(&mut self, qpn: u32) -> Option<&mut V> {
+        self.0.iter_mut().find(|(k, _)| *k == qpn).map(|(_, v)| v)
+    }
+
+    fn get_or_default(&mut self, qpn: u32) -> &mut V {
+        let i = match self.0.iter().position(|(k, _)| *k == qpn) {
+            Some(i) => i,
+            None => {
+                self.0.push((qpn, V::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn remove(&mut self, qpn: u32) -> Option<V> {
+        let i = self.0.iter().position(|(k, _)| *k == qpn)?;
+        Some(self.0.swap_remove(i).1)
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Table {
@@ -255,6 +280,7 @@ pub(crate) struct Table {
 
 impl Table {
     /// Records a posted work request; returns the internal id to post with.
+    #[inline(always)]
     pub(crate) fn push(
         &mut self,
         qpn: u32,
@@ -266,7 +292,7 @@ impl Table {
         self.next_id += 1;
         let id = self.next_id | if recv { RECV_BIT } else { 0 };
         let q = if recv { &mut self.rq } else { &mut self.sq };
-        q.entry(qpn).or_default().push_back(Entry {
+        q.get_or_default(qpn).push_back(Entry {
             id,
             wr_id,
             bufs,
@@ -278,45 +304,48 @@ impl Table {
     /// Takes back the entry just pushed (the post failed).
     pub(crate) fn pop_last(&mut self, qpn: u32, recv: bool) -> Option<Entry> {
         let q = if recv { &mut self.rq } else { &mut self.sq };
-        q.get_mut(&qpn).and_then(|d| d.pop_back())
+        q.get_mut(qpn).and_then(|d| d.pop_back())
     }
 
     fn has_entries(&self, qpn: u32) -> bool {
-        self.sq.get(&qpn).is_some_and(|d| !d.is_empty())
-            || self.rq.get(&qpn).is_some_and(|d| !d.is_empty())
+        self.sq.get(qpn).is_some_and(|d| !d.is_empty())
+            || self.rq.get(qpn).is_some_and(|d| !d.is_empty())
     }
 
     /// Removes every entry of a destroyed QP.
     fn purge(&mut self, qpn: u32) -> Vec<Entry> {
-        let mut out: Vec<Entry> = self.sq.remove(&qpn).into_iter().flatten().collect();
-        out.extend(self.rq.remove(&qpn).into_iter().flatten());
+        let mut out: Vec<Entry> = self.sq.remove(qpn).into_iter().flatten().collect();
+        out.extend(self.rq.remove(qpn).into_iter().flatten());
         self.pending.retain(|c| c.qp_num != qpn);
         out
     }
 
     /// Matches a raw completion to its entry; work queues complete in order, so entries before
     /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
+    #[inline(always)]
     fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
         let recv = wc.wr_id & RECV_BIT != 0;
-        let q = if recv { &mut self.rq } else { &mut self.sq }.get_mut(&wc.qp_num)?;
-        if !q.iter().any(|e| e.id == wc.wr_id) {
-            return None;
-        }
-        let mut retired = Vec::new();
-        let mine = loop {
-            let e = q.pop_front().expect("entry is present");
-            if e.id == wc.wr_id {
-                break e;
+        let q = if recv { &mut self.rq } else { &mut self.sq }.get_mut(wc.qp_num)?;
+        let (mine, retired) = if q.front().is_some_and(|e| e.id == wc.wr_id) {
+            // The usual case: the oldest outstanding work request.
+            (q.pop_front().expect("front exists"), Vec::new())
+        } else {
+            if !q.iter().any(|e| e.id == wc.wr_id) {
+                return None;
             }
-            retired.push(e);
+            let mut retired = Vec::new();
+            let mine = loop {
+                let e = q.pop_front().expect("entry is present");
+                if e.id == wc.wr_id {
+                    break e;
+                }
+                retired.push(Retired {
+                    wr_id: e.wr_id,
+                    bufs: e.bufs,
+                });
+            };
+            (mine, retired)
         };
-        let retired = retired
-            .into_iter()
-            .map(|e| Retired {
-                wr_id: e.wr_id,
-                bufs: e.bufs,
-            })
-            .collect();
         let ok = wc.status == sys::IBV_WC_SUCCESS;
         let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
         Some(Completion {
@@ -435,6 +464,7 @@ impl CompletionQueue {
         self.inner.cq.as_ptr()
     }
 
+    #[inline(always)]
     pub(crate) fn lock(&self) -> MutexGuard<'_, Table> {
         self.inner.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -472,6 +502,33 @@ impl CompletionQueue {
             }
         }
         Ok(())
+    }
+
+    /// Polls one completion without blocking (`ibv_poll_cq(3)` for one entry): the per-message
+    /// path, with no vector to fill and drain.
+    #[inline(always)]
+    pub fn poll_one(&self) -> Result<Option<Completion>> {
+        let mut t = self.lock();
+        if let Some(c) = t.pending.pop_front() {
+            return Ok(Some(c));
+        }
+        loop {
+            let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
+            // SAFETY: valid CQ; `wc` has room for one entry.
+            let n = unsafe { sys::shim_ibv_poll_cq(self.as_ptr(), 1, wc.as_mut_ptr()) };
+            if n < 0 {
+                return Err(Error::verb("ibv_poll_cq", libc::EIO));
+            }
+            if n == 0 {
+                return Ok(None);
+            }
+            // SAFETY: ibv_poll_cq initialised the entry.
+            let wc = unsafe { wc.assume_init_ref() };
+            if let Some(c) = t.complete(wc) {
+                return Ok(Some(c));
+            }
+            // A destroyed QP's completion: look again.
+        }
     }
 
     /// Polls up to `max` completions without blocking (`ibv_poll_cq(3)`).
@@ -517,10 +574,9 @@ impl CompletionQueue {
                     if spins % 64 == 0 && Instant::now() >= deadline {
                         return Err(timed_out());
                     }
+                    // No spin_loop() hint (PAUSE): see Endpoint's poll loop.
                     if spins % 256 == 0 {
                         std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
                     }
                 }
                 Some(ch) => {
@@ -637,6 +693,20 @@ mod tests {
     }
 
     #[test]
+    fn qp_map_keeps_queues_apart() {
+        let mut m: QpMap<Vec<u32>> = QpMap::default();
+        assert!(m.get(7).is_none());
+        m.get_or_default(7).push(1);
+        m.get_or_default(9).push(2);
+        m.get_or_default(7).push(3);
+        assert_eq!(m.get(7), Some(&vec![1, 3]));
+        assert_eq!(m.get_mut(9).map(|v| v.len()), Some(1));
+        assert_eq!(m.remove(7), Some(vec![1, 3]));
+        assert!(m.get(7).is_none() && m.remove(7).is_none());
+        assert_eq!(m.get(9), Some(&vec![2]));
+    }
+
+    #[test]
     fn signaled_completion_retires_earlier_unsignaled() {
         let mut t = Table::default();
         let a = t.push(5, false, 100, Bufs::new(), "RDMA WRITE");
@@ -648,7 +718,7 @@ mod tests {
         assert_eq!(done.retired.len(), 1);
         assert_eq!(done.retired[0].wr_id, 100);
         assert_eq!(done.op(), "RDMA WRITE");
-        assert_eq!(t.sq[&5].len(), 1);
+        assert_eq!(t.sq.get(5).map(VecDeque::len), Some(1));
         assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");
         let done = t.complete(&wc(c, 5, 12)).unwrap();
         assert!(!done.is_success());

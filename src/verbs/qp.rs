@@ -11,7 +11,7 @@ use crate::sys;
 use crate::verbs::cq::{Buf, Bufs, CompletionQueue};
 use crate::verbs::device::Mtu;
 use crate::verbs::gid::Gid;
-use crate::verbs::mr::RemoteSlice;
+use crate::verbs::mr::{LocalBuf, RemoteSlice};
 use crate::verbs::pd::ProtectionDomain;
 
 /// Queue sizes asked for at creation (`struct ibv_qp_cap`).
@@ -345,17 +345,10 @@ impl SgList {
         }
     }
 
-    fn len(&self) -> usize {
+    fn as_mut_slice(&mut self) -> &mut [sys::ibv_sge] {
         match self {
-            SgList::Stack(_, n) => *n,
-            SgList::Heap(v) => v.len(),
-        }
-    }
-
-    fn as_mut_ptr(&mut self) -> *mut sys::ibv_sge {
-        match self {
-            SgList::Stack(a, _) => a.as_mut_ptr(),
-            SgList::Heap(v) => v.as_mut_ptr(),
+            SgList::Stack(a, n) => &mut a[..*n],
+            SgList::Heap(v) => v,
         }
     }
 }
@@ -479,6 +472,7 @@ impl QueuePair {
     }
 
     /// The state rdmaxfer last moved it to.
+    #[inline(always)]
     pub fn state(&self) -> QpState {
         QpState::from_u8(self.state.load(Ordering::Acquire))
     }
@@ -691,12 +685,6 @@ impl QueuePair {
                 lkey: s.buf.lkey(),
             });
         }
-        if total > u64::from(self.max_msg) {
-            return Err(Error::InvalidArgument(format!(
-                "message of {total} bytes exceeds the port's max message size of {} bytes",
-                self.max_msg
-            )));
-        }
         Ok((out, total))
     }
 
@@ -710,43 +698,96 @@ impl QueuePair {
             signaled,
             inline,
         } = wr;
-        let fail = |error, sges: SgeVec| {
-            Err(PostError {
-                error,
-                bufs: sges.into_iter().map(|s| s.buf).collect(),
-            })
-        };
+        let exclusive = matches!(op, SendOp::Read(_));
+        let built = self.build_sges(&sges, exclusive, self.caps.max_send_sge);
+        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
+        match built {
+            Ok((mut sg, total)) => {
+                self.post_send_raw(wr_id, op, sg.as_mut_slice(), total, bufs, signaled, inline)
+            }
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    /// Posts a send-queue work request over `len` bytes of `buf` from `off`: [`post_send`]
+    /// with one [`Sge::range`], without building a [`SendRequest`] (the per-message path).
+    ///
+    /// [`post_send`]: Self::post_send
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn post_send_buf(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        buf: LocalBuf,
+        off: usize,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
+        let sge = one_sge(&buf, off, len);
+        let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
+        match sge {
+            Ok(mut sge) => self.post_send_raw(
+                wr_id,
+                op,
+                std::slice::from_mut(&mut sge),
+                len as u64,
+                bufs,
+                signaled,
+                inline,
+            ),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    /// The checks that need the whole work request, then `ibv_post_send` with `bufs` recorded
+    /// in the in-flight table.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn post_send_raw(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        sg: &mut [sys::ibv_sge],
+        total: u64,
+        bufs: Bufs,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
+        let fail = |error, bufs| Err(PostError { error, bufs });
         let state = self.state();
         if state != QpState::Rts {
-            return fail(
-                Error::InvalidState {
-                    op: "ibv_post_send",
-                    state: state.name(),
-                    needs: "RTS",
-                },
-                sges,
-            );
+            let e = Error::InvalidState {
+                op: "ibv_post_send",
+                state: state.name(),
+                needs: "RTS",
+            };
+            return fail(e, bufs);
         }
-        let exclusive = matches!(op, SendOp::Read(_));
-        let (mut sg, total) = match self.build_sges(&sges, exclusive, self.caps.max_send_sge) {
-            Ok(v) => v,
-            Err(e) => return fail(e, sges),
-        };
+        if total > u64::from(self.max_msg) {
+            let e = Error::InvalidArgument(format!(
+                "message of {total} bytes exceeds the port's max message size of {} bytes",
+                self.max_msg
+            ));
+            return fail(e, bufs);
+        }
         if let SendOp::Write(r) | SendOp::WriteWithImm(r, _) | SendOp::Read(r) = op {
             if u64::from(r.len) != total {
                 let e = Error::InvalidArgument(format!(
                     "local length {total} differs from the remote slice's {}",
                     r.len
                 ));
-                return fail(e, sges);
+                return fail(e, bufs);
             }
         }
+        let exclusive = matches!(op, SendOp::Read(_));
         if inline && (exclusive || total > u64::from(self.caps.max_inline_data)) {
             let e = Error::InvalidArgument(format!(
                 "{total} bytes cannot be sent inline (max {})",
                 self.caps.max_inline_data
             ));
-            return fail(e, sges);
+            return fail(e, bufs);
         }
         let mut w = sys::ibv_send_wr {
             sg_list: sg.as_mut_ptr(),
@@ -775,7 +816,6 @@ impl QueuePair {
                 rkey: r.rkey,
             };
         }
-        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         let mut t = self.send_cq.lock();
         w.wr_id = t.push(self.qpn, false, wr_id, bufs, op.name());
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
@@ -799,6 +839,33 @@ impl QueuePair {
         sges: impl IntoIterator<Item = Sge>,
     ) -> std::result::Result<(), PostError> {
         let sges: SgeVec = sges.into_iter().collect();
+        let built = self.build_sges(&sges, true, self.caps.max_recv_sge);
+        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
+        match built {
+            Ok((mut sg, _)) => self.post_recv_raw(wr_id, sg.as_mut_slice(), bufs),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    /// Posts a receive into the whole of `buf`: [`post_recv`](Self::post_recv) with one
+    /// [`Sge::new`] (the per-message path).
+    #[inline(always)]
+    pub fn post_recv_buf(&self, wr_id: u64, buf: LocalBuf) -> std::result::Result<(), PostError> {
+        let sge = one_sge(&buf, 0, buf.len());
+        let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
+        match sge {
+            Ok(mut sge) => self.post_recv_raw(wr_id, std::slice::from_mut(&mut sge), bufs),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    #[inline(always)]
+    fn post_recv_raw(
+        &self,
+        wr_id: u64,
+        sg: &mut [sys::ibv_sge],
+        bufs: Bufs,
+    ) -> std::result::Result<(), PostError> {
         let state = self.state();
         if matches!(state, QpState::Reset | QpState::Error) {
             return Err(PostError {
@@ -807,24 +874,14 @@ impl QueuePair {
                     state: state.name(),
                     needs: "INIT, RTR or RTS",
                 },
-                bufs: sges.into_iter().map(|s| s.buf).collect(),
+                bufs,
             });
         }
-        let (mut sg, _) = match self.build_sges(&sges, true, self.caps.max_recv_sge) {
-            Ok(v) => v,
-            Err(error) => {
-                return Err(PostError {
-                    error,
-                    bufs: sges.into_iter().map(|s| s.buf).collect(),
-                })
-            }
-        };
         let mut w = sys::ibv_recv_wr {
             sg_list: sg.as_mut_ptr(),
             num_sge: sg.len() as i32,
             ..Default::default()
         };
-        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         let mut t = self.recv_cq.lock();
         w.wr_id = t.push(self.qpn, true, wr_id, bufs, "RECV");
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
@@ -839,6 +896,24 @@ impl QueuePair {
         }
         Ok(())
     }
+}
+
+/// The `ibv_sge` for `len` bytes of `buf` from `off`, bounds-checked.
+#[inline(always)]
+fn one_sge(buf: &LocalBuf, off: usize, len: usize) -> Result<sys::ibv_sge> {
+    if off.checked_add(len).is_none_or(|e| e > buf.len()) {
+        return Err(Error::InvalidArgument(format!(
+            "SGE range {off}+{len} is outside its {}-byte buffer",
+            buf.len()
+        )));
+    }
+    let length = u32::try_from(len)
+        .map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
+    Ok(sys::ibv_sge {
+        addr: buf.addr() + off as u64,
+        length,
+        lkey: buf.lkey(),
+    })
 }
 
 impl Drop for QueuePair {

@@ -22,6 +22,11 @@
 //! # Deadlines
 //! Every step waits at most [`EndpointOptions::timeout`]: address and route resolution,
 //! connecting, accepting, each TCP read and write, and each wait for a completion.
+//!
+//! # Per-message path
+//! A message costs one post, one one-entry `ibv_poll_cq` per completion and no allocation, and
+//! the functions on that path are `#[inline(always)]`: in an emulated guest each call and return
+//! costs tens of nanoseconds (a translation-block lookup), which showed in every round trip.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -34,8 +39,8 @@ use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJE
 use crate::error::{Error, Result};
 use crate::verbs::{
     Completion, CompletionQueue, Context, Gid, GidEntry, InitAttr, LocalBuf, Mtu, PortAttr,
-    ProtectionDomain, QpCaps, QueuePair, Retired, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
-    WaitMode, WcOpcode,
+    ProtectionDomain, QpCaps, QueuePair, Retired, RtrAttr, RtsAttr, SendOp, SendRequest, WaitMode,
+    WcOpcode,
 };
 use crate::xfer::wire::{self, Hello, ImmKind, OobDest, Reject, RejectCode};
 
@@ -56,7 +61,7 @@ pub const RESERVED_WR_ID: u64 = 1 << 62;
 const RD_ATOMIC: u32 = 16;
 /// Inline data asked for; creation is retried without inline if the device refuses.
 const INLINE: u32 = 128;
-/// Polls of the CQ in poll mode before a wait starts reading the clock (about a millisecond).
+/// Polls of the CQ in poll mode before a wait starts reading the clock.
 const SPIN_POLLS: u32 = 2000;
 /// How often a wait for completions also looks for CM events (peer disconnect).
 const CM_CHECK: Duration = Duration::from_millis(50);
@@ -214,6 +219,33 @@ pub struct Message<'a> {
     pub rdma_write_len: Option<u32>,
 }
 
+/// A received message waiting for the application: what [`Endpoint::recv_with`] needs of its
+/// completion (kept small: it is queued and taken once per message).
+struct Ready {
+    buf: LocalBuf,
+    /// Bytes received (or written, for an RDMA WRITE_WITH_IMM).
+    len: u32,
+    imm: Option<u32>,
+    write_imm: bool,
+}
+
+impl Ready {
+    #[inline(always)]
+    fn of(mut c: Completion) -> Result<Ready> {
+        let (len, imm) = (c.byte_len, c.imm);
+        let write_imm = c.opcode == WcOpcode::RecvRdmaWithImm;
+        let buf = c
+            .take_local()
+            .ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
+        Ok(Ready {
+            buf,
+            len,
+            imm,
+            write_imm,
+        })
+    }
+}
+
 enum Flow {
     /// `credits`: messages we may still send; `owed`: receives re-posted but not yet announced.
     Credits {
@@ -230,17 +262,16 @@ enum Flow {
 pub struct Endpoint {
     // Field order is drop order: the QP goes first (ERR, drain, destroy), the CM id last.
     qp: QueuePair,
-    ready: VecDeque<Completion>,
+    ready: VecDeque<Ready>,
     user_done: VecDeque<Completion>,
     /// The caller's unsignaled work requests that one of our own completions retired: handed to
     /// the caller with its next completion.
     user_retired: Vec<Retired>,
-    /// Reused by busy polls.
-    scratch: Vec<Completion>,
     send_pool: Vec<LocalBuf>,
     /// Receive buffers taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
-    /// yet: [`settle`](Endpoint::settle) re-posts them (and returns their credits).
-    deferred: Vec<LocalBuf>,
+    /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
+    /// their credits).
+    deferred: Vec<(LocalBuf, usize)>,
     cq: CompletionQueue,
     pd: ProtectionDomain,
     ctx: Context,
@@ -392,7 +423,7 @@ impl Parts {
     /// Posts `n` receives of `msg_size` bytes.
     fn post_receives(&self, msg_size: usize, n: u32) -> Result<()> {
         for buf in LocalBuf::slots(&self.pd, msg_size, n as usize)? {
-            self.qp.post_recv(WR_RECV, [Sge::new(buf)])?;
+            self.qp.post_recv_buf(WR_RECV, buf)?;
         }
         Ok(())
     }
@@ -453,7 +484,6 @@ impl Parts {
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
             user_retired: Vec::new(),
-            scratch: Vec::with_capacity(32),
             send_pool: self.send_pool,
             deferred: Vec::new(),
             cq: self.cq,
@@ -719,6 +749,7 @@ impl Endpoint {
         }
     }
 
+    #[inline(always)]
     fn check_usable(&self) -> Result<()> {
         match &self.failed {
             Some(e) => Err(Error::Connection(format!(
@@ -735,6 +766,7 @@ impl Endpoint {
         e
     }
 
+    #[inline(always)]
     fn deadline(&self) -> Deadline {
         Deadline {
             timeout: self.timeout,
@@ -743,6 +775,7 @@ impl Endpoint {
     }
 
     /// Handles one completion: returns send buffers, applies credits, queues messages.
+    #[inline(always)]
     fn handle(&mut self, mut c: Completion) -> Result<()> {
         if c.wr_id < RESERVED_WR_ID {
             if !self.user_retired.is_empty() {
@@ -753,7 +786,9 @@ impl Endpoint {
             self.user_done.push_back(c);
             return Ok(());
         }
-        self.user_retired.append(&mut c.retired);
+        if !c.retired.is_empty() {
+            self.user_retired.append(&mut c.retired);
+        }
         if !c.is_success() {
             let e = c.to_error();
             if c.status == crate::verbs::cq::WR_FLUSH_ERR && !self.user_done.is_empty() {
@@ -768,8 +803,9 @@ impl Endpoint {
             WR_DATA | WR_CREDIT => {
                 // Our own SENDs are all signaled: one completion each.
                 self.sends_posted = self.sends_posted.saturating_sub(1);
-                self.send_pool
-                    .extend(c.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
+                while let Some(b) = c.take_local() {
+                    self.send_pool.push(b);
+                }
                 if let Flow::Credits {
                     credit_msg_pending: true,
                     ..
@@ -783,16 +819,16 @@ impl Endpoint {
                     let (kind, n) = wire::decode_imm(imm)?;
                     *credits = credits.saturating_add(n);
                     match kind {
-                        ImmKind::Data => self.ready.push_back(c),
+                        ImmKind::Data => self.ready.push_back(Ready::of(c)?),
                         ImmKind::Credit => {
                             // Credit messages are not counted in the window: re-post at once.
                             for buf in c.into_local_bufs() {
-                                self.qp.post_recv(WR_RECV, [Sge::new(buf)])?;
+                                self.qp.post_recv_buf(WR_RECV, buf)?;
                             }
                         }
                     }
                 }
-                _ => self.ready.push_back(c),
+                _ => self.ready.push_back(Ready::of(c)?),
             },
             other => {
                 return Err(Error::Protocol(format!(
@@ -801,19 +837,6 @@ impl Endpoint {
             }
         }
         Ok(())
-    }
-
-    /// Handles the completions collected in `scratch` (keeping its allocation for the next poll).
-    fn handle_scratch(&mut self) -> Result<()> {
-        let mut cs = std::mem::take(&mut self.scratch);
-        let mut r = Ok(());
-        for c in cs.drain(..) {
-            if r.is_ok() {
-                r = self.handle(c);
-            }
-        }
-        self.scratch = cs;
-        r
     }
 
     /// Looks for CM events without blocking; a disconnect or device removal is an error.
@@ -830,12 +853,14 @@ impl Endpoint {
     }
 
     /// Waits for at least one completion and handles it, or fails at `deadline`.
+    #[inline(always)]
     fn pump(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
         // A timeout leaves the endpoint usable (the caller may wait again); errors do not.
         self.pump_inner(deadline, what)
             .map_err(|e| if e.is_timeout() { e } else { self.fail(e) })
     }
 
+    #[inline(always)]
     fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
         if !self.deferred.is_empty() {
             // Re-posting returns credits: progress that the caller's condition may be waiting
@@ -850,14 +875,14 @@ impl Endpoint {
                 WaitMode::Event => 1,
             };
             for i in 1..=spins {
-                if self.cq.poll_into(32, &mut self.scratch)? > 0 {
-                    return self.handle_scratch();
+                if let Some(c) = self.cq.poll_one()? {
+                    return self.handle(c);
                 }
+                // No spin_loop() hint: PAUSE makes an emulated (TCG) vCPU leave its translated
+                // code (0.14 µs each, measured), which would slow the polling.
                 if i % 256 == 0 {
                     // Let kernel threads (rxe's deferred work) run on a busy guest.
                     std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
                 }
             }
         }
@@ -925,6 +950,7 @@ impl Endpoint {
     }
 
     /// Waits until a message may be sent (a credit and a send buffer).
+    #[inline(always)]
     fn reserve_send(&mut self, deadline: &mut Deadline) -> Result<LocalBuf> {
         while self.credits() == 0 {
             self.pump(
@@ -944,13 +970,35 @@ impl Endpoint {
 
     /// Sends a message of `len` bytes that `fill` writes into a registered buffer, waiting (at
     /// most the timeout) for a credit and a free buffer.
+    #[inline(always)]
     pub fn send_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.send_then(len, fill, |_| ())
+    }
+
+    /// [`send_with`](Self::send_with), then `after` on the payload of the last message taken
+    /// with [`recv_deferred`](Self::recv_deferred) (empty if none), before its buffer is
+    /// re-posted: work on the previous message that need not delay this one. When the send has
+    /// to wait first (which re-posts deferred receives), `after` runs before the wait.
+    #[inline(always)]
+    pub(crate) fn send_then<R>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        after: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         self.check_usable()?;
         if len > self.peer_msg_size {
             return Err(Error::InvalidArgument(format!(
                 "message of {len} bytes exceeds the limit of {}",
                 self.peer_msg_size
             )));
+        }
+        let mut after = Some(after);
+        let mut out = None;
+        let can_send_now =
+            self.credits() > 0 && self.sends_posted < self.own_sq && !self.send_pool.is_empty();
+        if !can_send_now {
+            out = after.take().map(|a| a(self.last_deferred()));
         }
         let mut deadline = self.deadline();
         let mut buf = self.reserve_send(&mut deadline)?;
@@ -961,12 +1009,11 @@ impl Endpoint {
             }
             Flow::Implicit { .. } => SendOp::Send,
         };
-        let mut wr = SendRequest::new(WR_DATA, op, [Sge::range(buf, 0, len)]);
-        if len as u64 <= u64::from(self.max_inline) && len > 0 {
-            wr = wr.inline();
-        }
-
-        if let Err(e) = self.qp.post_send(wr) {
+        let inline = len as u64 <= u64::from(self.max_inline) && len > 0;
+        if let Err(e) = self
+            .qp
+            .post_send_buf(WR_DATA, op, buf, 0, len, true, inline)
+        {
             self.send_pool
                 .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
             return Err(self.fail(e.error));
@@ -975,8 +1022,18 @@ impl Endpoint {
         match &mut self.flow {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
         }
+        if let Some(a) = after.take() {
+            out = Some(a(self.last_deferred()));
+        }
         // After the post: a reply that waited for this message is not delayed by re-posts.
-        self.settle(true).map_err(|e| self.fail(e))
+        self.settle(true).map_err(|e| self.fail(e))?;
+        Ok(out.expect("`after` ran before or after the post"))
+    }
+
+    /// The payload of the last message [`recv_deferred`](Self::recv_deferred) took and that is
+    /// not re-posted yet (empty if none).
+    fn last_deferred(&self) -> &[u8] {
+        self.deferred.last().map_or(&[], |(b, n)| &b[..*n])
     }
 
     /// Sends `data` as one message (copied into a registered buffer).
@@ -993,14 +1050,16 @@ impl Endpoint {
     /// Like [`recv_with`](Self::recv_with), but the buffer is re-posted (and its credit
     /// returned) only by the next call that sends or waits: a ping-pong reply is then posted
     /// before the re-post, which stays off the round trip.
+    #[inline(always)]
     pub(crate) fn recv_deferred<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
         self.recv_inner(f, true)
     }
 
     /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits
     /// (with `credit_msg`, a credit message once enough are owed; see [`repost`](Self::repost)).
+    #[inline(always)]
     fn settle(&mut self, credit_msg: bool) -> Result<()> {
-        while let Some(buf) = self.deferred.pop() {
+        while let Some((buf, _)) = self.deferred.pop() {
             self.repost(buf, credit_msg)?;
         }
         Ok(())
@@ -1008,8 +1067,9 @@ impl Endpoint {
 
     /// Re-posts one receive buffer and accounts for its credit; with `credit_msg`, a credit
     /// message goes out once enough are owed (else they wait for the next message or re-post).
+    #[inline(always)]
     fn repost(&mut self, buf: LocalBuf, credit_msg: bool) -> Result<()> {
-        self.qp.post_recv(WR_RECV, [Sge::new(buf)])?;
+        self.qp.post_recv_buf(WR_RECV, buf)?;
         match &mut self.flow {
             Flow::Credits {
                 owed, threshold, ..
@@ -1019,29 +1079,34 @@ impl Endpoint {
                     self.send_credit_msg()?;
                 }
             }
-            Flow::Implicit { credits } => *credits += 1,
+            // Its credit came when the message was taken (see recv_inner).
+            Flow::Implicit { .. } => {}
         }
         Ok(())
     }
 
+    #[inline(always)]
     fn recv_inner<R>(&mut self, f: impl FnOnce(Message<'_>) -> R, defer: bool) -> Result<R> {
         self.check_usable()?;
         let mut deadline = self.deadline();
         while self.ready.is_empty() {
             self.pump(&mut deadline, "a message from the peer")?;
         }
-        let c = self.ready.pop_front().expect("not empty");
-        let write_imm = c.opcode == WcOpcode::RecvRdmaWithImm;
+        let Ready {
+            buf,
+            len,
+            imm,
+            write_imm,
+        } = self.ready.pop_front().expect("not empty");
+        if let Flow::Implicit { credits } = &mut self.flow {
+            // Request/response: a reply taken allows the next request.
+            *credits += 1;
+        }
         let imm = match self.flow {
             Flow::Credits { .. } if !write_imm => None,
-            _ => c.imm,
+            _ => imm,
         };
-        let len = c.byte_len as usize;
-        let buf = c
-            .bufs
-            .into_iter()
-            .find_map(crate::verbs::Buf::into_local)
-            .ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
+        let len = len as usize;
         let out = if write_imm {
             f(Message {
                 data: &[],
@@ -1062,7 +1127,7 @@ impl Endpoint {
             })
         };
         if defer {
-            self.deferred.push(buf);
+            self.deferred.push((buf, if write_imm { 0 } else { len }));
         } else {
             self.repost(buf, true).map_err(|e| self.fail(e))?;
         }
