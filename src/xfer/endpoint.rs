@@ -1145,6 +1145,17 @@ impl Endpoint {
         // The deferred receives go back, but no credit message for them: a flush ends a burst of
         // ours, and a peer that has finished too would not be there to take it.
         self.settle(false).map_err(|e| self.fail(e))?;
+        self.wait_sent()
+    }
+
+    /// Waits until every message sent so far has completed; does nothing else when they have
+    /// (unlike [`flush`](Self::flush), it leaves deferred receives for later).
+    pub(crate) fn wait_sent(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.sends_posted > 0 {
+            // The wait would re-post deferred receives: without a credit message, as in flush.
+            self.settle(false).map_err(|e| self.fail(e))?;
+        }
         let mut deadline = self.deadline();
         while self.sends_posted > 0 {
             self.pump(&mut deadline, "the last sends to complete")?;

@@ -382,8 +382,12 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         })??;
         rtt.push(os::ticks().wrapping_sub(t));
     }
+    // The clock stops when every ping has completed, as ibv_rc_pingpong's loop does; re-posting
+    // the last receive (flush) is not part of the ping-pong.
+    ep.wait_sent()?;
+    let stats = finish(ep, Role::Client, size, iters, clock, &rtt, true);
     ep.flush()?;
-    Ok(finish(ep, Role::Client, size, iters, clock, &rtt, true))
+    Ok(stats)
 }
 
 /// Runs the server side: answers `iters` pings of `size` bytes. The sequence stamps of each ping
@@ -418,8 +422,10 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         sent_at = Some(os::ticks());
         ep.send_with(size, |b| filler.fill(b, seq))?;
     }
+    ep.wait_sent()?;
+    let stats = finish(ep, Role::Server, size, iters, clock, &rtt, check);
     ep.flush()?;
-    Ok(finish(ep, Role::Server, size, iters, clock, &rtt, check))
+    Ok(stats)
 }
 
 #[cfg(test)]
