@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ci/bench-pingpong.sh [ROUNDS] — build rdmaxfer (release), boot one guest and run
-# ci/guest-bench-pingpong.sh there: rdmaxfer pingpong next to ib_send_lat and ibv_rc_pingpong,
+# ci/guest-bench-pingpong.sh there (12 rounds by default): rdmaxfer pingpong next to ib_send_lat and ibv_rc_pingpong,
 # with the ratios the issue asks for. Outputs in target/bench/pingpong/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -10,4 +10,4 @@ cargo build --release --bin rdmaxfer
 out="target/bench/pingpong"
 rm -rf "$out"
 mkdir -p "$out"
-ci/guest.sh -- bash ci/guest-bench-pingpong.sh "$out" "${1:-3}"
+ci/guest.sh -- bash ci/guest-bench-pingpong.sh "$out" "${1:-12}"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # ci/guest-bench-pingpong.sh OUTDIR [ROUNDS] — runs INSIDE the guest: rdmaxfer pingpong next to its
-# anchors on rxe0, interleaved ROUNDS times (default 8), medians compared:
+# anchors on rxe0, interleaved ROUNDS times (default 12), medians compared:
 #   ib_send_lat -s 2 t_typical        vs  rdmaxfer pingpong -s 2 one-way p50      (target <= 1.05)
 #   ibv_rc_pingpong -s 4096 usec/iter vs  rdmaxfer pingpong -s 4096 usec/iter     (target <= 1.0)
 #   rdmaxfer event vs poll mode: CPU seconds per iteration (reported).
 # Needs the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench}"
-rounds="${2:-8}"
+rounds="${2:-12}"
 mkdir -p "$out"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 [[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
@@ -58,8 +58,8 @@ json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=d
 for k in sys.argv[2].split("."): v=v[k]
 print(v)' "$1" "$2"; }
 
-for r in $(seq 1 "$rounds"); do
-  echo "== round $r"
+step_lat() {
+  local r="$1" v
   if anchor ib_send_lat "$r" ib_send_lat -d rxe0 -x 1 -F -s 2 -n 1000; then
     # perftest's clock calibration can fail under TCG; such a round has no valid figure.
     v="$(awk '/t_typical/ {h=1; next} h && $1 ~ /^[0-9]+$/ {print $5; exit}' "$out/ib_send_lat.$r.client.txt")"
@@ -69,24 +69,46 @@ for r in $(seq 1 "$rounds"); do
       record "$r" ib_send_lat t_typical_us "$v"
     fi
   fi
-  if ours rdmaxfer_2 "$r" -s 2 -n 1000; then
-    record "$r" rdmaxfer_2 one_way_p50_us "$(json "$out/rdmaxfer_2.$r.client.json" one_way_us.p50)"
+}
+step_ours_2() {
+  if ours rdmaxfer_2 "$1" -s 2 -n 1000; then
+    record "$1" rdmaxfer_2 one_way_p50_us "$(json "$out/rdmaxfer_2.$1.client.json" one_way_us.p50)"
   fi
-  if anchor ibv_rc_pingpong "$r" ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 1000; then
-    record "$r" ibv_rc_pingpong usec_per_iter "$(awk '/usec\/iter/ {print $(NF-1)}' "$out/ibv_rc_pingpong.$r.client.txt")"
+}
+step_ibv() {
+  if anchor ibv_rc_pingpong "$1" ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 1000; then
+    record "$1" ibv_rc_pingpong usec_per_iter "$(awk '/usec\/iter/ {print $(NF-1)}' "$out/ibv_rc_pingpong.$1.client.txt")"
   fi
-  for mode in poll event; do
-    extra=()
-    [[ $mode == event ]] && extra=(--event)
-    if ours "rdmaxfer_4k_$mode" "$r" -s 4096 -n 1000 "${extra[@]}"; then
-      f="$out/rdmaxfer_4k_$mode.$r.client.json"
-      record "$r" "rdmaxfer_4k_$mode" usec_per_iter "$(json "$f" usec_per_iter)"
-      record "$r" "rdmaxfer_4k_$mode" cpu_s_per_iter "$(json "$f" cpu_seconds_per_iter)"
-    fi
-  done
-  if ours rdmaxfer_4k_oob "$r" -s 4096 -n 1000 --oob; then
-    record "$r" rdmaxfer_4k_oob usec_per_iter "$(json "$out/rdmaxfer_4k_oob.$r.client.json" usec_per_iter)"
+}
+step_ours_4k() { # ROUND MODE
+  local extra=() f
+  [[ $2 == event ]] && extra=(--event)
+  if ours "rdmaxfer_4k_$2" "$1" -s 4096 -n 1000 "${extra[@]}"; then
+    f="$out/rdmaxfer_4k_$2.$1.client.json"
+    record "$1" "rdmaxfer_4k_$2" usec_per_iter "$(json "$f" usec_per_iter)"
+    record "$1" "rdmaxfer_4k_$2" cpu_s_per_iter "$(json "$f" cpu_seconds_per_iter)"
   fi
+}
+step_ours_4k_poll() { step_ours_4k "$1" poll; }
+step_ours_4k_event() { step_ours_4k "$1" event; }
+step_ours_4k_oob() {
+  if ours rdmaxfer_4k_oob "$1" -s 4096 -n 1000 --oob; then
+    record "$1" rdmaxfer_4k_oob usec_per_iter "$(json "$out/rdmaxfer_4k_oob.$1.client.json" usec_per_iter)"
+  fi
+}
+
+# Each pair compared (ib_send_lat / rdmaxfer 2 B, ibv_rc_pingpong / rdmaxfer 4 KiB poll) runs
+# back to back, in the opposite order every other round (A B, B A, ...), so a guest that slows
+# down or speeds up over a round favours neither side.
+steps=(lat ours_2 ibv ours_4k_poll ours_4k_event ours_4k_oob)
+for r in $(seq 1 "$rounds"); do
+  echo "== round $r"
+  order=("${steps[@]}")
+  if ((r % 2 == 0)); then
+    order=()
+    for ((i = ${#steps[@]} - 1; i >= 0; i--)); do order+=("${steps[i]}"); done
+  fi
+  for s in "${order[@]}"; do "step_$s" "$r"; done
 done
 
 python3 - "$tsv" <<'PY' | tee "$out/pingpong-summary.txt"
@@ -115,7 +137,10 @@ def paired(tool, metric, atool, ametric):
     a = {r["round"]: float(r["value"]) for r in rows if r["tool"] == atool and r["metric"] == ametric}
     q = [v[k] / a[k] for k in v if k in a and a[k] > 0]
     return (statistics.median(q), q) if q else (None, q)
-def ratio(label, a, b, target, pair=None):
+def best(tool, metric):
+    v = [float(r["value"]) for r in rows if r["tool"] == tool and r["metric"] == metric]
+    return min(v) if v else None
+def ratio(label, a, b, target, pair=None, fastest=None):
     if a is None or b is None or b == 0:
         print(f"{label:<44} n/a")
     else:
@@ -124,10 +149,14 @@ def ratio(label, a, b, target, pair=None):
         print(f"{label:<44} {r:10.3f}" + ("" if target is None else f"  (target <= {target}){verdict}"))
     if pair is not None and pair[0] is not None:
         print(f"{'  per-round ratios, median':<44} {pair[0]:10.3f}  {sorted(round(x, 3) for x in pair[1])}")
+    if fastest is not None and None not in fastest and fastest[1] > 0:
+        print(f"{'  fastest run over fastest run':<44} {fastest[0] / fastest[1]:10.3f}  ({fastest[0]:.2f} / {fastest[1]:.2f})")
 ratio("ratio one-way p50 / t_typical (2 B)", ow, lat, 1.05,
-      paired("rdmaxfer_2", "one_way_p50_us", "ib_send_lat", "t_typical_us"))
+      paired("rdmaxfer_2", "one_way_p50_us", "ib_send_lat", "t_typical_us"),
+      (best("rdmaxfer_2", "one_way_p50_us"), best("ib_send_lat", "t_typical_us")))
 ratio("ratio usec/iter rdmaxfer / ibv_rc_pingpong", poll, ibv, 1.0,
-      paired("rdmaxfer_4k_poll", "usec_per_iter", "ibv_rc_pingpong", "usec_per_iter"))
+      paired("rdmaxfer_4k_poll", "usec_per_iter", "ibv_rc_pingpong", "usec_per_iter"),
+      (best("rdmaxfer_4k_poll", "usec_per_iter"), best("ibv_rc_pingpong", "usec_per_iter")))
 ratio("ratio CPU per iter event / poll", ce, cp, None)
 PY
 echo "== pingpong bench done: $fails failed run(s)"

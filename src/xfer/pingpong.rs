@@ -219,7 +219,7 @@ pub struct Stats {
     pub iters: u64,
     /// Bytes moved both ways: size × iters × 2 (as ibv_rc_pingpong counts).
     pub bytes: u64,
-    /// Wall time of the loop.
+    /// Wall time of the loop (client: from the first ping posted, as ibv_rc_pingpong times it).
     pub seconds: f64,
     /// bytes × 8 / µs.
     pub mbit_per_sec: f64,
@@ -360,7 +360,7 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         pat: &pat,
         primed: Vec::new(),
     };
-    let clock = Clock::start();
+    let mut clock = None;
     for seq in 0..iters {
         let t = os::ticks();
         // Pong `seq - 1` is checked once ping `seq` is posted, off the round trip.
@@ -372,6 +372,10 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
                 None => Ok(()),
             },
         )??;
+        if clock.is_none() {
+            // ibv_rc_pingpong starts its clock once the first ping is posted; so does this one.
+            clock = Some(Clock::start());
+        }
         let last = seq + 1 == iters;
         ep.recv_deferred(|m| {
             if last {
@@ -385,6 +389,7 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     // The clock stops when every ping has completed, as ibv_rc_pingpong's loop does; re-posting
     // the last receive (flush) is not part of the ping-pong.
     ep.wait_sent()?;
+    let clock = clock.unwrap_or_else(Clock::start);
     let stats = finish(ep, Role::Client, size, iters, clock, &rtt, true);
     ep.flush()?;
     Ok(stats)

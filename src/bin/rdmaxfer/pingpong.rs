@@ -125,6 +125,7 @@ fn server(a: &Args, opts: &EndpointOptions, listen: &str) -> Result<()> {
         eprintln!("listening on {} (rdma_cm)", l.local_addr());
         L::Cm(l)
     };
+    prefault();
     let (mut served, mut failed) = (0u64, 0u64);
     while a.count.is_none_or(|c| served < c) {
         let r = match &mut l {
@@ -154,6 +155,7 @@ fn server(a: &Args, opts: &EndpointOptions, listen: &str) -> Result<()> {
 }
 
 fn client(a: &Args, opts: &EndpointOptions, host: &str) -> Result<()> {
+    prefault();
     let dst = endpoint::resolve_host(host, a.conn.port)?;
     let mut ep = if a.conn.oob {
         Endpoint::connect_oob(dst, opts)
@@ -167,6 +169,20 @@ fn client(a: &Args, opts: &EndpointOptions, host: &str) -> Result<()> {
         .with_context(|| format!("ping-pong with {dst}"))?;
     ep.close().context("closing the connection")?;
     report(a.json, &s)
+}
+
+/// Maps in all code, the device providers' included, before any timed loop: first-touch page
+/// faults would otherwise land in the first round trips, and where the binary sits on a slow
+/// filesystem (the test guest's 9p root) each costs milliseconds. See `os::prefault_code`.
+fn prefault() {
+    // Listing the devices loads the provider libraries.
+    if let Err(e) = rdmaxfer::verbs::device_names() {
+        tracing::debug!("listing devices before prefaulting: {e}");
+    }
+    match rdmaxfer::os::prefault_code() {
+        Ok(n) => tracing::debug!("prefaulted {n} bytes of code"),
+        Err(e) => tracing::debug!("prefaulting code: {e} (timings may include page faults)"),
+    }
 }
 
 /// Runs the subcommand.
