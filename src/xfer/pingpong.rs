@@ -57,17 +57,55 @@ impl Pattern {
 
     /// Writes only the sequence stamps of message `seq`: the rest of `buf` must already hold
     /// the pattern (from an earlier [`fill`](Self::fill)).
+    ///
+    /// This and the checks run once per message on the ping-pong's critical path: the stamps
+    /// are written and compared as fixed-size arrays (or computed bytes below 8 bytes), never
+    /// through a `memcpy`/`memcmp` call, and the error paths are out of line.
+    #[inline]
     pub fn stamp(&self, buf: &mut [u8], seq: u64) {
-        let n = buf.len();
-        let k = stamp_len(n);
-        buf[..k].copy_from_slice(&seq.to_be_bytes()[8 - k..]);
-        if has_tail(n) {
-            buf[n - 8..n].copy_from_slice(&(!seq).to_be_bytes());
+        let s = seq.to_be_bytes();
+        if let Some(head) = buf.first_chunk_mut::<8>() {
+            *head = s;
+        } else {
+            // Shorter than 8 bytes: the low bytes of `seq`, big-endian (computed, not copied,
+            // so that this stays a few stores rather than a `memcpy` call).
+            let k = buf.len();
+            for (i, d) in buf.iter_mut().enumerate() {
+                *d = (seq >> (8 * (k - 1 - i))) as u8;
+            }
+        }
+        if has_tail(buf.len()) {
+            if let Some(tail) = buf.last_chunk_mut::<8>() {
+                *tail = (!seq).to_be_bytes();
+            }
         }
     }
 
+    /// True if `buf` carries the stamps of message `seq` (its length is not checked).
+    #[inline]
+    fn stamps_ok(buf: &[u8], seq: u64) -> bool {
+        let s = seq.to_be_bytes();
+        let head = match buf.first_chunk::<8>() {
+            Some(h) => *h == s,
+            None => {
+                let k = buf.len();
+                (0..k).all(|i| buf[i] == (seq >> (8 * (k - 1 - i))) as u8)
+            }
+        };
+        head && (!has_tail(buf.len()) || buf.last_chunk::<8>() == Some(&(!seq).to_be_bytes()))
+    }
+
     /// Checks the length and the sequence stamps only (cheap: for the server's side).
+    #[inline]
     pub fn check_seq(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
+        if buf.len() == self.base.len() && Self::stamps_ok(buf, seq) {
+            return Ok(());
+        }
+        self.check_seq_slow(buf, seq, what)
+    }
+
+    #[cold]
+    fn check_seq_slow(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
         self.check_len_and_head(buf, seq, what)?;
         let n = buf.len();
         if has_tail(n) && buf[n - 8..] != (!seq).to_be_bytes() {
@@ -100,7 +138,21 @@ impl Pattern {
     }
 
     /// Checks that `buf` is message `seq`; the error says what differs.
+    #[inline]
     pub fn check(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
+        let n = self.base.len();
+        let (k, end) = (stamp_len(n), if has_tail(n) { n - 8 } else { n });
+        if buf.len() == n
+            && Self::stamps_ok(buf, seq)
+            && (end <= k || buf[k..end] == self.base[k..end])
+        {
+            return Ok(());
+        }
+        self.check_slow(buf, seq, what)
+    }
+
+    #[cold]
+    fn check_slow(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
         self.check_len_and_head(buf, seq, what)?;
         let n = self.base.len();
         let k = stamp_len(n);
@@ -575,6 +627,25 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn check_accepts_exactly_the_message(size in 0usize..40, seq: u64, other: u64, flip: Option<(usize, u8)>) {
+            let p = Pattern::new(size);
+            let mut want = vec![0u8; size];
+            p.fill(&mut want, seq);
+            let mut b = vec![0u8; size];
+            p.fill(&mut b, other);
+            if let Some((i, x)) = flip.filter(|_| size > 0) {
+                b[i % size] ^= x;
+            }
+            prop_assert_eq!(p.check(&b, seq, "pong").is_ok(), b == want);
+            let stamps_match = (0..size).all(|i| {
+                let stamp = i < 8 || (size >= 16 && i >= size - 8);
+                !stamp || b[i] == want[i]
+            });
+            prop_assert_eq!(p.check_seq(&b, seq, "ping").is_ok(), stamps_match);
+            prop_assert!(p.check_seq(&b[..size.saturating_sub(1)], seq, "ping").is_err() || size == 0);
+        }
+
         #[test]
         fn check_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..64), size in 0usize..64, seq: u64) {
             let _ = Pattern::new(size).check(&buf, seq, "pong");

@@ -281,17 +281,21 @@ pub fn encode_imm(kind: ImmKind, credits: u32) -> u32 {
 }
 
 /// Unpacks [`encode_imm`]'s word.
+#[inline]
 pub fn decode_imm(imm: u32) -> Result<(ImmKind, u32)> {
     let kind = match imm >> 24 {
         0 => ImmKind::Data,
         1 => ImmKind::Credit,
-        k => {
-            return Err(Error::Protocol(format!(
-                "unknown message kind {k} in immediate data {imm:#010x}"
-            )))
-        }
+        k => return Err(unknown_kind(k, imm)),
     };
     Ok((kind, imm & MAX_CREDITS))
+}
+
+#[cold]
+fn unknown_kind(k: u32, imm: u32) -> Error {
+    Error::Protocol(format!(
+        "unknown message kind {k} in immediate data {imm:#010x}"
+    ))
 }
 
 #[cfg(test)]
