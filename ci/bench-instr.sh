@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/bench-instr.sh — build rdmaxfer (release), boot one guest and run ci/guest-bench-instr.sh
+# ci/bench-instr.sh [REPS] — build rdmaxfer (release), boot one guest and run ci/guest-bench-instr.sh
 # there: user-space instructions per ping-pong round trip, rdmaxfer next to ibv_rc_pingpong
 # (callgrind). Outputs in target/bench/instr/.
 set -euo pipefail
@@ -10,4 +10,4 @@ cargo build --release --bin rdmaxfer
 out="target/bench/instr"
 rm -rf "$out"
 mkdir -p "$out"
-ci/guest.sh -- bash ci/guest-bench-instr.sh "$out"
+ci/guest.sh -- bash ci/guest-bench-instr.sh "$out" "${1:-2}"

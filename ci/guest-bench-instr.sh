@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# ci/guest-bench-instr.sh OUTDIR — runs INSIDE the guest: user-space instructions per ping-pong
-# round trip, rdmaxfer pingpong (RDMA CM) next to ibv_rc_pingpong, counted by valgrind's callgrind.
-# Each side of each tool runs once with -n 1000 and once with -n 3000 under callgrind (the other
-# side runs natively); (Ir(3000) - Ir(1000)) / 2000 is that side's count per round trip, with
-# start-up and teardown cancelled out (and rdmaxfer's statistics after the loop left out). Unlike timings, these counts do not depend on what else the
-# emulated guest is doing; only busy-poll spins vary a little from run to run. Soft-RoCE's
-# protocol work runs in the kernel and is not counted.
+# ci/guest-bench-instr.sh OUTDIR [REPS] — runs INSIDE the guest: user-space instructions per
+# ping-pong round trip, rdmaxfer pingpong (RDMA CM) next to ibv_rc_pingpong, counted by
+# valgrind's callgrind. Each side of each tool runs with -n 1000 and with -n 3000 under callgrind
+# (the other side runs natively), REPS times each (default 2); (min Ir(3000) - min Ir(1000)) / 2000
+# is that side's count per round trip, with start-up and teardown cancelled out (and rdmaxfer's
+# statistics after the loop left out). Unlike timings, these counts do not depend on how fast the
+# emulated guest runs, except for busy-poll spins: a stall of the other side adds spins, and the
+# minimum over the repetitions leaves such runs out. Soft-RoCE's protocol work runs in the kernel
+# and is not counted.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
+reps="${2:-2}"
 mkdir -p "$out"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 [[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
@@ -17,7 +20,7 @@ ip=198.18.0.1
 port=18700
 fails=0
 tsv="$out/instr.tsv"
-printf 'tool\tsize\tside\titers\tinstructions\n' >"$tsv"
+printf 'tool\tsize\tside\titers\trep\tinstructions\n' >"$tsv"
 
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
@@ -32,12 +35,12 @@ counted() {
   echo $((all - ${stats:-0}))
 }
 
-# run TOOL SIZE SIDE N — one run with SIDE (client|server) of TOOL under callgrind.
+# run TOOL SIZE SIDE N REP — one run with SIDE (client|server) of TOOL under callgrind.
 run() {
-  local tool="$1" size="$2" side="$3" n="$4" f spid src=0 crc=0
-  f="$out/$tool.$size.$side.$n.callgrind"
+  local tool="$1" size="$2" side="$3" n="$4" r="$5" name spid src=0 crc=0
+  name="$out/$tool.$size.$side.$n.$r"
   port=$((port + 1))
-  local s=() c=() sv=() cv=()
+  local s=() c=() sv=() cv=() vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
   if [[ $tool == rdmaxfer ]]; then
     s=("$bin" pingpong --listen "$ip" -p "$port" --count 1 -s "$size" -n "$n" --timeout 120)
     c=("$bin" pingpong "$ip" -p "$port" -s "$size" -n "$n" --timeout 120)
@@ -45,31 +48,32 @@ run() {
     s=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" -p "$port")
     c=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" -p "$port" "$ip")
   fi
-  local vg=(valgrind -q --tool=callgrind --callgrind-out-file="$f")
   if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
-  timeout 300 "${sv[@]}" "${s[@]}" >"$out/$tool.$size.$side.$n.server.txt" 2>&1 &
+  timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
   spid=$!
   if [[ $tool == rdmaxfer ]]; then
-    wait_line "$out/$tool.$size.$side.$n.server.txt" "$spid" || { fails=$((fails + 1)); return 1; }
+    wait_line "$name.server.txt" "$spid" || { fails=$((fails + 1)); return 1; }
   else
     wait_tcp "$port" "$spid" || { fails=$((fails + 1)); return 1; }
   fi
-  timeout 300 "${cv[@]}" "${c[@]}" >"$out/$tool.$size.$side.$n.client.txt" 2>&1 || crc=$?
+  timeout 300 "${cv[@]}" "${c[@]}" >"$name.client.txt" 2>&1 || crc=$?
   wait "$spid" || src=$?
   if ((src || crc)); then
     echo "!! $tool -s $size ($side under callgrind, -n $n): server rc $src, client rc $crc"
-    tail -n 5 "$out/$tool.$size.$side.$n."*.txt
+    tail -n 5 "$name".*.txt
     fails=$((fails + 1))
     return 1
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$tool" "$size" "$side" "$n" "$(counted "$f")" >>"$tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$size" "$side" "$n" "$r" "$(counted "$name.callgrind")" >>"$tsv"
 }
 
-for size in 2 4096; do
-  for tool in ibv_rc_pingpong rdmaxfer; do
-    for side in client server; do
-      for n in 1000 3000; do
-        run "$tool" "$size" "$side" "$n" || true
+for r in $(seq 1 "$reps"); do
+  for size in 2 4096; do
+    for tool in ibv_rc_pingpong rdmaxfer; do
+      for side in client server; do
+        for n in 1000 3000; do
+          run "$tool" "$size" "$side" "$n" "$r" || true
+        done
       done
     done
   done
@@ -78,12 +82,15 @@ done
 python3 - "$tsv" <<'PY' | tee "$out/instr-summary.txt"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-ir = {(r["tool"], r["size"], r["side"], r["iters"]): int(r["instructions"]) for r in rows}
+def least(tool, size, side, n):
+    v = [int(r["instructions"]) for r in rows
+         if (r["tool"], r["size"], r["side"], r["iters"]) == (tool, size, side, n)]
+    return min(v) if v else None
 def per_iter(tool, size, side):
-    a, b = ir.get((tool, size, side, "1000")), ir.get((tool, size, side, "3000"))
+    a, b = least(tool, size, side, "1000"), least(tool, size, side, "3000")
     return None if a is None or b is None else (b - a) / 2000
-print("== user-space instructions per round trip (callgrind; (Ir at -n 3000 - Ir at -n 1000) / 2000,")
-print("   rdmaxfer's statistics after the loop left out)")
+print("== user-space instructions per round trip (callgrind; (min Ir at -n 3000 - min Ir at -n 1000)")
+print("   / 2000; rdmaxfer's statistics after the loop left out)")
 print(f"{'size':>6} {'side':<7} {'ibv_rc_pingpong':>16} {'rdmaxfer':>10} {'ratio':>7}")
 for size in ("2", "4096"):
     for side in ("client", "server"):
