@@ -6,8 +6,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 ci_path
-cargo build --release --bin rdmaxfer
-out="target/bench/instr"
-rm -rf "$out"
-mkdir -p "$out"
-ci/guest.sh -- bash ci/guest-bench-instr.sh "$out" "${1:-2}"
+ci_guest_bench target/bench/instr ci/guest-bench-instr.sh "${1:-2}"

@@ -6,8 +6,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 ci_path
-cargo build --release --bin rdmaxfer
-out="target/bench/pingpong"
-rm -rf "$out"
-mkdir -p "$out"
-ci/guest.sh -- bash ci/guest-bench-pingpong.sh "$out" "${1:-12}"
+ci_guest_bench target/bench/pingpong ci/guest-bench-pingpong.sh "${1:-12}"

@@ -42,3 +42,14 @@ ci_find_kernel() {
 
 # The pinned cbindgen that generates include/rdmaxfer.h (installed by ci/setup.sh).
 CBINDGEN_VERSION="0.27.0"
+
+# ci_guest_bench OUT GUEST_SCRIPT [ARG...] — release build of the CLI, a fresh OUT, then
+# GUEST_SCRIPT OUT ARG... in one guest (the ci/bench-*.sh wrappers).
+ci_guest_bench() {
+  local out="$1" script="$2"
+  shift 2
+  cargo build --release --bin rdmaxfer
+  rm -rf "$out"
+  mkdir -p "$out"
+  ci/guest.sh -- bash "$script" "$out" "$@"
+}
