@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+mod reason;
+pub use reason::Reason;
+
 /// Result alias used throughout rdmaxfer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -88,9 +91,29 @@ pub enum Error {
     #[error("{reason}: {message}")]
     Refused {
         /// The wire reason code.
-        reason: crate::xfer::file::proto::Reason,
+        reason: Reason,
         /// Details.
         message: String,
+    },
+    /// A size on the way to an allocation or a registration does not fit (it would overflow,
+    /// or exceed `isize::MAX` bytes). Nothing was allocated.
+    #[error("{what} is too large: {detail}")]
+    TooLarge {
+        /// What was being sized, e.g. "registered buffer".
+        what: &'static str,
+        /// The numbers involved.
+        detail: String,
+    },
+    /// Objects of different device contexts (`ibv_context`) were combined, e.g. a CQ of one
+    /// context given to a QP of another, or a buffer registered on another device posted.
+    #[error("{op} refused: {what} belongs to another device context than the {with}")]
+    ContextMismatch {
+        /// The operation refused.
+        op: &'static str,
+        /// The object from the other context.
+        what: &'static str,
+        /// The object it had to match.
+        with: &'static str,
     },
     /// An I/O operation (socket, file) failed. The message already includes the cause, so it
     /// is not also chained as `source()` (which would print it twice under `{:#}`).
@@ -144,7 +167,7 @@ impl Error {
     }
 
     /// Builds [`Error::Refused`].
-    pub fn refused(reason: crate::xfer::file::proto::Reason, message: impl Into<String>) -> Self {
+    pub fn refused(reason: Reason, message: impl Into<String>) -> Self {
         Error::Refused {
             reason,
             message: message.into(),
@@ -152,7 +175,7 @@ impl Error {
     }
 
     /// The file-transfer reason code of a [`Error::Refused`], if it is one.
-    pub fn reason(&self) -> Option<crate::xfer::file::proto::Reason> {
+    pub fn reason(&self) -> Option<Reason> {
         match self {
             Error::Refused { reason, .. } => Some(*reason),
             _ => None,

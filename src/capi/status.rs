@@ -140,7 +140,9 @@ impl From<&Error> for rdmaxfer_status {
             Error::Timeout { .. } => S::RDMAXFER_ERR_TIMEOUT,
             Error::NoDevice { .. } => S::RDMAXFER_ERR_NO_DEVICE,
             Error::DeviceNotFound { .. } => S::RDMAXFER_ERR_DEVICE_NOT_FOUND,
-            Error::InvalidArgument(_) => S::RDMAXFER_ERR_INVALID_ARGUMENT,
+            Error::InvalidArgument(_) | Error::TooLarge { .. } | Error::ContextMismatch { .. } => {
+                S::RDMAXFER_ERR_INVALID_ARGUMENT
+            }
             Error::InvalidState { .. } => S::RDMAXFER_ERR_INVALID_STATE,
             Error::OutOfBounds { .. } => S::RDMAXFER_ERR_OUT_OF_BOUNDS,
             Error::Protocol(_) => S::RDMAXFER_ERR_PROTOCOL,

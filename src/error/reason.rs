@@ -1,0 +1,87 @@
+//! [`Reason`]: why a file transfer was refused or failed. It is the file protocol's wire code
+//! (REFUSE, ACK and ERR carry it; `xfer::file::proto` re-exports it), defined here, beneath the
+//! error type that carries it, so that `error` never reaches up into a protocol module.
+
+use std::fmt;
+
+/// Why something was refused or failed; the code carried by REFUSE, ACK and ERR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Reason {
+    /// Success (only valid in ACK).
+    Ok = 0,
+    /// The file name is unsafe or malformed.
+    BadName = 1,
+    /// The file is larger than the receiver's `--max-size`.
+    TooLarge = 2,
+    /// Not enough free space on the receiver.
+    NoSpace = 3,
+    /// The file exists and `--force` was not given.
+    Exists = 4,
+    /// Missing or wrong authentication answer.
+    AuthFailed = 5,
+    /// Unsupported protocol version.
+    Version = 6,
+    /// Any other receiver-side failure.
+    Internal = 7,
+    /// The received bytes do not match the sender's hash.
+    HashMismatch = 8,
+    /// Writing or syncing the file failed.
+    WriteError = 9,
+    /// The peer broke the protocol.
+    Protocol = 10,
+    /// Reading the source failed (sender side).
+    ReadError = 11,
+}
+
+impl Reason {
+    /// Every reason, in code order.
+    pub const ALL: [Reason; 12] = [
+        Reason::Ok,
+        Reason::BadName,
+        Reason::TooLarge,
+        Reason::NoSpace,
+        Reason::Exists,
+        Reason::AuthFailed,
+        Reason::Version,
+        Reason::Internal,
+        Reason::HashMismatch,
+        Reason::WriteError,
+        Reason::Protocol,
+        Reason::ReadError,
+    ];
+
+    /// The wire code.
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// The reason for a wire code, if known.
+    pub fn from_code(code: u16) -> Option<Reason> {
+        Reason::ALL.get(usize::from(code)).copied()
+    }
+
+    /// Short lower-case name, e.g. `"hash mismatch"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Ok => "ok",
+            Reason::BadName => "bad name",
+            Reason::TooLarge => "too large",
+            Reason::NoSpace => "no space",
+            Reason::Exists => "exists",
+            Reason::AuthFailed => "authentication failed",
+            Reason::Version => "unsupported version",
+            Reason::Internal => "internal error",
+            Reason::HashMismatch => "hash mismatch",
+            Reason::WriteError => "write error",
+            Reason::Protocol => "protocol error",
+            Reason::ReadError => "read error",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
