@@ -12,6 +12,13 @@
  *   thread (which call, and why), valid until the next failing call on that thread.
  *   Out-parameters are written only on success: on failure they keep what they held.
  *
+ * Pointers. A handle argument is a pointer this library returned for a handle of that type
+ *   (for one freed since, see Ownership). An out-parameter points to writable memory for one
+ *   value of its type. A string argument is NUL-terminated and readable for the whole call. A
+ *   data pointer with a length points to that many readable bytes (input), or writable bytes
+ *   (output), that nothing else writes during the call. The library checks pointers for NULL
+ *   and alignment; the rest it cannot check.
+ *
  * NULL. A NULL handle, string, or out-parameter where one is required gives
  *   RDMAXFER_ERR_NULL_ARGUMENT, never a crash. A data pointer may be NULL when its length is 0.
  *   Every *_free(NULL) is a no-op. Invalid values (unknown flags, bad enums, misaligned
@@ -20,16 +27,25 @@
  *
  * Ownership. Handles (rdmaxfer_config, _listener, _conn, _buf, _remote, _device_list) are
  *   opaque; each is made by one call (*_new, rdmaxfer_listen, rdmaxfer_accept, ...) and owned by
- *   the caller until its *_free (rdmaxfer_conn_close also frees). Free each exactly once and do
- *   not use it afterwards. Handles do not depend on each other's lifetime: a connection may be
- *   freed before its buffers, a listener before the connections it accepted. Strings passed in
- *   are copied; strings returned are owned by the library (see each function).
+ *   the caller until its *_free (rdmaxfer_conn_close also frees). Free each once and do not use
+ *   it afterwards. The library never gives a handle's memory back to the system: it reuses a
+ *   freed handle's memory for the next handle of the same type. A stale handle pointer thus
+ *   never reaches freed memory: until that reuse, a call with it fails with
+ *   RDMAXFER_ERR_INVALID_STATE (functions that return a value give their failure value) and a
+ *   second *_free changes nothing (the last error message says "already freed"); after the
+ *   reuse it reaches the new handle and acts on it (the wrong object). Handles do not depend
+ *   on each other's lifetime: a connection may be freed before its buffers, a listener before
+ *   the connections it accepted. Strings passed in are copied; strings returned are owned by
+ *   the library (see each function).
  *
  * Threading. Any handle may be used from any thread, one call at a time: a call on a handle
  *   that is already in a call (another thread, or a callback calling back in) returns
  *   RDMAXFER_ERR_BUSY instead of waiting. Different handles may be used in parallel. A *_free
- *   on a busy handle leaves it alone. Calls block the calling thread until done or until the
- *   configured per-step timeout (rdmaxfer_accept waits without limit).
+ *   takes effect at once, also on a handle in a call: later calls on it fail as above, a call
+ *   already inside finishes, and what the handle holds (connection, registered memory, ...)
+ *   is released when the last such call returns. rdmaxfer_conn_close on a connection in
+ *   another call returns RDMAXFER_ERR_BUSY and leaves it open. Calls block the calling thread
+ *   until done or until the configured per-step timeout (rdmaxfer_accept waits without limit).
  *
  * Panics. No Rust panic crosses into C: it becomes RDMAXFER_ERR_PANIC, and the handle it
  *   happened in is poisoned (every later call on it returns RDMAXFER_ERR_PANIC; free it).
@@ -172,7 +188,8 @@ typedef enum rdmaxfer_status {
    */
   RDMAXFER_ERR_IO = 14,
   /**
-   * The object is not in a state that allows the call (e.g. a closed session).
+   * The object is not in a state that allows the call (e.g. a closed session), or the handle
+   * was freed.
    */
   RDMAXFER_ERR_INVALID_STATE = 15,
   /**
@@ -365,6 +382,13 @@ typedef struct rdmaxfer_recv_summary {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * The detail of the last failure on the calling thread: which call failed and why (never
+ * NULL; "" before any failure). The text stays valid until the next failing call on this
+ * thread; copy it to keep it.
+ */
+const char *rdmaxfer_last_error_message(void);
 
 /**
  * Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
@@ -563,7 +587,8 @@ enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
 /**
  * Ends the connection gracefully (waits until what was sent is acknowledged, then
  * disconnects) and frees it, whatever the status (NULL: nothing to do, `RDMAXFER_OK`). A
- * connection that another call is using is left alone and `RDMAXFER_ERR_BUSY` is returned.
+ * connection that another call is using is left alone and `RDMAXFER_ERR_BUSY` is returned; one
+ * already freed gives `RDMAXFER_ERR_INVALID_STATE`.
  */
 enum rdmaxfer_status rdmaxfer_conn_close(struct rdmaxfer_conn *conn);
 
@@ -663,13 +688,6 @@ const char *rdmaxfer_version(void);
  * that is not an `rdmaxfer_status`).
  */
 const char *rdmaxfer_strerror(int status);
-
-/**
- * The detail of the last failure on the calling thread: which call failed and why (never
- * NULL; "" before any failure). The text stays valid until the next failing call on this
- * thread; copy it to keep it.
- */
-const char *rdmaxfer_last_error_message(void);
 
 #ifdef __cplusplus
 }  // extern "C"

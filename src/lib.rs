@@ -9,7 +9,8 @@
     missing_docs
 )]
 
-pub mod capi;
+// The C API: reachable only through the C ABI (the `#[no_mangle]` exports of librdmaxfer.so).
+mod capi;
 // cbindgen reads the whole crate: the other modules' items are not part of the C header.
 /// cbindgen:ignore
 pub mod cm;

@@ -1,12 +1,12 @@
-//! The C boundary: panic catching, the thread-local last error, pointer checks and handle
-//! locking. Every dereference of a caller's pointer happens here.
+//! The C boundary: panic catching, the thread-local last error (and its export,
+//! `rdmaxfer_last_error_message`) and pointer checks. Every dereference of a caller's pointer
+//! happens here, except a handle's (`super::handle::arg`).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use super::status::rdmaxfer_status;
 use crate::error::Error;
@@ -17,16 +17,16 @@ thread_local! {
 
 /// A failure on its way to C: the status and the detail for the last error message.
 #[derive(Debug)]
-pub struct Fail {
+pub(crate) struct Fail {
     /// The status returned.
-    pub status: rdmaxfer_status,
+    pub(crate) status: rdmaxfer_status,
     /// The detail.
-    pub msg: String,
+    pub(crate) msg: String,
 }
 
 impl Fail {
     /// A failure with `status` and `msg`.
-    pub fn new(status: rdmaxfer_status, msg: impl Into<String>) -> Fail {
+    pub(crate) fn new(status: rdmaxfer_status, msg: impl Into<String>) -> Fail {
         Fail {
             status,
             msg: msg.into(),
@@ -34,12 +34,12 @@ impl Fail {
     }
 
     /// An invalid argument.
-    pub fn invalid(msg: impl Into<String>) -> Fail {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Fail {
         Fail::new(rdmaxfer_status::RDMAXFER_ERR_INVALID_ARGUMENT, msg)
     }
 
     /// An object in the wrong state.
-    pub fn state(msg: impl Into<String>) -> Fail {
+    pub(crate) fn state(msg: impl Into<String>) -> Fail {
         Fail::new(rdmaxfer_status::RDMAXFER_ERR_INVALID_STATE, msg)
     }
 }
@@ -54,10 +54,10 @@ impl From<Error> for Fail {
 }
 
 /// What the body of an export returns.
-pub type CResult<T> = Result<T, Fail>;
+pub(crate) type CResult<T> = Result<T, Fail>;
 
 /// Records `msg` as the calling thread's last error (NULs become spaces).
-pub fn set_last_error(msg: String) {
+pub(crate) fn set_last_error(msg: String) {
     let mut bytes = msg.into_bytes();
     bytes
         .iter_mut()
@@ -67,17 +67,23 @@ pub fn set_last_error(msg: String) {
     LAST_ERROR.with(|l| *l.borrow_mut() = c);
 }
 
-/// The calling thread's last error message, valid until the next failure on this thread.
-pub fn last_error_ptr() -> *const c_char {
+/// The detail of the last failure on the calling thread: which call failed and why (never
+/// NULL; "" before any failure). The text stays valid until the next failing call on this
+/// thread; copy it to keep it.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_last_error_message() -> *const c_char {
+    // The pointer stays valid until LAST_ERROR is replaced, which only `set_last_error` does,
+    // on a failure on this thread.
     LAST_ERROR.with(|l| l.borrow().as_ptr())
 }
 
 /// The calling thread's last error message, copied.
-pub fn last_error() -> String {
+#[cfg(test)]
+pub(crate) fn last_error() -> String {
     LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned())
 }
 
-fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     let text = if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -94,7 +100,7 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs the body of export `func`: its failure becomes a status and the last error message, a
 /// panic becomes `RDMAXFER_ERR_PANIC`. Nothing unwinds into C.
-pub fn run(func: &'static str, body: impl FnOnce() -> CResult<()>) -> rdmaxfer_status {
+pub(crate) fn run(func: &'static str, body: impl FnOnce() -> CResult<()>) -> rdmaxfer_status {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => rdmaxfer_status::RDMAXFER_OK,
         Ok(Err(f)) => {
@@ -110,7 +116,7 @@ pub fn run(func: &'static str, body: impl FnOnce() -> CResult<()>) -> rdmaxfer_s
 
 /// Like [`run`] for exports that return a value instead of a status: `fallback` on failure or
 /// panic (the reason goes to the last error message).
-pub fn run_or<T>(func: &'static str, fallback: T, body: impl FnOnce() -> CResult<T>) -> T {
+pub(crate) fn run_or<T>(func: &'static str, fallback: T, body: impl FnOnce() -> CResult<T>) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(f)) => {
@@ -124,7 +130,8 @@ pub fn run_or<T>(func: &'static str, fallback: T, body: impl FnOnce() -> CResult
     }
 }
 
-fn check_ptr<T>(p: *const T, name: &str) -> CResult<()> {
+/// NULL → `RDMAXFER_ERR_NULL_ARGUMENT`, misaligned → `RDMAXFER_ERR_INVALID_ARGUMENT`.
+pub(crate) fn check_ptr<T>(p: *const T, name: &str) -> CResult<()> {
     if p.is_null() {
         return Err(Fail::new(
             rdmaxfer_status::RDMAXFER_ERR_NULL_ARGUMENT,
@@ -137,29 +144,12 @@ fn check_ptr<T>(p: *const T, name: &str) -> CResult<()> {
     Ok(())
 }
 
-/// Borrows the object `p` points to (a handle or an input struct).
-pub fn arg<'a, T>(p: *const T, name: &str) -> CResult<&'a T> {
-    check_ptr(p, name)?;
-    // SAFETY: `p` is non-NULL and aligned (checked above); the header's contract is that a
-    // handle or input pointer points to a live object of this type for the whole call.
-    Ok(unsafe { &*p })
-}
-
-/// Like [`arg`], but NULL is allowed and gives `None`.
-pub fn opt_arg<'a, T>(p: *const T, name: &str) -> CResult<Option<&'a T>> {
-    if p.is_null() {
-        Ok(None)
-    } else {
-        arg(p, name).map(Some)
-    }
-}
-
 /// A checked out-parameter: written once, only when the call succeeds.
-pub struct Out<T>(*mut T);
+pub(crate) struct Out<T>(*mut T);
 
 impl<T> Out<T> {
     /// Stores `v` (the previous contents are not read or dropped: they may be uninitialised).
-    pub fn set(self, v: T) {
+    pub(crate) fn set(self, v: T) {
         // `write` does not drop the old contents, which the caller may not have initialised.
         // SAFETY: non-NULL and aligned (checked in `out`); per the header an out-parameter
         // points to writable memory for one `T`.
@@ -168,20 +158,20 @@ impl<T> Out<T> {
 }
 
 /// Checks an out-parameter (NULL → `RDMAXFER_ERR_NULL_ARGUMENT`).
-pub fn out<T>(p: *mut T, name: &str) -> CResult<Out<T>> {
+pub(crate) fn out<T>(p: *mut T, name: &str) -> CResult<Out<T>> {
     check_ptr(p, name)?;
     Ok(Out(p))
 }
 
 /// A NUL-terminated UTF-8 string argument.
-pub fn arg_str<'a>(p: *const c_char, name: &str) -> CResult<&'a str> {
+pub(crate) fn arg_str<'a>(p: *const c_char, name: &str) -> CResult<&'a str> {
     arg_cstr(p, name)?
         .to_str()
         .map_err(|_| Fail::invalid(format!("{name} is not valid UTF-8")))
 }
 
 /// Like [`arg_str`], but NULL gives `None`.
-pub fn opt_str<'a>(p: *const c_char, name: &str) -> CResult<Option<&'a str>> {
+pub(crate) fn opt_str<'a>(p: *const c_char, name: &str) -> CResult<Option<&'a str>> {
     if p.is_null() {
         Ok(None)
     } else {
@@ -197,7 +187,7 @@ fn arg_cstr<'a>(p: *const c_char, name: &str) -> CResult<&'a CStr> {
 }
 
 /// A path argument (any bytes but NUL; not necessarily UTF-8).
-pub fn arg_path(p: *const c_char, name: &str) -> CResult<PathBuf> {
+pub(crate) fn arg_path(p: *const c_char, name: &str) -> CResult<PathBuf> {
     let c = arg_cstr(p, name)?;
     if c.is_empty() {
         return Err(Fail::invalid(format!("{name} is empty")));
@@ -213,7 +203,7 @@ fn check_len(len: usize, name: &str) -> CResult<()> {
 }
 
 /// `len` bytes at `p` (NULL allowed when `len` is 0).
-pub fn arg_bytes<'a>(p: *const c_void, len: usize, name: &str) -> CResult<&'a [u8]> {
+pub(crate) fn arg_bytes<'a>(p: *const c_void, len: usize, name: &str) -> CResult<&'a [u8]> {
     if len == 0 {
         return Ok(&[]);
     }
@@ -225,7 +215,7 @@ pub fn arg_bytes<'a>(p: *const c_void, len: usize, name: &str) -> CResult<&'a [u
 }
 
 /// `len` writable bytes at `p` (NULL allowed when `len` is 0).
-pub fn arg_bytes_mut<'a>(p: *mut c_void, len: usize, name: &str) -> CResult<&'a mut [u8]> {
+pub(crate) fn arg_bytes_mut<'a>(p: *mut c_void, len: usize, name: &str) -> CResult<&'a mut [u8]> {
     if len == 0 {
         return Ok(&mut []);
     }
@@ -234,97 +224,4 @@ pub fn arg_bytes_mut<'a>(p: *mut c_void, len: usize, name: &str) -> CResult<&'a 
     // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract is that the
     // caller's buffer holds `len` writable bytes that nothing else touches during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
-}
-
-/// An opaque handle given to C: a box around a `Mutex` of its state.
-pub trait Handle: Sized {
-    /// What the mutex guards.
-    type State;
-    /// The C type name, for messages.
-    const NAME: &'static str;
-    /// The handle's state.
-    fn state(&self) -> &Mutex<Self::State>;
-}
-
-/// Implements [`Handle`] for an opaque handle type whose `state` field is a `Mutex<$state>`.
-macro_rules! impl_handle {
-    ($handle:ident, $state:ty) => {
-        impl $crate::capi::boundary::Handle for $handle {
-            type State = $state;
-            const NAME: &'static str = stringify!($handle);
-            fn state(&self) -> &std::sync::Mutex<$state> {
-                &self.state
-            }
-        }
-    };
-}
-pub(crate) use impl_handle;
-
-/// Locks a handle's state without waiting: busy when another call holds it, poisoned (an
-/// earlier call panicked) → `RDMAXFER_ERR_PANIC`.
-pub fn lock<H: Handle>(h: &H) -> CResult<MutexGuard<'_, H::State>> {
-    let g = match h.state().try_lock() {
-        Ok(g) => g,
-        Err(TryLockError::WouldBlock) => {
-            return Err(Fail::new(
-                rdmaxfer_status::RDMAXFER_ERR_BUSY,
-                format!(
-                "this {} is in use by another call (another thread, or a callback calling back in)",
-                H::NAME
-            ),
-            ))
-        }
-        Err(TryLockError::Poisoned(_)) => {
-            return Err(Fail::new(
-                rdmaxfer_status::RDMAXFER_ERR_PANIC,
-                format!(
-                    "an earlier call on this {} panicked; it can only be freed",
-                    H::NAME
-                ),
-            ))
-        }
-    };
-    #[cfg(test)]
-    super::tests::maybe_panic(H::NAME);
-    Ok(g)
-}
-
-/// Checks the handle pointer `p` (argument `name`) and locks it.
-pub fn handle<'a, H: Handle + 'a>(p: *const H, name: &str) -> CResult<MutexGuard<'a, H::State>> {
-    lock(arg(p, name)?)
-}
-
-/// Moves a new handle to C.
-pub fn into_handle<H: Handle>(h: H) -> *mut H {
-    Box::into_raw(Box::new(h))
-}
-
-/// Takes back a handle made by [`into_handle`] (not NULL). A handle that another call is using
-/// is left alone, since taking it would pull it from under that call. A poisoned one is taken.
-pub fn take_handle<H: Handle>(p: *mut H) -> CResult<Box<H>> {
-    let busy = matches!(
-        arg(p, H::NAME)?.state().try_lock(),
-        Err(TryLockError::WouldBlock)
-    );
-    if busy {
-        return Err(Fail::new(
-            rdmaxfer_status::RDMAXFER_ERR_BUSY,
-            format!("this {} is in use by another call; not freed", H::NAME),
-        ));
-    }
-    // No call is using it: its lock was free just above.
-    // SAFETY: `p` is non-NULL and aligned (checked by `arg`), came from `into_handle`
-    // (Box::into_raw) and, per the header's contract, has not been freed before.
-    Ok(unsafe { Box::from_raw(p) })
-}
-
-/// Frees a handle made by [`into_handle`] (NULL: nothing). A busy handle is not freed (see
-/// [`take_handle`]); the reason goes to the last error message.
-pub fn free_handle<H: Handle>(func: &'static str, p: *mut H) {
-    run_or(func, (), || {
-        if !p.is_null() {
-            drop(take_handle(p)?);
-        }
-        Ok(())
-    })
 }

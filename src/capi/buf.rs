@@ -2,10 +2,10 @@
 //! and serving an exposure.
 
 use std::ffi::c_void;
-use std::sync::Mutex;
 
-use super::boundary::{self, handle, impl_handle, into_handle, out, CResult, Fail};
+use super::boundary::{self, out, CResult, Fail};
 use super::conn::rdmaxfer_conn;
+use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
 use crate::verbs::{LocalBuf, RemoteAccess};
 use crate::xfer::onesided::{self, Exposure};
@@ -42,7 +42,7 @@ fn access_bits(a: RemoteAccess) -> u32 {
 /// and `rdmaxfer_buf_read`, never a pointer, so freeing a connection or a failed transfer can
 /// never leave the caller holding a pointer to memory the device owns.
 pub struct rdmaxfer_buf {
-    state: Mutex<BufState>,
+    slot: Slot<BufState>,
 }
 
 /// A buffer's state.
@@ -89,12 +89,10 @@ pub extern "C" fn rdmaxfer_buf_new(
             return Err(Fail::invalid(format!("length {len}")));
         }
         let b = LocalBuf::new(c.ep.pd(), len)?;
-        o.set(into_handle(rdmaxfer_buf {
-            state: Mutex::new(BufState {
-                buf: Some(b),
-                len,
-                conn_id: c.id,
-            }),
+        o.set(into_handle::<rdmaxfer_buf>(BufState {
+            buf: Some(b),
+            len,
+            conn_id: c.id,
         }));
         Ok(())
     })
@@ -103,7 +101,7 @@ pub extern "C" fn rdmaxfer_buf_new(
 /// Frees a buffer (NULL: nothing).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_buf_free(buf: *mut rdmaxfer_buf) {
-    boundary::free_handle("rdmaxfer_buf_free", buf);
+    free_handle("rdmaxfer_buf_free", buf);
 }
 
 /// The buffer's length in bytes (0 for NULL).
@@ -155,7 +153,7 @@ pub extern "C" fn rdmaxfer_buf_read(
 /// or `rdmaxfer expose`). Made by `rdmaxfer_remote_open`, ended by `rdmaxfer_remote_close`,
 /// freed by `rdmaxfer_remote_free`.
 pub struct rdmaxfer_remote {
-    state: Mutex<Remote>,
+    slot: Slot<Remote>,
 }
 
 /// A session's state.
@@ -181,15 +179,13 @@ pub extern "C" fn rdmaxfer_remote_open(
         let mut c = handle(conn, "conn")?;
         let o = out(out_remote, "out_remote")?;
         let x = onesided::open_session(c.rdmaxfer_peer()?)?;
-        o.set(into_handle(rdmaxfer_remote {
-            state: Mutex::new(Remote {
-                x,
-                conn_id: c.id,
-                written: 0,
-                read: 0,
-                failed: false,
-                closed: false,
-            }),
+        o.set(into_handle::<rdmaxfer_remote>(Remote {
+            x,
+            conn_id: c.id,
+            written: 0,
+            read: 0,
+            failed: false,
+            closed: false,
         }));
         Ok(())
     })
@@ -353,7 +349,7 @@ pub extern "C" fn rdmaxfer_remote_close(
 /// waiting until the connection ends.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_remote_free(remote: *mut rdmaxfer_remote) {
-    boundary::free_handle("rdmaxfer_remote_free", remote);
+    free_handle("rdmaxfer_remote_free", remote);
 }
 
 /// What one peer did to an exposed buffer (`rdmaxfer_expose`).

@@ -2,10 +2,10 @@
 //! mode, token, message size).
 
 use std::ffi::{c_char, c_int};
-use std::sync::Mutex;
 use std::time::Duration;
 
-use super::boundary::{self, handle, impl_handle, into_handle, out, CResult, Fail};
+use super::boundary::{self, out, CResult, Fail};
+use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
 use crate::verbs::{Mtu, WaitMode};
 use crate::xfer::endpoint::{EndpointOptions, DEFAULT_PORT, DEFAULT_TIMEOUT};
@@ -24,7 +24,7 @@ const _: () = assert!(RDMAXFER_DEFAULT_PORT == DEFAULT_PORT);
 /// `rdmaxfer_listen` and `rdmaxfer_connect` copy what they need, so it may be freed (or changed)
 /// right after.
 pub struct rdmaxfer_config {
-    state: Mutex<Config>,
+    slot: Slot<Config>,
 }
 
 /// The settings (Rust side).
@@ -106,9 +106,7 @@ impl_handle!(rdmaxfer_config, Config);
 pub extern "C" fn rdmaxfer_config_new(out_cfg: *mut *mut rdmaxfer_config) -> rdmaxfer_status {
     boundary::run("rdmaxfer_config_new", || {
         let o = out(out_cfg, "out_cfg")?;
-        o.set(into_handle(rdmaxfer_config {
-            state: Mutex::new(Config::default()),
-        }));
+        o.set(into_handle::<rdmaxfer_config>(Config::default()));
         Ok(())
     })
 }
@@ -116,7 +114,7 @@ pub extern "C" fn rdmaxfer_config_new(out_cfg: *mut *mut rdmaxfer_config) -> rdm
 /// Frees a configuration (NULL: nothing).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_free(cfg: *mut rdmaxfer_config) {
-    boundary::free_handle("rdmaxfer_config_free", cfg);
+    free_handle("rdmaxfer_config_free", cfg);
 }
 
 fn set(

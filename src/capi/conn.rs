@@ -3,10 +3,10 @@
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
-use super::boundary::{self, handle, impl_handle, into_handle, out, CResult, Fail};
-use super::config::{snapshot, Config};
+use super::boundary::{self, out, CResult, Fail};
+use super::config::{rdmaxfer_config, snapshot, Config};
+use super::handle::{free_handle, handle, impl_handle, into_handle, take_state, Slot};
 use super::status::rdmaxfer_status;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::pingpong;
@@ -15,7 +15,7 @@ use crate::xfer::session::{self, Server};
 /// A listening endpoint (RDMA CM or out-of-band TCP). Made by `rdmaxfer_listen`, freed by
 /// `rdmaxfer_listener_free`.
 pub struct rdmaxfer_listener {
-    state: Mutex<ListenerState>,
+    slot: Slot<ListenerState>,
 }
 
 /// A listener's state.
@@ -29,7 +29,7 @@ impl_handle!(rdmaxfer_listener, ListenerState);
 /// A connected peer. Made by `rdmaxfer_accept` or `rdmaxfer_connect`; ended by
 /// `rdmaxfer_conn_close` (graceful) or `rdmaxfer_conn_free`.
 pub struct rdmaxfer_conn {
-    state: Mutex<Conn>,
+    slot: Slot<Conn>,
 }
 
 /// Which side of the connection this is.
@@ -73,14 +73,12 @@ impl_handle!(rdmaxfer_conn, Conn);
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mut rdmaxfer_conn {
-    into_handle(rdmaxfer_conn {
-        state: Mutex::new(Conn {
-            ep,
-            role,
-            plain_oob: oob,
-            id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
-            token: cfg.token.clone(),
-        }),
+    into_handle::<rdmaxfer_conn>(Conn {
+        ep,
+        role,
+        plain_oob: oob,
+        id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+        token: cfg.token.clone(),
     })
 }
 
@@ -89,7 +87,7 @@ fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mut rdmaxfer_
 /// size are checked now.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listen(
-    cfg: *const super::rdmaxfer_config,
+    cfg: *const rdmaxfer_config,
     addr: *const c_char,
     port: u16,
     out_listener: *mut *mut rdmaxfer_listener,
@@ -104,8 +102,9 @@ pub extern "C" fn rdmaxfer_listen(
             cfg.oob,
             &cfg.endpoint_options(),
         )?;
-        o.set(into_handle(rdmaxfer_listener {
-            state: Mutex::new(ListenerState { server, cfg }),
+        o.set(into_handle::<rdmaxfer_listener>(ListenerState {
+            server,
+            cfg,
         }));
         Ok(())
     })
@@ -143,13 +142,13 @@ pub extern "C" fn rdmaxfer_accept(
 /// Frees a listener (NULL: nothing); connections accepted from it stay usable.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_free(listener: *mut rdmaxfer_listener) {
-    boundary::free_handle("rdmaxfer_listener_free", listener);
+    free_handle("rdmaxfer_listener_free", listener);
 }
 
 /// Connects to `host` (name or IP address) at `port` (0: the configured port).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connect(
-    cfg: *const super::rdmaxfer_config,
+    cfg: *const rdmaxfer_config,
     host: *const c_char,
     port: u16,
     out_conn: *mut *mut rdmaxfer_conn,
@@ -171,20 +170,15 @@ pub extern "C" fn rdmaxfer_connect(
 
 /// Ends the connection gracefully (waits until what was sent is acknowledged, then
 /// disconnects) and frees it, whatever the status (NULL: nothing to do, `RDMAXFER_OK`). A
-/// connection that another call is using is left alone and `RDMAXFER_ERR_BUSY` is returned.
+/// connection that another call is using is left alone and `RDMAXFER_ERR_BUSY` is returned; one
+/// already freed gives `RDMAXFER_ERR_INVALID_STATE`.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_close(conn: *mut rdmaxfer_conn) -> rdmaxfer_status {
     boundary::run("rdmaxfer_conn_close", || {
         if conn.is_null() {
             return Ok(());
         }
-        let c = boundary::take_handle(conn)?;
-        let state = c.state.into_inner().map_err(|_| {
-            Fail::new(
-                rdmaxfer_status::RDMAXFER_ERR_PANIC,
-                "an earlier call on this rdmaxfer_conn panicked; freed without closing",
-            )
-        })?;
+        let state = take_state(conn)?;
         state.ep.close()?;
         Ok(())
     })
@@ -194,7 +188,7 @@ pub extern "C" fn rdmaxfer_conn_close(conn: *mut rdmaxfer_conn) -> rdmaxfer_stat
 /// on it stay valid to free.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_free(conn: *mut rdmaxfer_conn) {
-    boundary::free_handle("rdmaxfer_conn_free", conn);
+    free_handle("rdmaxfer_conn_free", conn);
 }
 
 /// The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).

@@ -1,16 +1,16 @@
 //! Device listing: `rdmaxfer_devices`.
 
 use std::ffi::{c_char, CString};
-use std::sync::Mutex;
 
-use super::boundary::{self, handle, impl_handle, into_handle, out, Fail};
+use super::boundary::{self, out, Fail};
+use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
 use crate::verbs;
 
 /// A snapshot of the RDMA devices. Made by `rdmaxfer_devices`, freed by
 /// `rdmaxfer_device_list_free`.
 pub struct rdmaxfer_device_list {
-    state: Mutex<Vec<Device>>,
+    slot: Slot<Vec<Device>>,
 }
 
 /// One device (Rust side), with the strings C borrows.
@@ -65,9 +65,7 @@ pub extern "C" fn rdmaxfer_devices(out_list: *mut *mut rdmaxfer_device_list) -> 
                 gids: d.ports.iter().map(|p| p.gids.len() as u32).sum(),
             })
             .collect();
-        o.set(into_handle(rdmaxfer_device_list {
-            state: Mutex::new(devs),
-        }));
+        o.set(into_handle::<rdmaxfer_device_list>(devs));
         Ok(())
     })
 }
@@ -111,5 +109,5 @@ pub extern "C" fn rdmaxfer_device_list_get(
 /// Frees a device list (NULL: nothing).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_device_list_free(list: *mut rdmaxfer_device_list) {
-    boundary::free_handle("rdmaxfer_device_list_free", list);
+    free_handle("rdmaxfer_device_list_free", list);
 }

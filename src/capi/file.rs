@@ -4,8 +4,9 @@
 use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 
-use super::boundary::{self, handle, out, Fail};
+use super::boundary::{self, out, Fail};
 use super::conn::rdmaxfer_conn;
+use super::handle::handle;
 use super::status::rdmaxfer_status;
 use crate::xfer::file::source;
 use crate::xfer::file::transfer::{self, ReceiverOptions, SenderOptions, SessionReport};

@@ -3,42 +3,45 @@
 //!
 //! Every export is an `extern "C" fn` with a safe signature that takes raw pointers and checks
 //! them inside (as rustls-ffi does), runs inside a panic boundary ([`boundary::run`]) and returns
-//! an [`rdmaxfer_status`] with a fixed numeric value. Handles are opaque boxes holding a `Mutex`
-//! that is only ever `try_lock`ed: a handle already in a call (another thread, or a callback
-//! calling back in) gives [`rdmaxfer_status::RDMAXFER_ERR_BUSY`] instead of two `&mut` to one
-//! object; a handle whose call panicked is poisoned and can only be freed.
+//! an [`status::rdmaxfer_status`] with a fixed numeric value. This module is crate-private: the exports
+//! are reachable only through the C ABI (`librdmaxfer.so`), never as Rust functions, so safe
+//! Rust outside the crate cannot hand them a pointer. Handles ([`handle`]) are slots whose
+//! memory is never deallocated, holding a `Mutex` that is only ever `try_lock`ed: a handle
+//! already in a call (another thread, or a callback calling back in) gives
+//! `RDMAXFER_ERR_BUSY` instead of two `&mut` to one object; a handle whose
+//! call panicked is poisoned and can only be freed; a `*_free` during a call takes effect when
+//! the call leaves.
 //!
 //! The conventions the C caller sees are documented at the top of the header (`cbindgen.toml`).
 //! This is the only module besides the verbs/CM wrappers that may use `unsafe`: dereferencing
-//! the caller's pointers and boxing handles, each block with a `// SAFETY:` comment.
+//! the caller's pointers, each block with a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 // The exports take raw pointers from C and are `pub extern "C" fn` (not `unsafe fn`) by design:
-// the pointer contract is the C header's, and every pointer is NULL- and alignment-checked in
-// `boundary` before the one dereference there.
+// the pointer contract is the C header's, and every pointer is NULL- and alignment-checked (in
+// `boundary`) before the one dereference of its kind (`boundary`, handles in `handle::arg`).
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 // C names: `rdmaxfer_status`, `RDMAXFER_OK`, ...
 #![allow(non_camel_case_types)]
 
-pub mod boundary;
-pub mod buf;
-pub mod config;
-pub mod conn;
-pub mod devices;
-pub mod file;
-pub mod status;
+pub(crate) mod boundary;
+pub(crate) mod buf;
+pub(crate) mod config;
+pub(crate) mod conn;
+pub(crate) mod devices;
+pub(crate) mod file;
+pub(crate) mod handle;
+pub(crate) mod status;
 
-pub use buf::{rdmaxfer_buf, rdmaxfer_expose_report, rdmaxfer_remote};
-pub use config::rdmaxfer_config;
-pub use conn::{rdmaxfer_conn, rdmaxfer_listener, rdmaxfer_pingpong_stats};
-pub use devices::{rdmaxfer_device_info, rdmaxfer_device_list};
-pub use file::{rdmaxfer_progress_cb, rdmaxfer_recv_summary};
-pub use status::rdmaxfer_status;
+use buf::{rdmaxfer_buf, rdmaxfer_remote};
+use config::rdmaxfer_config;
+use conn::{rdmaxfer_conn, rdmaxfer_listener};
+use devices::rdmaxfer_device_list;
 
 #[cfg(test)]
 mod tests;
 
 // Handles may be used from any thread (one call at a time, enforced by their mutex): their state
-// must be `Send`, which makes each `Mutex<State>`, and so each handle, `Send + Sync`.
+// must be `Send`, which makes each `Slot<State>`, and so each handle, `Send + Sync`.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<rdmaxfer_config>();

@@ -2,7 +2,6 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use super::boundary;
 use crate::error::Error;
 
 /// Major version of the library; the header's copy is checked against Cargo.toml at build time.
@@ -73,7 +72,8 @@ pub enum rdmaxfer_status {
     RDMAXFER_ERR_REFUSED = 13,
     /// A file or socket operation failed.
     RDMAXFER_ERR_IO = 14,
-    /// The object is not in a state that allows the call (e.g. a closed session).
+    /// The object is not in a state that allows the call (e.g. a closed session), or the handle
+    /// was freed.
     RDMAXFER_ERR_INVALID_STATE = 15,
     /// The caller's buffer is too small for the result.
     RDMAXFER_ERR_BUFFER_TOO_SMALL = 16,
@@ -167,12 +167,4 @@ pub extern "C" fn rdmaxfer_strerror(status: c_int) -> *const c_char {
     rdmaxfer_status::from_raw(status)
         .map_or(c"unknown status", rdmaxfer_status::text)
         .as_ptr()
-}
-
-/// The detail of the last failure on the calling thread: which call failed and why (never
-/// NULL; "" before any failure). The text stays valid until the next failing call on this
-/// thread; copy it to keep it.
-#[no_mangle]
-pub extern "C" fn rdmaxfer_last_error_message() -> *const c_char {
-    boundary::last_error_ptr()
 }

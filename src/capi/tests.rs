@@ -7,7 +7,7 @@ thread_local! {
     static PANIC_IN: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
 
-/// Called by `boundary::lock` with the lock held: panics once when armed for this handle type.
+/// Called by `handle::lock` with the lock held: panics once when armed for this handle type.
 pub(crate) fn maybe_panic(name: &str) {
     if let Some(armed) = PANIC_IN.with(Cell::get) {
         if armed == name {
@@ -22,6 +22,7 @@ use std::ptr;
 use super::boundary::{self, last_error, Fail};
 use super::config::*;
 use super::conn::{rdmaxfer_conn, rdmaxfer_listen, rdmaxfer_listener};
+use super::handle::{self, free_handle, impl_handle, into_handle, take_state, Slot};
 use super::status::rdmaxfer_status as S;
 
 /// Arms a panic inside the next lock of a handle of type `name` on this thread.
@@ -106,26 +107,128 @@ fn a_panic_inside_an_export_poisons_only_that_handle() {
 }
 
 #[test]
-fn a_handle_in_use_is_busy_and_not_freed() {
+fn a_free_during_a_call_takes_effect_when_the_call_leaves() {
     let cfg = new_config();
-    // SAFETY: `cfg` is a live handle made above and freed only at the end of this test.
-    let h = unsafe { &*cfg };
-    let guard = boundary::lock(h).expect("free handle locks");
+    let call = handle::handle(cfg, "cfg").expect("a free handle locks");
     assert_eq!(rdmaxfer_config_set_port(cfg, 5), S::RDMAXFER_ERR_BUSY);
     assert!(
         last_error().contains("in use by another call"),
         "{}",
         last_error()
     );
-    rdmaxfer_config_free(cfg);
-    assert!(last_error().contains("not freed"), "{}", last_error());
     assert_eq!(
-        guard.port, RDMAXFER_DEFAULT_PORT,
+        call.port, RDMAXFER_DEFAULT_PORT,
         "the busy call changed nothing"
     );
-    drop(guard);
-    assert_eq!(rdmaxfer_config_set_port(cfg, 5), S::RDMAXFER_OK);
+    // The free closes the handle at once; the call inside keeps its state until it leaves.
     rdmaxfer_config_free(cfg);
+    assert_eq!(call.port, RDMAXFER_DEFAULT_PORT);
+    drop(call);
+}
+
+/// A handle type of its own, so that no other test's handles share its free list.
+struct test_handle {
+    slot: Slot<Probe>,
+}
+impl_handle!(test_handle, Probe);
+
+/// Counts its drops.
+struct Probe(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn freed_handles_fail_clearly_and_their_slots_are_reused() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    let drops = Arc::new(AtomicUsize::new(0));
+    let a = into_handle::<test_handle>(Probe(drops.clone()));
+    let call = handle::handle(a, "a").unwrap();
+    free_handle("free_a", a);
+    assert_eq!(drops.load(SeqCst), 0, "dropped while a call is inside");
+    let again = handle::handle(a, "a")
+        .err()
+        .expect("a freed handle is refused");
+    assert_eq!(again.status, S::RDMAXFER_ERR_INVALID_STATE);
+    assert_eq!(again.msg, "this test_handle was freed");
+    free_handle("free_a", a);
+    assert_eq!(last_error(), "free_a: this test_handle was already freed");
+    drop(call);
+    assert_eq!(drops.load(SeqCst), 1, "the last call out drops the state");
+    assert!(handle::handle(a, "a").is_err());
+
+    // The next handle of this type reuses the slot; freeing it with no call inside drops at once.
+    let b = into_handle::<test_handle>(Probe(drops.clone()));
+    assert_eq!(b, a, "the freed slot is reused");
+    assert!(handle::handle(b, "b").is_ok());
+    free_handle("free_b", b);
+    assert_eq!(drops.load(SeqCst), 2);
+
+    // take_state: refused while another call is inside (the handle stays open), then hands
+    // the state over and leaves the slot closed.
+    let c = into_handle::<test_handle>(Probe(drops.clone()));
+    let call = handle::handle(c, "c").unwrap();
+    let busy = take_state(c).err().expect("busy");
+    assert_eq!(busy.status, S::RDMAXFER_ERR_BUSY);
+    drop(call);
+    let st = take_state(c).expect("idle: taken");
+    assert_eq!(drops.load(SeqCst), 2, "handed over, not dropped");
+    drop(st);
+    assert_eq!(drops.load(SeqCst), 3);
+    assert_eq!(
+        take_state(c).err().expect("taken already").status,
+        S::RDMAXFER_ERR_INVALID_STATE
+    );
+    free_handle("free_c", c);
+    assert_eq!(last_error(), "free_c: this test_handle was already freed");
+}
+
+#[test]
+fn a_panicking_drop_of_a_freed_state_does_not_unwind() {
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("state drop panics");
+        }
+    }
+    struct bomb_handle {
+        slot: Slot<Bomb>,
+    }
+    impl_handle!(bomb_handle, Bomb);
+    let h = into_handle::<bomb_handle>(Bomb);
+    free_handle("free_bomb", h);
+    assert!(
+        last_error().contains("dropping the freed handle's state panicked: state drop panics"),
+        "{}",
+        last_error()
+    );
+    // The slot went back to the free list in a usable state.
+    let h2 = into_handle::<bomb_handle>(Bomb);
+    assert_eq!(h2, h);
+    assert!(handle::handle(h2, "h2").is_ok());
+    let st = take_state(h2).expect("taken");
+    std::mem::forget(st);
+}
+
+#[test]
+fn the_version_constants_match_cargo_toml() {
+    use super::status::*;
+    let p = |s: &str| s.parse::<u32>().unwrap();
+    assert_eq!(
+        (
+            RDMAXFER_VERSION_MAJOR,
+            RDMAXFER_VERSION_MINOR,
+            RDMAXFER_VERSION_PATCH
+        ),
+        (
+            p(env!("CARGO_PKG_VERSION_MAJOR")),
+            p(env!("CARGO_PKG_VERSION_MINOR")),
+            p(env!("CARGO_PKG_VERSION_PATCH"))
+        )
+    );
 }
 
 #[test]
@@ -167,8 +270,7 @@ fn invalid_settings_leave_the_config_unchanged() {
     );
     assert!(last_error().contains("not valid UTF-8"), "{}", last_error());
     {
-        // SAFETY: `cfg` is live until the free below.
-        let c = boundary::lock(unsafe { &*cfg }).unwrap();
+        let c = handle::handle(cfg, "cfg").unwrap();
         assert_eq!(c.timeout, std::time::Duration::from_millis(2500));
         assert_eq!(c.mtu, None);
         assert!(!c.oob);
@@ -194,8 +296,7 @@ fn invalid_settings_leave_the_config_unchanged() {
     );
     assert_eq!(rdmaxfer_config_set_event_mode(cfg, 5), S::RDMAXFER_OK);
     {
-        // SAFETY: as above.
-        let c = boundary::lock(unsafe { &*cfg }).unwrap();
+        let c = handle::handle(cfg, "cfg").unwrap();
         assert!(c.oob && c.event);
         assert_eq!(c.mtu.map(crate::verbs::Mtu::bytes), Some(2048));
         assert_eq!(c.gid_index, Some(3));
