@@ -360,6 +360,16 @@ impl Context {
         self.inner.ctx.as_ptr()
     }
 
+    pub(crate) fn as_non_null(&self) -> NonNull<sys::ibv_context> {
+        self.inner.ctx
+    }
+
+    /// True when both are the same device context (`ibv_context`): two [`Context::open`]s of
+    /// one device are different contexts, and objects of one cannot be used with the other.
+    pub fn same_as(&self, other: &Context) -> bool {
+        self.as_ptr() == other.as_ptr()
+    }
+
     /// The device name, e.g. `rxe0`.
     pub fn name(&self) -> &str {
         &self.inner.name
