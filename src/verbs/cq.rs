@@ -433,8 +433,10 @@ impl CompletionQueue {
     /// `ibv_create_cq(3)` with room for `cqe` entries; with [`WaitMode::Event`] also
     /// `ibv_create_comp_channel(3)`.
     pub fn new(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
-        let cqe = i32::try_from(cqe.max(1))
-            .map_err(|_| Error::InvalidArgument("CQ size too large".into()))?;
+        let cqe = i32::try_from(cqe.max(1)).map_err(|_| Error::TooLarge {
+            what: "completion queue",
+            detail: format!("{cqe} entries exceed i32::MAX (ibv_create_cq takes an int)"),
+        })?;
         let channel = match mode {
             WaitMode::Poll => None,
             WaitMode::Event => {

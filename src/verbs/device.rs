@@ -449,7 +449,14 @@ impl Context {
     pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
         let ports = self.query_device()?.phys_port_cnt.max(1);
         let len = self.query_port(port)?.gid_tbl_len as usize;
-        let max = len.saturating_mul(ports as usize).max(1);
+        let max = len
+            .checked_mul(ports as usize)
+            .filter(|&n| n <= 1 << 20)
+            .ok_or_else(|| Error::TooLarge {
+                what: "GID table",
+                detail: format!("{len} entries × {ports} ports (more than 2^20 entries)"),
+            })?
+            .max(1);
         let mut entries = vec![sys::ibv_gid_entry::default(); max];
         let ctx = self.as_ptr();
         // SAFETY: valid context; `entries` has room for the `max` entries the call may write.

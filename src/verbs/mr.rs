@@ -210,12 +210,10 @@ impl LocalBuf {
 
     /// Registers one region of `count × slot_len` bytes and splits it into `count` buffers.
     pub fn slots(pd: &ProtectionDomain, slot_len: usize, count: usize) -> Result<Vec<LocalBuf>> {
-        let total = slot_len
-            .checked_mul(count)
-            .ok_or_else(|| Error::TooLarge {
-                what: "buffer slots",
-                detail: format!("{count} slots × {slot_len} bytes overflow usize"),
-            })?;
+        let total = slot_len.checked_mul(count).ok_or_else(|| Error::TooLarge {
+            what: "buffer slots",
+            detail: format!("{count} slots × {slot_len} bytes overflow usize"),
+        })?;
         let mr = Arc::new(MrInner::register(pd, total, sys::IBV_ACCESS_LOCAL_WRITE.0)?);
         Ok((0..count)
             .map(|i| LocalBuf {
@@ -555,6 +553,85 @@ unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// What `alloc_len` must give, computed without overflow in u128.
+    fn expected_alloc_len(len: usize) -> Option<usize> {
+        let pages = (len.max(1) as u128).div_ceil(PAGE as u128);
+        let n = pages * PAGE as u128;
+        (n <= isize::MAX as u128).then_some(n as usize)
+    }
+
+    fn check_alloc_len(len: usize) {
+        match (alloc_len(len), expected_alloc_len(len)) {
+            (Ok(n), Some(want)) => {
+                assert_eq!(n, want, "len {len}");
+                assert_eq!(n % PAGE, 0, "len {len}");
+                assert!(n >= len && n >= 1, "len {len} -> {n}");
+                assert!(n <= isize::MAX as usize, "len {len} -> {n}");
+                assert!(
+                    n - len.max(1) < PAGE,
+                    "len {len} -> {n}: more than a page of padding"
+                );
+                assert!(Layout::from_size_align(n, PAGE).is_ok(), "len {len}");
+            }
+            (Err(Error::TooLarge { what, detail }), None) => {
+                assert_eq!(what, "registered buffer");
+                assert!(detail.contains(&len.to_string()), "{detail}");
+            }
+            (got, want) => panic!("len {len}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn alloc_len_boundaries() {
+        let max = isize::MAX as usize;
+        let last_ok = max - (PAGE - 1); // 2^63 - 4096: the largest page multiple <= isize::MAX
+        for len in [
+            0,
+            1,
+            PAGE - 1,
+            PAGE,
+            PAGE + 1,
+            last_ok - 1,
+            last_ok,
+            last_ok + 1,
+            max,
+            max + 1,
+            usize::MAX - PAGE,
+            usize::MAX,
+        ] {
+            check_alloc_len(len);
+        }
+        assert_eq!(alloc_len(0).unwrap(), PAGE);
+        assert_eq!(alloc_len(PAGE + 1).unwrap(), 2 * PAGE);
+        assert_eq!(alloc_len(last_ok).unwrap(), last_ok);
+        for len in [last_ok + 1, max, max + 1, usize::MAX] {
+            assert!(
+                matches!(alloc_len(len), Err(Error::TooLarge { .. })),
+                "{len}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn alloc_len_is_a_page_multiple_or_too_large(len in any::<usize>()) {
+            check_alloc_len(len);
+        }
+
+        #[test]
+        fn alloc_len_near_the_isize_limit(back in 0usize..3 * PAGE, up in 0usize..3 * PAGE) {
+            check_alloc_len((isize::MAX as usize) - back);
+            check_alloc_len((isize::MAX as usize).wrapping_add(up));
+            check_alloc_len(usize::MAX - back);
+        }
+
+        #[test]
+        fn alloc_len_small(len in 0usize..(1 << 24)) {
+            check_alloc_len(len);
+        }
+    }
 
     #[test]
     fn access_flags() {
