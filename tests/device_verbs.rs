@@ -5,9 +5,11 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rdmaxfer::cm::CmId;
 use rdmaxfer::verbs::{
-    CompletionQueue, Context, ExposedRegion, InitAttr, LocalBuf, ProtectionDomain, QpCaps, QpState,
-    QueuePair, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge, WaitMode, WcOpcode,
+    Buf, CompletionQueue, Context, ExposedRegion, InitAttr, LocalBuf, PostError, ProtectionDomain,
+    QpCaps, QpState, QueuePair, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge, WaitMode,
+    WcOpcode,
 };
 use rdmaxfer::xfer::loopback::{self, LoopbackOptions, LoopbackPair};
 use rdmaxfer::Error;
@@ -558,4 +560,180 @@ fn thousand_create_destroy_cycles_leave_nothing_behind() {
     }
     drop(ctx);
     assert_eq!(resources(), before, "after 1000 cycles");
+}
+
+#[track_caller]
+fn assert_too_large<T: std::fmt::Debug>(r: rdmaxfer::Result<T>, what: &str) {
+    match r {
+        Err(Error::TooLarge { .. }) => {}
+        other => panic!("{what}: expected Error::TooLarge, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn sizes_that_overflow_are_refused_before_allocating() {
+    let ctx = Context::open(Some("rxe0")).unwrap();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let before = resources();
+    let t = Instant::now();
+    assert_too_large(LocalBuf::new(&pd, usize::MAX), "LocalBuf::new(usize::MAX)");
+    assert_too_large(
+        LocalBuf::new(&pd, (isize::MAX as usize) + 1),
+        "LocalBuf::new(isize::MAX + 1)",
+    );
+    assert_too_large(
+        LocalBuf::new(&pd, (isize::MAX as usize) - 100),
+        "LocalBuf::new(isize::MAX - 100): rounds up past isize::MAX",
+    );
+    assert_too_large(
+        ExposedRegion::new(&pd, usize::MAX, RemoteAccess::ReadWrite),
+        "ExposedRegion::new(usize::MAX)",
+    );
+    assert_too_large(
+        LocalBuf::slots(&pd, (usize::MAX / 2) + 1, 2),
+        "LocalBuf::slots(usize::MAX / 2 + 1, 2)",
+    );
+    assert_too_large(
+        LocalBuf::slots(&pd, 1 << 40, 1 << 30),
+        "LocalBuf::slots(2^40, 2^30)",
+    );
+    // Refused by arithmetic, not by a failed allocation or registration: at once, and with no
+    // memory region left behind.
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "refusals took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(resources(), before, "no registration was made");
+    let mut b = LocalBuf::new(&pd, 4096).unwrap();
+    b[4095] = 7;
+    assert_eq!(b.len(), 4096);
+    let slots = LocalBuf::slots(&pd, 4096, 3).unwrap();
+    assert_eq!(slots.len(), 3);
+}
+
+fn context_mismatch_of<T: std::fmt::Debug>(r: rdmaxfer::Result<T>) -> (&'static str, &'static str) {
+    match r {
+        Err(Error::ContextMismatch { op, what, .. }) => (op, what),
+        other => panic!("expected Error::ContextMismatch, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_mismatch_returns(r: Result<(), PostError>, op: &str, len: usize) {
+    let e = r.expect_err("a buffer of another context must be refused");
+    match &e.error {
+        Error::ContextMismatch { op: o, .. } => assert_eq!(*o, op),
+        other => panic!("expected Error::ContextMismatch, got {other}"),
+    }
+    assert_eq!(e.bufs.len(), 1, "the buffer comes back");
+    assert_eq!(e.bufs[0].as_slice().len(), len);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn objects_of_another_context_are_refused() {
+    let ctx1 = Context::open(Some("rxe0")).unwrap();
+    let ctx2 = Context::open(Some("rxe0")).unwrap();
+    assert!(!ctx1.same_as(&ctx2), "two opens are two contexts");
+    assert!(ctx1.same_as(&ctx1.clone()));
+    let pd1 = ProtectionDomain::new(&ctx1).unwrap();
+    let pd2 = ProtectionDomain::new(&ctx2).unwrap();
+    let cq1 = CompletionQueue::new(&ctx1, 16, WaitMode::Poll).unwrap();
+    let cq2 = CompletionQueue::new(&ctx2, 16, WaitMode::Poll).unwrap();
+    let before = resources();
+    let caps = QpCaps::default();
+    let (op, what) = context_mismatch_of(QueuePair::new_rc(&pd1, &cq2, &cq2, caps));
+    assert_eq!((op, what), ("ibv_create_qp", "the send CQ"));
+    let (_, what) = context_mismatch_of(QueuePair::new_rc(&pd1, &cq1, &cq2, caps));
+    assert_eq!(what, "the receive CQ");
+    let (_, what) = context_mismatch_of(QueuePair::new_rc(&pd2, &cq1, &cq2, caps));
+    assert_eq!(what, "the send CQ");
+    assert_eq!(resources().2, before.2, "no QP was created");
+
+    // Posting: a connected pair on one context, buffers of another.
+    let p = pair();
+    let ctx3 = Context::open(Some("rxe0")).unwrap();
+    let pd3 = ProtectionDomain::new(&ctx3).unwrap();
+    let foreign = |len| LocalBuf::new(&pd3, len).unwrap();
+    assert_mismatch_returns(p.b.post_recv_buf(1, foreign(64)), "ibv_post_recv", 64);
+    assert_mismatch_returns(
+        p.b.post_recv(1, [Sge::new(foreign(65))]),
+        "ibv_post_recv",
+        65,
+    );
+    let own = LocalBuf::new(&p.pd, 32).unwrap();
+    let e =
+        p.b.post_recv(1, [Sge::new(own), Sge::new(foreign(33))])
+            .expect_err("one foreign SGE is enough to refuse");
+    assert!(
+        matches!(e.error, Error::ContextMismatch { .. }),
+        "{}",
+        e.error
+    );
+    assert_eq!(e.bufs.len(), 2, "both buffers come back");
+    assert_mismatch_returns(
+        p.a.post_send_buf(2, SendOp::Send, foreign(66), 0, 66, true, false),
+        "ibv_post_send",
+        66,
+    );
+    assert_mismatch_returns(
+        p.a.post_send(SendRequest::send(2, [Sge::new(foreign(67))])),
+        "ibv_post_send",
+        67,
+    );
+    let shared = foreign(68).freeze();
+    assert_mismatch_returns(
+        p.a.post_send(SendRequest::send(2, [Sge::new(shared.clone())])),
+        "ibv_post_send",
+        68,
+    );
+    assert!(matches!(
+        &p.a.post_send(SendRequest::send(2, [Sge::new(shared)]))
+            .unwrap_err()
+            .bufs[0],
+        Buf::Shared(_)
+    ));
+    // Nothing was posted: the pair still works with its own buffers.
+    p.b.post_recv_buf(3, LocalBuf::new(&p.pd, 16).unwrap())
+        .unwrap();
+    let data = pattern(16, 9);
+    p.a.post_send(SendRequest::send(4, [Sge::new(filled(&p.pd, &data))]))
+        .unwrap();
+    assert_eq!(one(&p.cq_a).result().unwrap().wr_id, 4);
+    let rc = one(&p.cq_b).result().unwrap();
+    assert_eq!(rc.wr_id, 3);
+    assert!(rc.into_local_bufs()[0][..] == data[..]);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn cm_create_qp_refuses_cqs_of_another_context() {
+    let id = CmId::new().unwrap();
+    id.bind_addr("198.18.0.1:0".parse().unwrap()).unwrap();
+    let cm_ctx = id.context().unwrap();
+    assert_eq!(cm_ctx.name(), "rxe0");
+    let other = Context::open(Some("rxe0")).unwrap();
+    assert!(!cm_ctx.same_as(&other));
+    let pd = ProtectionDomain::new(&cm_ctx).unwrap();
+    let own_cq = CompletionQueue::new(&cm_ctx, 16, WaitMode::Poll).unwrap();
+    let other_cq = CompletionQueue::new(&other, 16, WaitMode::Poll).unwrap();
+    let before = resources();
+    let caps = QpCaps::default();
+    let (op, what) = context_mismatch_of(id.create_qp(&pd, &other_cq, &own_cq, caps));
+    assert_eq!((op, what), ("rdma_create_qp", "the send CQ"));
+    let (_, what) = context_mismatch_of(id.create_qp(&pd, &own_cq, &other_cq, caps));
+    assert_eq!(what, "the receive CQ");
+    assert_eq!(resources().2, before.2, "no QP was created");
+    // The same CQ of the id's context works, and the QP is destroyed (checked) on drop.
+    let qp = id.create_qp(&pd, &own_cq, &own_cq, caps).unwrap();
+    assert_eq!(qp.state(), QpState::Init);
+    assert_eq!(resources().2, before.2 + 1);
+    drop(qp);
+    assert_eq!(resources().2, before.2, "the CM QP was destroyed");
+    // The id outlives its QP: a second QP on the same id is made and destroyed again.
+    let qp = id.create_qp(&pd, &own_cq, &own_cq, caps).unwrap();
+    drop(qp);
+    assert_eq!(resources().2, before.2);
 }

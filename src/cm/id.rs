@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::error::{last_errno, Error, Result};
 use crate::os;
 use crate::sys;
-use crate::verbs::qp::{qp_init_attr, Destroy};
+use crate::verbs::qp::{check_contexts, qp_init_attr, Destroy};
 use crate::verbs::{CompletionQueue, Context, Gid, ProtectionDomain, QpCaps, QpState, QueuePair};
 
 use super::event::{Event, EventKind};
@@ -87,8 +87,10 @@ impl IdInner {
 impl Drop for IdInner {
     fn drop(&mut self) {
         // Every retrieved event holds an Arc to us and acks on drop, so none is unacked here and
-        // rdma_destroy_id cannot block on one. The QP (if any) holds an Arc too: it is gone.
-        // SAFETY: the id is ours and destroyed once.
+        // rdma_destroy_id cannot block on one. The QP (if any) holds an Arc too: it is gone, and
+        // its destroy closure either destroyed it (and cleared id->qp) or leaked this Arc.
+        // SAFETY: the id is ours (from rdma_create_id or a connect request) and destroyed once,
+        // here, when the last Arc goes.
         let rc = unsafe { sys::rdma_destroy_id(self.id.as_ptr()) };
         if rc != 0 {
             // The id may still be attached to the channel: leak the channel rather than destroy it.
@@ -398,8 +400,9 @@ impl CmId {
     }
 
     /// Creates the id's RC QP on `pd`'s device with our CQs (`rdma_create_qp(3)`); rdma_cm
-    /// moves it to INIT now and to RTR/RTS while connecting. Dropping the QP destroys it with
-    /// `rdma_destroy_qp(3)`.
+    /// moves it to INIT now and to RTR/RTS while connecting. The CQs must be of the PD's device
+    /// context ([`Error::ContextMismatch`] otherwise). Dropping the QP destroys it with a
+    /// checked `ibv_destroy_qp(3)`.
     pub fn create_qp(
         &self,
         pd: &ProtectionDomain,
@@ -407,9 +410,14 @@ impl CmId {
         recv_cq: &CompletionQueue,
         caps: QpCaps,
     ) -> Result<QueuePair> {
+        check_contexts("rdma_create_qp", pd, send_cq, recv_cq)?;
         let mut attr = qp_init_attr(send_cq, recv_cq, &caps);
         let qp = self.inner.with(|id| {
-            // SAFETY: valid id, PD and CQs (same device is checked by librdmacm), init attributes.
+            // SAFETY: the id is live (we hold its Arc, and `with` holds its lock); the PD and
+            // both CQs are live (their Arcs are held) and of one context (checked above);
+            // librdmacm refuses a PD of another context than the id's (rdma-core 44
+            // librdmacm/cma.c rdma_create_qp_ex: `id->verbs != attr->pd->context` → EINVAL);
+            // `attr` outlives the call.
             let rc = unsafe { sys::rdma_create_qp(id, pd.as_ptr(), &mut attr) };
             if rc != 0 {
                 return Err(Error::Verb {
@@ -418,15 +426,34 @@ impl CmId {
                     hint: " (queue depth or SGE count above the device limits, or PD of another device?)",
                 });
             }
-            // SAFETY: rdma_create_qp succeeded, so `id->qp` is the new QP.
+            // SAFETY: rdma_create_qp succeeded, so `id->qp` is the new QP (cma.c sets it last).
             NonNull::new(unsafe { (*id).qp }).ok_or_else(|| Error::verb("rdma_create_qp", libc::EIO))
         })?;
         let owner = self.inner.clone();
-        let destroy: Destroy = Box::new(move |_qp| {
-            // SAFETY: the QP is id->qp, created above; destroyed once, from QueuePair::drop. The
-            // captured Arc keeps the id alive until then.
-            owner.with(|id| unsafe { sys::rdma_destroy_qp(id) });
-            0
+        let destroy: Destroy = Box::new(move |qp| {
+            let rc = owner.with(|id| {
+                // SAFETY: `qp` is id->qp, created above, and this closure runs once (from
+                // QueuePair::drop); the captured Arc keeps the id alive and `with` holds its lock.
+                // rdma-core 44's rdma_destroy_qp (librdmacm/cma.c) is `ibv_destroy_qp(id->qp);
+                // id->qp = NULL; ucma_destroy_cqs(id);`, and ucma_destroy_cqs only destroys CQs
+                // librdmacm created itself (ucma_create_cqs makes one only for a NULL
+                // attr->send_cq / recv_cq; qp_init_attr always sets both). So the same steps,
+                // with the result checked, are: ibv_destroy_qp, then id->qp = NULL on success.
+                let rc = unsafe { sys::ibv_destroy_qp(qp.as_ptr()) };
+                if rc == 0 {
+                    // SAFETY: `id` is live and locked (above). Cleared as rdma_destroy_qp does, so
+                    // later librdmacm calls on this id (e.g. rdma_disconnect, which moves id->qp
+                    // to ERR) do not reach the destroyed QP.
+                    unsafe { (*id).qp = std::ptr::null_mut() };
+                }
+                rc
+            });
+            if rc != 0 {
+                // The QP may still be live and id->qp still names it: keep the id (and with it
+                // its channel) rather than let rdma_destroy_id run with it attached.
+                std::mem::forget(owner);
+            }
+            rc
         });
         QueuePair::wrap(qp, pd, send_cq, recv_cq, attr.cap, QpState::Init, destroy)
     }

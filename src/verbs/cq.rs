@@ -58,6 +58,15 @@ impl Buf {
             Buf::Shared(b) => b.addr(),
         }
     }
+
+    /// The device context the buffer is registered in.
+    #[inline(always)]
+    pub(crate) fn ctx(&self) -> *mut sys::ibv_context {
+        match self {
+            Buf::Local(b) => b.ctx(),
+            Buf::Shared(b) => b.ctx(),
+        }
+    }
 }
 
 impl From<LocalBuf> for Buf {
@@ -372,7 +381,9 @@ struct Channel(NonNull<sys::ibv_comp_channel>);
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        // SAFETY: the CQ using it was destroyed first (field order in CqInner's drop).
+        // SAFETY: a channel is only used by the one CQ made with it: CqInner::drop destroys that
+        // CQ in its body, before its fields (this channel) drop, and forgets the channel if that
+        // fails; if ibv_create_cq failed, no CQ uses it.
         let rc = unsafe { sys::ibv_destroy_comp_channel(self.0.as_ptr()) };
         if rc != 0 {
             tracing::warn!("ibv_destroy_comp_channel failed: {rc}");
@@ -386,7 +397,7 @@ pub(crate) struct CqInner {
     table: Mutex<Table>,
     wait_lock: Mutex<()>,
     mode: WaitMode,
-    _ctx: Context,
+    ctx: Context,
 }
 
 // SAFETY: the CQ and channel are only used through thread-safe verbs; the Rust-side table is
@@ -398,7 +409,8 @@ unsafe impl Sync for CqInner {}
 impl Drop for CqInner {
     fn drop(&mut self) {
         // Every CQ event was acked as it was read, so ibv_destroy_cq cannot block.
-        // SAFETY: every QP using this CQ holds an Arc to it, so none is left.
+        // SAFETY: every QueuePair using this CQ holds a CompletionQueue clone (an Arc of this
+        // CqInner), so none is left; destroyed once, here.
         let rc = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
         if rc != 0 {
             tracing::warn!("ibv_destroy_cq failed: {rc}; leaking its in-flight buffers");
@@ -421,12 +433,14 @@ impl CompletionQueue {
     /// `ibv_create_cq(3)` with room for `cqe` entries; with [`WaitMode::Event`] also
     /// `ibv_create_comp_channel(3)`.
     pub fn new(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
-        let cqe = i32::try_from(cqe.max(1))
-            .map_err(|_| Error::InvalidArgument("CQ size too large".into()))?;
+        let cqe = i32::try_from(cqe.max(1)).map_err(|_| Error::TooLarge {
+            what: "completion queue",
+            detail: format!("{cqe} entries exceed i32::MAX (ibv_create_cq takes an int)"),
+        })?;
         let channel = match mode {
             WaitMode::Poll => None,
             WaitMode::Event => {
-                // SAFETY: valid context.
+                // SAFETY: `ctx` holds an open ibv_context (its Arc is held).
                 let ch = unsafe { sys::ibv_create_comp_channel(ctx.as_ptr()) };
                 let ch = Channel(
                     NonNull::new(ch).ok_or_else(|| Error::last_os("ibv_create_comp_channel"))?,
@@ -445,7 +459,7 @@ impl CompletionQueue {
         let ch_ptr = channel
             .as_ref()
             .map_or(std::ptr::null_mut(), |c| c.0.as_ptr());
-        // SAFETY: valid context; channel is null or valid.
+        // SAFETY: `ctx` holds an open ibv_context; the channel is NULL or the one just created.
         let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), cqe, std::ptr::null_mut(), ch_ptr, 0) };
         let cq = NonNull::new(cq).ok_or_else(|| Error::last_os("ibv_create_cq"))?;
         Ok(CompletionQueue {
@@ -455,13 +469,18 @@ impl CompletionQueue {
                 table: Mutex::new(Table::default()),
                 wait_lock: Mutex::new(()),
                 mode,
-                _ctx: ctx.clone(),
+                ctx: ctx.clone(),
             }),
         })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_cq {
         self.inner.cq.as_ptr()
+    }
+
+    /// The device context the CQ was created on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
     }
 
     #[inline(always)]
@@ -632,7 +651,8 @@ impl CompletionQueue {
         // SAFETY: valid channel and out-pointers; the fd is non-blocking.
         let rc = unsafe { sys::ibv_get_cq_event(ch.0.as_ptr(), &mut cq, &mut ctx) };
         if rc == 0 {
-            // SAFETY: `cq` is the CQ the event was for (ours); ack it at once so destroy never blocks.
+            // SAFETY: the channel serves only this CQ, so `cq` is it; acked at once so
+            // ibv_destroy_cq never waits for an unacked event (ibv_get_cq_event(3)).
             unsafe { sys::ibv_ack_cq_events(cq, 1) };
         }
         Ok(())

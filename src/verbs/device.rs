@@ -360,6 +360,16 @@ impl Context {
         self.inner.ctx.as_ptr()
     }
 
+    pub(crate) fn as_non_null(&self) -> NonNull<sys::ibv_context> {
+        self.inner.ctx
+    }
+
+    /// True when both are the same device context (`ibv_context`): two [`Context::open`]s of
+    /// one device are different contexts, and objects of one cannot be used with the other.
+    pub fn same_as(&self, other: &Context) -> bool {
+        self.as_ptr() == other.as_ptr()
+    }
+
     /// The device name, e.g. `rxe0`.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -439,7 +449,14 @@ impl Context {
     pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
         let ports = self.query_device()?.phys_port_cnt.max(1);
         let len = self.query_port(port)?.gid_tbl_len as usize;
-        let max = len.saturating_mul(ports as usize).max(1);
+        let max = len
+            .checked_mul(ports as usize)
+            .filter(|&n| n <= 1 << 20)
+            .ok_or_else(|| Error::TooLarge {
+                what: "GID table",
+                detail: format!("{len} entries × {ports} ports (more than 2^20 entries)"),
+            })?
+            .max(1);
         let mut entries = vec![sys::ibv_gid_entry::default(); max];
         let ctx = self.as_ptr();
         // SAFETY: valid context; `entries` has room for the `max` entries the call may write.

@@ -11,6 +11,7 @@ pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+mod wr;
 
 pub use cq::{wc_status_str, Buf, Bufs, Completion, CompletionQueue, Retired, WaitMode, WcOpcode};
 pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, PortAttr, PortInfo};

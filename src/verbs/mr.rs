@@ -19,6 +19,22 @@ use crate::verbs::pd::ProtectionDomain;
 
 const PAGE: usize = 4096;
 
+/// The bytes allocated (and registered) for a buffer of `len` bytes: `len` (at least 1) rounded
+/// up to a whole page. Fails with [`Error::TooLarge`] when the rounding overflows or the result
+/// exceeds `isize::MAX` (what `Layout` accepts), so nothing is allocated for such a size.
+pub(crate) fn alloc_len(len: usize) -> Result<usize> {
+    len.max(1)
+        .checked_next_multiple_of(PAGE)
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| Error::TooLarge {
+            what: "registered buffer",
+            detail: format!(
+                "{len} bytes, rounded up to whole {PAGE}-byte pages, exceed isize::MAX ({})",
+                isize::MAX
+            ),
+        })
+}
+
 /// The rights a peer gets on an [`ExposedRegion`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RemoteAccess {
@@ -76,6 +92,8 @@ impl std::str::FromStr for RemoteAccess {
 /// One registration and the memory behind it.
 pub(crate) struct MrInner {
     pd: ProtectionDomain,
+    /// The device context of `pd`, copied here so that posting checks it with one compare.
+    ctx: NonNull<sys::ibv_context>,
     mr: Option<NonNull<sys::ibv_mr>>,
     buf: NonNull<u8>,
     layout: Layout,
@@ -85,26 +103,32 @@ pub(crate) struct MrInner {
 }
 
 // SAFETY: the memory is only reached through handles whose own types enforce exclusive or
-// read-only access; the ibv_mr pointer is only passed to thread-safe verbs.
+// read-only access; the ibv_mr pointer is only passed to ibv_dereg_mr, which libibverbs allows
+// from any thread; the context pointer is only compared, never dereferenced.
 unsafe impl Send for MrInner {}
 // SAFETY: as above.
 unsafe impl Sync for MrInner {}
 
 impl MrInner {
     fn register(pd: &ProtectionDomain, len: usize, access: u32) -> Result<MrInner> {
-        let alloc_len = len.max(1).div_ceil(PAGE) * PAGE;
-        let layout = Layout::from_size_align(alloc_len, PAGE)
-            .map_err(|_| Error::InvalidArgument(format!("buffer of {len} bytes is too large")))?;
-        // SAFETY: layout has non-zero size.
+        let alloc_len = alloc_len(len)?;
+        let layout = Layout::from_size_align(alloc_len, PAGE).map_err(|e| Error::TooLarge {
+            what: "registered buffer",
+            detail: format!("layout of {alloc_len} bytes: {e}"),
+        })?;
+        // SAFETY: `alloc_len` returned at least one page (len.max(1) rounded up), so the layout
+        // has a non-zero size, as alloc_zeroed requires.
         let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
             .ok_or_else(|| Error::InvalidArgument(format!("cannot allocate {len} bytes")))?;
-        // SAFETY: `buf` points to `alloc_len` bytes we own and keep until deregistration.
+        // SAFETY: `pd` is a live PD (its Arc is held); `buf` points to `alloc_len` bytes we
+        // allocated above, own, and keep until deregistration (ibv_reg_mr(3)).
         let mr = unsafe {
             sys::shim_ibv_reg_mr(pd.as_ptr(), buf.as_ptr().cast(), alloc_len, access as i32)
         };
         let Some(mr) = NonNull::new(mr) else {
             let errno = crate::error::last_errno();
-            // SAFETY: registration failed, so nothing else references the memory.
+            // SAFETY: ibv_reg_mr returned NULL, so no registration refers to `buf`; it was
+            // allocated above with `layout` and is freed once, here.
             unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
             let hint = match errno {
                 libc::ENOMEM | libc::EPERM | libc::EAGAIN => {
@@ -118,10 +142,11 @@ impl MrInner {
                 hint,
             });
         };
-        // SAFETY: `mr` is a valid registration returned just now.
+        // SAFETY: `mr` is non-NULL, returned by ibv_reg_mr just now and not yet deregistered.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
         Ok(MrInner {
             pd: pd.clone(),
+            ctx: pd.context().as_non_null(),
             mr: Some(mr),
             buf,
             layout,
@@ -135,8 +160,11 @@ impl MrInner {
     /// device may still reach it.
     fn deregister(&mut self) -> Result<()> {
         if let Some(mr) = self.mr {
-            // SAFETY: `mr` is our live registration; no work request can reference it (LocalBufs
-            // in flight keep this MrInner alive, so we are not being dropped while posted).
+            // SAFETY: `self.mr` is Some only until the one successful ibv_dereg_mr, so `mr` is a
+            // live registration. Local work requests hold an Arc of this MrInner (LocalBuf /
+            // SharedBuf in the in-flight table), so drop never gets here while one is posted;
+            // ExposedRegion is never posted locally, and for peers ibv_dereg_mr(3) only makes
+            // later accesses fail.
             let rc = unsafe { sys::ibv_dereg_mr(mr.as_ptr()) };
             if rc != 0 {
                 return Err(Error::verb("ibv_dereg_mr", rc));
@@ -154,7 +182,9 @@ impl MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         match self.deregister() {
-            // SAFETY: deregistered, and no handle to the memory remains (they hold this Arc).
+            // SAFETY: deregistered, so the device no longer reaches the memory; every handle to
+            // it owns this MrInner (directly or by Arc), which is being dropped; `layout` is the
+            // one `buf` was allocated with.
             Ok(()) => unsafe { std::alloc::dealloc(self.buf.as_ptr(), self.layout) },
             Err(e) => {
                 tracing::warn!("{e}; leaking the buffer so the device cannot write freed memory")
@@ -180,9 +210,10 @@ impl LocalBuf {
 
     /// Registers one region of `count × slot_len` bytes and splits it into `count` buffers.
     pub fn slots(pd: &ProtectionDomain, slot_len: usize, count: usize) -> Result<Vec<LocalBuf>> {
-        let total = slot_len
-            .checked_mul(count)
-            .ok_or_else(|| Error::InvalidArgument("slot size × count overflows".into()))?;
+        let total = slot_len.checked_mul(count).ok_or_else(|| Error::TooLarge {
+            what: "buffer slots",
+            detail: format!("{count} slots × {slot_len} bytes overflow usize"),
+        })?;
         let mr = Arc::new(MrInner::register(pd, total, sys::IBV_ACCESS_LOCAL_WRITE.0)?);
         Ok((0..count)
             .map(|i| LocalBuf {
@@ -223,13 +254,20 @@ impl LocalBuf {
     pub(crate) fn addr(&self) -> u64 {
         self.mr.addr() + self.off as u64
     }
+
+    /// The device context the buffer is registered in (compared when posting).
+    #[inline(always)]
+    pub(crate) fn ctx(&self) -> *mut sys::ibv_context {
+        self.mr.ctx.as_ptr()
+    }
 }
 
 impl Deref for LocalBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // Disjoint ranges, not Clone: this is the only handle; posted ones sit in an in-flight table.
-        // SAFETY: [off, off+len) lies in the allocation and no other reference to it exists.
+        // SAFETY: [off, off+len) lies in the allocation (`slots` checked count × slot_len against
+        // it, `split_off` checks `at <= len`), and the LocalBufs of one MrInner have disjoint ranges.
         unsafe { std::slice::from_raw_parts(self.mr.buf.as_ptr().add(self.off), self.len) }
     }
 }
@@ -264,6 +302,11 @@ impl SharedBuf {
 
     pub(crate) fn addr(&self) -> u64 {
         self.0.addr()
+    }
+
+    #[inline(always)]
+    pub(crate) fn ctx(&self) -> *mut sys::ibv_context {
+        self.0.ctx()
     }
 }
 
@@ -510,6 +553,85 @@ unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// What `alloc_len` must give, computed without overflow in u128.
+    fn expected_alloc_len(len: usize) -> Option<usize> {
+        let pages = (len.max(1) as u128).div_ceil(PAGE as u128);
+        let n = pages * PAGE as u128;
+        (n <= isize::MAX as u128).then_some(n as usize)
+    }
+
+    fn check_alloc_len(len: usize) {
+        match (alloc_len(len), expected_alloc_len(len)) {
+            (Ok(n), Some(want)) => {
+                assert_eq!(n, want, "len {len}");
+                assert_eq!(n % PAGE, 0, "len {len}");
+                assert!(n >= len && n >= 1, "len {len} -> {n}");
+                assert!(n <= isize::MAX as usize, "len {len} -> {n}");
+                assert!(
+                    n - len.max(1) < PAGE,
+                    "len {len} -> {n}: more than a page of padding"
+                );
+                assert!(Layout::from_size_align(n, PAGE).is_ok(), "len {len}");
+            }
+            (Err(Error::TooLarge { what, detail }), None) => {
+                assert_eq!(what, "registered buffer");
+                assert!(detail.contains(&len.to_string()), "{detail}");
+            }
+            (got, want) => panic!("len {len}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn alloc_len_boundaries() {
+        let max = isize::MAX as usize;
+        let last_ok = max - (PAGE - 1); // 2^63 - 4096: the largest page multiple <= isize::MAX
+        for len in [
+            0,
+            1,
+            PAGE - 1,
+            PAGE,
+            PAGE + 1,
+            last_ok - 1,
+            last_ok,
+            last_ok + 1,
+            max,
+            max + 1,
+            usize::MAX - PAGE,
+            usize::MAX,
+        ] {
+            check_alloc_len(len);
+        }
+        assert_eq!(alloc_len(0).unwrap(), PAGE);
+        assert_eq!(alloc_len(PAGE + 1).unwrap(), 2 * PAGE);
+        assert_eq!(alloc_len(last_ok).unwrap(), last_ok);
+        for len in [last_ok + 1, max, max + 1, usize::MAX] {
+            assert!(
+                matches!(alloc_len(len), Err(Error::TooLarge { .. })),
+                "{len}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn alloc_len_is_a_page_multiple_or_too_large(len in any::<usize>()) {
+            check_alloc_len(len);
+        }
+
+        #[test]
+        fn alloc_len_near_the_isize_limit(back in 0usize..3 * PAGE, up in 0usize..3 * PAGE) {
+            check_alloc_len((isize::MAX as usize) - back);
+            check_alloc_len((isize::MAX as usize).wrapping_add(up));
+            check_alloc_len(usize::MAX - back);
+        }
+
+        #[test]
+        fn alloc_len_small(len in 0usize..(1 << 24)) {
+            check_alloc_len(len);
+        }
+    }
 
     #[test]
     fn access_flags() {

@@ -12,14 +12,16 @@ pub(crate) struct PdInner {
     pub(crate) ctx: Context,
 }
 
-// SAFETY: an ibv_pd is only passed to thread-safe verbs; nothing is mutated from Rust.
+// SAFETY: the ibv_pd pointer is only passed to libibverbs calls, which may be made from any
+// thread; nothing behind it is read or written from Rust.
 unsafe impl Send for PdInner {}
 // SAFETY: as above.
 unsafe impl Sync for PdInner {}
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // SAFETY: every MR and QP of this PD holds an Arc to it, so none is left.
+        // SAFETY: every MrInner and QueuePair made on this PD holds a ProtectionDomain clone
+        // (an Arc of this PdInner), so none is left; the pointer is freed once, here.
         let rc = unsafe { sys::ibv_dealloc_pd(self.pd.as_ptr()) };
         if rc != 0 {
             tracing::warn!(
@@ -39,7 +41,8 @@ pub struct ProtectionDomain {
 impl ProtectionDomain {
     /// `ibv_alloc_pd(3)`.
     pub fn new(ctx: &Context) -> Result<ProtectionDomain> {
-        // SAFETY: valid context.
+        // SAFETY: `ctx` holds an open ibv_context (ContextInner closes it only when the last
+        // clone is gone, and the PD keeps a clone).
         let pd = unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) };
         let pd = NonNull::new(pd).ok_or_else(|| Error::last_os("ibv_alloc_pd"))?;
         Ok(ProtectionDomain {

@@ -11,8 +11,10 @@ use crate::sys;
 use crate::verbs::cq::{Buf, Bufs, CompletionQueue};
 use crate::verbs::device::Mtu;
 use crate::verbs::gid::Gid;
-use crate::verbs::mr::{LocalBuf, RemoteSlice};
+use crate::verbs::mr::LocalBuf;
 use crate::verbs::pd::ProtectionDomain;
+use crate::verbs::wr::{context_mismatch, one_sge, SgList, SgeVec};
+pub use crate::verbs::wr::{PostError, SendOp, SendRequest, Sge};
 
 /// Queue sizes asked for at creation (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,190 +171,6 @@ impl RtsAttr {
     }
 }
 
-/// One scatter/gather element: a buffer, or part of one.
-#[derive(Debug)]
-pub struct Sge {
-    buf: Buf,
-    off: usize,
-    len: Option<usize>,
-}
-
-impl Sge {
-    /// The whole buffer.
-    pub fn new(buf: impl Into<Buf>) -> Sge {
-        Sge {
-            buf: buf.into(),
-            off: 0,
-            len: None,
-        }
-    }
-
-    /// Only `len` bytes from `off` (checked when posted).
-    pub fn range(buf: impl Into<Buf>, off: usize, len: usize) -> Sge {
-        Sge {
-            buf: buf.into(),
-            off,
-            len: Some(len),
-        }
-    }
-
-    fn length(&self) -> usize {
-        self.len
-            .unwrap_or(self.buf.as_slice().len().saturating_sub(self.off))
-    }
-}
-
-/// What a send-queue work request does.
-#[derive(Clone, Copy, Debug)]
-pub enum SendOp {
-    /// SEND.
-    Send,
-    /// SEND_WITH_IMM.
-    SendWithImm(u32),
-    /// RDMA WRITE.
-    Write(RemoteSlice),
-    /// RDMA WRITE_WITH_IMM.
-    WriteWithImm(RemoteSlice, u32),
-    /// RDMA READ (local buffers must be exclusive).
-    Read(RemoteSlice),
-}
-
-impl SendOp {
-    fn name(&self) -> &'static str {
-        match self {
-            SendOp::Send => "SEND",
-            SendOp::SendWithImm(_) => "SEND_WITH_IMM",
-            SendOp::Write(_) => "RDMA WRITE",
-            SendOp::WriteWithImm(..) => "RDMA WRITE_WITH_IMM",
-            SendOp::Read(_) => "RDMA READ",
-        }
-    }
-}
-
-/// The SGEs of one work request: inline for up to two (no allocation per message).
-type SgeVec = smallvec::SmallVec<[Sge; 2]>;
-
-/// A send-queue work request (`struct ibv_send_wr`).
-#[derive(Debug)]
-pub struct SendRequest {
-    wr_id: u64,
-    op: SendOp,
-    sges: SgeVec,
-    signaled: bool,
-    inline: bool,
-}
-
-impl SendRequest {
-    /// A work request of kind `op` over `sges`.
-    pub fn new(wr_id: u64, op: SendOp, sges: impl IntoIterator<Item = Sge>) -> SendRequest {
-        SendRequest {
-            wr_id,
-            op,
-            sges: sges.into_iter().collect(),
-            signaled: true,
-            inline: false,
-        }
-    }
-
-    /// SEND.
-    pub fn send(wr_id: u64, sges: impl IntoIterator<Item = Sge>) -> SendRequest {
-        Self::new(wr_id, SendOp::Send, sges)
-    }
-
-    /// Don't generate a completion on success (its buffers come back with the next signaled one).
-    pub fn unsignaled(mut self) -> SendRequest {
-        self.signaled = false;
-        self
-    }
-
-    /// Send the data inline (small sends; must fit the QP's max_inline_data).
-    pub fn inline(mut self) -> SendRequest {
-        self.inline = true;
-        self
-    }
-
-    /// The caller's wr_id.
-    pub fn wr_id(&self) -> u64 {
-        self.wr_id
-    }
-
-    /// What the work request does.
-    pub fn op(&self) -> SendOp {
-        self.op
-    }
-
-    /// True unless [`unsignaled`](Self::unsignaled) was called.
-    pub fn is_signaled(&self) -> bool {
-        self.signaled
-    }
-}
-
-/// A post that failed: the error and the buffers, given back.
-#[derive(Debug)]
-pub struct PostError {
-    /// What went wrong.
-    pub error: Error,
-    /// The work request's buffers.
-    pub bufs: Bufs,
-}
-
-impl std::fmt::Display for PostError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for PostError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-impl From<PostError> for Error {
-    fn from(e: PostError) -> Error {
-        e.error
-    }
-}
-
-/// The `ibv_sge` array of one work request: on the stack for the usual one to four entries (the
-/// post path runs once per message and should not allocate for it).
-enum SgList {
-    Stack([sys::ibv_sge; 4], usize),
-    Heap(Vec<sys::ibv_sge>),
-}
-
-impl SgList {
-    fn with_capacity(n: usize) -> SgList {
-        if n <= 4 {
-            SgList::Stack(Default::default(), 0)
-        } else {
-            SgList::Heap(Vec::with_capacity(n))
-        }
-    }
-
-    fn push(&mut self, sge: sys::ibv_sge) {
-        match self {
-            SgList::Stack(a, n) if *n < a.len() => {
-                a[*n] = sge;
-                *n += 1;
-            }
-            SgList::Stack(a, n) => {
-                let mut v = a[..*n].to_vec();
-                v.push(sge);
-                *self = SgList::Heap(v);
-            }
-            SgList::Heap(v) => v.push(sge),
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [sys::ibv_sge] {
-        match self {
-            SgList::Stack(a, n) => &mut a[..*n],
-            SgList::Heap(v) => v,
-        }
-    }
-}
-
 pub(crate) type Destroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) -> i32 + Send + Sync>;
 
 /// A reliable-connected queue pair.
@@ -366,10 +184,14 @@ pub struct QueuePair {
     send_cq: CompletionQueue,
     recv_cq: CompletionQueue,
     destroy: Option<Destroy>,
+    /// The PD's device context: every posted buffer must be registered in it (one compare).
+    ctx: NonNull<sys::ibv_context>,
     _pd: ProtectionDomain,
 }
 
-// SAFETY: the QP is only used through thread-safe verbs; Rust-side state is atomic or locked.
+// SAFETY: the QP pointer is only passed to libibverbs calls, which may be made from any thread
+// (libibverbs is thread-safe); the context pointer is only compared; Rust-side state is atomic
+// or locked.
 unsafe impl Send for QueuePair {}
 // SAFETY: as above.
 unsafe impl Sync for QueuePair {}
@@ -409,8 +231,10 @@ impl QueuePair {
         recv_cq: &CompletionQueue,
         caps: QpCaps,
     ) -> Result<QueuePair> {
+        check_contexts("ibv_create_qp", pd, send_cq, recv_cq)?;
         let mut attr = qp_init_attr(send_cq, recv_cq, &caps);
-        // SAFETY: valid PD, CQs of the same context, and init attributes.
+        // SAFETY: the PD and both CQs are live (we hold their Arcs) and of one device context
+        // (checked just above); `attr` is a complete ibv_qp_init_attr that outlives the call.
         let qp = unsafe { sys::ibv_create_qp(pd.as_ptr(), &mut attr) };
         let qp = NonNull::new(qp).ok_or_else(|| Error::Verb {
             verb: "ibv_create_qp",
@@ -418,7 +242,8 @@ impl QueuePair {
             hint: " (queue depth or SGE count above the device limits?)",
         })?;
         let destroy: Destroy = Box::new(|qp| {
-            // SAFETY: called once, from drop, for the QP created here.
+            // SAFETY: `destroy` is taken out of its Option and called once, from drop, with the
+            // QP created here.
             unsafe { sys::ibv_destroy_qp(qp.as_ptr()) }
         });
         Self::wrap(qp, pd, send_cq, recv_cq, attr.cap, QpState::Reset, destroy)
@@ -434,7 +259,8 @@ impl QueuePair {
         state: QpState,
         destroy: Destroy,
     ) -> Result<QueuePair> {
-        // SAFETY: `qp` is valid.
+        // SAFETY: `qp` is non-NULL, just returned by ibv_create_qp / rdma_create_qp, and only
+        // destroyed by `destroy`, from drop.
         let qpn = unsafe { (*qp.as_ptr()).qp_num };
         let max_msg = pd
             .context()
@@ -457,6 +283,7 @@ impl QueuePair {
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
             destroy: Some(destroy),
+            ctx: pd.context().as_non_null(),
             _pd: pd.clone(),
         })
     }
@@ -493,7 +320,7 @@ impl QueuePair {
             | sys::IBV_QP_RETRY_CNT.0
             | sys::IBV_QP_RNR_RETRY.0
             | sys::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        // SAFETY: valid QP; both out-structures are ours and outlive the call.
+        // SAFETY: `self.qp` is live until drop; both out-structures are ours and outlive the call.
         let rc = unsafe { sys::ibv_query_qp(self.qp.as_ptr(), &mut attr, mask as i32, &mut init) };
         if rc != 0 {
             return Err(Error::verb("ibv_query_qp", rc));
@@ -541,7 +368,8 @@ impl QueuePair {
             QpState::Rts => sys::IBV_QPS_RTS,
             QpState::Error => sys::IBV_QPS_ERR,
         };
-        // SAFETY: valid QP and attributes; `mask` names the fields set.
+        // SAFETY: `self.qp` is live until drop; `attr` outlives the call; `mask` names the
+        // fields set.
         let rc = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), attr, mask as i32) };
         if rc != 0 {
             return Err(Error::verb(verb, rc));
@@ -651,8 +479,15 @@ impl QueuePair {
         )
     }
 
-    /// Checks the SGEs and turns them into `ibv_sge`s; `exclusive` demands LocalBufs.
-    fn build_sges(&self, sges: &[Sge], exclusive: bool, max: u32) -> Result<(SgList, u64)> {
+    /// Checks the SGEs and turns them into `ibv_sge`s; `exclusive` demands LocalBufs. Every
+    /// buffer must be registered in this QP's device context.
+    fn build_sges(
+        &self,
+        op: &'static str,
+        sges: &[Sge],
+        exclusive: bool,
+        max: u32,
+    ) -> Result<(SgList, u64)> {
         if sges.len() > max as usize {
             return Err(Error::InvalidArgument(format!(
                 "{} scatter/gather entries, the QP allows {max}",
@@ -662,6 +497,9 @@ impl QueuePair {
         let mut out = SgList::with_capacity(sges.len());
         let mut total = 0u64;
         for s in sges {
+            if s.buf.ctx() != self.ctx.as_ptr() {
+                return Err(context_mismatch(op));
+            }
             if exclusive && matches!(s.buf, Buf::Shared(_)) {
                 return Err(Error::InvalidArgument(
                     "a shared (read-only) buffer cannot receive data: use a LocalBuf".into(),
@@ -699,7 +537,7 @@ impl QueuePair {
             inline,
         } = wr;
         let exclusive = matches!(op, SendOp::Read(_));
-        let built = self.build_sges(&sges, exclusive, self.caps.max_send_sge);
+        let built = self.build_sges("ibv_post_send", &sges, exclusive, self.caps.max_send_sge);
         let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         match built {
             Ok((mut sg, total)) => {
@@ -725,7 +563,7 @@ impl QueuePair {
         signaled: bool,
         inline: bool,
     ) -> std::result::Result<(), PostError> {
-        let sge = one_sge(&buf, off, len);
+        let sge = one_sge(self.ctx, "ibv_post_send", &buf, off, len);
         let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
         match sge {
             Ok(mut sge) => self.post_send_raw(
@@ -819,8 +657,9 @@ impl QueuePair {
         let mut t = self.send_cq.lock();
         w.wr_id = t.push(self.qpn, false, wr_id, bufs, op.name());
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: valid QP; `w` and `sg` live across the call; every SGE points into registered
-        // memory that the in-flight table now owns until the completion is polled.
+        // SAFETY: `self.qp` is live until drop; `w` and `sg` live across the call; every SGE was
+        // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge),
+        // which the in-flight table now owns until its completion is polled or the QP destroyed.
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
             let e = t.pop_last(self.qpn, false).expect("just pushed");
@@ -839,7 +678,7 @@ impl QueuePair {
         sges: impl IntoIterator<Item = Sge>,
     ) -> std::result::Result<(), PostError> {
         let sges: SgeVec = sges.into_iter().collect();
-        let built = self.build_sges(&sges, true, self.caps.max_recv_sge);
+        let built = self.build_sges("ibv_post_recv", &sges, true, self.caps.max_recv_sge);
         let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         match built {
             Ok((mut sg, _)) => self.post_recv_raw(wr_id, sg.as_mut_slice(), bufs),
@@ -851,7 +690,7 @@ impl QueuePair {
     /// [`Sge::new`] (the per-message path).
     #[inline(always)]
     pub fn post_recv_buf(&self, wr_id: u64, buf: LocalBuf) -> std::result::Result<(), PostError> {
-        let sge = one_sge(&buf, 0, buf.len());
+        let sge = one_sge(self.ctx, "ibv_post_recv", &buf, 0, buf.len());
         let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
         match sge {
             Ok(mut sge) => self.post_recv_raw(wr_id, std::slice::from_mut(&mut sge), bufs),
@@ -885,7 +724,8 @@ impl QueuePair {
         let mut t = self.recv_cq.lock();
         w.wr_id = t.push(self.qpn, true, wr_id, bufs, "RECV");
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: as in post_send: the buffers are owned by the in-flight table from here on.
+        // SAFETY: as in post_send_raw: live QP, `w` and `sg` outlive the call, SGEs checked, and
+        // the buffers are owned by the in-flight table from here on.
         let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
             let e = t.pop_last(self.qpn, true).expect("just pushed");
@@ -898,22 +738,24 @@ impl QueuePair {
     }
 }
 
-/// The `ibv_sge` for `len` bytes of `buf` from `off`, bounds-checked.
-#[inline(always)]
-fn one_sge(buf: &LocalBuf, off: usize, len: usize) -> Result<sys::ibv_sge> {
-    if off.checked_add(len).is_none_or(|e| e > buf.len()) {
-        return Err(Error::InvalidArgument(format!(
-            "SGE range {off}+{len} is outside its {}-byte buffer",
-            buf.len()
-        )));
+/// Refuses CQs of another device context than the PD's (libibverbs does not check it, and
+/// librdmacm checks only the PD against the CM id's context).
+pub(crate) fn check_contexts(
+    op: &'static str,
+    pd: &ProtectionDomain,
+    send_cq: &CompletionQueue,
+    recv_cq: &CompletionQueue,
+) -> Result<()> {
+    for (what, cq) in [("the send CQ", send_cq), ("the receive CQ", recv_cq)] {
+        if !cq.context().same_as(pd.context()) {
+            return Err(Error::ContextMismatch {
+                op,
+                what,
+                with: "protection domain",
+            });
+        }
     }
-    let length = u32::try_from(len)
-        .map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
-    Ok(sys::ibv_sge {
-        addr: buf.addr() + off as u64,
-        length,
-        lkey: buf.lkey(),
-    })
+    Ok(())
 }
 
 impl Drop for QueuePair {

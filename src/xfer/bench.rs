@@ -187,7 +187,7 @@ pub fn run_initiator(
     };
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
-    let mut done_at = Vec::with_capacity(p.iters as usize);
+    let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
     let (mut posted, mut completed) = (0u64, 0u64);
     while completed < p.iters {
         while posted < p.iters && posted - completed < depth {
@@ -221,6 +221,12 @@ pub fn run_initiator(
     }
     let cpu = cpu0.stop();
     Ok(report(p.op, p.size, start, &done_at, depth as usize, cpu))
+}
+
+/// Room reserved up front for one timestamp per iteration: capped (an iteration count is a
+/// caller's value and may exceed memory), the vector grows past it if needed.
+fn timestamps_capacity(iters: u64) -> usize {
+    usize::try_from(iters.min(1 << 24)).unwrap_or(1 << 24)
 }
 
 #[cfg(test)]
@@ -401,7 +407,7 @@ pub fn run_bench_client(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
 fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
-    let mut done_at = Vec::with_capacity(p.iters as usize);
+    let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
     for i in 0..p.iters {
         ep.send_with(p.size, |b| {
             if let Some(h) = b.get_mut(..8) {

@@ -354,16 +354,39 @@ fn check_msg_size(opts: &EndpointOptions, ctx: &Context, port: &PortAttr) -> Res
     Ok(())
 }
 
-fn caps(opts: &EndpointOptions, inline: u32) -> (QpCaps, u32) {
-    let own_sq = opts.send_depth + 2;
+fn caps(opts: &EndpointOptions, inline: u32) -> Result<(QpCaps, u32)> {
+    let too_large = || Error::TooLarge {
+        what: "queue pair depth",
+        detail: format!(
+            "send depth {} + {} extra send work requests, receive depth {} (+ 2 each) overflow u32",
+            opts.send_depth, opts.extra_send_wr, opts.recv_depth
+        ),
+    };
+    let own_sq = opts.send_depth.checked_add(2).ok_or_else(too_large)?;
     let caps = QpCaps {
-        max_send_wr: own_sq + opts.extra_send_wr,
-        max_recv_wr: opts.recv_depth + 2,
+        max_send_wr: own_sq
+            .checked_add(opts.extra_send_wr)
+            .ok_or_else(too_large)?,
+        max_recv_wr: opts.recv_depth.checked_add(2).ok_or_else(too_large)?,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: inline,
     };
-    (caps, own_sq)
+    Ok((caps, own_sq))
+}
+
+/// CQ entries for one QP's send and receive queues, plus spares.
+fn cq_len(c: &QpCaps) -> Result<u32> {
+    c.max_send_wr
+        .checked_add(c.max_recv_wr)
+        .and_then(|n| n.checked_add(8))
+        .ok_or_else(|| Error::TooLarge {
+            what: "completion queue",
+            detail: format!(
+                "{} send + {} receive work requests + 8 overflow u32",
+                c.max_send_wr, c.max_recv_wr
+            ),
+        })
 }
 
 /// The device and GID to use, checked before anything touches the network.
@@ -402,11 +425,11 @@ impl Parts {
         make_qp: impl Fn(&ProtectionDomain, &CompletionQueue, QpCaps) -> Result<QueuePair>,
     ) -> Result<Parts> {
         let pd = ProtectionDomain::new(&ctx)?;
-        let (c, own_sq) = caps(opts, INLINE);
-        let cq = CompletionQueue::new(&ctx, c.max_send_wr + c.max_recv_wr + 8, opts.wait)?;
+        let (c, own_sq) = caps(opts, INLINE)?;
+        let cq = CompletionQueue::new(&ctx, cq_len(&c)?, opts.wait)?;
         let qp = match make_qp(&pd, &cq, c) {
             Ok(qp) => qp,
-            Err(_) => make_qp(&pd, &cq, caps(opts, 0).0)?,
+            Err(_) => make_qp(&pd, &cq, caps(opts, 0)?.0)?,
         };
         let send_pool = LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?;
         Ok(Parts {
@@ -1731,11 +1754,22 @@ mod tests {
             extra_send_wr: 10,
             ..Default::default()
         };
-        let (c, own) = caps(&o, 64);
+        let (c, own) = caps(&o, 64).unwrap();
         assert_eq!(own, 6);
         assert_eq!(c.max_send_wr, 16);
         assert_eq!(c.max_recv_wr, 10);
         assert_eq!(c.max_inline_data, 64);
+        assert_eq!(cq_len(&c).unwrap(), 34);
+        let huge = EndpointOptions {
+            extra_send_wr: u32::MAX - 5,
+            ..o
+        };
+        assert!(matches!(caps(&huge, 0), Err(Error::TooLarge { .. })));
+        let c = QpCaps {
+            max_send_wr: u32::MAX - 8,
+            ..c
+        };
+        assert!(matches!(cq_len(&c), Err(Error::TooLarge { .. })));
     }
 
     #[test]

@@ -225,7 +225,16 @@ pub fn read(
     timeout: Duration,
 ) -> Result<Vec<u8>> {
     check_bounds(remote, offset, len)?;
-    let mut out = Vec::with_capacity(len as usize);
+    // `len` is bounded only by the peer's region: reserve fallibly (no abort, no overflow).
+    let mut out = Vec::new();
+    usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
+        .and_then(|n| out.try_reserve_exact(n).ok())
+        .ok_or_else(|| Error::TooLarge {
+            what: "RDMA READ destination",
+            detail: format!("{len} bytes cannot be allocated"),
+        })?;
     let mut buf = Some(staging(ini, len)?);
     for (off, n) in split(offset, len, ini.max_msg() as u64) {
         let b = buf.take().expect("staging buffer is back");

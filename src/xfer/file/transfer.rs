@@ -561,7 +561,12 @@ fn receive_file(
         }
     }
     if ring.is_none() {
-        let len = slot_size as usize * slot_count as usize;
+        let len = (slot_size as usize)
+            .checked_mul(slot_count as usize)
+            .ok_or_else(|| Error::TooLarge {
+                what: "staging ring",
+                detail: format!("{slot_count} slots × {slot_size} bytes overflow usize"),
+            })?;
         *ring = Some(StagingRing {
             region: ExposedRegion::new(ep.pd(), len, RemoteAccess::Write)?,
             slot_size,
