@@ -257,6 +257,28 @@ impl Crate {
         Some((m, name.clone()))
     }
 
+    /// Where the item `segs` written in module `from` is defined, following `use` bindings.
+    /// `None`: outside this crate.
+    fn definition(
+        &self,
+        from: &[String],
+        segs: &[String],
+        depth: usize,
+    ) -> Option<(Vec<String>, String)> {
+        if depth > 16 {
+            return None;
+        }
+        let (m, name) = self.resolve_item(from, segs)?;
+        let module = self.module(&m)?;
+        if item_names(&module.items).iter().any(|(n, _)| *n == name) {
+            return Some((m, name));
+        }
+        let b = Self::uses(module)
+            .into_iter()
+            .find(|b| b.name.as_deref() == Some(name.as_str()))?;
+        self.definition(&m, &b.target, depth + 1)
+    }
+
     /// Every `(module, name)` reachable from outside the crate, definitions and bindings alike.
     fn reachable(&self) -> HashSet<(Vec<String>, String)> {
         let mut seen: HashSet<(Vec<String>, String)> = HashSet::new();
@@ -408,19 +430,12 @@ fn audit(read: &Reader<'_>) -> BTreeSet<String> {
             bad.insert(format!("{what}: raw pointer in a public signature"));
         }
     };
-    // Is the type or trait named by `p` (written in module `from`) reachable? None: not ours.
+    // Is the type or trait named by `p` (written in module `from`) reachable? None: not defined
+    // in this crate (std's `Deref`, a `use`d foreign trait, ...), which counts as public.
     let reachable_path = |from: &[String], p: &syn::Path| -> Option<bool> {
         let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
-        let (m, name) = c.resolve_item(from, &segs)?;
-        let module = c.module(&m)?;
-        let defined_or_bound = item_names(&module.items).iter().any(|(n, _)| *n == name)
-            || Crate::uses(module)
-                .iter()
-                .any(|b| b.name.as_deref() == Some(name.as_str()));
-        if !defined_or_bound {
-            return None;
-        }
-        Some(reach.contains(&(m, name)))
+        let def = c.definition(from, &segs, 0)?;
+        Some(reach.contains(&def))
     };
 
     for m in &c.modules {
@@ -617,7 +632,10 @@ fn audit_follows_reexports_methods_aliases_and_unsafe() {
              impl Handle { pub fn as_ptr(&self) -> *const u8 { todo!() } fn own(&self) -> *const u8 { todo!() } \
                            pub fn with_cb(&self, cb: Cb) {} } \
              impl Hidden { pub fn p(&self) -> *const u8 { todo!() } } \
-             impl From<*const u8> for Handle { fn from(p: *const u8) -> Self { todo!() } }",
+             impl From<*const u8> for Handle { fn from(p: *const u8) -> Self { todo!() } } \
+             use std::convert::TryFrom; \
+             impl TryFrom<*mut u8> for Handle { type Error = (); \
+                 fn try_from(p: *mut u8) -> Result<Self, ()> { todo!() } }",
         ),
         ("x/mod.rs", "mod y; pub use self::y::*;"),
         ("x/y.rs", "pub fn z(p: *const u8) {} fn private(p: *const u8) {}"),
@@ -629,6 +647,7 @@ fn audit_follows_reexports_methods_aliases_and_unsafe() {
         "crate::inner::Handle.raw: public raw pointer field",
         "crate::inner::Handle::as_ptr: raw pointer in a public signature",
         "crate::inner::Handle::from: raw pointer in a public signature",
+        "crate::inner::Handle::try_from: raw pointer in a public signature",
         "crate::inner::Handle::with_cb: raw pointer in a public signature",
         "crate::x::y::z: raw pointer in a public signature",
     ];
