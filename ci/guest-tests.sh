@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # ci/guest-tests.sh BIN... — runs INSIDE the guest: each device test binary with --ignored --test-threads=1.
+# With CI_VALGRIND_BINS="BIN..." (paths without spaces) and CI_VALGRIND_LOG=FILE it then runs, in
+# the same boot, ci/guest-valgrind.sh BIN... with its output in FILE; that phase does not change
+# this script's status (ci/test.sh's valgrind step reports it: ci/guest-valgrind.sh --report FILE).
 set -uo pipefail
 (($#)) || { echo "[guest-tests] no test binaries given" >&2; exit 2; }
 limit="${CI_DEVICE_TEST_TIMEOUT:-600}"
@@ -20,4 +23,12 @@ for bin in "$@"; do
     fi
   fi
 done
+if [[ -n "${CI_VALGRIND_BINS:-}" ]]; then
+  vlog="${CI_VALGRIND_LOG:?CI_VALGRIND_LOG must name the memcheck phase's log}"
+  echo "[guest-tests] === memcheck phase: ci/guest-valgrind.sh $CI_VALGRIND_BINS > $vlog"
+  t0=$SECONDS
+  # shellcheck disable=SC2086 # a space-separated list of paths
+  bash "$(dirname "${BASH_SOURCE[0]}")/guest-valgrind.sh" $CI_VALGRIND_BINS >"$vlog" 2>&1
+  echo "[guest-tests] memcheck phase: exit $? after $((SECONDS - t0))s (reported by its own step)"
+fi
 exit "$rc"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/test.sh — command 2, every test: fmt, clippy, header check, host `cargo test`, the C examples, device tests in one rxe guest; ends "N passed, M failed".
+# ci/test.sh — command 2, every test: fmt, clippy, header check, host `cargo test`, the C examples, device tests in one rxe guest (then two of them under valgrind); ends "N passed, M failed".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -86,7 +86,17 @@ ci_log "device test binaries: ${device_bins[*]}; RDMAXFER_BIN=$RDMAXFER_BIN"
 # The C API as a C user gets it: install with PREFIX, build examples/c with pkg-config (the guest
 # runs them from target/capi/bin, tests/device_capi.rs).
 step capi-examples bash ci/capi-examples.sh || true
-step device-tests ci/guest.sh -- bash ci/guest-tests.sh "${device_bins[@]}" || true
+# Memcheck (issue 15): after the native runs, the same guest boot runs tests/device_verbs.rs and
+# device_rw.rs again under valgrind (ci/guest-valgrind.sh, ~6 min under TCG); the valgrind step
+# shows that phase's log and fails on any memcheck error or definite leak, or if it did not run.
+vg_bins=()
+for b in "${device_bins[@]}"; do
+  case "$(basename "$b")" in device_verbs-* | device_rw-*) vg_bins+=("$b") ;; esac
+done
+export CI_VALGRIND_BINS="${vg_bins[*]}" CI_VALGRIND_LOG="$CI_ROOT/$logs/valgrind-guest.log"
+rm -f "$CI_VALGRIND_LOG"
+CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-1800}" step device-tests ci/guest.sh -- bash ci/guest-tests.sh "${device_bins[@]}" || true
+step valgrind bash ci/guest-valgrind.sh --report "$CI_VALGRIND_LOG" || true
 # The two-host rig (ci/rig.sh: two guests on a wire, faults, soak, benchmark) takes ~20 min on a
 # 2-core host (the 500-transfer soak ~11), more than this run's budget: opt in with CI_RIG=1 (RIG_SOAK_N shortens the soak).
 if [[ "${CI_RIG:-0}" == 1 ]]; then

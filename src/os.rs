@@ -17,12 +17,12 @@ pub fn cpu_time() -> Duration {
 /// CRC, copies), which the kernel charges to whichever process is running.
 pub fn cpu_times() -> (Duration, Duration) {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `ru` is a valid out-pointer for one `struct rusage`.
+    // SAFETY: `ru` is a writable `struct rusage`, the one getrusage(2) fills.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
     if rc != 0 {
         return (Duration::ZERO, Duration::ZERO);
     }
-    // SAFETY: getrusage succeeded and filled the struct (it was zeroed anyway).
+    // SAFETY: `ru` was zeroed when made, and all-zero is a valid `rusage` (integers only).
     let ru = unsafe { ru.assume_init() };
     let tv = |t: libc::timeval| {
         Duration::new(
@@ -40,7 +40,8 @@ pub fn cpu_times() -> (Duration, Duration) {
 pub fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: RDTSC exists on every x86_64 CPU and only reads the time-stamp counter.
+        // SAFETY: RDTSC is part of the x86_64 baseline (this block is x86_64-only) and only
+        // reads the time-stamp counter: no memory is accessed.
         unsafe { core::arch::x86_64::_rdtsc() }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -78,8 +79,10 @@ pub fn prefault_code() -> io::Result<u64> {
             continue;
         }
         let (addr, len) = (a as *mut libc::c_void, b - a);
-        // SAFETY: advice on a range this process has mapped (from /proc/self/maps); neither
-        // advice changes memory contents or mappings, and a stale range only makes it fail.
+        // SAFETY: madvise(2) with these advices accesses no memory from user space:
+        // MADV_POPULATE_READ prefaults page tables "as if manually reading from each page" and
+        // MADV_WILLNEED only starts read-ahead; neither changes contents or mappings. A range
+        // unmapped since /proc/self/maps was read makes the call fail (ENOMEM), nothing more.
         let mut rc = unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_READ) };
         if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
             // SAFETY: as above.
@@ -115,7 +118,8 @@ pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool>
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd; `fd` is open for the duration of the call (caller's contract).
+        // SAFETY: `pfd` is one writable pollfd and nfds is 1. poll(2) reports a descriptor that
+        // is not open as POLLNVAL, so no `fd` value makes this call unsafe.
         let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
         if rc > 0 {
             return Ok(true);
@@ -135,12 +139,14 @@ pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool>
 
 /// Sets `O_NONBLOCK` on a descriptor the caller keeps open (`fcntl(2)`).
 pub(crate) fn set_nonblocking_raw(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor the caller guarantees is open.
+    // SAFETY: F_GETFL takes no pointer; fcntl(2) answers EBADF for a descriptor that is not
+    // open. (That `fd` belongs to the caller, so no one else's flags change, is the
+    // crate-private caller's contract: I/O safety, not memory safety.)
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if fl < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: as above.
+    // SAFETY: F_SETFL takes an integer argument; as above.
     if unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
     }

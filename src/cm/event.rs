@@ -1,4 +1,11 @@
 //! CM events: `rdma_get_cm_event(3)` results, acknowledged on drop (`rdma_ack_cm_event(3)`).
+//!
+//! This module and `id` import each other, and that is the natural shape: an [`Event`] keeps
+//! the id it was read from alive (`id::IdInner`, so `rdma_destroy_id(3)` never waits on an
+//! unacknowledged event), while an id reads events and turns a CONNECT_REQUEST, which carries a
+//! new `rdma_cm_id` (`rdma_get_cm_event(3)`: "this references a new id for that
+//! communication"), into a new id. Moving the channel or `IdInner` into a third module would
+//! not break the loop: both ends still need both types.
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
@@ -98,12 +105,15 @@ impl EventKind {
         let Some(raw) = self.to_raw() else {
             return "RDMA_CM_EVENT_UNKNOWN";
         };
-        // SAFETY: rdma_event_str returns a pointer to a static string for any value.
+        // SAFETY: rdma_event_str(3) takes the event type by value and returns "a pointer to a
+        // static character string"; a value it does not know is its switch's default (librdmacm
+        // cma.c: "UNKNOWN EVENT"). NULL is still checked below.
         let p = unsafe { sys::rdma_event_str(raw) };
         if p.is_null() {
             return "RDMA_CM_EVENT_UNKNOWN";
         }
-        // SAFETY: non-null, NUL-terminated, static.
+        // SAFETY: `p` is non-null (checked above) and, per rdma_event_str(3), a static
+        // NUL-terminated string, so the `'static` borrow holds.
         unsafe { CStr::from_ptr(p) }
             .to_str()
             .unwrap_or("RDMA_CM_EVENT_UNKNOWN")
@@ -154,19 +164,24 @@ pub struct Event {
     _id: Arc<IdInner>,
 }
 
-// SAFETY: the event is plain memory owned by librdmacm until acked; it is only read through
-// `&self` and acked once, from `Drop`. rdma_ack_cm_event may be called from any thread.
+// SAFETY: an `Event` is the only handle to its `rdma_cm_event` (acked once, in `Drop`) and is
+// not `Sync`, so moving it moves all access. Nothing ties the event to the thread that read it:
+// rdma_ack_cm_event (librdmacm cma.c) takes the id's mutex, counts the ack and frees the event.
 unsafe impl Send for Event {}
 
 impl Event {
+    /// `raw` must be an event `rdma_get_cm_event(3)` returned for `id`'s channel and not yet
+    /// acked (the one caller, `CmId::try_next_event`, passes what that call just returned).
     pub(crate) fn new(raw: NonNull<sys::rdma_cm_event>, id: Arc<IdInner>) -> Event {
-        // SAFETY: `raw` is a live event from rdma_get_cm_event.
+        // SAFETY: `raw` is non-null (NonNull). That it is a live, unacked event is this
+        // crate-private constructor's documented contract, not checked here.
         let kind = EventKind::from_raw(unsafe { raw.as_ref() }.event);
         Event { raw, kind, _id: id }
     }
 
     fn ev(&self) -> &sys::rdma_cm_event {
-        // SAFETY: the event stays valid until acked in Drop.
+        // SAFETY: `raw` is the live event `new` was given (its contract); only `Drop` acks (frees)
+        // it, so it stays valid while `&self` is borrowed.
         unsafe { self.raw.as_ref() }
     }
 
@@ -196,13 +211,19 @@ impl Event {
         if !self.has_conn_param() {
             return &[];
         }
-        // SAFETY: for these event types `param.conn` is the active union member.
+        // SAFETY: every id here is RDMA_PS_TCP (`CmId::new` is the only rdma_create_id call;
+        // a CONNECT_REQUEST's id inherits its listener's port space), and rdma_get_cm_event(3)
+        // says to read `param.conn` for that port space. librdmacm zeroes the event before it
+        // fills it and fills `param.conn` for these four kinds (cma.c, ucma_copy_conn_event);
+        // the union's members are plain integers and pointers, so the read is of initialised
+        // bytes whichever member was written.
         let c = unsafe { &self.ev().param.conn };
         if c.private_data.is_null() || c.private_data_len == 0 {
             return &[];
         }
-        // SAFETY: librdmacm guarantees `private_data_len` readable bytes until the event is acked,
-        // and the returned slice borrows `self`.
+        // SAFETY: non-null and a non-zero length are checked above; rdma_get_cm_event(3):
+        // `private_data_len` is "the size of the private data buffer", which is "deallocated when
+        // calling rdma_ack_cm_event" (only in `Drop`); the slice borrows `self`.
         unsafe {
             std::slice::from_raw_parts(c.private_data.cast::<u8>(), c.private_data_len.into())
         }
@@ -213,7 +234,7 @@ impl Event {
         if !self.has_conn_param() {
             return (0, 0);
         }
-        // SAFETY: as in `private_data`.
+        // SAFETY: as in `private_data`: `param.conn` of an RDMA_PS_TCP connection event.
         let c = unsafe { &self.ev().param.conn };
         (c.responder_resources, c.initiator_depth)
     }
@@ -256,7 +277,9 @@ impl std::fmt::Debug for Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // SAFETY: the event came from rdma_get_cm_event and is acked exactly once, here.
+        // SAFETY: the event came from rdma_get_cm_event (`new`'s contract) and `Drop` runs once,
+        // so it is acked exactly once, as rdma_ack_cm_event(3) requires ("one-to-one
+        // correspondence between successful gets and acks").
         let rc = unsafe { sys::rdma_ack_cm_event(self.raw.as_ptr()) };
         if rc != 0 {
             tracing::warn!(

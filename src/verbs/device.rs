@@ -172,12 +172,26 @@ fn transport_str(t: sys::ibv_transport_type) -> &'static str {
     }
 }
 
-fn cstr_lossy(p: *const libc::c_char) -> String {
+/// The string at `p` ("" for NULL).
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays valid during the call.
+unsafe fn cstr_lossy(p: *const libc::c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    // SAFETY: rdma-core returns NUL-terminated static or owned strings; `p` is non-null.
+    // SAFETY: `p` is non-null (checked above); the rest is this function's contract.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// A C string in a fixed array, up to its first NUL (the whole array if it has none).
+fn array_lossy(a: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = a
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The device list (`ibv_get_device_list(3)`), freed on drop.
@@ -189,7 +203,8 @@ struct DeviceList {
 impl DeviceList {
     fn get() -> Result<DeviceList> {
         let mut n: libc::c_int = 0;
-        // SAFETY: `n` is a valid out-pointer; the call returns NULL or an owned array.
+        // SAFETY: `n` is a writable c_int; ibv_get_device_list(3) returns NULL or an array the
+        // caller frees with ibv_free_device_list (done once, in `Drop`).
         let p = unsafe { sys::ibv_get_device_list(&mut n) };
         match NonNull::new(p) {
             Some(list) => Ok(DeviceList {
@@ -210,14 +225,17 @@ impl DeviceList {
 
     fn devices(&self) -> impl Iterator<Item = NonNull<sys::ibv_device>> + '_ {
         (0..self.len).filter_map(move |i| {
-            // SAFETY: the array has `len` valid entries while `self` is alive.
+            // SAFETY: `i < len`, and ibv_get_device_list(3) set `len` to "the number of devices
+            // returned in the array", which stays allocated until `Drop` frees it.
             NonNull::new(unsafe { *self.list.as_ptr().add(i) })
         })
     }
 
     fn name_of(dev: NonNull<sys::ibv_device>) -> String {
-        // SAFETY: `dev` comes from the live device list.
-        cstr_lossy(unsafe { sys::ibv_get_device_name(dev.as_ptr()) })
+        // SAFETY: every caller passes an entry of a `DeviceList` it still holds
+        // (ibv_get_device_list(3): entries are valid until the list is freed), and
+        // ibv_get_device_name(3) returns the device's name or NULL, which `cstr_lossy` allows.
+        unsafe { cstr_lossy(sys::ibv_get_device_name(dev.as_ptr())) }
     }
 
     fn names(&self) -> Vec<String> {
@@ -227,7 +245,8 @@ impl DeviceList {
 
 impl Drop for DeviceList {
     fn drop(&mut self) {
-        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        // SAFETY: `list` came from ibv_get_device_list (non-null, checked in `get`) and `Drop`
+        // runs once, so it is freed once.
         unsafe { sys::ibv_free_device_list(self.list.as_ptr()) };
     }
 }
@@ -258,16 +277,20 @@ pub(crate) struct ContextInner {
     borrowed_from: Option<Arc<dyn Send + Sync>>,
 }
 
-// SAFETY: libibverbs verbs are thread-safe (rdma-core "Thread safety" in libibverbs docs); the
-// context pointer is only passed to those calls.
+// SAFETY: ibv_alloc_td(3): "By default all verbs objects are safe for multi-threaded access";
+// the context pointer is only passed to verbs (and its `device` field read, which libibverbs
+// sets once when opening it). `name` and `borrowed_from` are Send + Sync.
 unsafe impl Send for ContextInner {}
-// SAFETY: as above; no interior state is mutated from Rust.
+// SAFETY: as above; Rust mutates nothing behind `&ContextInner`.
 unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
         if self.borrowed_from.is_none() {
-            // SAFETY: we opened this context and every child holds an Arc to us, so none remains.
+            // SAFETY: `borrowed_from` is None only for contexts ibv_open_device returned
+            // (`open_dev`), so this one is ours to close, once (Drop). The PD and CQ wrappers
+            // hold a `Context` (an Arc of this), so none of them outlives it (ibv_close_device(3)
+            // wants associated resources released first).
             let rc = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
             if rc != 0 {
                 tracing::warn!("ibv_close_device({}) failed: {rc}", self.name);
@@ -327,7 +350,8 @@ impl Context {
 
     fn open_dev(dev: NonNull<sys::ibv_device>) -> Result<Context> {
         let name = DeviceList::name_of(dev);
-        // SAFETY: `dev` is an entry of a live device list.
+        // SAFETY: callers pass an entry of a `DeviceList` they still hold (valid until freed,
+        // ibv_get_device_list(3)); NULL is checked below.
         let ctx = unsafe { sys::ibv_open_device(dev.as_ptr()) };
         let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os("ibv_open_device"))?;
         Ok(Context {
@@ -345,8 +369,11 @@ impl Context {
         ctx: NonNull<sys::ibv_context>,
         owner: Arc<dyn Send + Sync>,
     ) -> Context {
-        // SAFETY: rdma_cm contexts are valid, and their device pointer too, while `owner` lives.
-        let name = cstr_lossy(unsafe { sys::ibv_get_device_name((*ctx.as_ptr()).device) });
+        // SAFETY: `ctx` is non-null (NonNull). That it is an open context that stays open while
+        // `owner` lives is this crate-private constructor's contract (its one caller passes a CM
+        // id's `verbs` with the id as `owner`), not checked here. Its `device` is then the
+        // device libibverbs opened it on, whose name ibv_get_device_name(3) returns or NULL.
+        let name = unsafe { cstr_lossy(sys::ibv_get_device_name((*ctx.as_ptr()).device)) };
         Context {
             inner: Arc::new(ContextInner {
                 ctx,
@@ -378,13 +405,14 @@ impl Context {
     /// `ibv_query_device(3)`.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let mut a = sys::ibv_device_attr::default();
-        // SAFETY: valid context and out-pointer.
+        // SAFETY: `self` holds an open context (ibv_open_device returned it non-null, or
+        // `from_borrowed`'s contract); `a` is a writable ibv_device_attr.
         let rc = unsafe { sys::ibv_query_device(self.as_ptr(), &mut a) };
         if rc != 0 {
             return Err(Error::verb("ibv_query_device", rc));
         }
         Ok(DeviceAttr {
-            fw_ver: cstr_lossy(a.fw_ver.as_ptr()),
+            fw_ver: array_lossy(&a.fw_ver),
             node_guid: guid_str(a.node_guid),
             max_mr_size: a.max_mr_size,
             max_qp_wr: a.max_qp_wr.max(0) as u32,
@@ -399,7 +427,7 @@ impl Context {
     /// `ibv_query_port(3)`.
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         let mut a = sys::ibv_port_attr::default();
-        // SAFETY: valid context and out-pointer.
+        // SAFETY: as in `query_device`; `a` is a writable ibv_port_attr.
         let rc = unsafe { sys::shim_ibv_query_port(self.as_ptr(), port, &mut a) };
         if rc != 0 {
             return Err(Error::Verb {
@@ -410,8 +438,9 @@ impl Context {
         }
         Ok(PortAttr {
             port,
-            // SAFETY: returns a static string for any value.
-            state: cstr_lossy(unsafe { sys::ibv_port_state_str(a.state) }),
+            // SAFETY: ibv_port_state_str(3) returns "a constant string that describes the enum
+            // value" (NULL would give "").
+            state: unsafe { cstr_lossy(sys::ibv_port_state_str(a.state)) },
             active: a.state == sys::IBV_PORT_ACTIVE,
             active_mtu: Mtu::from_raw(a.active_mtu),
             max_mtu: Mtu::from_raw(a.max_mtu),
@@ -459,7 +488,8 @@ impl Context {
             .max(1);
         let mut entries = vec![sys::ibv_gid_entry::default(); max];
         let ctx = self.as_ptr();
-        // SAFETY: valid context; `entries` has room for the `max` entries the call may write.
+        // SAFETY: `ctx` is open (as in `query_device`); `entries` has `max` elements (built
+        // just above), the size ibv_query_gid_table(3) is told it may fill.
         let n = unsafe { sys::shim_ibv_query_gid_table(ctx, entries.as_mut_ptr(), max, 0) };
         if n < 0 {
             return Err(Error::verb("ibv_query_gid_table", (-n) as i32));
@@ -469,7 +499,8 @@ impl Context {
             if e.port_num != u32::from(port) {
                 continue;
             }
-            // SAFETY: `raw` is the whole 16-byte union; any bit pattern is valid.
+            // SAFETY: `raw` ([u8; 16]) spans the whole union, any bit pattern is a valid value,
+            // and every entry was initialised (`default()`) before the call wrote some.
             let gid = Gid(unsafe { e.gid.raw });
             if gid.is_zero() {
                 continue;
@@ -502,9 +533,11 @@ impl Context {
     /// Everything about this device, for `rdmaxfer devices`.
     pub fn info(&self) -> Result<DeviceInfo> {
         let attr = self.query_device()?;
-        // SAFETY: the context's device pointer is valid while the context is open.
+        // SAFETY: `self` holds an open context (as in `query_device`); its `device` field is the
+        // device libibverbs opened it on (struct ibv_context, verbs.h).
         let dev = unsafe { (*self.as_ptr()).device };
-        // SAFETY: as above.
+        // SAFETY: an open device stays valid while a context on it is open
+        // (ibv_get_device_list(3): after freeing the list "only the open devices" remain usable).
         let (node_type, transport) = unsafe { ((*dev).node_type, (*dev).transport_type) };
         let mut ports = Vec::new();
         for p in 1..=attr.phys_port_cnt {
@@ -516,8 +549,9 @@ impl Context {
         Ok(DeviceInfo {
             name: self.name().to_string(),
             node_guid: attr.node_guid.clone(),
-            // SAFETY: returns a static string for any value.
-            node_type: cstr_lossy(unsafe { sys::ibv_node_type_str(node_type) }),
+            // SAFETY: ibv_node_type_str(3) returns "a constant string that describes the enum
+            // value" (NULL would give "").
+            node_type: unsafe { cstr_lossy(sys::ibv_node_type_str(node_type)) },
             transport: transport_str(transport).into(),
             attr,
             ports,
@@ -527,9 +561,9 @@ impl Context {
 
 fn ifname(ifindex: u32) -> Option<String> {
     let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
-    // SAFETY: `buf` has IF_NAMESIZE bytes as if_indextoname(3) requires.
+    // SAFETY: `buf` has IF_NAMESIZE writable bytes, the size if_indextoname(3) requires.
     let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
-    (!p.is_null()).then(|| cstr_lossy(buf.as_ptr()))
+    (!p.is_null()).then(|| array_lossy(&buf))
 }
 
 #[cfg(test)]
