@@ -15,9 +15,9 @@
  * Pointers. A handle argument is a pointer this library returned for a handle of that type
  *   (for one freed since, see Ownership). An out-parameter points to writable memory for one
  *   value of its type. A string argument is NUL-terminated and readable for the whole call. A
- *   data pointer with a length points to that many readable bytes (input), or writable bytes
- *   (output), that nothing else writes during the call. The library checks pointers for NULL
- *   and alignment; the rest it cannot check.
+ *   data pointer with a length points to that many readable bytes (input) that nothing writes
+ *   during the call, or writable bytes (output) that nothing else reads or writes during the
+ *   call. The library checks pointers for NULL and alignment; the rest it cannot check.
  *
  * NULL. A NULL handle, string, or out-parameter where one is required gives
  *   RDMAXFER_ERR_NULL_ARGUMENT, never a crash. A data pointer may be NULL when its length is 0.

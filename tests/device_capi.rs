@@ -562,7 +562,7 @@ fn c_free_race_is_clean_natively_and_under_valgrind() {
     let v = vg_with(
         "free_race",
         &["--fair-sched=yes"],
-        &["-n", "1000", "-d", "10", "-t", "2"],
+        &["-n", "500", "-d", "10", "-t", "2"],
     )
     .finish(T);
     eprintln!("under valgrind, {:?}:\n{}", v.elapsed, v.out);
@@ -570,7 +570,7 @@ fn c_free_race_is_clean_natively_and_under_valgrind() {
     summary_ok(&v, "free_race under valgrind");
     assert!(
         v.out
-            .contains("free_race: 1000 config and 10 device list handles freed under 2 callers"),
+            .contains("free_race: 500 config and 10 device list handles freed under 2 callers"),
         "{}",
         v.out
     );

@@ -151,8 +151,8 @@ impl<T> Out<T> {
     /// Stores `v` (the previous contents are not read or dropped: they may be uninitialised).
     pub(crate) fn set(self, v: T) {
         // `write` does not drop the old contents, which the caller may not have initialised.
-        // SAFETY: non-NULL and aligned (checked in `out`); per the header an out-parameter
-        // points to writable memory for one `T`.
+        // SAFETY: non-NULL and aligned (checked in `out`); the header's contract is that an
+        // out-parameter points to writable memory for one value of its type (`T`).
         unsafe { self.0.write(v) }
     }
 }
@@ -181,8 +181,8 @@ pub(crate) fn opt_str<'a>(p: *const c_char, name: &str) -> CResult<Option<&'a st
 
 fn arg_cstr<'a>(p: *const c_char, name: &str) -> CResult<&'a CStr> {
     check_ptr(p, name)?;
-    // SAFETY: non-NULL (checked above); the header's contract is that string arguments are
-    // NUL-terminated and live for the call.
+    // SAFETY: non-NULL (checked above); the header's contract is that a string argument is
+    // NUL-terminated and readable for the whole call.
     Ok(unsafe { CStr::from_ptr(p) })
 }
 
@@ -209,8 +209,8 @@ pub(crate) fn arg_bytes<'a>(p: *const c_void, len: usize, name: &str) -> CResult
     }
     check_ptr(p.cast::<u8>(), name)?;
     check_len(len, name)?;
-    // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract is that the
-    // caller's buffer holds `len` readable bytes and is not written during the call.
+    // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract is that an
+    // input data pointer points to `len` readable bytes that nothing writes during the call.
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
@@ -221,7 +221,8 @@ pub(crate) fn arg_bytes_mut<'a>(p: *mut c_void, len: usize, name: &str) -> CResu
     }
     check_ptr(p.cast::<u8>(), name)?;
     check_len(len, name)?;
-    // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract is that the
-    // caller's buffer holds `len` writable bytes that nothing else touches during the call.
+    // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract is that an
+    // output data pointer points to `len` writable bytes that nothing else reads or writes
+    // during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
 }

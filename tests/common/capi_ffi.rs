@@ -8,36 +8,23 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-/// `struct rdmaxfer_config` (opaque).
-#[repr(C)]
-pub struct rdmaxfer_config {
-    _p: [u8; 0],
+/// Declares opaque C handle types: `struct NAME` that Rust never sees inside.
+macro_rules! opaque {
+    ($($name:ident),*) => {$(
+        #[repr(C)]
+        pub struct $name {
+            _p: [u8; 0],
+        }
+    )*};
 }
-/// `struct rdmaxfer_listener` (opaque).
-#[repr(C)]
-pub struct rdmaxfer_listener {
-    _p: [u8; 0],
-}
-/// `struct rdmaxfer_conn` (opaque).
-#[repr(C)]
-pub struct rdmaxfer_conn {
-    _p: [u8; 0],
-}
-/// `struct rdmaxfer_buf` (opaque).
-#[repr(C)]
-pub struct rdmaxfer_buf {
-    _p: [u8; 0],
-}
-/// `struct rdmaxfer_remote` (opaque).
-#[repr(C)]
-pub struct rdmaxfer_remote {
-    _p: [u8; 0],
-}
-/// `struct rdmaxfer_device_list` (opaque).
-#[repr(C)]
-pub struct rdmaxfer_device_list {
-    _p: [u8; 0],
-}
+opaque!(
+    rdmaxfer_config,
+    rdmaxfer_listener,
+    rdmaxfer_conn,
+    rdmaxfer_buf,
+    rdmaxfer_remote,
+    rdmaxfer_device_list
+);
 
 /// `enum rdmaxfer_status`. The library only ever returns these values.
 #[repr(C)]
