@@ -19,12 +19,15 @@ for bin in "$@"; do
     if grep -qE '^test result: .* [1-9][0-9]* failed' "$log"; then
       echo "[guest-tests] $name FAILED (exit $r)"
     else
+      # On its own line: a timed-out test leaves "test NAME ... " unterminated, and ci/test.sh
+      # counts this line only at the start of one.
+      echo
       echo "[guest-tests] $name FAILED without a test summary (exit $r$( ((r == 124)) && echo ', timed out'))"
     fi
   fi
 done
 if [[ -n "${CI_VALGRIND_BINS:-}" ]]; then
-  vlog="${CI_VALGRIND_LOG:?CI_VALGRIND_LOG must name the memcheck phase's log}"
+  vlog="${CI_VALGRIND_LOG:?CI_VALGRIND_LOG must name the log of the memcheck phase}"
   echo "[guest-tests] === memcheck phase: ci/guest-valgrind.sh $CI_VALGRIND_BINS > $vlog"
   t0=$SECONDS
   # shellcheck disable=SC2086 # a space-separated list of paths
