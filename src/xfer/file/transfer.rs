@@ -145,7 +145,8 @@ impl SenderOptions {
 /// What happened to one file.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FileReport {
-    /// Relative name (as sent; for hostile names, a shortened quote).
+    /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
+    /// names, shortened).
     pub name: String,
     /// File size.
     pub bytes: u64,
@@ -161,7 +162,7 @@ pub struct FileReport {
 impl FileReport {
     fn ok(name: &str, bytes: u64, hash: &Digest) -> FileReport {
         FileReport {
-            name: name.to_string(),
+            name: names::printable(name).into_owned(),
             bytes,
             hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
             result: "ok".into(),
@@ -172,11 +173,11 @@ impl FileReport {
     fn failed(name: &str, bytes: u64, reason: Reason, message: String) -> FileReport {
         let shown: String = name.chars().take(200).collect();
         FileReport {
-            name: shown,
+            name: names::printable(&shown).into_owned(),
             bytes,
             hash: None,
             result: reason.as_str().to_string(),
-            message: Some(message),
+            message: Some(names::printable(&message).into_owned()),
         }
     }
 
@@ -266,8 +267,13 @@ fn recv_ctl(ep: &mut Endpoint) -> Result<Msg> {
     decode_ctl(&data)
 }
 
+/// How [`peer_err`] begins its message.
+const PEER_REPORTS: &str = "the peer reports: ";
+
+/// The peer's REFUSE/ERR as an error; its text is made printable here, where it enters.
 fn peer_err(reason: Reason, message: &str) -> Error {
-    Error::refused(reason, format!("the peer reports: {message}"))
+    let message = names::printable(message);
+    Error::refused(reason, format!("{PEER_REPORTS}{message}"))
 }
 
 // ---- receiver ------------------------------------------------------------------------------
@@ -326,8 +332,9 @@ fn receive_session(
                             message: proto::truncate_text(&e.to_string()),
                         },
                     );
-                } else if matches!(e, Error::Protocol(_)) {
-                    send_err(ep, Reason::Protocol, &e);
+                } else {
+                    // A protocol violation, or a deadline: say so (unless the peer is gone).
+                    tell_peer(ep, &e);
                 }
                 return Err(e);
             }
@@ -495,8 +502,8 @@ fn receive_data(
     })
 }
 
-/// Ends a file that failed while receiving: tells the sender about a protocol violation,
-/// records the failure in `report`, and returns the error.
+/// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
+/// the failure in `report`, and returns the error.
 fn file_failed(
     ep: &mut Endpoint,
     report: &mut SessionReport,
@@ -504,13 +511,67 @@ fn file_failed(
     size: u64,
     e: Error,
 ) -> Error {
-    if matches!(e, Error::Protocol(_)) {
-        send_err(ep, Reason::Protocol, &e);
-    }
+    tell_peer(ep, &e);
     report
         .files
         .push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
     e
+}
+
+/// Best effort, before a failure ends the session: sends ERR with the error's reason, unless the
+/// error is the peer's own report or the connection is already gone (nothing would arrive).
+fn tell_peer(ep: &mut Endpoint, e: &Error) {
+    let gone = matches!(
+        e,
+        Error::Connection(_) | Error::Completion { .. } | Error::InvalidState { .. }
+    );
+    let theirs = matches!(e, Error::Refused { message, .. } if message.starts_with(PEER_REPORTS));
+    if !gone && !theirs {
+        send_err(ep, reason_of(e), e);
+    }
+}
+
+/// Registers the staging ring for `h` (or keeps the session's if its slots fit), revoking a
+/// ring that does not fit.
+fn prepare_ring(
+    ep: &Endpoint,
+    opts: &ReceiverOptions,
+    ring: &mut Option<StagingRing>,
+    h: &Hello,
+) -> Result<()> {
+    // The ring must have at least as many slots as the sender may have messages in flight (the
+    // credits this endpoint grants), or a credit would not imply a free slot (see module docs).
+    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
+    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
+    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
+    // large is kept for the next file of the session.
+    let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
+        .min(MAX_RING_BYTES / u64::from(slot_count))
+        .min(h.size.max(MIN_SLOT).next_power_of_two())
+        .max(1) as u32;
+    if ring
+        .as_ref()
+        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
+    {
+        if let Some(old) = ring.take() {
+            old.region.revoke()?;
+        }
+    }
+    if ring.is_none() {
+        let len = slot_size as usize * slot_count as usize;
+        let region = ExposedRegion::new(ep.pd(), len, RemoteAccess::Write).map_err(|e| {
+            Error::refused(
+                reason_of(&e),
+                format!("the receiver cannot register its staging ring of {len} bytes: {e}"),
+            )
+        })?;
+        *ring = Some(StagingRing {
+            region,
+            slot_size,
+            slot_count,
+        });
+    }
+    Ok(())
 }
 
 fn receive_file(
@@ -541,32 +602,10 @@ fn receive_file(
             return Ok(());
         }
     };
-    // The ring: one per connection, re-made only if the chunk size changes.
-    // The ring must have at least as many slots as the sender may have messages in flight (the
-    // credits this endpoint grants), or a credit would not imply a free slot (see module docs).
-    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
-    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
-    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
-    // large is kept for the next file of the session.
-    let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
-        .min(MAX_RING_BYTES / u64::from(slot_count))
-        .min(h.size.max(MIN_SLOT).next_power_of_two())
-        .max(1) as u32;
-    if ring
-        .as_ref()
-        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
-    {
-        if let Some(old) = ring.take() {
-            old.region.revoke()?;
-        }
-    }
-    if ring.is_none() {
-        let len = slot_size as usize * slot_count as usize;
-        *ring = Some(StagingRing {
-            region: ExposedRegion::new(ep.pd(), len, RemoteAccess::Write)?,
-            slot_size,
-            slot_count,
-        });
+    // The ring: one per connection, re-made only if the chunk size changes. The sender waits
+    // for MR: if there is none (e.g. the locked-memory limit), it is told why.
+    if let Err(e) = prepare_ring(ep, opts, ring, &h) {
+        return Err(file_failed(ep, report, &h.name, h.size, e));
     }
     let r = ring.as_mut().expect("made above");
     let desc = r.region.descriptor();
@@ -826,7 +865,7 @@ fn send_one(
             name,
             size,
             status,
-            format!("the receiver reports: {message}"),
+            format!("the receiver reports: {}", names::printable(&message)),
         )),
         Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
         other => return Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
