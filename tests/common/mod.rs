@@ -218,3 +218,19 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+impl Proc {
+    /// The child's process id (e.g. to send it a signal with `kill`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends signal `sig` (a name `kill -s` takes, e.g. "INT") to the child.
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args(["-s", sig, &self.pid().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(st.success(), "kill -s {sig} {} failed", self.pid());
+    }
+}
