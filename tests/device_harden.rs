@@ -6,41 +6,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{need_rxe0, spawn, spawn_prog, Done, Proc, IP};
+use common::{has_temp, need_rxe0, recv, send, spawn, spawn_prog, wait_until, Done, Proc, IP};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
 use rdmaxfer::xfer::session;
 
 const T: Duration = Duration::from_secs(120);
-
-fn recv_args(port: u16, out: &Path, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = ["recv", "--out", out.to_str().unwrap(), "--listen", IP, "-p"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    a.push(port.to_string());
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a
-}
-
-fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
-    let args = recv_args(port, out, extra);
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut r = spawn("recv", &a);
-    r.wait_for("listening on", T);
-    r
-}
-
-fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
-    let mut args: Vec<String> = vec!["send".into()];
-    args.extend(paths.iter().map(|p| p.to_str().unwrap().to_string()));
-    args.push(format!("{IP}:{port}"));
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    spawn("send", &a)
-}
 
 /// Every entry below `dir` (directories too), relative, sorted.
 fn everything(dir: &Path) -> Vec<String> {
@@ -59,24 +32,6 @@ fn everything(dir: &Path) -> Vec<String> {
     v
 }
 
-fn has_temp(out: &Path) -> bool {
-    everything(out)
-        .iter()
-        .any(|n| n.ends_with(".rdmaxfer-part"))
-}
-
-/// Waits (bounded) until `cond` holds, polling the file system.
-fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(
-            t.elapsed() < within,
-            "{what} did not happen within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Asserts that `text` has no control character but newlines (so nothing forged a line or a
 /// terminal escape).
 fn no_raw_controls(what: &str, text: &str) {
@@ -85,6 +40,15 @@ fn no_raw_controls(what: &str, text: &str) {
         .filter(|&c| c.is_control() && c != '\n')
         .collect();
     assert!(bad.is_empty(), "{what}: raw {bad:?} in:\n{text}");
+}
+
+/// `rdmaxfer recv --once` arguments, without `--json`.
+fn text_recv_args(port: u16, out: &Path) -> Vec<String> {
+    let p = port.to_string();
+    let o = out.to_str().unwrap();
+    ["recv", "--out", o, "--listen", IP, "-p", &p, "--once"]
+        .map(String::from)
+        .into()
 }
 
 // ---- names and messages with control characters ---------------------------------------------
@@ -99,7 +63,10 @@ fn control_characters_from_a_sender_are_refused_and_never_printed_raw() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
-    let r = recv(port, &out, &["--once"]);
+    // Text output (not --json): the lines a forged name would imitate.
+    let args = text_recv_args(port, &out);
+    let mut r = spawn("recv", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    r.wait_for("listening on", T);
 
     let opts = EndpointOptions {
         msg_size: proto::MAX_MSG_LEN,
@@ -179,7 +146,7 @@ fn recv_memlocked(port: u16, out: &Path, kib: u32) -> Proc {
         script,
         env!("CARGO_BIN_EXE_rdmaxfer").into(),
     ]);
-    args.extend(recv_args(port, out, &["--once"]));
+    args.extend(text_recv_args(port, out));
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut r = spawn_prog("recv", if root { "setpriv" } else { "bash" }, &a);
     r.wait_for("listening on", T);

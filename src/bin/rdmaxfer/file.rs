@@ -150,7 +150,8 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
             serde_json::json!(report.bytes as f64 / (1 << 20) as f64 / report.data_seconds);
     }
     if let Some(e) = err {
-        v["error"] = serde_json::Value::String(format!("{e:#}"));
+        let text = format!("{e:#}");
+        v["error"] = serde_json::Value::String(printable(&text).into_owned());
     }
     v
 }

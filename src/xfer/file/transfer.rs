@@ -531,49 +531,6 @@ fn tell_peer(ep: &mut Endpoint, e: &Error) {
     }
 }
 
-/// Registers the staging ring for `h` (or keeps the session's if its slots fit), revoking a
-/// ring that does not fit.
-fn prepare_ring(
-    ep: &Endpoint,
-    opts: &ReceiverOptions,
-    ring: &mut Option<StagingRing>,
-    h: &Hello,
-) -> Result<()> {
-    // The ring must have at least as many slots as the sender may have messages in flight (the
-    // credits this endpoint grants), or a credit would not imply a free slot (see module docs).
-    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
-    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
-    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
-    // large is kept for the next file of the session.
-    let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
-        .min(MAX_RING_BYTES / u64::from(slot_count))
-        .min(h.size.max(MIN_SLOT).next_power_of_two())
-        .max(1) as u32;
-    if ring
-        .as_ref()
-        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
-    {
-        if let Some(old) = ring.take() {
-            old.region.revoke()?;
-        }
-    }
-    if ring.is_none() {
-        let len = slot_size as usize * slot_count as usize;
-        let region = ExposedRegion::new(ep.pd(), len, RemoteAccess::Write).map_err(|e| {
-            Error::refused(
-                reason_of(&e),
-                format!("the receiver cannot register its staging ring of {len} bytes: {e}"),
-            )
-        })?;
-        *ring = Some(StagingRing {
-            region,
-            slot_size,
-            slot_count,
-        });
-    }
-    Ok(())
-}
-
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
@@ -602,10 +559,45 @@ fn receive_file(
             return Ok(());
         }
     };
-    // The ring: one per connection, re-made only if the chunk size changes. The sender waits
-    // for MR: if there is none (e.g. the locked-memory limit), it is told why.
-    if let Err(e) = prepare_ring(ep, opts, ring, &h) {
-        return Err(file_failed(ep, report, &h.name, h.size, e));
+    // The ring: one per connection, re-made only if the chunk size changes.
+    // The ring must have at least as many slots as the sender may have messages in flight (the
+    // credits this endpoint grants), or a credit would not imply a free slot (see module docs).
+    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
+    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
+    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
+    // large is kept for the next file of the session.
+    let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
+        .min(MAX_RING_BYTES / u64::from(slot_count))
+        .min(h.size.max(MIN_SLOT).next_power_of_two())
+        .max(1) as u32;
+    if ring
+        .as_ref()
+        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
+    {
+        if let Some(old) = ring.take() {
+            if let Err(e) = old.region.revoke() {
+                return Err(file_failed(ep, report, &h.name, h.size, e));
+            }
+        }
+    }
+    if ring.is_none() {
+        let len = slot_size as usize * slot_count as usize;
+        let region = match ExposedRegion::new(ep.pd(), len, RemoteAccess::Write) {
+            Ok(region) => region,
+            Err(e) => {
+                // The sender waits for MR: tell it why there is none (e.g. the memlock limit).
+                let e = Error::refused(
+                    reason_of(&e),
+                    format!("the receiver cannot register its staging ring of {len} bytes: {e}"),
+                );
+                return Err(file_failed(ep, report, &h.name, h.size, e));
+            }
+        };
+        *ring = Some(StagingRing {
+            region,
+            slot_size,
+            slot_count,
+        });
     }
     let r = ring.as_mut().expect("made above");
     let desc = r.region.descriptor();
