@@ -91,3 +91,68 @@ fn event_and_poll_are_exclusive() {
         assert!(err.contains("cannot be used with"), "{cmd:?}: {err}");
     }
 }
+
+/// Runs with extra environment variables (and without an inherited $RDMAXFER_TOKEN).
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Vec<u8>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .args(args)
+        .env_remove("RDMAXFER_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_empty_token_is_a_usage_error_not_authentication_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let (p, o) = (f.to_str().unwrap(), dir.path().to_str().unwrap());
+    for cmd in [
+        &["send", p, "127.0.0.1:1", "--token", ""][..],
+        &["recv", "--out", o, "--once", "--token", ""][..],
+    ] {
+        let (code, _, err) = run_env(cmd, &[]);
+        assert_eq!(code, Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("empty token would turn authentication off"),
+            "{cmd:?}: {err}"
+        );
+    }
+    for cmd in [
+        &["send", p, "127.0.0.1:1"][..],
+        &["recv", "--out", o, "--once"][..],
+    ] {
+        let (code, _, err) = run_env(cmd, &[("RDMAXFER_TOKEN", "")]);
+        assert_eq!(code, Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("RDMAXFER_TOKEN is set but empty"),
+            "{cmd:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_file_name_with_control_characters_is_refused_and_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("evil\nok      forged\x1b[31m"), b"x").unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (code, out, err) = run_env(&["send", d, "127.0.0.1:1", "--json"], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("control character (U+000A)"), "{err}");
+    assert!(err.contains("\\u{a}ok      forged\\u{1b}[31m"), "{err}");
+    for s in [&out, err.as_bytes()] {
+        let raw: Vec<u8> = s
+            .iter()
+            .copied()
+            .filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f)
+            .collect();
+        assert!(raw.is_empty(), "raw control bytes {raw:?} in {err}");
+    }
+    assert_eq!(err.lines().count(), 1, "one error line: {err}");
+}

@@ -10,7 +10,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{need_rxe0, pseudo_random, spawn, spawn_env, Done, Proc, IP};
+use common::{
+    has_temp, listing, need_rxe0, pseudo_random, recv, send, send_args, spawn_env, wait_until,
+    Done, IP,
+};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
 use rdmaxfer::xfer::session;
@@ -18,52 +21,8 @@ use rdmaxfer::xfer::session;
 const T: Duration = Duration::from_secs(120);
 const CHUNK: usize = 65536;
 
-fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
-    let p = port.to_string();
-    let o = out.to_str().unwrap();
-    let mut args = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
-    args.extend_from_slice(extra);
-    let mut r = spawn("recv", &args);
-    r.wait_for("listening on", T);
-    r
-}
-
-fn send_args(port: u16, paths: &[&Path], extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = vec!["send".into()];
-    args.extend(paths.iter().map(|p| p.to_str().unwrap().to_string()));
-    args.push(format!("{IP}:{port}"));
-    args.push("--json".into());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
-}
-
-fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
-    let args = send_args(port, paths, extra);
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    spawn("send", &a)
-}
-
 fn hex(b: &[u8]) -> String {
     blake3::hash(b).to_hex().to_string()
-}
-
-/// Every regular file below `dir`, relative, sorted.
-fn listing(dir: &Path) -> Vec<String> {
-    fn go(base: &Path, d: &Path, out: &mut Vec<String>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let e = e.unwrap();
-            let p = e.path();
-            if e.file_type().unwrap().is_dir() {
-                go(base, &p, out);
-            } else {
-                out.push(p.strip_prefix(base).unwrap().to_str().unwrap().to_string());
-            }
-        }
-    }
-    let mut v = Vec::new();
-    go(dir, dir, &mut v);
-    v.sort();
-    v
 }
 
 fn one_json(d: &Done) -> serde_json::Value {
@@ -326,22 +285,6 @@ fn hostile_senders_are_refused_and_the_receiver_keeps_serving() {
 }
 
 // ---- failures ----------------------------------------------------------------------------------
-
-/// Waits (bounded) until `cond` holds, polling the file system.
-fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(
-            t.elapsed() < within,
-            "{what} did not happen within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn has_temp(out: &Path) -> bool {
-    listing(out).iter().any(|n| n.ends_with(".rdmaxfer-part"))
-}
 
 /// A 64 MiB sparse file sent in 16 KiB chunks with one in flight: slow enough to interrupt.
 fn slow_source(dir: &Path) -> PathBuf {

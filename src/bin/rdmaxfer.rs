@@ -13,10 +13,13 @@ mod file;
 mod onesided;
 #[path = "rdmaxfer/pingpong.rs"]
 mod pingpong;
+#[path = "rdmaxfer/signals.rs"]
+mod signals;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use rdmaxfer::verbs::{self, DeviceInfo};
+use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::loopback::{self, LoopbackOptions};
 
 /// RDMA that just works: devices, ping-pong, one-sided READ/WRITE, benchmarks, file transfer.
@@ -154,7 +157,13 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rdmaxfer: error: {e:#}");
+            if let Some(usage) = e.downcast_ref::<clap::Error>() {
+                // A usage error found after parsing (e.g. an empty $RDMAXFER_TOKEN): exit 2.
+                usage.exit();
+            }
+            // Error texts can carry names from a file system or a peer: printed escaped.
+            let text = format!("{e:#}");
+            eprintln!("rdmaxfer: error: {}", printable(&text));
             ExitCode::FAILURE
         }
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -217,4 +218,89 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+impl Proc {
+    /// The child's process id (e.g. to send it a signal with `kill`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends signal `sig` (a name `kill -s` takes, e.g. "INT") to the child.
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args(["-s", sig, &self.pid().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(st.success(), "kill -s {sig} {} failed", self.pid());
+    }
+}
+
+// ---- `rdmaxfer send` / `recv` (tests of file transfer) ------------------------------------
+
+/// Deadline of each step of the file-transfer tests.
+pub const FILE_T: Duration = Duration::from_secs(120);
+
+/// `rdmaxfer recv --json` on `port` into `out`, once it listens.
+pub fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
+    let p = port.to_string();
+    let o = out.to_str().unwrap();
+    let mut args = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
+    args.extend_from_slice(extra);
+    let mut r = spawn("recv", &args);
+    r.wait_for("listening on", FILE_T);
+    r
+}
+
+/// The arguments of `rdmaxfer send --json PATHS... IP:port EXTRA...`.
+pub fn send_args(port: u16, paths: &[&Path], extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec!["send".into()];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap().to_string()));
+    args.push(format!("{IP}:{port}"));
+    args.push("--json".into());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `rdmaxfer send --json`.
+pub fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
+    let args = send_args(port, paths, extra);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    spawn("send", &a)
+}
+
+/// Every regular file below `dir`, relative, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    fn go(base: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                go(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().to_str().unwrap().to_string());
+            }
+        }
+    }
+    let mut v = Vec::new();
+    go(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+/// Waits (bounded) until `cond` holds, polling the file system.
+pub fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < within,
+            "{what} did not happen within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// True when a temporary file is below `out`.
+pub fn has_temp(out: &Path) -> bool {
+    listing(out).iter().any(|n| n.ends_with(".rdmaxfer-part"))
 }

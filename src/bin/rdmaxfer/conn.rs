@@ -124,7 +124,12 @@ pub fn serve(
         });
         if let Err(e) = r {
             failed += 1;
-            eprintln!("rdmaxfer: error: {e:#}");
+            let text = format!("{e:#}");
+            // Errors can quote what the peer sent: printed escaped.
+            eprintln!(
+                "rdmaxfer: error: {}",
+                rdmaxfer::xfer::file::names::printable(&text)
+            );
             if server.is_broken() {
                 bail!("the listener failed; stopping");
             }

@@ -6,12 +6,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::WaitMode;
+use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::transfer::{
     self, ReceiverOptions, SenderOptions, SessionReport, DEFAULT_CHUNK, DEFAULT_SLOTS,
 };
 
 use crate::conn::{self, ConnArgs};
+use crate::signals;
 
 /// Environment variable holding the token when `--token` is not given.
 const TOKEN_ENV: &str = "RDMAXFER_TOKEN";
@@ -44,11 +46,28 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-fn token(arg: &Option<String>) -> Option<Vec<u8>> {
-    arg.clone()
-        .or_else(|| std::env::var(TOKEN_ENV).ok())
-        .filter(|t| !t.is_empty())
-        .map(String::into_bytes)
+/// `--token`: an empty token is a usage error (it must not turn authentication off).
+fn parse_token(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("an empty token would turn authentication off: give a non-empty token, or leave --token out".into());
+    }
+    Ok(s.to_string())
+}
+
+/// The token: `--token`, else `$RDMAXFER_TOKEN` (any bytes). Set but empty is a usage error.
+fn token(arg: &Option<String>) -> Result<Option<Vec<u8>>> {
+    if let Some(t) = arg {
+        return Ok(Some(t.clone().into_bytes()));
+    }
+    match std::env::var_os(TOKEN_ENV) {
+        None => Ok(None),
+        Some(t) if t.is_empty() => Err(clap::Error::raw(
+            clap::error::ErrorKind::InvalidValue,
+            format!("{TOKEN_ENV} is set but empty, which would turn authentication off: give a non-empty token, or unset it\n"),
+        )
+        .into()),
+        Some(t) => Ok(Some(std::os::unix::ffi::OsStringExt::into_vec(t))),
+    }
 }
 
 /// Arguments of `rdmaxfer recv`.
@@ -63,8 +82,8 @@ pub struct RecvArgs {
     /// Serve one sender, then exit (non-zero if anything failed).
     #[arg(long)]
     once: bool,
-    /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN).
-    #[arg(long)]
+    /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN; not empty).
+    #[arg(long, value_parser = parse_token)]
     token: Option<String>,
     /// Refuse files larger than this (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
@@ -91,8 +110,8 @@ pub struct SendArgs {
     /// Files and directories to send, then the receiver as HOST or HOST:PORT.
     #[arg(required = true, num_args = 2.., value_name = "PATH... HOST[:PORT]")]
     args: Vec<String>,
-    /// Token the receiver requires (default: $RDMAXFER_TOKEN).
-    #[arg(long)]
+    /// Token the receiver requires (default: $RDMAXFER_TOKEN; not empty).
+    #[arg(long, value_parser = parse_token)]
     token: Option<String>,
     /// Chunk size: bytes per RDMA WRITE (the receiver may lower it).
     #[arg(long, value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
@@ -131,20 +150,23 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
             serde_json::json!(report.bytes as f64 / (1 << 20) as f64 / report.data_seconds);
     }
     if let Some(e) = err {
-        v["error"] = serde_json::Value::String(format!("{e:#}"));
+        let text = format!("{e:#}");
+        v["error"] = serde_json::Value::String(printable(&text).into_owned());
     }
     v
 }
 
 fn print_text(report: &SessionReport, secs: f64, verb: &str) {
     for f in &report.files {
+        // The library escapes what the peer sent; escaping again changes nothing (defence in
+        // depth: one line per file, whatever the names).
+        let name = printable(&f.name);
         match &f.hash {
-            Some(h) if f.is_ok() => println!("ok      {} ({} bytes, blake3 {h})", f.name, f.bytes),
+            Some(h) if f.is_ok() => println!("ok      {name} ({} bytes, blake3 {h})", f.bytes),
             _ => println!(
-                "FAILED  {} ({}): {}",
-                f.name,
+                "FAILED  {name} ({}): {}",
                 f.result,
-                f.message.as_deref().unwrap_or("")
+                printable(f.message.as_deref().unwrap_or(""))
             ),
         }
     }
@@ -170,13 +192,14 @@ pub fn recv(a: RecvArgs) -> Result<()> {
     }
     let ropts = ReceiverOptions {
         out_dir: a.out.clone(),
-        token: token(&a.token),
+        token: token(&a.token)?,
         max_size: a.max_size,
         force: a.force,
         resume: a.resume,
         slots: a.slots,
     };
     let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
+    signals::exit_cleanly_on_interrupt()?;
     let mut server = a.conn.listen(&a.listen, &opts)?;
     conn::serve(&mut server, a.once.then_some(1), |ep| {
         let start = Instant::now();
@@ -233,7 +256,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         None
     };
     let sopts = SenderOptions {
-        token: token(&a.token),
+        token: token(&a.token)?,
         chunk,
         slots: a.slots,
         resume: a.resume,
@@ -243,6 +266,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
     }
     let opts = sopts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
+    signals::exit_cleanly_on_interrupt()?;
     let mut conn = a.conn.clone();
     conn.port = port;
     let total: u64 = entries

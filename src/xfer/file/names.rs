@@ -3,9 +3,14 @@
 //! `..` nor a symlink (existing or raced in) can lead outside the output directory.
 //!
 //! Rules (see `docs/file-protocol.md`): a name is 1..=4096 bytes of UTF-8, `/`-separated, not
-//! absolute, with no empty, `.` or `..` components, no NUL, no backslash, each component at most
-//! 255 bytes, and no final component ending in [`TEMP_SUFFIX`] (reserved for temporary files).
+//! absolute, with no empty, `.` or `..` components, no NUL, no backslash, no control character
+//! (C0, DEL, C1: a name must not be able to forge output lines or terminal escapes), each
+//! component at most 255 bytes, and no final component ending in [`TEMP_SUFFIX`] (reserved for
+//! temporary files).
+//!
+//! Peer-supplied text (names, messages) is shown through [`printable`].
 
+use std::borrow::Cow;
 use std::fmt;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -68,11 +73,42 @@ impl fmt::Display for RelPath {
     }
 }
 
+/// True for characters that must not reach a terminal or a log raw: the control characters
+/// (C0 U+0000–U+001F, DEL U+007F, C1 U+0080–U+009F) and the bidirectional-text controls
+/// (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069), which reorder what is displayed.
+fn is_unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` made safe to print: every control or bidirectional-text character (see the module docs)
+/// becomes a `\u{…}` escape, so a peer cannot forge output lines or terminal escapes. Other text,
+/// backslashes included, is unchanged, so applying it twice changes nothing more.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unprintable) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_unprintable(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn bad_name(name: &str, why: impl fmt::Display) -> Error {
     // Quote at most 100 characters of a hostile name.
     let shown: String = name.chars().take(100).collect();
     let more = if shown.len() < name.len() { "…" } else { "" };
-    Error::refused(Reason::BadName, format!("{shown:?}{more}: {why}"))
+    // Debug quoting escapes control characters; `printable` also the bidirectional controls.
+    let quoted = format!("{shown:?}");
+    Error::refused(
+        Reason::BadName,
+        format!("{}{more}: {why}", printable(&quoted)),
+    )
 }
 
 /// Checks a peer-supplied name against the rules in the module docs.
@@ -91,6 +127,12 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
     }
     if name.contains('\\') {
         return Err(bad_name(name, "contains a backslash"));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(bad_name(
+            name,
+            format_args!("contains a control character (U+{:04X})", u32::from(c)),
+        ));
     }
     if name.starts_with('/') {
         return Err(bad_name(name, "absolute path"));
@@ -251,6 +293,45 @@ impl ConfinedDir {
             .map_err(|e| io_err(format!("fsync directory {}", self.path.display()), e))
     }
 
+    /// Another handle on the same directory (a duplicated descriptor).
+    pub fn try_clone(&self) -> Result<ConfinedDir> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::io(format!("dup {}", self.path.display()), e))?;
+        Ok(ConfinedDir {
+            fd,
+            path: self.path.clone(),
+        })
+    }
+
+    /// Removes, deepest first, the directories `created` (the last components of the path to
+    /// this directory, top first, as [`create_dirs`] returns them), each only while it is empty
+    /// and still the directory reached (through `..`) from the one below it. Stops at the first
+    /// that cannot be removed, e.g. because another file arrived in it. Best effort.
+    pub fn remove_created(&self, created: &[String]) {
+        let Ok(mut cur) = self.fd.try_clone() else {
+            return;
+        };
+        for name in created.iter().rev() {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let Ok(parent) = rustix::fs::openat(&cur, "..", flags, Mode::empty()) else {
+                return;
+            };
+            let same = match (
+                rustix::fs::fstat(&cur),
+                rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW),
+            ) {
+                (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+                _ => false,
+            };
+            if !same || rustix::fs::unlinkat(&parent, name.as_str(), AtFlags::REMOVEDIR).is_err() {
+                return;
+            }
+            cur = parent;
+        }
+    }
+
     /// Bytes available to unprivileged users on this directory's filesystem.
     pub fn free_bytes(&self) -> Result<u64> {
         let st = rustix::fs::fstatvfs(self.fd.as_fd())
@@ -279,22 +360,43 @@ pub fn walk_existing<'r>(out_dir: &Path, rel: &'r RelPath) -> Result<(ConfinedDi
     Ok((dir, Vec::new()))
 }
 
-/// Creates the `missing` directories (from [`walk_existing`]) below `dir`; returns the last.
-pub fn create_dirs(mut dir: ConfinedDir, rel: &RelPath, missing: &[&str]) -> Result<ConfinedDir> {
+/// Creates the `missing` directories (from [`walk_existing`]) below `dir`; returns the last and
+/// the names of the directories this call created, top first, that lead to it without one it
+/// did not create in between (what [`ConfinedDir::remove_created`] takes). On failure, the
+/// directories it created are removed again.
+pub fn create_dirs(
+    mut dir: ConfinedDir,
+    rel: &RelPath,
+    missing: &[&str],
+) -> Result<(ConfinedDir, Vec<String>)> {
+    let mut created: Vec<String> = Vec::new();
     for c in missing {
         match rustix::fs::mkdirat(&dir.fd, *c, Mode::from_bits_truncate(0o755)) {
-            Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => return Err(io_err(format!("mkdir {}", dir.path.join(c).display()), e)),
+            Ok(()) => created.push(c.to_string()),
+            // Made meanwhile by someone else: not ours to remove, nor what is above it.
+            Err(Errno::EXIST) => created.clear(),
+            Err(e) => {
+                let e = io_err(format!("mkdir {}", dir.path.join(c).display()), e);
+                dir.remove_created(&created);
+                return Err(e);
+            }
         }
-        dir = dir.child(c).map_err(|e| dir.not_a_dir(rel, c, e))?;
+        dir = match dir.child(c) {
+            Ok(d) => d,
+            Err(e) => {
+                let e = dir.not_a_dir(rel, c, e);
+                dir.remove_created(&created);
+                return Err(e);
+            }
+        };
     }
-    Ok(dir)
+    Ok((dir, created))
 }
 
 /// Opens (creating as needed) the directory that will hold `rel`, strictly inside `out_dir`.
 pub fn open_parent(out_dir: &Path, rel: &RelPath) -> Result<ConfinedDir> {
     let (dir, missing) = walk_existing(out_dir, rel)?;
-    create_dirs(dir, rel, &missing)
+    create_dirs(dir, rel, &missing).map(|(d, _)| d)
 }
 
 /// Creates the missing parents of `rel` and a fresh, empty temporary file
@@ -337,6 +439,80 @@ mod tests {
         assert!(refused(&"a".repeat(5000)).contains("5000 bytes"));
         assert!(refused(&"a".repeat(256)).contains("component of 256 bytes"));
         assert!(refused("x.rdmaxfer-part").contains("reserved"));
+    }
+
+    #[test]
+    fn control_characters_refused_and_quoted_escaped() {
+        for (name, code) in [
+            ("a\nb", "U+000A"),
+            ("x/\x1b[31mred", "U+001B"),
+            ("tab\there", "U+0009"),
+            ("del\x7f", "U+007F"),
+            ("c1\u{85}next-line", "U+0085"),
+            ("csi\u{9b}31m", "U+009B"),
+            ("d\r/ok", "U+000D"),
+        ] {
+            let m = refused(name);
+            assert!(m.contains(&format!("control character ({code})")), "{m}");
+            assert!(!m.chars().any(|c| c.is_control()), "raw control in {m:?}");
+        }
+        // Bidirectional controls are allowed in names but never printed raw.
+        let n = "evil\u{202e}txt.exe";
+        assert_eq!(sanitize(n).unwrap().as_str(), n);
+        assert_eq!(printable(n), "evil\\u{202e}txt.exe");
+        let m = refused("\u{202e}a\nb");
+        assert!(m.contains("\\u{202e}") && !m.contains('\u{202e}'), "{m}");
+    }
+
+    #[test]
+    fn printable_escapes_only_what_it_must() {
+        assert!(matches!(printable("plain/name ü 名前"), Cow::Borrowed(_)));
+        assert_eq!(printable("ok\nFAILED x"), "ok\\u{a}FAILED x");
+        assert_eq!(printable("\x1b[31m\u{9b}\x7f"), "\\u{1b}[31m\\u{9b}\\u{7f}");
+        assert_eq!(printable("back\\slash"), "back\\slash");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_control_character_survives(s in "\\PC*[\\p{Cc}\\u{202a}-\\u{202e}]\\PC*") {
+            let p = printable(&s).into_owned();
+            proptest::prop_assert!(!p.chars().any(is_unprintable), "{:?}", p);
+            proptest::prop_assert_eq!(printable(&p).into_owned(), p.clone(), "idempotent");
+            if s.chars().any(|c| c.is_control()) {
+                let e = sanitize(&s).unwrap_err();
+                proptest::prop_assert_eq!(e.reason(), Some(Reason::BadName));
+                proptest::prop_assert!(!e.to_string().chars().any(is_unprintable), "{}", e);
+            }
+        }
+
+        #[test]
+        fn accepted_names_have_no_control_characters(s in "\\PC{1,40}") {
+            if let Ok(r) = sanitize(&s) {
+                proptest::prop_assert!(!r.as_str().chars().any(|c| c.is_control()));
+            }
+        }
+    }
+
+    #[test]
+    fn created_dirs_removed_deepest_first_only_while_empty() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir(out.path().join("a")).unwrap();
+        let rel = sanitize("a/b/c/f").unwrap();
+        let (base, missing) = walk_existing(out.path(), &rel).unwrap();
+        let (dir, created) = create_dirs(base, &rel, &missing).unwrap();
+        assert_eq!(created, ["b", "c"]);
+        assert!(out.path().join("a/b/c").is_dir());
+        // Not empty: nothing removed.
+        std::fs::write(out.path().join("a/b/other"), b"").unwrap();
+        dir.remove_created(&created);
+        assert!(!out.path().join("a/b/c").exists(), "c was empty");
+        assert!(out.path().join("a/b/other").exists(), "b kept: not empty");
+        std::fs::remove_file(out.path().join("a/b/other")).unwrap();
+        let (base, missing) = walk_existing(out.path(), &rel).unwrap();
+        let (dir, created) = create_dirs(base, &rel, &missing).unwrap();
+        assert_eq!(created, ["c"], "b exists now");
+        dir.remove_created(&created);
+        assert!(out.path().join("a/b").is_dir() && !out.path().join("a/b/c").exists());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
+use super::cleanup::{self, Leftovers, Registered};
 use super::names::{self, ConfinedDir, RelPath};
 use super::proto::{Digest, Reason};
 use crate::{Error, Result};
@@ -41,6 +42,8 @@ pub struct Sink {
     hasher: blake3::Hasher,
     opts: SinkOptions,
     finished: bool,
+    /// The temporary file and the directories made for it, for [`cleanup::interrupt`].
+    leftovers: Registered,
 }
 
 fn write_err(what: String, e: std::io::Error) -> Error {
@@ -116,25 +119,44 @@ impl Sink {
                 ),
             ));
         }
-        let dir = names::create_dirs(dir, rel, &missing)?;
-        let mut hasher = blake3::Hasher::new();
-        let file = match previous {
-            Some(file) => {
-                let n = std::io::copy(&mut (&file).take(held), &mut hasher)
-                    .map_err(|e| Error::io(format!("read {temp_name}"), e))?;
-                if n != held {
-                    return Err(Error::refused(
-                        Reason::Internal,
-                        format!("{temp_name} shrank while being read"),
-                    ));
+        // Directories and temporary file are made and registered in one critical section of the
+        // clean-up registry: an interrupt removes all of them or finds none.
+        let creating = cleanup::begin()?;
+        let (dir, created) = names::create_dirs(dir, rel, &missing)?;
+        let made = dir.try_clone().and_then(|reg_dir| {
+            let file = match previous {
+                Some(file) => file,
+                None => {
+                    dir.remove(&temp_name)?;
+                    dir.open_file(&temp_name, true)?
                 }
-                file
-            }
-            None => {
-                dir.remove(&temp_name)?;
-                dir.open_file(&temp_name, true)?
+            };
+            Ok((reg_dir, file))
+        });
+        let (reg_dir, file) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                dir.remove_created(&created);
+                return Err(e);
             }
         };
+        let leftovers = creating.register(Leftovers {
+            dir: reg_dir,
+            temp_name: temp_name.clone(),
+            created,
+            keep: opts.resume,
+        });
+        let mut hasher = blake3::Hasher::new();
+        if held > 0 {
+            let n = std::io::copy(&mut (&file).take(held), &mut hasher)
+                .map_err(|e| Error::io(format!("read {temp_name}"), e))?;
+            if n != held {
+                return Err(Error::refused(
+                    Reason::Internal,
+                    format!("{temp_name} shrank while being read"),
+                ));
+            }
+        }
         Ok(Sink {
             dir,
             final_name,
@@ -147,6 +169,7 @@ impl Sink {
             hasher,
             opts,
             finished: false,
+            leftovers,
         })
     }
 
@@ -161,6 +184,7 @@ impl Sink {
     /// when this attempt did not itself resume.
     pub fn set_keep_on_abort(&mut self, keep: bool) {
         self.opts.resume = keep;
+        self.leftovers.set_keep(keep);
     }
 
     /// The announced file size.
@@ -208,7 +232,8 @@ impl Sink {
         self.finished = true;
         let r = self.try_commit(expected);
         if r.is_err() {
-            let _ = self.dir.remove(&self.temp_name);
+            self.leftovers.set_keep(false);
+            let _ = self.leftovers.remove();
         }
         r
     }
@@ -249,8 +274,8 @@ impl Sink {
         Ok(*got.as_bytes())
     }
 
-    /// Gives up on the file: removes the temporary file, or with `resume` syncs and keeps it
-    /// for the next attempt.
+    /// Gives up on the file: removes the temporary file and the directories created only for
+    /// it, or with `resume` syncs and keeps it for the next attempt.
     pub fn abort(mut self) -> Result<()> {
         self.finish_abort()
     }
@@ -263,7 +288,8 @@ impl Sink {
         if self.opts.resume && self.file.sync_all().is_ok() {
             return Ok(());
         }
-        self.dir.remove(&self.temp_name)
+        self.leftovers.set_keep(false);
+        self.leftovers.remove()
     }
 }
 
@@ -399,6 +425,39 @@ mod tests {
         s.write_at(0, b"ab").unwrap();
         drop(s);
         assert!(entries(out.path()).is_empty());
+    }
+
+    #[test]
+    fn failed_file_removes_only_the_directories_made_for_it() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir(out.path().join("had")).unwrap();
+        // Abort (an ERR mid-file): the new directories go, the existing one stays.
+        let mut s = sink(out.path(), "had/new/deeper/x", 4, SinkOptions::default()).unwrap();
+        s.write_at(0, b"ab").unwrap();
+        drop(s);
+        assert_eq!(entries(out.path()), ["had"]);
+        assert!(entries(&out.path().join("had")).is_empty());
+        // Commit failure: the same.
+        let mut s = sink(out.path(), "n1/n2/y", 1, SinkOptions::default()).unwrap();
+        s.write_at(0, b"y").unwrap();
+        s.commit(&hash(b"z")).unwrap_err();
+        assert_eq!(entries(out.path()), ["had"]);
+        // A directory another file of the session committed into stays.
+        let mut a = sink(out.path(), "shared/a", 1, SinkOptions::default()).unwrap();
+        a.write_at(0, b"a").unwrap();
+        a.commit(&hash(b"a")).unwrap();
+        let b = sink(out.path(), "shared/b", 1, SinkOptions::default()).unwrap();
+        b.abort().unwrap();
+        assert_eq!(entries(&out.path().join("shared")), ["a"]);
+        // Kept for resume: temp and directories stay.
+        let opts = SinkOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let mut r = sink(out.path(), "keep/me", 4, opts).unwrap();
+        r.write_at(0, b"ab").unwrap();
+        drop(r);
+        assert_eq!(entries(&out.path().join("keep")), [".me.rdmaxfer-part"]);
     }
 
     #[test]

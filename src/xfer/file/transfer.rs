@@ -145,7 +145,8 @@ impl SenderOptions {
 /// What happened to one file.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FileReport {
-    /// Relative name (as sent; for hostile names, a shortened quote).
+    /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
+    /// names, shortened).
     pub name: String,
     /// File size.
     pub bytes: u64,
@@ -161,7 +162,7 @@ pub struct FileReport {
 impl FileReport {
     fn ok(name: &str, bytes: u64, hash: &Digest) -> FileReport {
         FileReport {
-            name: name.to_string(),
+            name: names::printable(name).into_owned(),
             bytes,
             hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
             result: "ok".into(),
@@ -172,11 +173,11 @@ impl FileReport {
     fn failed(name: &str, bytes: u64, reason: Reason, message: String) -> FileReport {
         let shown: String = name.chars().take(200).collect();
         FileReport {
-            name: shown,
+            name: names::printable(&shown).into_owned(),
             bytes,
             hash: None,
             result: reason.as_str().to_string(),
-            message: Some(message),
+            message: Some(names::printable(&message).into_owned()),
         }
     }
 
@@ -266,8 +267,13 @@ fn recv_ctl(ep: &mut Endpoint) -> Result<Msg> {
     decode_ctl(&data)
 }
 
+/// How [`peer_err`] begins its message.
+const PEER_REPORTS: &str = "the peer reports: ";
+
+/// The peer's REFUSE/ERR as an error; its text is made printable here, where it enters.
 fn peer_err(reason: Reason, message: &str) -> Error {
-    Error::refused(reason, format!("the peer reports: {message}"))
+    let message = names::printable(message);
+    Error::refused(reason, format!("{PEER_REPORTS}{message}"))
 }
 
 // ---- receiver ------------------------------------------------------------------------------
@@ -326,8 +332,9 @@ fn receive_session(
                             message: proto::truncate_text(&e.to_string()),
                         },
                     );
-                } else if matches!(e, Error::Protocol(_)) {
-                    send_err(ep, Reason::Protocol, &e);
+                } else {
+                    // A protocol violation, or a deadline: say so (unless the peer is gone).
+                    tell_peer(ep, &e);
                 }
                 return Err(e);
             }
@@ -495,8 +502,8 @@ fn receive_data(
     })
 }
 
-/// Ends a file that failed while receiving: tells the sender about a protocol violation,
-/// records the failure in `report`, and returns the error.
+/// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
+/// the failure in `report`, and returns the error.
 fn file_failed(
     ep: &mut Endpoint,
     report: &mut SessionReport,
@@ -504,13 +511,24 @@ fn file_failed(
     size: u64,
     e: Error,
 ) -> Error {
-    if matches!(e, Error::Protocol(_)) {
-        send_err(ep, Reason::Protocol, &e);
-    }
+    tell_peer(ep, &e);
     report
         .files
         .push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
     e
+}
+
+/// Best effort, before a failure ends the session: sends ERR with the error's reason, unless the
+/// error is the peer's own report or the connection is already gone (nothing would arrive).
+fn tell_peer(ep: &mut Endpoint, e: &Error) {
+    let gone = matches!(
+        e,
+        Error::Connection(_) | Error::Completion { .. } | Error::InvalidState { .. }
+    );
+    let theirs = matches!(e, Error::Refused { message, .. } if message.starts_with(PEER_REPORTS));
+    if !gone && !theirs {
+        send_err(ep, reason_of(e), e);
+    }
 }
 
 fn receive_file(
@@ -557,7 +575,9 @@ fn receive_file(
         .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
     {
         if let Some(old) = ring.take() {
-            old.region.revoke()?;
+            if let Err(e) = old.region.revoke() {
+                return Err(file_failed(ep, report, &h.name, h.size, e));
+            }
         }
     }
     if ring.is_none() {
@@ -567,8 +587,19 @@ fn receive_file(
                 what: "staging ring",
                 detail: format!("{slot_count} slots × {slot_size} bytes overflow usize"),
             })?;
+        let region = match ExposedRegion::new(ep.pd(), len, RemoteAccess::Write) {
+            Ok(region) => region,
+            Err(e) => {
+                // The sender waits for MR: tell it why there is none (e.g. the memlock limit).
+                let e = Error::refused(
+                    reason_of(&e),
+                    format!("the receiver cannot register its staging ring of {len} bytes: {e}"),
+                );
+                return Err(file_failed(ep, report, &h.name, h.size, e));
+            }
+        };
         *ring = Some(StagingRing {
-            region: ExposedRegion::new(ep.pd(), len, RemoteAccess::Write)?,
+            region,
             slot_size,
             slot_count,
         });
@@ -831,7 +862,7 @@ fn send_one(
             name,
             size,
             status,
-            format!("the receiver reports: {message}"),
+            format!("the receiver reports: {}", names::printable(&message)),
         )),
         Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
         other => return Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
