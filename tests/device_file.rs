@@ -10,23 +10,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{need_rxe0, pseudo_random, spawn, spawn_env, Done, Proc, IP};
+use common::{need_rxe0, pseudo_random, recv, spawn, spawn_env, Done, Proc, IP};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
-use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
+use rdmaxfer::xfer::file::proto::{self, Hello, Msg, Reason};
 use rdmaxfer::xfer::session;
 
 const T: Duration = Duration::from_secs(120);
 const CHUNK: usize = 65536;
-
-fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
-    let p = port.to_string();
-    let o = out.to_str().unwrap();
-    let mut args = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
-    args.extend_from_slice(extra);
-    let mut r = spawn("recv", &args);
-    r.wait_for("listening on", T);
-    r
-}
 
 fn send_args(port: u16, paths: &[&Path], extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = vec!["send".into()];
@@ -196,17 +186,7 @@ fn random_16mib_oob_poll() {
 const TOKEN: &str = "s3cret-token";
 
 fn hello(name: &str, size: u64, auth: Option<proto::Digest>) -> Hello {
-    Hello {
-        version: proto::VERSION,
-        name: name.into(),
-        size,
-        mode: 0o644,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        chunk_size: CHUNK as u32,
-        flags: HelloFlags::default(),
-        auth,
-    }
+    common::hello(name, size, CHUNK as u32, auth)
 }
 
 /// A HELLO built by hand (any version, any name length).

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -181,6 +182,11 @@ impl Proc {
         }
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
     }
@@ -192,6 +198,38 @@ impl Drop for Proc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// `rdmaxfer recv --out OUT --listen IP -p PORT --json EXTRA…`, once it listens.
+pub fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
+    let p = port.to_string();
+    let o = out.to_str().unwrap();
+    let mut args = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
+    args.extend_from_slice(extra);
+    let mut r = spawn("recv", &args);
+    r.wait_for("listening on", Duration::from_secs(120));
+    r
+}
+
+/// A HELLO for a regular 0644 file (as a crafted sender would build it).
+pub fn hello(
+    name: &str,
+    size: u64,
+    chunk_size: u32,
+    auth: Option<rdmaxfer::xfer::file::proto::Digest>,
+) -> rdmaxfer::xfer::file::proto::Hello {
+    use rdmaxfer::xfer::file::proto::{Hello, HelloFlags, VERSION};
+    Hello {
+        version: VERSION,
+        name: name.into(),
+        size,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size,
+        flags: HelloFlags::default(),
+        auth,
     }
 }
 
