@@ -15,7 +15,7 @@ use common::{
     Done, IP,
 };
 use rdmaxfer::xfer::endpoint::EndpointOptions;
-use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
+use rdmaxfer::xfer::file::proto::{self, Hello, Msg, Reason};
 use rdmaxfer::xfer::session;
 
 const T: Duration = Duration::from_secs(120);
@@ -155,17 +155,7 @@ fn random_16mib_oob_poll() {
 const TOKEN: &str = "s3cret-token";
 
 fn hello(name: &str, size: u64, auth: Option<proto::Digest>) -> Hello {
-    Hello {
-        version: proto::VERSION,
-        name: name.into(),
-        size,
-        mode: 0o644,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        chunk_size: CHUNK as u32,
-        flags: HelloFlags::default(),
-        auth,
-    }
+    common::hello(name, size, CHUNK as u32, auth)
 }
 
 /// A HELLO built by hand (any version, any name length).

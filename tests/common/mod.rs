@@ -196,6 +196,27 @@ impl Drop for Proc {
     }
 }
 
+/// A HELLO for a regular 0644 file (as a crafted sender would build it).
+pub fn hello(
+    name: &str,
+    size: u64,
+    chunk_size: u32,
+    auth: Option<rdmaxfer::xfer::file::proto::Digest>,
+) -> rdmaxfer::xfer::file::proto::Hello {
+    use rdmaxfer::xfer::file::proto::{Hello, HelloFlags, VERSION};
+    Hello {
+        version: VERSION,
+        name: name.into(),
+        size,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size,
+        flags: HelloFlags::default(),
+        auth,
+    }
+}
+
 /// Like [`spawn`], with extra environment variables.
 pub fn spawn_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
     spawn_cmd(name, env!("CARGO_BIN_EXE_rdmaxfer"), args, env)

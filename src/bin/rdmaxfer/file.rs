@@ -2,10 +2,13 @@
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::WaitMode;
+use rdmaxfer::xfer::file::budget::{
+    Budgets, DEFAULT_IDLE, DEFAULT_MAX_REFUSALS, DEFAULT_MIN_RATE, DEFAULT_RATE_WINDOW,
+};
 use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::transfer::{
@@ -97,6 +100,20 @@ pub struct RecvArgs {
     /// Staging ring slots (chunks the sender may have in flight).
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
     slots: u32,
+    /// End a session without progress (no data received, no file committed) for this many
+    /// seconds; 0: never.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE.as_secs())]
+    idle_timeout: u64,
+    /// End a session that moves fewer bytes per second than this, averaged over
+    /// --rate-window (a committed file counts as 64 KiB); 0: no floor.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value_t = DEFAULT_MIN_RATE)]
+    min_rate: u64,
+    /// The window, in seconds, over which --min-rate is averaged.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_RATE_WINDOW.as_secs())]
+    rate_window: u64,
+    /// End a session after more than this many refused or failed files.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REFUSALS)]
+    max_refusals: u32,
     /// Print one JSON summary per connection on stdout.
     #[arg(long)]
     json: bool,
@@ -137,6 +154,8 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
     };
     let mut v = serde_json::json!({
         "files": report.files,
+        "files_elided": report.elided,
+        "files_failed": report.failures(),
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -170,11 +189,14 @@ fn print_text(report: &SessionReport, secs: f64, verb: &str) {
             ),
         }
     }
+    if report.elided > 0 {
+        println!("…       {} more files not listed", report.elided);
+    }
     let mib = report.bytes as f64 / (1 << 20) as f64;
     println!(
         "{verb} {} of {} files, {} bytes in {secs:.3} s ({:.1} MiB/s)",
-        report.files.len() - report.failures(),
-        report.files.len(),
+        report.file_count() - report.failures(),
+        report.file_count(),
         report.bytes,
         if secs > 0.0 { mib / secs } else { 0.0 }
     );
@@ -197,7 +219,16 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         force: a.force,
         resume: a.resume,
         slots: a.slots,
+        budgets: Budgets {
+            idle: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
+            min_rate: a.min_rate,
+            rate_window: Duration::from_secs(a.rate_window),
+            max_refusals: Some(a.max_refusals),
+        },
     };
+    if a.min_rate > 0 && a.rate_window == 0 {
+        bail!("--rate-window must be positive with --min-rate");
+    }
     let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     signals::exit_cleanly_on_interrupt()?;
     let mut server = a.conn.listen(&a.listen, &opts)?;
@@ -245,8 +276,14 @@ pub fn send(a: SendArgs) -> Result<()> {
     let entries = source::walk(&roots).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)
         .ok()
-        .filter(|&c| c > 0 && c <= transfer::MAX_CHUNK)
-        .with_context(|| format!("--chunk must be 1..={} bytes", transfer::MAX_CHUNK))?;
+        .filter(|&c| (transfer::MIN_CHUNK..=transfer::MAX_CHUNK).contains(&c))
+        .with_context(|| {
+            format!(
+                "--chunk must be {}..={} bytes",
+                transfer::MIN_CHUNK,
+                transfer::MAX_CHUNK
+            )
+        })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
     let corrupt_chunk = if cfg!(debug_assertions) {
         std::env::var("RDMAXFER_TEST_CORRUPT_CHUNK")

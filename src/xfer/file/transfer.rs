@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
+use super::budget::{Budget, Budgets, FILE_CREDIT};
 use super::names;
 use super::proto::{self, Digest, Hello, HelloFlags, Msg, Reason, Ring};
 use super::sink::{Sink, SinkOptions};
@@ -42,6 +43,13 @@ pub const MAX_RING_BYTES: u64 = 64 << 20;
 pub const MAX_SLOTS: u32 = 1024;
 /// Smallest slot the receiver offers for a small file.
 const MIN_SLOT: u64 = 4096;
+/// Smallest chunk size a HELLO may ask for (the receiver refuses smaller ones: a 1-byte chunk
+/// would cost a completion, a copy and a credit per byte).
+pub const MIN_CHUNK: u32 = 4096;
+/// Entries a [`SessionReport`] keeps; later ones are only counted (`elided`).
+pub const MAX_REPORTED_FILES: usize = 1000;
+/// Bytes of a name or message a [`FileReport`] keeps.
+pub const MAX_REPORT_TEXT: usize = 256;
 
 /// The receiver's policy.
 #[derive(Clone, Debug)]
@@ -58,6 +66,8 @@ pub struct ReceiverOptions {
     pub resume: bool,
     /// Ring slots (= receives posted for the sender).
     pub slots: u32,
+    /// Per-session limits (idle time, rate floor, refusals).
+    pub budgets: Budgets,
 }
 
 impl ReceiverOptions {
@@ -70,6 +80,7 @@ impl ReceiverOptions {
             force: false,
             resume: false,
             slots: DEFAULT_SLOTS,
+            budgets: Budgets::default(),
         }
     }
 
@@ -126,9 +137,9 @@ impl SenderOptions {
     }
 
     fn check(&self) -> Result<()> {
-        if self.chunk == 0 || self.chunk > MAX_CHUNK {
+        if self.chunk < MIN_CHUNK || self.chunk > MAX_CHUNK {
             return Err(Error::InvalidArgument(format!(
-                "chunk size {} is outside 1..={MAX_CHUNK}",
+                "chunk size {} is outside {MIN_CHUNK}..={MAX_CHUNK}",
                 self.chunk
             )));
         }
@@ -162,7 +173,7 @@ pub struct FileReport {
 impl FileReport {
     fn ok(name: &str, bytes: u64, hash: &Digest) -> FileReport {
         FileReport {
-            name: names::printable(name).into_owned(),
+            name: clip(&names::printable(name)),
             bytes,
             hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
             result: "ok".into(),
@@ -171,13 +182,12 @@ impl FileReport {
     }
 
     fn failed(name: &str, bytes: u64, reason: Reason, message: String) -> FileReport {
-        let shown: String = name.chars().take(200).collect();
         FileReport {
-            name: names::printable(&shown).into_owned(),
+            name: clip(&names::printable(name)),
             bytes,
             hash: None,
             result: reason.as_str().to_string(),
-            message: Some(names::printable(&message).into_owned()),
+            message: Some(clip(&names::printable(&message))),
         }
     }
 
@@ -187,11 +197,29 @@ impl FileReport {
     }
 }
 
-/// What a session did, filled in as it goes (so it is there after an error too).
+/// `s` cut to [`MAX_REPORT_TEXT`] bytes on a character boundary, marked with `…` when cut.
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_REPORT_TEXT {
+        return s.to_string();
+    }
+    let mut end = MAX_REPORT_TEXT - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// What a session did, filled in as it goes (so it is there after an error too). Its size is
+/// bounded whatever the peer sends: at most [`MAX_REPORTED_FILES`] entries of at most
+/// [`MAX_REPORT_TEXT`]-byte texts.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SessionReport {
-    /// Every file announced, in order.
+    /// The first [`MAX_REPORTED_FILES`] files announced, in order (see [`push`](Self::push)).
     pub files: Vec<FileReport>,
+    /// Files announced after those, counted but not listed.
+    pub elided: u64,
+    /// Files that failed, listed or not.
+    pub failed: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
@@ -200,9 +228,26 @@ pub struct SessionReport {
 }
 
 impl SessionReport {
-    /// Files that failed.
-    pub fn failures(&self) -> usize {
-        self.files.iter().filter(|f| !f.is_ok()).count()
+    /// Records a file: listed while there is room, else only counted.
+    pub fn push(&mut self, f: FileReport) {
+        if !f.is_ok() {
+            self.failed += 1;
+        }
+        if self.files.len() < MAX_REPORTED_FILES {
+            self.files.push(f);
+        } else {
+            self.elided += 1;
+        }
+    }
+
+    /// Files announced, listed or not.
+    pub fn file_count(&self) -> u64 {
+        self.files.len() as u64 + self.elided
+    }
+
+    /// Files that failed, listed or not.
+    pub fn failures(&self) -> u64 {
+        self.failed
     }
 
     /// `Ok` when every file succeeded, else an error counting the files that were not `what`
@@ -212,7 +257,7 @@ impl SessionReport {
             0 => Ok(()),
             n => Err(Error::refused(
                 Reason::Internal,
-                format!("{n} of {} files were not {what}", self.files.len()),
+                format!("{n} of {} files were not {what}", self.file_count()),
             )),
         }
     }
@@ -287,15 +332,22 @@ struct StagingRing {
 /// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
 /// `report` as they finish; refused or failed files make the result an error at the end (the
 /// session itself continues past them). A protocol violation, a failed authentication, an
-/// unsupported version or a lost connection ends the session at once. The ring is revoked
-/// before returning.
+/// unsupported version, a spent budget (`opts.budgets`: ERR(budget) tells the sender which) or
+/// a lost connection ends the session at once. The ring is revoked before returning.
 pub fn receive(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
     report: &mut SessionReport,
 ) -> Result<()> {
     let mut ring: Option<StagingRing> = None;
-    let r = receive_session(ep, opts, report, &mut ring);
+    let mut budget = Budget::new(opts.budgets, ep.timeout());
+    let r = receive_session(ep, opts, report, &mut ring, &mut budget);
+    if let Err(e) = &r {
+        if e.reason() == Some(Reason::Budget) {
+            tracing::warn!("ending the session: {}", e.to_string().escape_debug());
+            send_err(ep, Reason::Budget, e);
+        }
+    }
     if let Some(ring) = ring {
         if let Err(e) = ring.region.revoke() {
             tracing::warn!("deregistering the staging ring: {e}");
@@ -310,6 +362,7 @@ fn receive_session(
     opts: &ReceiverOptions,
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
+    budget: &mut Budget,
 ) -> Result<()> {
     let nonce = proto::new_nonce();
     send_msg(
@@ -320,8 +373,9 @@ fn receive_session(
         },
     )?;
     loop {
-        let msg = match recv_ctl(ep) {
+        let msg = match budget.wait(ep, recv_ctl) {
             Ok(m) => m,
+            Err(e) if e.reason() == Some(Reason::Budget) => return Err(e),
             Err(e) => {
                 if let Some(reason) = e.reason() {
                     // Unsupported version: answer in kind so the sender can say why.
@@ -342,7 +396,7 @@ fn receive_session(
         match msg {
             Msg::Hello(h) => {
                 let last = h.flags.last;
-                receive_file(ep, opts, report, ring, &nonce, h)?;
+                receive_file(ep, opts, report, ring, budget, &nonce, h)?;
                 if last {
                     return Ok(());
                 }
@@ -372,8 +426,14 @@ fn open_sink(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<Sink> 
         }
     }
     let rel = names::sanitize(&h.name)?;
-    if h.chunk_size == 0 {
-        return Err(Error::refused(Reason::Protocol, "chunk size 0"));
+    if h.chunk_size < MIN_CHUNK {
+        return Err(Error::refused(
+            Reason::Protocol,
+            format!(
+                "chunk size {} is below this receiver's minimum of {MIN_CHUNK} bytes",
+                h.chunk_size
+            ),
+        ));
     }
     let mtime = (h.mtime_sec >= 0)
         .then(|| SystemTime::UNIX_EPOCH + Duration::new(h.mtime_sec as u64, h.mtime_nsec));
@@ -409,6 +469,7 @@ const WRITE_BUFS: usize = 4;
 fn receive_data(
     ep: &mut Endpoint,
     r: &mut StagingRing,
+    budget: &mut Budget,
     sink: Sink,
     held: u64,
     size: u64,
@@ -451,25 +512,27 @@ fn receive_data(
                 let StagingRing {
                     region, slot_count, ..
                 } = &*r;
-                let got = ep.recv_with(|m| -> Result<Chunk> {
-                    let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
-                        return Ok(Chunk::Ctl(decode_ctl(m.data)));
-                    };
-                    let imm = proto::decode_imm(imm, *slot_count)?;
-                    if imm.seq != seq {
-                        return Err(Error::Protocol(format!(
-                            "data chunk {} arrived where chunk {seq} (mod 65536) was expected",
-                            imm.seq
-                        )));
-                    }
-                    if len as usize != want {
-                        return Err(Error::Protocol(format!(
-                            "data chunk {seq} is {len} bytes, expected {want}"
-                        )));
-                    }
-                    region.read_at(usize::from(imm.slot) * slot as usize, &mut buf[..want])?;
-                    Ok(Chunk::Data(want))
-                })??;
+                let got = budget.wait(ep, |ep| {
+                    ep.recv_with(|m| -> Result<Chunk> {
+                        let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
+                            return Ok(Chunk::Ctl(decode_ctl(m.data)));
+                        };
+                        let imm = proto::decode_imm(imm, *slot_count)?;
+                        if imm.seq != seq {
+                            return Err(Error::Protocol(format!(
+                                "data chunk {} arrived where chunk {seq} (mod 65536) was expected",
+                                imm.seq
+                            )));
+                        }
+                        if len as usize != want {
+                            return Err(Error::Protocol(format!(
+                                "data chunk {seq} is {len} bytes, expected {want}"
+                            )));
+                        }
+                        region.read_at(usize::from(imm.slot) * slot as usize, &mut buf[..want])?;
+                        Ok(Chunk::Data(want))
+                    })?
+                })?;
                 let n = match got {
                     Chunk::Data(n) => n,
                     Chunk::Ctl(Ok(Msg::Err { reason, message })) => {
@@ -483,6 +546,7 @@ fn receive_data(
                 full_tx
                     .send((buf, n))
                     .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                budget.progress(n as u64);
                 off += n as u64;
                 seq = seq.wrapping_add(1);
             }
@@ -512,9 +576,7 @@ fn file_failed(
     e: Error,
 ) -> Error {
     tell_peer(ep, &e);
-    report
-        .files
-        .push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
+    report.push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
     e
 }
 
@@ -536,6 +598,7 @@ fn receive_file(
     opts: &ReceiverOptions,
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
+    budget: &mut Budget,
     nonce: &Digest,
     h: Hello,
 ) -> Result<()> {
@@ -543,6 +606,10 @@ fn receive_file(
         Ok(s) => s,
         Err(e) => {
             let reason = reason_of(&e);
+            if let Err(spent) = budget.refused() {
+                report.push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
+                return Err(spent);
+            }
             send_msg(
                 ep,
                 &Msg::Refuse {
@@ -550,9 +617,7 @@ fn receive_file(
                     message: proto::truncate_text(&e.to_string()),
                 },
             )?;
-            report
-                .files
-                .push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
+            report.push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
             if reason == Reason::AuthFailed {
                 return Err(e);
             }
@@ -620,20 +685,18 @@ fn receive_file(
     )?;
 
     let size = h.size;
-    let (sink, write_failure) = match receive_data(ep, r, sink, held, size) {
+    let (sink, write_failure) = match receive_data(ep, r, budget, sink, held, size) {
         Ok(x) => x,
         Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
     };
     report.bytes += size - held;
 
-    let fin = recv_ctl(ep);
+    let fin = budget.wait(ep, recv_ctl);
     let (bytes, hash) = match fin {
         Ok(Msg::Fin { bytes, hash }) if bytes == size => (bytes, hash),
         Ok(Msg::Err { reason, message }) => {
             let e = peer_err(reason, &message);
-            report
-                .files
-                .push(FileReport::failed(&h.name, size, reason, e.to_string()));
+            report.push(FileReport::failed(&h.name, size, reason, e.to_string()));
             return Err(e);
         }
         other => {
@@ -661,11 +724,17 @@ fn receive_file(
         Err(e) => (reason_of(e), proto::truncate_text(&e.to_string())),
     };
     send_msg(ep, &Msg::Ack { status, message })?;
-    report.files.push(match result {
+    let ok = result.is_ok();
+    report.push(match result {
         Ok(got) => FileReport::ok(&h.name, bytes, &got),
         Err(e) => FileReport::failed(&h.name, bytes, status, e.to_string()),
     });
-    Ok(())
+    if ok {
+        budget.progress(FILE_CREDIT);
+        Ok(())
+    } else {
+        budget.refused()
+    }
 }
 
 // ---- sender --------------------------------------------------------------------------------
@@ -726,7 +795,7 @@ fn send_one(
     let mut src = match Source::open(&e.path) {
         Ok(s) => s,
         Err(err) => {
-            report.files.push(FileReport::failed(
+            report.push(FileReport::failed(
                 name,
                 0,
                 reason_of(&err),
@@ -757,9 +826,7 @@ fn send_one(
         Msg::Mr(r) => r,
         Msg::Refuse { reason, message } => {
             let err = peer_err(reason, &message);
-            report
-                .files
-                .push(FileReport::failed(name, size, reason, err.to_string()));
+            report.push(FileReport::failed(name, size, reason, err.to_string()));
             if matches!(reason, Reason::AuthFailed | Reason::Version) {
                 return Err(err);
             }
@@ -798,7 +865,7 @@ fn send_one(
             ),
         );
         send_err(ep, Reason::ReadError, &err);
-        report.files.push(FileReport::failed(
+        report.push(FileReport::failed(
             name,
             size,
             Reason::ReadError,
@@ -842,7 +909,7 @@ fn send_one(
             if err.reason() == Some(Reason::ReadError) {
                 send_err(ep, Reason::ReadError, &err);
             }
-            report.files.push(FileReport::failed(
+            report.push(FileReport::failed(
                 name,
                 size,
                 reason_of(&err),
@@ -857,8 +924,8 @@ fn send_one(
     match verdict {
         Msg::Ack {
             status: Reason::Ok, ..
-        } => report.files.push(FileReport::ok(name, size, &hash)),
-        Msg::Ack { status, message } => report.files.push(FileReport::failed(
+        } => report.push(FileReport::ok(name, size, &hash)),
+        Msg::Ack { status, message } => report.push(FileReport::failed(
             name,
             size,
             status,
@@ -987,8 +1054,8 @@ fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result
             // The ring was valid when the receiver offered it: it has since been withdrawn.
             return Err(Error::Connection(format!(
                 "the receiver withdrew its staging ring while data was being written: it ended \
-                 this transfer on its side (at its step deadline, or on an error it reports). \
-                 Detail: {}",
+                 this transfer on its side (at its step deadline, on a spent session budget, or \
+                 on an error it reports). Detail: {}",
                 c.to_error()
             )));
         }
@@ -999,4 +1066,41 @@ fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result
         r.free.extend(c.into_all_local_bufs());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_bounded_and_count_what_they_do_not_list() {
+        let mut r = SessionReport::default();
+        let long = "é".repeat(3000);
+        let n = MAX_REPORTED_FILES as u64 + 500;
+        for i in 0..n {
+            if i % 2 == 0 {
+                r.push(FileReport::failed(&long, 1, Reason::BadName, long.clone()));
+            } else {
+                r.push(FileReport::ok(&long, 1, &[0; 32]));
+            }
+        }
+        assert_eq!(r.files.len(), MAX_REPORTED_FILES);
+        assert_eq!(
+            (r.elided, r.file_count(), r.failures()),
+            (500, n, n.div_ceil(2))
+        );
+        for f in &r.files {
+            assert!(f.name.len() <= MAX_REPORT_TEXT && f.name.ends_with('…'));
+            assert!(f
+                .message
+                .as_ref()
+                .is_none_or(|m| m.len() <= MAX_REPORT_TEXT));
+        }
+        let e = r.result("received").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{} of {n} files", n.div_ceil(2))),
+            "{e}"
+        );
+        assert_eq!(clip("short"), "short");
+    }
 }

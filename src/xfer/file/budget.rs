@@ -1,0 +1,257 @@
+//! The receiver's per-session budgets: what keeps one sender from holding a receiver with a
+//! stall, a trickle or a stream of refused HELLOs. The per-step deadline of the endpoint bounds
+//! each wait; these bound the session:
+//!
+//! - **idle**: no progress (data bytes received or a file committed) for [`Budgets::idle`];
+//! - **rate floor**: fewer than [`Budgets::min_rate`] × [`Budgets::rate_window`] bytes of
+//!   progress in a window of [`Budgets::rate_window`] (a committed file counts as
+//!   [`FILE_CREDIT`] bytes, so many small files keep a session above the floor);
+//! - **refusals**: more than [`Budgets::max_refusals`] refused or failed files.
+//!
+//! A spent budget is `Error::Refused(Reason::Budget, …)`; the receiver sends it as ERR and ends
+//! the session. Refusals are not progress.
+
+use std::time::{Duration, Instant};
+
+use super::proto::Reason;
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+
+/// Default idle budget: no progress for a minute. A lossy link stalls for seconds, and the
+/// sender's own step deadline (10 s by default) ends its side long before.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+/// Default rate floor, bytes per second (64 KiB/s: 1/50 of a 1 %-loss Soft-RoCE link).
+pub const DEFAULT_MIN_RATE: u64 = 64 << 10;
+/// Default window over which the rate floor is averaged.
+pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(30);
+/// Default budget of refused or failed files per session.
+pub const DEFAULT_MAX_REFUSALS: u32 = 1000;
+/// Progress a committed file counts for towards the rate floor (bytes).
+pub const FILE_CREDIT: u64 = 64 << 10;
+
+/// The limits; `None` (or a rate of 0) switches one off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    /// End a session without progress for this long.
+    pub idle: Option<Duration>,
+    /// End a session below this many bytes per second, averaged over `rate_window` (0: off).
+    pub min_rate: u64,
+    /// The averaging window of `min_rate`.
+    pub rate_window: Duration,
+    /// End a session after more than this many refused or failed files.
+    pub max_refusals: Option<u32>,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            idle: Some(DEFAULT_IDLE),
+            min_rate: DEFAULT_MIN_RATE,
+            rate_window: DEFAULT_RATE_WINDOW,
+            max_refusals: Some(DEFAULT_MAX_REFUSALS),
+        }
+    }
+}
+
+/// A session's account against its [`Budgets`].
+pub(crate) struct Budget {
+    b: Budgets,
+    /// The endpoint's own step deadline, restored after each budgeted wait.
+    step: Duration,
+    last_progress: Instant,
+    window_start: Instant,
+    window_bytes: u64,
+    refusals: u32,
+}
+
+impl Budget {
+    /// Starts the clocks now; `step` is the endpoint's per-step deadline.
+    pub(crate) fn new(b: Budgets, step: Duration) -> Budget {
+        let now = Instant::now();
+        Budget {
+            b,
+            step,
+            last_progress: now,
+            window_start: now,
+            window_bytes: 0,
+            refusals: 0,
+        }
+    }
+
+    fn rate_on(&self) -> bool {
+        self.b.min_rate > 0 && !self.b.rate_window.is_zero()
+    }
+
+    /// Bytes the window needs.
+    fn need(&self) -> u64 {
+        let n = u128::from(self.b.min_rate) * self.b.rate_window.as_millis() / 1000;
+        u64::try_from(n).unwrap_or(u64::MAX)
+    }
+
+    /// Starts a new window once the current one is over and met the floor.
+    fn roll(&mut self, now: Instant) {
+        if self.rate_on()
+            && now >= self.window_start + self.b.rate_window
+            && self.window_bytes >= self.need()
+        {
+            self.window_start = now;
+            self.window_bytes = 0;
+        }
+    }
+
+    /// Records `bytes` of progress (a data chunk, or [`FILE_CREDIT`] for a committed file).
+    pub(crate) fn progress(&mut self, bytes: u64) {
+        let now = Instant::now();
+        self.roll(now);
+        self.last_progress = now;
+        self.window_bytes = self.window_bytes.saturating_add(bytes);
+    }
+
+    /// Counts a refused or failed file; an error once there are more than allowed.
+    pub(crate) fn refused(&mut self) -> Result<()> {
+        self.refusals = self.refusals.saturating_add(1);
+        match self.b.max_refusals {
+            Some(max) if self.refusals > max => Err(Error::refused(
+                Reason::Budget,
+                format!("more than {max} refused or failed files in this session (--max-refusals)"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// When the next budget would be spent without progress.
+    fn deadline(&self) -> Option<Instant> {
+        let idle = self.b.idle.map(|d| self.last_progress + d);
+        let rate = (self.rate_on() && self.window_bytes < self.need())
+            .then(|| self.window_start + self.b.rate_window);
+        match (idle, rate) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// An error when a budget is spent at `now`.
+    pub(crate) fn check(&mut self, now: Instant) -> Result<()> {
+        self.roll(now);
+        if let Some(idle) = self.b.idle {
+            if now >= self.last_progress + idle {
+                return Err(Error::refused(
+                    Reason::Budget,
+                    format!(
+                        "no progress (no data, no file committed) for {} s (--idle-timeout)",
+                        idle.as_secs_f64()
+                    ),
+                ));
+            }
+        }
+        if self.rate_on() && now >= self.window_start + self.b.rate_window {
+            // `roll` kept the window: it fell short.
+            return Err(Error::refused(
+                Reason::Budget,
+                format!(
+                    "{} bytes in {} s, below the floor of {} bytes/s (--min-rate, --rate-window)",
+                    self.window_bytes,
+                    self.b.rate_window.as_secs_f64(),
+                    self.b.min_rate
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs the blocking step `f` on `ep` with its deadline lowered to the budget's; a step that
+    /// times out because a budget is spent returns the budget's error.
+    pub(crate) fn wait<T>(
+        &mut self,
+        ep: &mut Endpoint,
+        f: impl FnOnce(&mut Endpoint) -> Result<T>,
+    ) -> Result<T> {
+        let now = Instant::now();
+        self.check(now)?;
+        let left = self.deadline().map_or(self.step, |d| {
+            d.saturating_duration_since(now).min(self.step)
+        });
+        ep.set_timeout(left.max(Duration::from_millis(1)));
+        let r = f(ep);
+        ep.set_timeout(self.step);
+        match r {
+            Err(e) if e.is_timeout() => {
+                self.check(Instant::now())?;
+                Err(e)
+            }
+            r => r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budgets(idle: u64, rate: u64, window: u64, refusals: u32) -> Budgets {
+        Budgets {
+            idle: Some(Duration::from_secs(idle)),
+            min_rate: rate,
+            rate_window: Duration::from_secs(window),
+            max_refusals: Some(refusals),
+        }
+    }
+
+    #[test]
+    fn idle_is_spent_without_progress_and_reset_by_it() {
+        let mut b = Budget::new(budgets(10, 0, 30, 5), Duration::from_secs(10));
+        let t0 = b.last_progress;
+        assert!(b.check(t0 + Duration::from_secs(9)).is_ok());
+        let e = b.check(t0 + Duration::from_secs(10)).unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::Budget));
+        assert!(e.to_string().contains("--idle-timeout"), "{e}");
+        b.progress(1);
+        let t1 = b.last_progress;
+        assert!(b.check(t1 + Duration::from_secs(9)).is_ok());
+        assert_eq!(b.deadline(), Some(t1 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn rate_floor_is_checked_at_the_window_end() {
+        // 100 B/s over 10 s: the window needs 1000 bytes.
+        let mut b = Budget::new(budgets(1000, 100, 10, 5), Duration::from_secs(10));
+        let t0 = b.window_start;
+        assert_eq!(b.need(), 1000);
+        b.progress(999);
+        assert_eq!(b.deadline(), Some(t0 + Duration::from_secs(10)));
+        let e = b.check(t0 + Duration::from_secs(10)).unwrap_err();
+        assert!(e.to_string().contains("999 bytes in 10 s"), "{e}");
+        b.progress(1);
+        // Met: no rate deadline, and the next check after the window rolls it over.
+        assert_eq!(
+            b.deadline(),
+            Some(b.last_progress + Duration::from_secs(1000))
+        );
+        let t = t0 + Duration::from_secs(11);
+        assert!(b.check(t).is_ok());
+        assert_eq!((b.window_start, b.window_bytes), (t, 0));
+        assert!(b.check(t + Duration::from_secs(10)).is_err());
+    }
+
+    #[test]
+    fn refusals_are_counted_and_off_switches_work() {
+        let mut b = Budget::new(budgets(1, 1, 1, 2), Duration::from_secs(10));
+        assert!(b.refused().is_ok() && b.refused().is_ok());
+        let e = b.refused().unwrap_err();
+        assert!(e.to_string().contains("more than 2"), "{e}");
+        let off = Budgets {
+            idle: None,
+            min_rate: 0,
+            rate_window: Duration::from_secs(1),
+            max_refusals: None,
+        };
+        let mut b = Budget::new(off, Duration::from_secs(10));
+        assert_eq!(b.deadline(), None);
+        assert!(b
+            .check(b.last_progress + Duration::from_secs(1 << 20))
+            .is_ok());
+        for _ in 0..10 {
+            assert!(b.refused().is_ok());
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Device tests (rxe0, in the guest): hostile senders built from the library's endpoint and the
+//! protocol encoders, as a crafted sender would, against `rdmaxfer recv`'s per-session budgets.
+//! A HELLO flooder is ended by `--max-refusals` with the receiver's memory and summary bounded;
+//! a staller by `--idle-timeout`; a trickler by `--min-rate`. Each sees ERR(budget) and why.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{need_rxe0, recv, IP};
+use rdmaxfer::verbs::{LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
+use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
+use rdmaxfer::xfer::file::proto::{self, Msg, Reason};
+use rdmaxfer::xfer::session;
+
+const T: Duration = Duration::from_secs(120);
+
+/// VmRSS of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Connects like a sender and takes the CHALLENGE's nonce.
+fn connect(port: u16) -> (Endpoint, proto::Digest) {
+    let opts = EndpointOptions {
+        msg_size: proto::MAX_MSG_LEN,
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
+    match proto::decode(&ep.recv().expect("challenge")).expect("decode challenge") {
+        Msg::Challenge { nonce, .. } => (ep, nonce),
+        m => panic!("expected CHALLENGE, got {m:?}"),
+    }
+}
+
+fn hello(name: &str, size: u64, chunk_size: u32) -> Vec<u8> {
+    proto::encode(&Msg::Hello(common::hello(name, size, chunk_size, None)))
+}
+
+fn next(ep: &mut Endpoint) -> Msg {
+    proto::decode(&ep.recv().expect("a reply from recv")).expect("decode the reply")
+}
+
+/// Asserts an ERR(budget) whose message names `option`.
+fn expect_budget(m: &Msg, option: &str) {
+    match m {
+        Msg::Err { reason, message } => {
+            assert_eq!(*reason, Reason::Budget, "{message}");
+            assert!(message.contains(option), "{option} not in {message:?}");
+        }
+        m => panic!("expected ERR(budget) naming {option}, got {m:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
+    need_rxe0();
+    const FLOOD: u64 = 10_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let port = 7330;
+    let max = FLOOD.to_string();
+    // Only the refusal budget: the idle and rate budgets would end a slow flood first.
+    let mut r = recv(
+        port,
+        tmp.path(),
+        &[
+            "--max-refusals",
+            &max,
+            "--idle-timeout",
+            "0",
+            "--min-rate",
+            "0",
+        ],
+    );
+    let before = rss_kib(r.pid());
+    let (mut ep, _) = connect(port);
+    // Unsafe names near the 4 KiB limit: each refusal used to keep the name and a message
+    // quoting it (≈ 10 KiB a HELLO) in the session report.
+    let name = format!("../{}", "n".repeat(proto::MAX_NAME_LEN - 8));
+    let msg = hello(&name, 10, 1 << 16);
+    // Pipelined, WINDOW HELLOs ahead (fewer than either side's receives, so no credit waits
+    // on both sides at once); the one after FLOOD is over the budget.
+    const WINDOW: u64 = 4;
+    let mut sent = 0u64;
+    let mut refused = 0u64;
+    let last = loop {
+        while sent < FLOOD + 1 && sent < refused + WINDOW {
+            ep.send(&msg).expect("send HELLO");
+            sent += 1;
+        }
+        match next(&mut ep) {
+            Msg::Refuse {
+                reason: Reason::BadName,
+                ..
+            } => refused += 1,
+            m => break m,
+        }
+    };
+    assert_eq!(refused, FLOOD, "refusals before the end: {last:?}");
+    expect_budget(&last, "--max-refusals");
+    // Not --once: the receiver serves on, so its memory can be read after the session. Its
+    // per-connection error line comes after the session's JSON summary.
+    r.wait_for("serving", T);
+    let after = rss_kib(r.pid());
+    let _ = ep.close();
+    r.kill();
+    let d = r.finish(T);
+    assert!(d.err.contains("--max-refusals"), "{}", d.err);
+    let line = d
+        .out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON summary");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["result"], "error", "{line:.300}");
+    let listed = v["files"].as_array().unwrap().len() as u64;
+    let elided = v["files_elided"].as_u64().unwrap();
+    assert_eq!(listed + elided, FLOOD + 1, "{line:.300}");
+    assert_eq!(v["files_failed"].as_u64(), Some(FLOOD + 1));
+    assert!(
+        elided > 0,
+        "the report should have stopped listing: {line:.300}"
+    );
+    assert!(line.len() < 512 << 10, "summary of {} bytes", line.len());
+    assert!(
+        after < before + (8 << 10),
+        "recv's RSS grew from {before} KiB to {after} KiB over {FLOOD} refused HELLOs"
+    );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn staller_is_ended_by_the_idle_budget() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let port = 7331;
+    let r = recv(
+        port,
+        tmp.path(),
+        &["--once", "--idle-timeout", "3", "--min-rate", "0"],
+    );
+    let (mut ep, _) = connect(port);
+    ep.send(&hello("stall.bin", 1 << 20, 1 << 16)).unwrap();
+    assert!(matches!(next(&mut ep), Msg::Mr(_)), "HELLO not accepted");
+    // Accepted, then nothing: the receiver ends the session, not its 10 s step deadline.
+    let t = Instant::now();
+    let m = next(&mut ep);
+    let waited = t.elapsed();
+    expect_budget(&m, "--idle-timeout");
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(20),
+        "ended after {waited:?} with --idle-timeout 3"
+    );
+    let _ = ep.close();
+    let d = r.finish(T);
+    d.failed("recv ending a staller's session");
+    assert!(d.err.contains("--idle-timeout"), "{}", d.err);
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn tiny_chunks_are_refused_and_a_trickler_is_ended_by_the_rate_floor() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let port = 7332;
+    let r = recv(
+        port,
+        tmp.path(),
+        &[
+            "--once",
+            "--idle-timeout",
+            "60",
+            "--min-rate",
+            "64K",
+            "--rate-window",
+            "4",
+        ],
+    );
+    let (mut ep, _) = connect(port);
+    ep.send(&hello("trickle.bin", 64 << 20, 1)).unwrap();
+    match next(&mut ep) {
+        Msg::Refuse {
+            reason: Reason::Protocol,
+            message,
+        } => assert!(message.contains("minimum"), "{message}"),
+        m => panic!("chunk size 1: expected REFUSE(protocol), got {m:?}"),
+    }
+    ep.send(&hello("trickle.bin", 64 << 20, 4096)).unwrap();
+    let Msg::Mr(ring) = next(&mut ep) else {
+        panic!("HELLO with 4 KiB chunks not accepted")
+    };
+    assert_eq!(ring.slot_size, 4096);
+    let remote = RemoteRegion {
+        addr: ring.addr,
+        rkey: ring.rkey,
+        len: u64::from(ring.slot_size) * u64::from(ring.slot_count),
+    };
+    let mut bufs = LocalBuf::slots(ep.pd(), 4096, 1).unwrap();
+    // One 4 KiB chunk per 250 ms (16 KiB/s, under the 64 KiB/s floor), looking for the
+    // receiver's verdict between chunks: the pace is the trickle's, the ERR the event.
+    let t = Instant::now();
+    let mut k = 0u64;
+    let verdict = loop {
+        assert!(k < 400, "still trickling after {k} chunks");
+        ep.set_timeout(Duration::from_millis(250));
+        match ep.recv() {
+            Ok(data) => break Some(proto::decode(&data).expect("decode")),
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("waiting between chunks: {e}"),
+        }
+        ep.set_timeout(Duration::from_secs(30));
+        let slot = (k % u64::from(ring.slot_count)) as u16;
+        let imm = proto::encode_imm(proto::Imm {
+            slot,
+            seq: k as u16,
+        });
+        let target = remote.slice(u64::from(slot) * 4096, 4096).unwrap();
+        let buf = bufs.pop().expect("the chunk buffer is back");
+        let wr = SendRequest::new(k, SendOp::WriteWithImm(target, imm), [Sge::new(buf)]);
+        ep.post(wr).map_err(|e| e.error).expect("post a chunk");
+        let c = ep
+            .poll_user(1, Duration::from_secs(30))
+            .expect("chunk completion");
+        let c = c.into_iter().next().unwrap();
+        if !c.is_success() {
+            // The session ended while this chunk was on the wire (the ring is revoked after
+            // the ERR is sent); the reason is then in the receiver's log below.
+            break None;
+        }
+        bufs.extend(c.into_all_local_bufs());
+        k += 1;
+    };
+    let took = t.elapsed();
+    if let Some(m) = &verdict {
+        expect_budget(m, "--min-rate");
+    }
+    assert!(
+        took < Duration::from_secs(25),
+        "ended after {took:?} with a 4 s window"
+    );
+    assert!(k * 4096 < 64 * 1024 * 4 * 2, "{k} chunks before the end");
+    drop(ep);
+    let d = r.finish(T);
+    d.failed("recv ending a trickler's session");
+    assert!(d.err.contains("--min-rate"), "{}", d.err);
+    let j: serde_json::Value = serde_json::from_str(
+        d.out
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .expect("a JSON summary"),
+    )
+    .unwrap();
+    assert_eq!(j["files_failed"].as_u64(), Some(2), "{j}");
+}
