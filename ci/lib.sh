@@ -42,6 +42,8 @@ ci_find_kernel() {
 
 # The pinned cbindgen that generates include/rdmaxfer.h (installed by ci/setup.sh).
 CBINDGEN_VERSION="0.27.0"
+# cargo-afl (AFL++ for Rust, stable toolchain): ci/setup.sh installs it, ci/fuzz.sh uses it; fuzz/Cargo.toml pins the afl crate to the same version.
+CARGO_AFL_VERSION="0.18.2"
 
 # ci_guest_bench OUT GUEST_SCRIPT [ARG...] — release build of the CLI, a fresh OUT, then
 # GUEST_SCRIPT OUT ARG... in one guest (the ci/bench-*.sh wrappers).

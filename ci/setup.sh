@@ -74,4 +74,19 @@ else
   ci_log "cargo: installing cbindgen $CBINDGEN_VERSION"
   cargo install -q cbindgen --version "$CBINDGEN_VERSION" --locked || ci_die "cargo install cbindgen $CBINDGEN_VERSION failed"
 fi
+
+# 7. cargo-afl, pinned: AFL++ fuzzing on stable Rust (ci/fuzz.sh). Installing it also builds AFL++
+# from the sources shipped in the crate (its build script; ~1-2 min with the install); the
+# `config --build` below only does that if the runtime for this rustc is missing.
+if [[ "$(cargo afl --version 2>/dev/null || true)" == "cargo-afl $CARGO_AFL_VERSION "* ]]; then
+  ci_log "cargo-afl $CARGO_AFL_VERSION already installed"
+else
+  ci_log "cargo: installing cargo-afl $CARGO_AFL_VERSION (builds AFL++)"
+  cargo install -q cargo-afl --version "$CARGO_AFL_VERSION" --locked || ci_die "cargo install cargo-afl $CARGO_AFL_VERSION failed"
+fi
+if ! out="$(cargo afl config --build 2>&1)" && ! grep -q 'already built' <<<"$out"; then
+  printf '%s\n' "$out" >&2
+  ci_die "cargo afl config --build failed (AFL++ for $(rustc --version))"
+fi
+ci_log "AFL++: $(cargo afl --version)"
 ci_log "setup ok"

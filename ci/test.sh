@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/test.sh — command 2, every test: fmt, clippy, header check, host `cargo test`, the C examples, device tests in one rxe guest (then two of them under valgrind); ends "N passed, M failed".
+# ci/test.sh — command 2, every test: fmt, clippy, header check, host `cargo test`, the fuzz targets briefly, the C examples, device tests in one rxe guest (then two of them under valgrind); ends "N passed, M failed".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -45,6 +45,8 @@ step fmt cargo fmt --check || true
 step clippy cargo clippy --all-targets -- -D warnings || true
 step header bash ci/gen-header.sh --check || true
 step host-tests cargo test --no-fail-fast || true
+# AFL++ fuzz targets of the peer-input decoders (fuzz/, docs/fuzzing.md), ~15 s each: fails on a crash.
+step fuzz bash ci/fuzz.sh || true
 
 # Build the test binaries once more (a no-op after the host run) and pick tests/device_*.rs.
 json="target/ci/test-artifacts.json"

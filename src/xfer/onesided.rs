@@ -8,19 +8,23 @@
 //! - EXPOSE (2, server → client): access u8 (bit 0 read, bit 1 write), 3 reserved bytes, then a
 //!   `RemoteRegion` (addr u64, rkey u32, len u64). For bench send it only means "ready".
 //! - DONE (3, either way): ok u8, 3 reserved bytes, bytes written u64, bytes read u64.
-//! - REFUSE (4, server → client): u16 length + UTF-8 reason.
+//! - REFUSE (4, server → client): u16 length + UTF-8 reason, at most [`MAX_REFUSAL_LEN`] bytes
+//!   (the encoder cuts a longer reason on a character boundary, the decoder refuses one).
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::verbs::{ExposedRegion, RemoteAccess, RemoteRegion};
 use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::proto;
 use crate::xfer::rdma_rw::{self, Initiator};
 
 const MAGIC: u32 = 0x5258_4f53;
 /// Version of these messages.
 pub const VERSION: u16 = 1;
 const HDR: usize = 8;
+/// Longest reason in a REFUSE, in bytes.
+pub const MAX_REFUSAL_LEN: usize = proto::MAX_TEXT_LEN;
 
 /// What the client wants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,9 +112,9 @@ impl Msg {
             }
             Msg::Refuse(reason) => {
                 b.extend_from_slice(&4u16.to_be_bytes());
-                let r = &reason.as_bytes()[..reason.len().min(1024)];
+                let r = proto::truncate_text(reason);
                 b.extend_from_slice(&(r.len() as u16).to_be_bytes());
-                b.extend_from_slice(r);
+                b.extend_from_slice(r.as_bytes());
             }
         }
         b
@@ -199,6 +203,11 @@ impl Msg {
                     return Err(bad("truncated refusal".into()));
                 }
                 let n = u16::from_be_bytes(body[0..2].try_into().expect("2")) as usize;
+                if n > MAX_REFUSAL_LEN {
+                    return Err(bad(format!(
+                        "refusal of {n} bytes, the maximum is {MAX_REFUSAL_LEN}"
+                    )));
+                }
                 want(2 + n)?;
                 let s = std::str::from_utf8(&body[2..])
                     .map_err(|_| bad("refusal is not UTF-8".into()))?;
@@ -549,6 +558,37 @@ mod tests {
             }),
             "[ -~]{0,200}".prop_map(Msg::Refuse),
         ]
+    }
+
+    /// A REFUSE message carrying `reason` as is (as in fuzz/regressions/onesided/).
+    fn refusal(reason: &[u8]) -> Vec<u8> {
+        let mut b = vec![0x52, 0x58, 0x4f, 0x53, 0, 1, 0, 4];
+        b.extend_from_slice(&(reason.len() as u16).to_be_bytes());
+        b.extend_from_slice(reason);
+        b
+    }
+
+    #[test]
+    fn long_refusal_is_cut_on_a_character_boundary() {
+        // Found with the `onesided` fuzz target's round-trip check (fuzz/regressions/onesided/):
+        // the encoder cut at byte 1024, inside the `é`, and the client got "refusal is not
+        // UTF-8" instead of the reason.
+        let reason = format!("{}é", "a".repeat(MAX_REFUSAL_LEN - 1));
+        let enc = Msg::Refuse(reason.clone()).encode();
+        assert_eq!(enc, refusal(&reason.as_bytes()[..MAX_REFUSAL_LEN - 1]));
+        assert_eq!(
+            Msg::decode(&enc).unwrap(),
+            Msg::Refuse("a".repeat(MAX_REFUSAL_LEN - 1))
+        );
+    }
+
+    #[test]
+    fn over_long_refusal_is_refused() {
+        // The other half of the fuzz finding: a decoded reason the encoder could not give back.
+        let e = Msg::decode(&refusal(&[b'a'; MAX_REFUSAL_LEN + 1])).unwrap_err();
+        assert!(e.to_string().contains("the maximum is 1024"), "{e}");
+        let ok = refusal(&[b'a'; MAX_REFUSAL_LEN]);
+        assert_eq!(Msg::decode(&ok).unwrap().encode(), ok);
     }
 
     proptest! {
