@@ -540,7 +540,8 @@ enum rdmaxfer_status rdmaxfer_config_set_event_mode(struct rdmaxfer_config *cfg,
 
 /**
  * The file-transfer token (a receiver requires senders to know it; a sender answers with it);
- * NULL or "": none.
+ * NULL: none (authentication off). An empty string is `RDMAXFER_ERR_INVALID_ARGUMENT` and
+ * leaves the configuration as it was: it would otherwise turn authentication off silently.
  */
 enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, const char *token);
 

@@ -268,6 +268,14 @@ fn invalid_arguments_give_invalid_argument_and_leave_outs_alone() {
         let bad = [0xc3u8, 0x28, 0];
         assert_eq!(rdmaxfer_connect(cfg, bad.as_ptr().cast(), 1, &mut c), i);
         assert_eq!(c, sentinel());
+        // An empty token would turn authentication off silently: refused; NULL clears it.
+        assert_eq!(rdmaxfer_config_set_token(cfg, c"".as_ptr()), i);
+        assert!(last().contains("token is empty"), "{}", last());
+        assert_eq!(
+            rdmaxfer_config_set_token(cfg, c"s3cret".as_ptr()),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(rdmaxfer_config_set_token(cfg, ptr::null()), S::RDMAXFER_OK);
         rdmaxfer_config_free(cfg);
     }
 }

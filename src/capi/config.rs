@@ -245,16 +245,21 @@ pub extern "C" fn rdmaxfer_config_set_event_mode(
 }
 
 /// The file-transfer token (a receiver requires senders to know it; a sender answers with it);
-/// NULL or "": none.
+/// NULL: none (authentication off). An empty string is `RDMAXFER_ERR_INVALID_ARGUMENT` and
+/// leaves the configuration as it was: it would otherwise turn authentication off silently.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_token(
     cfg: *mut rdmaxfer_config,
     token: *const c_char,
 ) -> rdmaxfer_status {
     set("rdmaxfer_config_set_token", cfg, |c| {
-        c.token = boundary::opt_str(token, "token")?
-            .filter(|t| !t.is_empty())
-            .map(|t| t.as_bytes().to_vec());
+        let token = boundary::opt_str(token, "token")?;
+        if token.is_some_and(str::is_empty) {
+            return Err(Fail::invalid(
+                "token is empty: pass a non-empty token, or NULL for no authentication",
+            ));
+        }
+        c.token = token.map(|t| t.as_bytes().to_vec());
         Ok(())
     })
 }

@@ -130,7 +130,7 @@ pub extern "C" fn rdmaxfer_recv_file(
         transfer::receive(c.rdmaxfer_peer()?, &opts, &mut report)
             .map_err(|e| with_files(e, &report))?;
         o.set(rdmaxfer_recv_summary {
-            files: report.files.len() as u64,
+            files: report.file_count(),
             bytes: report.bytes,
         });
         Ok(())
