@@ -79,9 +79,9 @@ pub fn prefault_code() -> io::Result<u64> {
             continue;
         }
         let (addr, len) = (a as *mut libc::c_void, b - a);
-        // SAFETY: madvise(2) with these advices accesses no memory from user space:
-        // MADV_POPULATE_READ prefaults page tables "as if manually reading from each page" and
-        // MADV_WILLNEED only starts read-ahead; neither changes contents or mappings. A range
+        // madvise(2): MADV_POPULATE_READ prefaults page tables "as if manually reading from each
+        // page" and MADV_WILLNEED only starts read-ahead; neither changes contents or mappings.
+        // SAFETY: madvise(2) with these advices accesses no memory from user space (above); a range
         // unmapped since /proc/self/maps was read makes the call fail (ENOMEM), nothing more.
         let mut rc = unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_READ) };
         if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
@@ -139,9 +139,9 @@ pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool>
 
 /// Sets `O_NONBLOCK` on a descriptor the caller keeps open (`fcntl(2)`).
 pub(crate) fn set_nonblocking_raw(fd: RawFd) -> io::Result<()> {
-    // SAFETY: F_GETFL takes no pointer; fcntl(2) answers EBADF for a descriptor that is not
-    // open. (That `fd` belongs to the caller, so no one else's flags change, is the
-    // crate-private caller's contract: I/O safety, not memory safety.)
+    // That `fd` belongs to the caller, so no one else's flags change, is the crate-private
+    // caller's contract: I/O safety, not memory safety.
+    // SAFETY: F_GETFL takes no pointer; fcntl(2) answers EBADF for a descriptor that is not open.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if fl < 0 {
         return Err(io::Error::last_os_error());

@@ -221,8 +221,7 @@ pub(crate) fn arg_bytes_mut<'a>(p: *mut c_void, len: usize, name: &str) -> CResu
     }
     check_ptr(p.cast::<u8>(), name)?;
     check_len(len, name)?;
-    // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract is that an
-    // output data pointer points to `len` writable bytes that nothing else reads or writes
-    // during the call.
+    // SAFETY: non-NULL, `len` ≤ isize::MAX (checked above); the header's contract: an output data
+    // pointer points to `len` writable bytes that nothing else reads or writes during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
 }

@@ -113,11 +113,11 @@ pub(crate) use impl_handle;
 /// The handle `p` points to (argument `name`).
 pub(crate) fn arg<H: Handle>(p: *const H, name: &str) -> CResult<&'static H> {
     check_ptr(p, name)?;
-    // SAFETY: `p` is non-NULL and aligned (checked above). The header's contract is that a
-    // handle argument is a pointer this library returned for a handle of this type (freed
-    // since or not). Those all come from `into_handle`: a slot leaked with `Box::leak` or
-    // taken from the type's free list, and no slot is ever deallocated, so `p` addresses an
-    // `H` that lives for the rest of the process. Only shared references to it are made.
+    // The header's contract is that a handle argument is a pointer this library returned for a
+    // handle of this type (freed since or not). Those all come from `into_handle`: a slot leaked
+    // with `Box::leak` or taken from the type's free list, and no slot is ever deallocated.
+    // SAFETY: `p` is non-NULL and aligned (checked above) and, by that contract, addresses an
+    // `H` that lives for the rest of the process; only shared references to it are made.
     Ok(unsafe { &*p })
 }
 

@@ -105,9 +105,9 @@ impl EventKind {
         let Some(raw) = self.to_raw() else {
             return "RDMA_CM_EVENT_UNKNOWN";
         };
+        // An unknown value takes its switch's default (librdmacm cma.c: "UNKNOWN EVENT").
         // SAFETY: rdma_event_str(3) takes the event type by value and returns "a pointer to a
-        // static character string"; a value it does not know is its switch's default (librdmacm
-        // cma.c: "UNKNOWN EVENT"). NULL is still checked below.
+        // static character string"; NULL is still checked below.
         let p = unsafe { sys::rdma_event_str(raw) };
         if p.is_null() {
             return "RDMA_CM_EVENT_UNKNOWN";
@@ -211,19 +211,20 @@ impl Event {
         if !self.has_conn_param() {
             return &[];
         }
-        // SAFETY: every id here is RDMA_PS_TCP (`CmId::new` is the only rdma_create_id call;
-        // a CONNECT_REQUEST's id inherits its listener's port space), and rdma_get_cm_event(3)
-        // says to read `param.conn` for that port space. librdmacm zeroes the event before it
-        // fills it and fills `param.conn` for these four kinds (cma.c, ucma_copy_conn_event);
-        // the union's members are plain integers and pointers, so the read is of initialised
-        // bytes whichever member was written.
+        // Every id here is RDMA_PS_TCP: `CmId::new` is the only rdma_create_id call, and a
+        // CONNECT_REQUEST's id inherits its listener's port space. librdmacm zeroes the event
+        // before it fills it and fills `param.conn` for these four kinds (cma.c,
+        // ucma_copy_conn_event); the union's members are plain integers and pointers.
+        // SAFETY: rdma_get_cm_event(3) says to read `param.conn` for RDMA_PS_TCP (every id here);
+        // the read is of initialised bytes whichever union member was written (above).
         let c = unsafe { &self.ev().param.conn };
         if c.private_data.is_null() || c.private_data_len == 0 {
             return &[];
         }
-        // SAFETY: non-null and a non-zero length are checked above; rdma_get_cm_event(3):
-        // `private_data_len` is "the size of the private data buffer", which is "deallocated when
-        // calling rdma_ack_cm_event" (only in `Drop`); the slice borrows `self`.
+        // rdma_get_cm_event(3): `private_data_len` is "the size of the private data buffer",
+        // which is "deallocated when calling rdma_ack_cm_event" (only in `Drop`).
+        // SAFETY: non-null and a non-zero length are checked above; the buffer lives until the
+        // ack in `Drop` (rdma_get_cm_event(3), above), and the slice borrows `self`.
         unsafe {
             std::slice::from_raw_parts(c.private_data.cast::<u8>(), c.private_data_len.into())
         }
@@ -277,9 +278,9 @@ impl std::fmt::Debug for Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        // rdma_ack_cm_event(3): "one-to-one correspondence between successful gets and acks".
         // SAFETY: the event came from rdma_get_cm_event (`new`'s contract) and `Drop` runs once,
-        // so it is acked exactly once, as rdma_ack_cm_event(3) requires ("one-to-one
-        // correspondence between successful gets and acks").
+        // so it is acked exactly once, as rdma_ack_cm_event(3) requires.
         let rc = unsafe { sys::rdma_ack_cm_event(self.raw.as_ptr()) };
         if rc != 0 {
             tracing::warn!(

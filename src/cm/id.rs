@@ -413,11 +413,10 @@ impl CmId {
         check_contexts("rdma_create_qp", pd, send_cq, recv_cq)?;
         let mut attr = qp_init_attr(send_cq, recv_cq, &caps);
         let qp = self.inner.with(|id| {
-            // SAFETY: the id is live (we hold its Arc, and `with` holds its lock); the PD and
-            // both CQs are live (their Arcs are held) and of one context (checked above);
             // librdmacm refuses a PD of another context than the id's (rdma-core 44
-            // librdmacm/cma.c rdma_create_qp_ex: `id->verbs != attr->pd->context` → EINVAL);
-            // `attr` outlives the call.
+            // librdmacm/cma.c rdma_create_qp_ex: `id->verbs != attr->pd->context` → EINVAL).
+            // SAFETY: the id is live (Arc held, `with` holds its lock); the PD and both CQs are
+            // live (Arcs held) and of one context (checked above); `attr` outlives the call.
             let rc = unsafe { sys::rdma_create_qp(id, pd.as_ptr(), &mut attr) };
             if rc != 0 {
                 return Err(Error::Verb {
@@ -432,18 +431,18 @@ impl CmId {
         let owner = self.inner.clone();
         let destroy: Destroy = Box::new(move |qp| {
             let rc = owner.with(|id| {
-                // SAFETY: `qp` is id->qp, created above, and this closure runs once (from
-                // QueuePair::drop); the captured Arc keeps the id alive and `with` holds its lock.
                 // rdma-core 44's rdma_destroy_qp (librdmacm/cma.c) is `ibv_destroy_qp(id->qp);
                 // id->qp = NULL; ucma_destroy_cqs(id);`, and ucma_destroy_cqs only destroys CQs
                 // librdmacm created itself (ucma_create_cqs makes one only for a NULL
                 // attr->send_cq / recv_cq; qp_init_attr always sets both). So the same steps,
                 // with the result checked, are: ibv_destroy_qp, then id->qp = NULL on success.
+                // SAFETY: `qp` is id->qp, created above, and this closure runs once (from
+                // QueuePair::drop); the captured Arc keeps the id alive and `with` holds its lock.
                 let rc = unsafe { sys::ibv_destroy_qp(qp.as_ptr()) };
                 if rc == 0 {
-                    // SAFETY: `id` is live and locked (above). Cleared as rdma_destroy_qp does, so
-                    // later librdmacm calls on this id (e.g. rdma_disconnect, which moves id->qp
-                    // to ERR) do not reach the destroyed QP.
+                    // Cleared as rdma_destroy_qp does, so later librdmacm calls on this id (e.g.
+                    // rdma_disconnect, which moves id->qp to ERR) do not reach the destroyed QP.
+                    // SAFETY: `id` is live and locked (above).
                     unsafe { (*id).qp = std::ptr::null_mut() };
                 }
                 rc

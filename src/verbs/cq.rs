@@ -381,9 +381,9 @@ struct Channel(NonNull<sys::ibv_comp_channel>);
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        // SAFETY: a channel is only used by the one CQ made with it: CqInner::drop destroys that
-        // CQ in its body, before its fields (this channel) drop, and forgets the channel if that
-        // fails; if ibv_create_cq failed, no CQ uses it.
+        // CqInner::drop destroys its CQ in its body, before its fields (this channel) drop, and
+        // forgets the channel if that fails; if ibv_create_cq failed, no CQ uses it.
+        // SAFETY: a channel is only used by the one CQ made with it; no live CQ uses it (above).
         let rc = unsafe { sys::ibv_destroy_comp_channel(self.0.as_ptr()) };
         if rc != 0 {
             tracing::warn!("ibv_destroy_comp_channel failed: {rc}");

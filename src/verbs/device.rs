@@ -232,8 +232,8 @@ impl DeviceList {
     }
 
     fn name_of(dev: NonNull<sys::ibv_device>) -> String {
-        // SAFETY: every caller passes an entry of a `DeviceList` it still holds
-        // (ibv_get_device_list(3): entries are valid until the list is freed), and
+        // ibv_get_device_list(3): entries are valid until the list is freed.
+        // SAFETY: every caller passes an entry of a `DeviceList` it still holds (above), and
         // ibv_get_device_name(3) returns the device's name or NULL, which `cstr_lossy` allows.
         unsafe { cstr_lossy(sys::ibv_get_device_name(dev.as_ptr())) }
     }
@@ -287,10 +287,10 @@ unsafe impl Sync for ContextInner {}
 impl Drop for ContextInner {
     fn drop(&mut self) {
         if self.borrowed_from.is_none() {
+            // The PD and CQ wrappers hold a `Context` (an Arc of this), so none of them outlives
+            // it (ibv_close_device(3) wants associated resources released first).
             // SAFETY: `borrowed_from` is None only for contexts ibv_open_device returned
-            // (`open_dev`), so this one is ours to close, once (Drop). The PD and CQ wrappers
-            // hold a `Context` (an Arc of this), so none of them outlives it (ibv_close_device(3)
-            // wants associated resources released first).
+            // (`open_dev`), so this one is ours to close, once (Drop), after its users (above).
             let rc = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
             if rc != 0 {
                 tracing::warn!("ibv_close_device({}) failed: {rc}", self.name);
@@ -369,10 +369,11 @@ impl Context {
         ctx: NonNull<sys::ibv_context>,
         owner: Arc<dyn Send + Sync>,
     ) -> Context {
-        // SAFETY: `ctx` is non-null (NonNull). That it is an open context that stays open while
-        // `owner` lives is this crate-private constructor's contract (its one caller passes a CM
-        // id's `verbs` with the id as `owner`), not checked here. Its `device` is then the
-        // device libibverbs opened it on, whose name ibv_get_device_name(3) returns or NULL.
+        // That `ctx` is an open context that stays open while `owner` lives is this crate-private
+        // constructor's contract (its one caller passes a CM id's `verbs` with the id as
+        // `owner`), not checked here. Its `device` is then the device libibverbs opened it on.
+        // SAFETY: `ctx` is non-null (NonNull) and open by contract (above); ibv_get_device_name(3)
+        // returns that device's name or NULL, which `cstr_lossy` allows.
         let name = unsafe { cstr_lossy(sys::ibv_get_device_name((*ctx.as_ptr()).device)) };
         Context {
             inner: Arc::new(ContextInner {

@@ -160,11 +160,11 @@ impl MrInner {
     /// device may still reach it.
     fn deregister(&mut self) -> Result<()> {
         if let Some(mr) = self.mr {
+            // Local work requests hold an Arc of this MrInner (LocalBuf / SharedBuf in the
+            // in-flight table), so drop never gets here while one is posted; ExposedRegion is
+            // never posted locally, and for peers ibv_dereg_mr(3) only makes later accesses fail.
             // SAFETY: `self.mr` is Some only until the one successful ibv_dereg_mr, so `mr` is a
-            // live registration. Local work requests hold an Arc of this MrInner (LocalBuf /
-            // SharedBuf in the in-flight table), so drop never gets here while one is posted;
-            // ExposedRegion is never posted locally, and for peers ibv_dereg_mr(3) only makes
-            // later accesses fail.
+            // live registration; no posted local work request still uses it (above).
             let rc = unsafe { sys::ibv_dereg_mr(mr.as_ptr()) };
             if rc != 0 {
                 return Err(Error::verb("ibv_dereg_mr", rc));
@@ -182,9 +182,9 @@ impl MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         match self.deregister() {
-            // SAFETY: deregistered, so the device no longer reaches the memory; every handle to
-            // it owns this MrInner (directly or by Arc), which is being dropped; `layout` is the
-            // one `buf` was allocated with.
+            // Every handle to the memory owns this MrInner (directly or by Arc).
+            // SAFETY: deregistered, so the device no longer reaches the memory; this MrInner is
+            // being dropped (no handle is left); `layout` is the one `buf` was allocated with.
             Ok(()) => unsafe { std::alloc::dealloc(self.buf.as_ptr(), self.layout) },
             Err(e) => {
                 tracing::warn!("{e}; leaking the buffer so the device cannot write freed memory")

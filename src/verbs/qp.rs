@@ -657,9 +657,10 @@ impl QueuePair {
         let mut t = self.send_cq.lock();
         w.wr_id = t.push(self.qpn, false, wr_id, bufs, op.name());
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // The in-flight table now owns each SGE's buffer until its completion is polled or the
+        // QP is destroyed.
         // SAFETY: `self.qp` is live until drop; `w` and `sg` live across the call; every SGE was
-        // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge),
-        // which the in-flight table now owns until its completion is polled or the QP destroyed.
+        // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge).
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
             let e = t.pop_last(self.qpn, false).expect("just pushed");
