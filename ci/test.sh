@@ -89,8 +89,9 @@ ci_log "device test binaries: ${device_bins[*]}; RDMAXFER_BIN=$RDMAXFER_BIN"
 # runs them from target/capi/bin, tests/device_capi.rs).
 step capi-examples bash ci/capi-examples.sh || true
 # Memcheck (issue 15): after the native runs, the same guest boot runs tests/device_verbs.rs and
-# device_rw.rs again under valgrind (ci/guest-valgrind.sh, ~6 min under TCG); the valgrind step
-# shows that phase's log and fails on any memcheck error or definite leak, or if it did not run.
+# device_rw.rs again under valgrind (ci/guest-valgrind.sh; 327 s on a quiet host, 537 s on a
+# loaded one, ~90 % of it device_verbs); the valgrind step shows that phase's log and fails on
+# any memcheck error or definite leak, or if the phase did not run.
 vg_bins=()
 for b in "${device_bins[@]}"; do
   case "$(basename "$b")" in device_verbs-* | device_rw-*) vg_bins+=("$b") ;; esac
