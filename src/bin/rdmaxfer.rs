@@ -13,6 +13,8 @@ mod file;
 mod onesided;
 #[path = "rdmaxfer/pingpong.rs"]
 mod pingpong;
+#[path = "rdmaxfer/serve.rs"]
+mod serve;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};

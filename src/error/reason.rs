@@ -32,11 +32,14 @@ pub enum Reason {
     Protocol = 10,
     /// Reading the source failed (sender side).
     ReadError = 11,
+    /// The receiver serves as many sessions as it may (`--max-sessions`) or has no memory left
+    /// for another staging ring (`--max-memory`): retry later.
+    Busy = 12,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::Ok,
         Reason::BadName,
         Reason::TooLarge,
@@ -49,6 +52,7 @@ impl Reason {
         Reason::WriteError,
         Reason::Protocol,
         Reason::ReadError,
+        Reason::Busy,
     ];
 
     /// The wire code.
@@ -76,6 +80,7 @@ impl Reason {
             Reason::WriteError => "write error",
             Reason::Protocol => "protocol error",
             Reason::ReadError => "read error",
+            Reason::Busy => "busy",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Verified file transfer: the connection-independent core (wire protocol, safe names, the
 //! receiver's commit logic, the sender's reader). See `docs/file-protocol.md`.
 
+pub mod budget;
 pub mod names;
 pub mod proto;
 pub mod sink;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
+use super::budget::{self, RingLease};
 use super::names;
 use super::proto::{self, Digest, Hello, HelloFlags, Msg, Reason, Ring};
 use super::sink::{Sink, SinkOptions};
@@ -288,8 +289,19 @@ pub fn receive(
     opts: &ReceiverOptions,
     report: &mut SessionReport,
 ) -> Result<()> {
+    receive_leased(ep, opts, &mut RingLease::unlimited(), report)
+}
+
+/// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
+/// of a receiver serving several sessions at once): smaller slots when the budget is short.
+pub fn receive_leased(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+) -> Result<()> {
     let mut ring: Option<StagingRing> = None;
-    let r = receive_session(ep, opts, report, &mut ring);
+    let r = receive_session(ep, opts, lease, report, &mut ring);
     if let Some(ring) = ring {
         if let Err(e) = ring.region.revoke() {
             tracing::warn!("deregistering the staging ring: {e}");
@@ -302,6 +314,7 @@ pub fn receive(
 fn receive_session(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
+    lease: &mut RingLease,
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
 ) -> Result<()> {
@@ -335,7 +348,7 @@ fn receive_session(
         match msg {
             Msg::Hello(h) => {
                 let last = h.flags.last;
-                receive_file(ep, opts, report, ring, &nonce, h)?;
+                receive_file(ep, opts, lease, report, ring, &nonce, h)?;
                 if last {
                     return Ok(());
                 }
@@ -516,6 +529,7 @@ fn file_failed(
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
+    lease: &mut RingLease,
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
     nonce: &Digest,
@@ -551,7 +565,9 @@ fn receive_file(
     let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
         .min(MAX_RING_BYTES / u64::from(slot_count))
         .min(h.size.max(MIN_SLOT).next_power_of_two())
-        .max(1) as u32;
+        .max(1);
+    // Within this session's share of the receiver's memory budget (smaller slots when short).
+    let slot_size = lease.fit_slot(slot_count, slot_size) as u32;
     if ring
         .as_ref()
         .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
@@ -561,6 +577,10 @@ fn receive_file(
         }
     }
     if ring.is_none() {
+        let want = budget::ring_bytes(slot_count, u64::from(slot_size)).unwrap_or(u64::MAX);
+        // Another session may have taken the room since `fit_slot`: take what is left.
+        let per = lease.resize(want) / (u64::from(slot_count) + budget::COPY_BUFS);
+        let slot_size = u64::from(slot_size).min(per.max(1)) as u32;
         let len = slot_size as usize * slot_count as usize;
         *ring = Some(StagingRing {
             region: ExposedRegion::new(ep.pd(), len, RemoteAccess::Write)?,
