@@ -15,7 +15,10 @@ port=18620
 work="$(mktemp -d /tmp/rdmaxfer-mbench.XXXXXX)"
 rpid=
 cleanup() {
-  [[ -n "$rpid" ]] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
+  if [[ -n "$rpid" ]]; then
+    kill "$rpid" 2>/dev/null || true
+    wait "$rpid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{need_rxe0, pseudo_random, spawn, Done, Proc, IP};
@@ -95,8 +95,17 @@ fn busy_failure(d: &Done, what: &str, why: &str) {
     );
 }
 
+/// A temporary directory with `src` and `out` below it (kept while the first is alive).
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    (tmp, src, out)
+}
+
 /// Writes `n` source files of a few hundred KiB (different sizes and contents).
-fn sources(dir: &Path, n: usize) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+fn sources(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
     (0..n)
         .map(|i| {
             let data = pseudo_random(200_000 + i * 37_000, 1000 + i as u64);
@@ -112,10 +121,7 @@ fn sources(dir: &Path, n: usize) -> Vec<(std::path::PathBuf, Vec<u8>)> {
 fn eight_senders_at_once_while_another_is_held() {
     need_rxe0();
     let port = 7460;
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
+    let (_tmp, src, out) = dirs();
     let files = sources(&src, 8);
     let mut r = recv(port, &out, &["--max-sessions", "9"]);
     // One connection that never sends its HELLO: served one after another, it would hold all.
@@ -162,10 +168,7 @@ fn eight_senders_at_once_while_another_is_held() {
 fn a_sender_over_max_sessions_is_refused_busy_at_once() {
     need_rxe0();
     let port = 7461;
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
+    let (_tmp, src, out) = dirs();
     let files = sources(&src, 1);
     let mut r = recv(port, &out, &["--max-sessions", "1"]);
     let held = hold(port);
@@ -195,10 +198,7 @@ fn a_sender_over_max_sessions_is_refused_busy_at_once() {
 fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
     need_rxe0();
     let port = 7462;
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
+    let (_tmp, src, out) = dirs();
     let data = pseudo_random(1 << 20, 7);
     std::fs::write(src.join("big.bin"), &data).unwrap();
     let chunk: u32 = 1 << 20;

@@ -62,7 +62,7 @@ pub struct RecvArgs {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     listen: String,
-    /// Serve one sender, then exit (non-zero if anything failed).
+    /// Serve one sender, then exit (non-zero if anything failed); others meanwhile are busy.
     #[arg(long)]
     once: bool,
     /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN).
