@@ -22,8 +22,8 @@ use crate::xfer::endpoint::Endpoint;
 /// Smallest slot a ring is cut down to (one page).
 pub const MIN_SLOT: u64 = 4096;
 
-/// Copy buffers a receiving session holds next to its ring (one slot each), as counted by the
-/// budget.
+/// Copy buffers a receiving session holds next to its ring (one slot each: the receiver's
+/// writer thread pipeline), as counted by the budget.
 pub const COPY_BUFS: u64 = 4;
 
 /// Bytes a session with `slot_count` slots of `slot_size` bytes holds: the registered ring plus

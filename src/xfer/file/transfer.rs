@@ -405,7 +405,7 @@ enum Chunk {
 }
 
 /// Copy buffers between the receiving thread and the writer thread.
-const WRITE_BUFS: usize = 4;
+const WRITE_BUFS: usize = budget::COPY_BUFS as usize;
 
 /// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
 /// the slot's credit goes back), a writer thread writes and hashes it, so the network and the
