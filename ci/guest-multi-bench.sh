@@ -64,6 +64,10 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 assert len(lines) == int(sys.argv[2]), f"{len(lines)} receiver JSON lines, expected {sys.argv[2]}"
 assert all(l["result"] == "ok" for l in lines), lines
 print(f"receiver: {len(lines)} sessions, all ok (one JSON line each)")
+# Where a concurrent session's time goes: the receiver times each session from its admission.
+many = [l["seconds"] for l in lines[1:]]
+print(f"receiver: one sender's session {lines[0]['seconds']:.2f} s; the concurrent sessions "
+      f"{min(many):.2f}..{max(many):.2f} s each")
 PY
 python3 - "$mib" "$n" "$t0" "$t1" "$t2" "$t3" "$work" <<'PY'
 import json, sys
