@@ -13,6 +13,8 @@ mod file;
 mod onesided;
 #[path = "rdmaxfer/pingpong.rs"]
 mod pingpong;
+#[path = "rdmaxfer/serve.rs"]
+mod serve;
 #[path = "rdmaxfer/signals.rs"]
 mod signals;
 
@@ -65,7 +67,7 @@ enum Command {
     Bench(bench::Args),
     /// Send files and directories to `rdmaxfer recv`, verified by BLAKE3.
     Send(file::SendArgs),
-    /// Receive files from `rdmaxfer send` into a directory (one sender after another).
+    /// Receive files from `rdmaxfer send` into a directory (up to --max-sessions senders at once).
     Recv(file::RecvArgs),
 }
 

@@ -35,11 +35,14 @@ pub enum Reason {
     /// The receiver ended a session that spent its budget: no progress for too long, a rate
     /// below the floor, or too many refused or failed files.
     Budget = 12,
+    /// The receiver serves as many sessions as it may (`--max-sessions`) or has no memory left
+    /// for another staging ring (`--max-memory`): retry later.
+    Busy = 13,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::Ok,
         Reason::BadName,
         Reason::TooLarge,
@@ -53,6 +56,7 @@ impl Reason {
         Reason::Protocol,
         Reason::ReadError,
         Reason::Budget,
+        Reason::Busy,
     ];
 
     /// The wire code.
@@ -81,6 +85,7 @@ impl Reason {
             Reason::Protocol => "protocol error",
             Reason::ReadError => "read error",
             Reason::Budget => "session budget spent",
+            Reason::Busy => "busy",
         }
     }
 }

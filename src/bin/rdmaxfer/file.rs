@@ -10,12 +10,14 @@ use rdmaxfer::xfer::file::budget::{
     Budgets, DEFAULT_IDLE, DEFAULT_MAX_REFUSALS, DEFAULT_MIN_RATE, DEFAULT_RATE_WINDOW,
 };
 use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::ring_budget::{self, RingBudget};
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::transfer::{
     self, ReceiverOptions, SenderOptions, SessionReport, DEFAULT_CHUNK, DEFAULT_SLOTS,
 };
 
-use crate::conn::{self, ConnArgs};
+use crate::conn::ConnArgs;
+use crate::serve::{serve_concurrent, Limits};
 use crate::signals;
 
 /// Environment variable holding the token when `--token` is not given.
@@ -82,7 +84,7 @@ pub struct RecvArgs {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     listen: String,
-    /// Serve one sender, then exit (non-zero if anything failed).
+    /// Serve one sender, then exit (non-zero if anything failed); others meanwhile are busy.
     #[arg(long)]
     once: bool,
     /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN; not empty).
@@ -114,11 +116,32 @@ pub struct RecvArgs {
     /// End a session after more than this many refused or failed files.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REFUSALS)]
     max_refusals: u32,
-    /// Print one JSON summary per connection on stdout.
+    /// Print one JSON summary per connection on stdout (one line each).
     #[arg(long)]
     json: bool,
+    /// Senders served at once; one more is refused as busy (it may retry).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_sessions: u32,
+    /// Staging memory of all sessions together (e.g. 256M; default: 256 MiB, at most a quarter
+    /// of RAM). Sessions get smaller ring slots when it runs short; a sender for which not even
+    /// the smallest ring is left is refused as busy.
+    #[arg(long, value_parser = parse_size)]
+    max_memory: Option<u64>,
     #[command(flatten)]
     conn: ConnArgs,
+}
+
+/// Default `--max-memory`: 256 MiB (the default ring of 16 × 1 MiB slots plus its copy
+/// buffers is 20 MiB, so the default 8 sessions fit with room for larger chunks), but at most a
+/// quarter of the RAM, as the rings are pinned.
+fn default_max_memory() -> u64 {
+    const DEFAULT: u64 = 256 << 20;
+    let ram = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+        kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+    });
+    ram.and_then(|kib| kib.checked_mul(1024))
+        .map_or(DEFAULT, |b| DEFAULT.min(b / 4))
 }
 
 /// Arguments of `rdmaxfer send`.
@@ -176,24 +199,29 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
 }
 
 fn print_text(report: &SessionReport, secs: f64, verb: &str) {
+    use std::io::Write as _;
+    // One session's lines together, not interleaved with another session's (stdout is held).
+    let mut out = std::io::stdout().lock();
     for f in &report.files {
         // The library escapes what the peer sent; escaping again changes nothing (defence in
         // depth: one line per file, whatever the names).
         let name = printable(&f.name);
-        match &f.hash {
-            Some(h) if f.is_ok() => println!("ok      {name} ({} bytes, blake3 {h})", f.bytes),
-            _ => println!(
+        let _ = match &f.hash {
+            Some(h) if f.is_ok() => writeln!(out, "ok      {name} ({} bytes, blake3 {h})", f.bytes),
+            _ => writeln!(
+                out,
                 "FAILED  {name} ({}): {}",
                 f.result,
                 printable(f.message.as_deref().unwrap_or(""))
             ),
-        }
+        };
     }
     if report.elided > 0 {
-        println!("…       {} more files not listed", report.elided);
+        let _ = writeln!(out, "…       {} more files not listed", report.elided);
     }
     let mib = report.bytes as f64 / (1 << 20) as f64;
-    println!(
+    let _ = writeln!(
+        out,
         "{verb} {} of {} files, {} bytes in {secs:.3} s ({:.1} MiB/s)",
         report.file_count() - report.failures(),
         report.file_count(),
@@ -229,16 +257,49 @@ pub fn recv(a: RecvArgs) -> Result<()> {
     if a.min_rate > 0 && a.rate_window == 0 {
         bail!("--rate-window must be positive with --min-rate");
     }
+    let max_memory = a.max_memory.unwrap_or_else(default_max_memory);
+    let floor = ring_budget::ring_bytes(a.slots, ring_budget::MIN_SLOT).context("--slots")?;
+    if max_memory < floor {
+        bail!(
+            "--max-memory {max_memory} is below the smallest ring of one session \
+             ({} slots of {} bytes plus {} copy buffers = {floor} bytes)",
+            a.slots,
+            ring_budget::MIN_SLOT,
+            ring_budget::COPY_BUFS
+        );
+    }
+    let rings = RingBudget::new(max_memory, floor, u64::from(a.max_sessions));
     let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     signals::exit_cleanly_on_interrupt()?;
     let mut server = a.conn.listen(&a.listen, &opts)?;
-    conn::serve(&mut server, a.once.then_some(1), |ep| {
+    let limits = Limits {
+        count: a.once.then_some(1),
+        max_sessions: a.max_sessions as usize,
+    };
+    let admit = || {
+        rings.reserve().ok_or_else(|| {
+            format!("its staging memory (--max-memory {max_memory}) is taken by other sessions")
+        })
+    };
+    let refuse = |ep: &mut _, why: &str| {
+        if let Err(e) = ring_budget::refuse_busy(ep, why) {
+            tracing::debug!("telling a sender the receiver is busy: {e}");
+        }
+    };
+    serve_concurrent(&mut server, &limits, admit, refuse, |id, ep, mut lease| {
         let start = Instant::now();
         let mut report = SessionReport::default();
-        let r = transfer::receive(ep, &ropts, &mut report).map_err(anyhow::Error::from);
+        let r = transfer::receive_leased(ep, &ropts, &mut lease, &mut report)
+            .map_err(anyhow::Error::from);
         let secs = start.elapsed().as_secs_f64();
         if a.json {
-            println!("{}", summary(&report, secs, r.as_ref().err()));
+            let mut v = summary(&report, secs, r.as_ref().err());
+            v["session"] = id.into();
+            if let Some(p) = ep.peer().addr {
+                v["peer"] = p.to_string().into();
+            }
+            // One line per session: println! holds stdout for the whole line.
+            println!("{v}");
         } else {
             print_text(&report, secs, "received");
         }

@@ -5,6 +5,7 @@ pub mod budget;
 pub mod cleanup;
 pub mod names;
 pub mod proto;
+pub mod ring_budget;
 pub mod sink;
 pub mod source;
 pub mod transfer;

@@ -23,6 +23,7 @@ use serde::Serialize;
 use super::budget::{Budget, Budgets, FILE_CREDIT};
 use super::names;
 use super::proto::{self, Digest, Hello, HelloFlags, Msg, Reason, Ring};
+use super::ring_budget::{self, RingLease};
 use super::sink::{Sink, SinkOptions};
 use super::source::{Source, SourceEntry};
 use crate::error::{Error, Result};
@@ -339,9 +340,20 @@ pub fn receive(
     opts: &ReceiverOptions,
     report: &mut SessionReport,
 ) -> Result<()> {
+    receive_leased(ep, opts, &mut RingLease::unlimited(), report)
+}
+
+/// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
+/// of a receiver serving several sessions at once): smaller slots when the budget is short.
+pub fn receive_leased(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+) -> Result<()> {
     let mut ring: Option<StagingRing> = None;
     let mut budget = Budget::new(opts.budgets, ep.timeout());
-    let r = receive_session(ep, opts, report, &mut ring, &mut budget);
+    let r = receive_session(ep, opts, lease, report, &mut ring, &mut budget);
     if let Err(e) = &r {
         if e.reason() == Some(Reason::Budget) {
             tracing::warn!("ending the session: {}", e.to_string().escape_debug());
@@ -360,6 +372,7 @@ pub fn receive(
 fn receive_session(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
+    lease: &mut RingLease,
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
     budget: &mut Budget,
@@ -396,7 +409,7 @@ fn receive_session(
         match msg {
             Msg::Hello(h) => {
                 let last = h.flags.last;
-                receive_file(ep, opts, report, ring, budget, &nonce, h)?;
+                receive_file(ep, opts, lease, report, ring, budget, &nonce, h)?;
                 if last {
                     return Ok(());
                 }
@@ -459,7 +472,7 @@ enum Chunk {
 }
 
 /// Copy buffers between the receiving thread and the writer thread.
-const WRITE_BUFS: usize = 4;
+const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
 
 /// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
 /// the slot's credit goes back), a writer thread writes and hashes it, so the network and the
@@ -596,6 +609,7 @@ fn tell_peer(ep: &mut Endpoint, e: &Error) {
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
+    lease: &mut RingLease,
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
     budget: &mut Budget,
@@ -634,7 +648,9 @@ fn receive_file(
     let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
         .min(MAX_RING_BYTES / u64::from(slot_count))
         .min(h.size.max(MIN_SLOT).next_power_of_two())
-        .max(1) as u32;
+        .max(1);
+    // Within this session's share of the receiver's memory budget (smaller slots when short).
+    let slot_size = lease.fit_slot(slot_count, slot_size) as u32;
     if ring
         .as_ref()
         .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
@@ -646,6 +662,10 @@ fn receive_file(
         }
     }
     if ring.is_none() {
+        let want = ring_budget::ring_bytes(slot_count, u64::from(slot_size)).unwrap_or(u64::MAX);
+        // Another session may have taken the room since `fit_slot`: take what is left.
+        let per = lease.resize(want) / (u64::from(slot_count) + ring_budget::COPY_BUFS);
+        let slot_size = u64::from(slot_size).min(per.max(1)) as u32;
         let len = (slot_size as usize)
             .checked_mul(slot_count as usize)
             .ok_or_else(|| Error::TooLarge {
