@@ -606,6 +606,8 @@ fn tell_peer(ep: &mut Endpoint, e: &Error) {
     }
 }
 
+// The session's state, passed apart: the ring and its lease (memory), the budget (time).
+#[allow(clippy::too_many_arguments)]
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
