@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 
 ALL_TESTS=(pingpong_cm pingpong_oob xfer_cm xfer_oob loss delay_reorder link_down wrong_token
-  wrong_gid mtu_mismatch soak bench receiver_killed sender_killed)
+  wrong_gid mtu_mismatch multi_hostile soak bench receiver_killed sender_killed)
 TESTS=("${@:-${ALL_TESTS[@]}}")
 SOAK_N="${RIG_SOAK_N:-500}"
 IP_A=198.18.0.1
@@ -466,6 +466,94 @@ test_soak() {
   expect "rdma resources while listening back to before the soak ($listen_a | $after_a)" is "$after_a" "$listen_a"
   expect "rdma resources after the receiver exits back to the baseline ($base_a | $end_a)" is "$end_a" "$base_a"
   note "$n transfers in ${se}s ($(awk -v s="$se" -v n="$n" 'BEGIN { printf "%.2f", s / n }') s each) with 1% loss; RSS ${rss0}→${rss1} KiB, fds ${fd0}→${fd1}"
+  end_test
+}
+
+# ---- several senders at once, one of them hostile ---------------------------------------------
+
+# sessions_ok ID SESSION... — every named session has a JSON line with result ok in ID's output.
+sessions_ok() {
+  python3 - "$(logf "$1")" "${@:2}" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ok = {r.get("session") for r in rows if r.get("result") == "ok"}
+sys.exit(0 if all(int(s) in ok for s in sys.argv[2:]) else 1)
+PY
+}
+# line_of ID REGEX — the number of the first line of ID's output that matches REGEX (0: none).
+line_of() { grep -nE -m1 -- "$2" "$(logf "$1")" | cut -d: -f1 | grep . || echo 0; }
+
+# One `recv` (not --once) with a short idle budget; from B a staller (a `send` stopped with
+# SIGSTOP once its data flows: its session makes no progress), then, while it holds its session,
+# two good `send`s at once. The good files arrive intact, the staller's session is ended by
+# --idle-timeout (named in A's output) within a bound and leaves nothing in --out.
+test_multi_hostile() {
+  begin multi_hostile
+  local idle=8 mib=8 smib=64
+  run B 60 "mkrand fm1.bin $mib && mkrand fm2.bin $mib && mkrand fstall.bin $smib" || T_FAILS=$((T_FAILS + 1))
+  cmd A "rm -rf out-$port; mkdir out-$port; echo \$\$ >multi.pid; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --json --idle-timeout $idle"
+  local rid="$LAST"
+  wait_log "$rid" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); end_test; return; }
+  # The staller: session 1; stopped once a MiB of its file has arrived. One 64 KiB chunk in
+  # flight (≤ 64 KiB per 48 ms round trip, ~1.3 MiB/s): with the default 16 × 1 MiB a first run's
+  # staller counted 56 of its 64 MiB sent when stopped (B's one vCPU is busy sending), too close.
+  cmd B "echo \$\$ >stall.pid; exec \$BIN send \$EV fstall.bin $IP_A:$port --json --chunk 64K --slots 1"
+  local stall="$LAST"
+  expect "the staller is served as session 1" wait_log "$rid" 'session 1: serving' 30
+  expect "the staller's data flows (1 MiB of its temporary file on A)" \
+    run A 60 "wait_size 'out-$port/.fstall.bin*' $((1 << 20)) 50"
+  expect "the staller is stopped (SIGSTOP, state T)" run B 20 "p=\$(cat stall.pid); kill -STOP \$p
+    for _ in \$(seq 1 50); do [[ \$(awk '{print \$3}' /proc/\$p/stat) == T ]] && break; sleep 0.1; done
+    echo \"staller \$p: state \$(awk '{print \$3}' /proc/\$p/stat)\"; [[ \$(awk '{print \$3}' /proc/\$p/stat) == T ]]"
+  local t_stop=$SECONDS
+  expect "the staller stopped short of its end (its temporary file still on A)" \
+    run A 20 "ls -l out-$port/.fstall.bin*"
+  # Two good senders at once, while the staller holds its session.
+  cmd B "exec \$BIN send \$EV fm1.bin $IP_A:$port --json"
+  local g1="$LAST"
+  cmd B "exec \$BIN send \$EV fm2.bin $IP_A:$port --json"
+  local g2="$LAST"
+  local bound=$((idle + 20))
+  wait_log "$rid" "session 1: serving .*--idle-timeout" "$bound" || true
+  local took=$((SECONDS - t_stop))
+  expect "A ends the staller's session by --idle-timeout within ${bound}s of its stop (${took}s)" \
+    has "$rid" "session 1: serving .*--idle-timeout"
+  wait_rc "$g1" 120
+  local rc1="$RC"
+  wait_rc "$g2" 120
+  local rc2="$RC"
+  sed 's/^/  [B send 1] /' "$(logf "$g1")"
+  sed 's/^/  [B send 2] /' "$(logf "$g2")"
+  expect "good sender 1 exits 0 (rc $rc1)" is "$rc1" 0
+  expect "good sender 2 exits 0 (rc $rc2)" is "$rc2" 0
+  local s2 s3 end1
+  s2="$(line_of "$rid" 'session 2: serving')" s3="$(line_of "$rid" 'session 3: serving')"
+  end1="$(line_of "$rid" 'session 1: serving .*--idle-timeout')"
+  expect "both good senders were served while the staller held session 1 (lines $s2, $s3 < $end1)" \
+    test "$s2" -gt 0 -a "$s3" -gt 0 -a "$s2" -lt "$end1" -a "$s3" -lt "$end1"
+  expect "A reports sessions 2 and 3 ok" sessions_ok "$rid" 2 3
+  run B 60 "sha256sum fm1.bin fm2.bin" || true
+  local hs="$LAST"
+  run A 60 "cd out-$port && sha256sum fm1.bin fm2.bin" || true
+  expect "both files on A == on B (sha256 $(head -c 16 "$(logf "$hs")")…)" \
+    test -s "$(logf "$hs")" -a "$(cat "$(logf "$hs")")" == "$(cat "$(logf "$LAST")")"
+  run A 20 "ls -A out-$port | sort | paste -sd ' '" || true
+  expect "nothing of the staller in --out (no final, no temp): only the good files" \
+    is "$(tail -n1 "$(logf "$LAST")")" "fm1.bin fm2.bin"
+  # The staller, continued, learns its session is over and exits non-zero.
+  run B 20 "kill -CONT \$(cat stall.pid) && echo continued" || T_FAILS=$((T_FAILS + 1))
+  wait_rc "$stall" 40
+  local src="$RC" se=$ELAPSED
+  [[ "$src" == hang ]] && { run B 20 "kill -KILL \$(cat stall.pid)" >/dev/null || true; }
+  sed 's/^/  [B staller] /' "$(logf "$stall")"
+  expect "the staller exits non-zero within 40s of SIGCONT (rc $src, ${se}s)" nonzero "$src"
+  expect "the staller says why" has "$stall" '"error":"[^"]{10,}'
+  expect "the receiver still serves (running)" test ! -e "$(rcf "$rid")"
+  run A 20 'kill $(cat multi.pid)' >/dev/null || true
+  wait_rc "$rid" 20
+  sed 's/^/  [A recv] /' "$(logf "$rid")"
+  expect "no panic" test -z "$(grep -l panicked "$(logf "$rid")" "$(logf "$stall")" "$(logf "$g1")" "$(logf "$g2")")"
+  note "staller ended ${took}s after SIGSTOP ($(grep -oE 'session 1: serving [^:]*:[0-9]+: .*' "$(logf "$rid")" | cut -d: -f4- | sed 's/^ //' | cut -c1-140)); 2 × $mib MiB verified (senders at $(printf '%.1f' "$(json "$g1" mib_s)") and $(printf '%.1f' "$(json "$g2" mib_s)") MiB/s); staller after SIGCONT: $(grep -oE '"error":"[^"]*' "$(logf "$stall")" | cut -c10- | cut -c1-120)"
   end_test
 }
 
