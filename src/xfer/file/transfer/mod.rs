@@ -1,0 +1,359 @@
+//! The file-transfer session over a connected [`Endpoint`]: the receiver ([`receive`]) and the
+//! sender ([`send`]). Control messages are SENDs ([`proto`]); file data is RDMA WRITE_WITH_IMM
+//! into the receiver's staging ring, one chunk per slot.
+//!
+//! # Ring flow control
+//! The ring has exactly as many slots as the receiver keeps receives posted for the sender
+//! (the endpoint's `recv_depth`, i.e. the send credits it grants). Every WRITE_WITH_IMM and
+//! every control message consumes one such receive, and the receiver re-posts it (returning the
+//! credit) only after it has copied the chunk out of its slot. Chunks are written to slot
+//! `k mod slots` in order, so when the sender holds a credit for chunk `k`, at most
+//! `slots − 1` earlier messages are unconsumed and chunk `k − slots` has been copied out: the
+//! endpoint's credits are the slot credits, and the sender never overruns the ring. (`CREDIT`
+//! messages are therefore not sent in version 1.)
+//!
+//! Memory is bounded by the ring on both sides: `slots × slot size` registered bytes (plus one
+//! slot-sized copy buffer on the receiver), whatever the file size.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::budget::Budgets;
+use super::names;
+use super::proto::{self, Digest, Msg, Reason};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::{Endpoint, EndpointOptions};
+
+mod receive;
+mod send;
+
+pub use receive::{receive, receive_leased};
+pub use send::send;
+
+/// Default chunk (ring slot) size.
+pub const DEFAULT_CHUNK: u32 = 1 << 20;
+/// Default number of ring slots (and chunks in flight).
+pub const DEFAULT_SLOTS: u32 = 16;
+/// Largest chunk: one RDMA WRITE of Soft-RoCE's 8 MiB maximum message.
+pub const MAX_CHUNK: u32 = 8 << 20;
+/// Largest ring the receiver exposes; the slot size is lowered to fit.
+pub const MAX_RING_BYTES: u64 = 64 << 20;
+/// Most ring slots.
+pub const MAX_SLOTS: u32 = 1024;
+/// Smallest slot the receiver offers for a small file.
+const MIN_SLOT: u64 = 4096;
+/// Smallest chunk size a HELLO may ask for (the receiver refuses smaller ones: a 1-byte chunk
+/// would cost a completion, a copy and a credit per byte).
+pub const MIN_CHUNK: u32 = 4096;
+/// Entries a [`SessionReport`] keeps; later ones are only counted (`elided`).
+pub const MAX_REPORTED_FILES: usize = 1000;
+/// Bytes of a name or message a [`FileReport`] keeps.
+pub const MAX_REPORT_TEXT: usize = 256;
+
+/// The receiver's policy.
+#[derive(Clone, Debug)]
+pub struct ReceiverOptions {
+    /// Where files go (must exist).
+    pub out_dir: PathBuf,
+    /// Shared secret; when set, senders must answer the challenge.
+    pub token: Option<Vec<u8>>,
+    /// Refuse files larger than this.
+    pub max_size: Option<u64>,
+    /// Overwrite existing files.
+    pub force: bool,
+    /// Keep partial files on failure and continue them when a sender asks to resume.
+    pub resume: bool,
+    /// Ring slots (= receives posted for the sender).
+    pub slots: u32,
+    /// Per-session limits (idle time, rate floor, refusals).
+    pub budgets: Budgets,
+}
+
+impl ReceiverOptions {
+    /// Receives into `out_dir` with defaults.
+    pub fn new(out_dir: impl Into<PathBuf>) -> ReceiverOptions {
+        ReceiverOptions {
+            out_dir: out_dir.into(),
+            token: None,
+            max_size: None,
+            force: false,
+            resume: false,
+            slots: DEFAULT_SLOTS,
+            budgets: Budgets::default(),
+        }
+    }
+
+    /// `base` adjusted for a receiving endpoint: control-message size, and `slots` receives.
+    pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
+        EndpointOptions {
+            msg_size: proto::MAX_MSG_LEN,
+            recv_depth: self.slots.clamp(1, MAX_SLOTS),
+            send_depth: 4,
+            extra_send_wr: 0,
+            ..base.clone()
+        }
+    }
+}
+
+/// The sender's settings.
+#[derive(Clone, Debug)]
+pub struct SenderOptions {
+    /// Shared secret answering the receiver's challenge.
+    pub token: Option<Vec<u8>>,
+    /// Chunk size asked for (the receiver may lower it).
+    pub chunk: u32,
+    /// Chunks in flight at most (also capped by the receiver's ring).
+    pub slots: u32,
+    /// Ask the receiver to continue partial files.
+    pub resume: bool,
+    /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
+    pub corrupt_chunk: Option<u64>,
+}
+
+impl Default for SenderOptions {
+    fn default() -> Self {
+        SenderOptions {
+            token: None,
+            chunk: DEFAULT_CHUNK,
+            slots: DEFAULT_SLOTS,
+            resume: false,
+            corrupt_chunk: None,
+        }
+    }
+}
+
+impl SenderOptions {
+    /// `base` adjusted for a sending endpoint: control-message size and send-queue room for
+    /// `slots` RDMA WRITEs.
+    pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
+        EndpointOptions {
+            msg_size: proto::MAX_MSG_LEN,
+            recv_depth: 8,
+            send_depth: 4,
+            extra_send_wr: self.slots.clamp(1, MAX_SLOTS),
+            ..base.clone()
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.chunk < MIN_CHUNK || self.chunk > MAX_CHUNK {
+            return Err(Error::InvalidArgument(format!(
+                "chunk size {} is outside {MIN_CHUNK}..={MAX_CHUNK}",
+                self.chunk
+            )));
+        }
+        if self.slots == 0 || self.slots > MAX_SLOTS {
+            return Err(Error::InvalidArgument(format!(
+                "slots {} is outside 1..={MAX_SLOTS}",
+                self.slots
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What happened to one file.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FileReport {
+    /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
+    /// names, shortened).
+    pub name: String,
+    /// File size.
+    pub bytes: u64,
+    /// BLAKE3 (hex) of the verified file, when verified.
+    pub hash: Option<String>,
+    /// `"ok"` or the reason (e.g. `"hash mismatch"`).
+    pub result: String,
+    /// Details of a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl FileReport {
+    fn ok(name: &str, bytes: u64, hash: &Digest) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            bytes,
+            hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
+            result: "ok".into(),
+            message: None,
+        }
+    }
+
+    fn failed(name: &str, bytes: u64, reason: Reason, message: String) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            bytes,
+            hash: None,
+            result: reason.as_str().to_string(),
+            message: Some(clip(&names::printable(&message))),
+        }
+    }
+
+    /// True when the file was verified and committed.
+    pub fn is_ok(&self) -> bool {
+        self.result == "ok"
+    }
+}
+
+/// `s` cut to [`MAX_REPORT_TEXT`] bytes on a character boundary, marked with `…` when cut.
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_REPORT_TEXT {
+        return s.to_string();
+    }
+    let mut end = MAX_REPORT_TEXT - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// What a session did, filled in as it goes (so it is there after an error too). Its size is
+/// bounded whatever the peer sends: at most [`MAX_REPORTED_FILES`] entries of at most
+/// [`MAX_REPORT_TEXT`]-byte texts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SessionReport {
+    /// The first [`MAX_REPORTED_FILES`] files announced, in order (see [`push`](Self::push)).
+    pub files: Vec<FileReport>,
+    /// Files announced after those, counted but not listed.
+    pub elided: u64,
+    /// Files that failed, listed or not.
+    pub failed: u64,
+    /// Bytes moved by RDMA WRITE in this session.
+    pub bytes: u64,
+    /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
+    /// (ACK), summed: the data phase, without connection set-up and per-file handshakes.
+    pub data_seconds: f64,
+}
+
+impl SessionReport {
+    /// Records a file: listed while there is room, else only counted.
+    pub fn push(&mut self, f: FileReport) {
+        if !f.is_ok() {
+            self.failed += 1;
+        }
+        if self.files.len() < MAX_REPORTED_FILES {
+            self.files.push(f);
+        } else {
+            self.elided += 1;
+        }
+    }
+
+    /// Files announced, listed or not.
+    pub fn file_count(&self) -> u64 {
+        self.files.len() as u64 + self.elided
+    }
+
+    /// Files that failed, listed or not.
+    pub fn failures(&self) -> u64 {
+        self.failed
+    }
+
+    /// `Ok` when every file succeeded, else an error counting the files that were not `what`
+    /// ("received", "delivered").
+    fn result(&self, what: &str) -> Result<()> {
+        match self.failures() {
+            0 => Ok(()),
+            n => Err(Error::refused(
+                Reason::Internal,
+                format!("{n} of {} files were not {what}", self.file_count()),
+            )),
+        }
+    }
+}
+
+fn reason_of(e: &Error) -> Reason {
+    e.reason().unwrap_or(match e {
+        Error::Protocol(_) => Reason::Protocol,
+        _ => Reason::Internal,
+    })
+}
+
+fn send_msg(ep: &mut Endpoint, msg: &Msg) -> Result<()> {
+    ep.send(&proto::encode(msg))
+}
+
+/// Best effort: tell the peer why the session ends.
+fn send_err(ep: &mut Endpoint, reason: Reason, e: &Error) {
+    let msg = Msg::Err {
+        reason,
+        message: proto::truncate_text(&e.to_string()),
+    };
+    if let Err(e2) = send_msg(ep, &msg) {
+        tracing::debug!("sending ERR: {e2}");
+    }
+}
+
+/// Decodes a control message; an unsupported version is `Refused(Version)`.
+fn decode_ctl(data: &[u8]) -> Result<Msg> {
+    let h = proto::header(data)?;
+    if h.version != proto::VERSION {
+        return Err(Error::refused(
+            Reason::Version,
+            format!(
+                "peer speaks file protocol version {}, this build speaks {}",
+                h.version,
+                proto::VERSION
+            ),
+        ));
+    }
+    proto::decode(data)
+}
+
+/// Waits for the next control message (a data chunk here is a protocol error).
+fn recv_ctl(ep: &mut Endpoint) -> Result<Msg> {
+    let data = ep.recv_with(|m| match m.rdma_write_len {
+        Some(_) => Err(Error::Protocol(
+            "a data chunk arrived where a control message was expected".into(),
+        )),
+        None => Ok(m.data.to_vec()),
+    })??;
+    decode_ctl(&data)
+}
+
+/// How [`peer_err`] begins its message.
+const PEER_REPORTS: &str = "the peer reports: ";
+
+/// The peer's REFUSE/ERR as an error; its text is made printable here, where it enters.
+fn peer_err(reason: Reason, message: &str) -> Error {
+    let message = names::printable(message);
+    Error::refused(reason, format!("{PEER_REPORTS}{message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_bounded_and_count_what_they_do_not_list() {
+        let mut r = SessionReport::default();
+        let long = "é".repeat(3000);
+        let n = MAX_REPORTED_FILES as u64 + 500;
+        for i in 0..n {
+            if i % 2 == 0 {
+                r.push(FileReport::failed(&long, 1, Reason::BadName, long.clone()));
+            } else {
+                r.push(FileReport::ok(&long, 1, &[0; 32]));
+            }
+        }
+        assert_eq!(r.files.len(), MAX_REPORTED_FILES);
+        assert_eq!(
+            (r.elided, r.file_count(), r.failures()),
+            (500, n, n.div_ceil(2))
+        );
+        for f in &r.files {
+            assert!(f.name.len() <= MAX_REPORT_TEXT && f.name.ends_with('…'));
+            assert!(f
+                .message
+                .as_ref()
+                .is_none_or(|m| m.len() <= MAX_REPORT_TEXT));
+        }
+        let e = r.result("received").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{} of {n} files", n.div_ceil(2))),
+            "{e}"
+        );
+        assert_eq!(clip("short"), "short");
+    }
+}

@@ -1,0 +1,453 @@
+//! The receiver: serves one sender, staging each file's chunks through an exposed ring (see the
+//! parent module's docs for the ring's flow control).
+
+use std::time::{Duration, SystemTime};
+
+use super::{
+    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, ReceiverOptions,
+    SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
+};
+use crate::error::{Error, Result};
+use crate::verbs::{ExposedRegion, RemoteAccess};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::names;
+use crate::xfer::file::proto::{self, Digest, Hello, Msg, Reason, Ring};
+use crate::xfer::file::ring_budget::{self, RingLease};
+use crate::xfer::file::sink::{Sink, SinkOptions};
+
+struct StagingRing {
+    region: ExposedRegion,
+    slot_size: u32,
+    slot_count: u32,
+}
+
+/// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
+/// `report` as they finish; refused or failed files make the result an error at the end (the
+/// session itself continues past them). A protocol violation, a failed authentication, an
+/// unsupported version, a spent budget (`opts.budgets`: ERR(budget) tells the sender which) or
+/// a lost connection ends the session at once. The ring is revoked before returning.
+pub fn receive(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    report: &mut SessionReport,
+) -> Result<()> {
+    receive_leased(ep, opts, &mut RingLease::unlimited(), report)
+}
+
+/// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
+/// of a receiver serving several sessions at once): smaller slots when the budget is short.
+pub fn receive_leased(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+) -> Result<()> {
+    let mut ring: Option<StagingRing> = None;
+    let mut budget = Budget::new(opts.budgets, ep.timeout());
+    let r = receive_session(ep, opts, lease, report, &mut ring, &mut budget);
+    if let Err(e) = &r {
+        if e.reason() == Some(Reason::Budget) {
+            tracing::warn!("ending the session: {}", e.to_string().escape_debug());
+            send_err(ep, Reason::Budget, e);
+        }
+    }
+    if let Some(ring) = ring {
+        if let Err(e) = ring.region.revoke() {
+            tracing::warn!("deregistering the staging ring: {e}");
+        }
+    }
+    r?;
+    report.result("received")
+}
+
+fn receive_session(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+    ring: &mut Option<StagingRing>,
+    budget: &mut Budget,
+) -> Result<()> {
+    let nonce = proto::new_nonce();
+    send_msg(
+        ep,
+        &Msg::Challenge {
+            version: proto::VERSION,
+            nonce,
+        },
+    )?;
+    loop {
+        let msg = match budget.wait(ep, recv_ctl) {
+            Ok(m) => m,
+            Err(e) if e.reason() == Some(Reason::Budget) => return Err(e),
+            Err(e) => {
+                if let Some(reason) = e.reason() {
+                    // Unsupported version: answer in kind so the sender can say why.
+                    let _ = send_msg(
+                        ep,
+                        &Msg::Refuse {
+                            reason,
+                            message: proto::truncate_text(&e.to_string()),
+                        },
+                    );
+                } else {
+                    // A protocol violation, or a deadline: say so (unless the peer is gone).
+                    tell_peer(ep, &e);
+                }
+                return Err(e);
+            }
+        };
+        match msg {
+            Msg::Hello(h) => {
+                let last = h.flags.last;
+                receive_file(ep, opts, lease, report, ring, budget, &nonce, h)?;
+                if last {
+                    return Ok(());
+                }
+            }
+            Msg::Done => return Ok(()),
+            Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
+            other => {
+                let e = Error::Protocol(format!("expected HELLO or DONE, got {other:?}"));
+                send_err(ep, Reason::Protocol, &e);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The checks before anything is exposed: authentication, name, chunk size, then the sink's
+/// (size limit, existing file, free space).
+fn open_sink(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<Sink> {
+    if let Some(token) = &opts.token {
+        if !proto::auth_verify(token, nonce, h.auth.as_ref()) {
+            let why = if h.auth.is_some() {
+                "wrong token"
+            } else {
+                "this receiver requires a token (--token or RDMAXFER_TOKEN)"
+            };
+            return Err(Error::refused(Reason::AuthFailed, why));
+        }
+    }
+    let rel = names::sanitize(&h.name)?;
+    if h.chunk_size < MIN_CHUNK {
+        return Err(Error::refused(
+            Reason::Protocol,
+            format!(
+                "chunk size {} is below this receiver's minimum of {MIN_CHUNK} bytes",
+                h.chunk_size
+            ),
+        ));
+    }
+    let mtime = (h.mtime_sec >= 0)
+        .then(|| SystemTime::UNIX_EPOCH + Duration::new(h.mtime_sec as u64, h.mtime_nsec));
+    let mut sink = Sink::create(
+        &opts.out_dir,
+        &rel,
+        h.size,
+        SinkOptions {
+            force: opts.force,
+            resume: opts.resume && h.flags.resume,
+            max_size: opts.max_size,
+            mode: Some(h.mode),
+            mtime,
+        },
+    )?;
+    sink.set_keep_on_abort(opts.resume);
+    Ok(sink)
+}
+
+enum Chunk {
+    Data(usize),
+    Ctl(Result<Msg>),
+}
+
+/// Copy buffers between the receiving thread and the writer thread.
+const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
+
+/// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
+/// the slot's credit goes back), a writer thread writes and hashes it, so the network and the
+/// disk overlap. A write error does not stop the draining: it is returned with the sink for the
+/// ACK. Other errors (protocol, connection, an ERR from the sender) end the file (the sink is
+/// dropped, which removes or keeps the temporary file).
+fn receive_data(
+    ep: &mut Endpoint,
+    r: &mut StagingRing,
+    budget: &mut Budget,
+    sink: Sink,
+    held: u64,
+    size: u64,
+) -> Result<(Sink, Option<Error>)> {
+    let slot = u64::from(r.slot_size);
+    let bufs = (size - held).div_ceil(slot).clamp(1, WRITE_BUFS as u64) as usize;
+    std::thread::scope(|sc| {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(bufs);
+        let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        for _ in 0..bufs {
+            free_tx
+                .send(vec![0u8; r.slot_size as usize])
+                .expect("receiver alive");
+        }
+        let writer = sc.spawn(move || {
+            let mut sink = sink;
+            let mut failure: Option<Error> = None;
+            let mut off = held;
+            for (buf, n) in full_rx {
+                if failure.is_none() {
+                    if let Err(e) = sink.write_at(off, &buf[..n]) {
+                        failure = Some(e);
+                    }
+                }
+                off += n as u64;
+                if free_tx.send(buf).is_err() {
+                    break;
+                }
+            }
+            (sink, failure)
+        });
+        let mut off = held;
+        let mut seq: u16 = 0;
+        let res: Result<()> = (|| {
+            while off < size {
+                let want = (size - off).min(slot) as usize;
+                let mut buf = free_rx
+                    .recv()
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                let StagingRing {
+                    region, slot_count, ..
+                } = &*r;
+                let got = budget.wait(ep, |ep| {
+                    ep.recv_with(|m| -> Result<Chunk> {
+                        let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
+                            return Ok(Chunk::Ctl(decode_ctl(m.data)));
+                        };
+                        let imm = proto::decode_imm(imm, *slot_count)?;
+                        if imm.seq != seq {
+                            return Err(Error::Protocol(format!(
+                                "data chunk {} arrived where chunk {seq} (mod 65536) was expected",
+                                imm.seq
+                            )));
+                        }
+                        if len as usize != want {
+                            return Err(Error::Protocol(format!(
+                                "data chunk {seq} is {len} bytes, expected {want}"
+                            )));
+                        }
+                        region.read_at(usize::from(imm.slot) * slot as usize, &mut buf[..want])?;
+                        Ok(Chunk::Data(want))
+                    })?
+                })?;
+                let n = match got {
+                    Chunk::Data(n) => n,
+                    Chunk::Ctl(Ok(Msg::Err { reason, message })) => {
+                        return Err(peer_err(reason, &message))
+                    }
+                    Chunk::Ctl(Ok(m)) => {
+                        return Err(Error::Protocol(format!("expected a data chunk, got {m:?}")))
+                    }
+                    Chunk::Ctl(Err(e)) => return Err(e),
+                };
+                full_tx
+                    .send((buf, n))
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                budget.progress(n as u64);
+                off += n as u64;
+                seq = seq.wrapping_add(1);
+            }
+            Ok(())
+        })();
+        drop(full_tx);
+        let (sink, failure) = writer
+            .join()
+            .map_err(|_| Error::refused(Reason::Internal, "the writer thread panicked"))?;
+        match res {
+            Ok(()) => Ok((sink, failure)),
+            Err(e) => {
+                drop(sink);
+                Err(e)
+            }
+        }
+    })
+}
+
+/// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
+/// the failure in `report`, and returns the error.
+fn file_failed(
+    ep: &mut Endpoint,
+    report: &mut SessionReport,
+    name: &str,
+    size: u64,
+    e: Error,
+) -> Error {
+    tell_peer(ep, &e);
+    report.push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
+    e
+}
+
+/// Best effort, before a failure ends the session: sends ERR with the error's reason, unless the
+/// error is the peer's own report or the connection is already gone (nothing would arrive).
+fn tell_peer(ep: &mut Endpoint, e: &Error) {
+    let gone = matches!(
+        e,
+        Error::Connection(_) | Error::Completion { .. } | Error::InvalidState { .. }
+    );
+    let theirs = matches!(e, Error::Refused { message, .. } if message.starts_with(PEER_REPORTS));
+    if !gone && !theirs {
+        send_err(ep, reason_of(e), e);
+    }
+}
+
+// The session's state, passed apart: the ring and its lease (memory), the budget (time).
+#[allow(clippy::too_many_arguments)]
+fn receive_file(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+    ring: &mut Option<StagingRing>,
+    budget: &mut Budget,
+    nonce: &Digest,
+    h: Hello,
+) -> Result<()> {
+    let sink = match open_sink(opts, nonce, &h) {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = reason_of(&e);
+            if let Err(spent) = budget.refused() {
+                report.push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
+                return Err(spent);
+            }
+            send_msg(
+                ep,
+                &Msg::Refuse {
+                    reason,
+                    message: proto::truncate_text(&e.to_string()),
+                },
+            )?;
+            report.push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
+            if reason == Reason::AuthFailed {
+                return Err(e);
+            }
+            return Ok(());
+        }
+    };
+    // The ring: one per connection, re-made only if the chunk size changes.
+    // The ring must have at least as many slots as the sender may have messages in flight (the
+    // credits this endpoint grants), or a credit would not imply a free slot (see the parent
+    // module's docs).
+    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
+    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
+    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
+    // large is kept for the next file of the session.
+    let slot_size = u64::from(h.chunk_size.min(MAX_CHUNK))
+        .min(MAX_RING_BYTES / u64::from(slot_count))
+        .min(h.size.max(MIN_SLOT).next_power_of_two())
+        .max(1);
+    // Within this session's share of the receiver's memory budget (smaller slots when short).
+    let slot_size = lease.fit_slot(slot_count, slot_size) as u32;
+    if ring
+        .as_ref()
+        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > h.chunk_size)
+    {
+        if let Some(old) = ring.take() {
+            if let Err(e) = old.region.revoke() {
+                return Err(file_failed(ep, report, &h.name, h.size, e));
+            }
+        }
+    }
+    if ring.is_none() {
+        let want = ring_budget::ring_bytes(slot_count, u64::from(slot_size)).unwrap_or(u64::MAX);
+        // Another session may have taken the room since `fit_slot`: take what is left.
+        let per = lease.resize(want) / (u64::from(slot_count) + ring_budget::COPY_BUFS);
+        let slot_size = u64::from(slot_size).min(per.max(1)) as u32;
+        let len = (slot_size as usize)
+            .checked_mul(slot_count as usize)
+            .ok_or_else(|| Error::TooLarge {
+                what: "staging ring",
+                detail: format!("{slot_count} slots × {slot_size} bytes overflow usize"),
+            })?;
+        let region = match ExposedRegion::new(ep.pd(), len, RemoteAccess::Write) {
+            Ok(region) => region,
+            Err(e) => {
+                // The sender waits for MR: tell it why there is none (e.g. the memlock limit).
+                let e = Error::refused(
+                    reason_of(&e),
+                    format!("the receiver cannot register its staging ring of {len} bytes: {e}"),
+                );
+                return Err(file_failed(ep, report, &h.name, h.size, e));
+            }
+        };
+        *ring = Some(StagingRing {
+            region,
+            slot_size,
+            slot_count,
+        });
+    }
+    let r = ring.as_mut().expect("made above");
+    let desc = r.region.descriptor();
+    let (held, held_hash) = sink.resume_state();
+    send_msg(
+        ep,
+        &Msg::Mr(Ring {
+            addr: desc.addr,
+            rkey: desc.rkey,
+            slot_size: r.slot_size,
+            slot_count: r.slot_count,
+            resume_offset: held,
+            resume_hash: held_hash,
+        }),
+    )?;
+
+    let size = h.size;
+    let (sink, write_failure) = match receive_data(ep, r, budget, sink, held, size) {
+        Ok(x) => x,
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+    };
+    report.bytes += size - held;
+
+    let fin = budget.wait(ep, recv_ctl);
+    let (bytes, hash) = match fin {
+        Ok(Msg::Fin { bytes, hash }) if bytes == size => (bytes, hash),
+        Ok(Msg::Err { reason, message }) => {
+            let e = peer_err(reason, &message);
+            report.push(FileReport::failed(&h.name, size, reason, e.to_string()));
+            return Err(e);
+        }
+        other => {
+            let e = match other {
+                Ok(Msg::Fin { bytes, .. }) => Error::Protocol(format!(
+                    "FIN announces {bytes} bytes, HELLO announced {size}"
+                )),
+                Ok(m) => Error::Protocol(format!("expected FIN, got {m:?}")),
+                Err(e) => e,
+            };
+            return Err(file_failed(ep, report, &h.name, size, e));
+        }
+    };
+    let result = match write_failure {
+        Some(e) => {
+            if let Err(e2) = sink.abort() {
+                tracing::warn!("removing the partial file: {e2}");
+            }
+            Err(e)
+        }
+        None => sink.commit(&hash),
+    };
+    let (status, message) = match &result {
+        Ok(_) => (Reason::Ok, String::new()),
+        Err(e) => (reason_of(e), proto::truncate_text(&e.to_string())),
+    };
+    send_msg(ep, &Msg::Ack { status, message })?;
+    let ok = result.is_ok();
+    report.push(match result {
+        Ok(got) => FileReport::ok(&h.name, bytes, &got),
+        Err(e) => FileReport::failed(&h.name, bytes, status, e.to_string()),
+    });
+    if ok {
+        budget.progress(FILE_CREDIT);
+        Ok(())
+    } else {
+        budget.refused()
+    }
+}

@@ -1,0 +1,343 @@
+//! The sender: announces each file, writes its chunks into the receiver's ring, and records the
+//! receiver's verdict.
+
+use std::time::Instant;
+
+use super::{
+    peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, SenderOptions, SessionReport,
+};
+use crate::error::{Error, Result};
+use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::names;
+use crate::xfer::file::proto::{self, Digest, Hello, HelloFlags, Msg, Reason};
+use crate::xfer::file::source::{Source, SourceEntry};
+
+struct SendRing {
+    free: Vec<LocalBuf>,
+    total: usize,
+    slot_size: u32,
+}
+
+/// Sends `entries` (from [`source::walk`](crate::xfer::file::source::walk)) on `ep`, one after
+/// another, then DONE. Each file's verdict (the receiver's ACK) is recorded in `report`; refused or
+/// failed files make the result an error at the end, but later files are still sent. A lost
+/// connection, an ERR from the receiver or a failed authentication ends the session at once.
+/// `progress` is called with the bytes written so far.
+pub fn send(
+    ep: &mut Endpoint,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    opts.check()?;
+    let nonce = match recv_ctl(ep)? {
+        Msg::Challenge { nonce, .. } => nonce,
+        Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
+            return Err(peer_err(reason, &message))
+        }
+        other => {
+            return Err(Error::Protocol(format!(
+                "expected CHALLENGE from the receiver, got {other:?} (is the peer `rdmaxfer recv`?)"
+            )))
+        }
+    };
+    let mut ring: Option<SendRing> = None;
+    for e in entries {
+        send_one(ep, e, opts, &nonce, &mut ring, report, progress)?;
+    }
+    // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
+    // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
+    // failure to see DONE acknowledged does not undo what was delivered.
+    if let Err(e) = send_msg(ep, &Msg::Done).and_then(|()| ep.flush()) {
+        tracing::debug!("DONE not acknowledged ({e}); every file already has its verdict");
+    }
+    report.result("delivered")
+}
+
+fn send_one(
+    ep: &mut Endpoint,
+    e: &SourceEntry,
+    opts: &SenderOptions,
+    nonce: &Digest,
+    ring: &mut Option<SendRing>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let name = e.name.as_str();
+    let mut src = match Source::open(&e.path) {
+        Ok(s) => s,
+        Err(err) => {
+            report.push(FileReport::failed(
+                name,
+                0,
+                reason_of(&err),
+                err.to_string(),
+            ));
+            return Ok(());
+        }
+    };
+    let size = src.size();
+    let (mtime_sec, mtime_nsec) = src.mtime();
+    let hello = Hello {
+        version: proto::VERSION,
+        name: name.to_string(),
+        size,
+        mode: src.mode(),
+        mtime_sec,
+        mtime_nsec,
+        chunk_size: opts.chunk,
+        flags: HelloFlags {
+            resume: opts.resume,
+            force: false,
+            last: false,
+        },
+        auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
+    };
+    send_msg(ep, &Msg::Hello(hello))?;
+    let mr = match recv_ctl(ep)? {
+        Msg::Mr(r) => r,
+        Msg::Refuse { reason, message } => {
+            let err = peer_err(reason, &message);
+            report.push(FileReport::failed(name, size, reason, err.to_string()));
+            if matches!(reason, Reason::AuthFailed | Reason::Version) {
+                return Err(err);
+            }
+            return Ok(());
+        }
+        Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
+        other => {
+            return Err(Error::Protocol(format!(
+                "expected MR or REFUSE, got {other:?}"
+            )))
+        }
+    };
+    if mr.slot_size == 0
+        || mr.slot_size > opts.chunk
+        || mr.slot_count == 0
+        || mr.slot_count > proto::MAX_SLOTS
+    {
+        let err = Error::Protocol(format!(
+            "receiver's ring of {} × {} bytes does not fit a chunk size of {}",
+            mr.slot_count, mr.slot_size, opts.chunk
+        ));
+        send_err(ep, Reason::Protocol, &err);
+        return Err(err);
+    }
+    let remote = RemoteRegion {
+        addr: mr.addr,
+        rkey: mr.rkey,
+        len: u64::from(mr.slot_size) * u64::from(mr.slot_count),
+    };
+    if mr.resume_offset > 0 && !src.skip_verified(mr.resume_offset, &mr.resume_hash)? {
+        let err = Error::refused(
+            Reason::ReadError,
+            format!(
+                "{name}: the receiver's partial file ({} bytes) differs from this one; remove it there or send without --resume",
+                mr.resume_offset
+            ),
+        );
+        send_err(ep, Reason::ReadError, &err);
+        report.push(FileReport::failed(
+            name,
+            size,
+            Reason::ReadError,
+            err.to_string(),
+        ));
+        return Err(err);
+    }
+
+    // Registered send buffers, re-made only if the slot size changes.
+    let depth = opts.slots.min(mr.slot_count).max(1) as usize;
+    if ring
+        .as_ref()
+        .is_none_or(|r| r.slot_size != mr.slot_size || r.total != depth)
+    {
+        *ring = None;
+        let free = LocalBuf::slots(ep.pd(), mr.slot_size as usize, depth)?;
+        *ring = Some(SendRing {
+            free,
+            total: depth,
+            slot_size: mr.slot_size,
+        });
+    }
+    let r = ring.as_mut().expect("made above");
+    let sent_before = report.bytes;
+    let data_start = Instant::now();
+    let hash = match send_data(
+        ep,
+        r,
+        src,
+        &remote,
+        mr.slot_count,
+        opts.corrupt_chunk,
+        &mut |n| progress(sent_before + n),
+    ) {
+        Ok((hash, n)) => {
+            report.bytes += n;
+            hash
+        }
+        Err((err, n)) => {
+            report.bytes += n;
+            if err.reason() == Some(Reason::ReadError) {
+                send_err(ep, Reason::ReadError, &err);
+            }
+            report.push(FileReport::failed(
+                name,
+                size,
+                reason_of(&err),
+                err.to_string(),
+            ));
+            return Err(err);
+        }
+    };
+    send_msg(ep, &Msg::Fin { bytes: size, hash })?;
+    let verdict = recv_ctl(ep)?;
+    report.data_seconds += data_start.elapsed().as_secs_f64();
+    match verdict {
+        Msg::Ack {
+            status: Reason::Ok, ..
+        } => report.push(FileReport::ok(name, size, &hash)),
+        Msg::Ack { status, message } => report.push(FileReport::failed(
+            name,
+            size,
+            status,
+            format!("the receiver reports: {}", names::printable(&message)),
+        )),
+        Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
+        other => return Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
+    }
+    Ok(())
+}
+
+/// Sends the rest of `src` (from its current offset): a reader thread reads and hashes chunks
+/// into the registered buffers while this thread posts them and takes completed ones back, so
+/// disk, hash and network overlap. Returns the whole file's hash and the bytes written (also
+/// with an error).
+fn send_data(
+    ep: &mut Endpoint,
+    r: &mut SendRing,
+    src: Source,
+    remote: &RemoteRegion,
+    slot_count: u32,
+    corrupt_chunk: Option<u64>,
+    progress: &mut dyn FnMut(u64),
+) -> std::result::Result<(Digest, u64), (Error, u64)> {
+    let size = src.size();
+    let slot = u64::from(r.slot_size);
+    let chunks = (size - src.offset()).div_ceil(slot);
+    let mut written = 0u64;
+    std::thread::scope(|sc| {
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<LocalBuf>();
+        let (full_tx, full_rx) = std::sync::mpsc::channel::<Result<(LocalBuf, usize)>>();
+        let reader = sc.spawn(move || {
+            let mut src = src;
+            let mut k = 0u64;
+            while src.offset() < size {
+                let Ok(mut buf) = empty_rx.recv() else { break };
+                let want = (size - src.offset()).min(slot) as usize;
+                let r = src.read_chunk(&mut buf[..want]).map(|n| {
+                    if corrupt_chunk == Some(k) && n > 0 {
+                        buf[0] ^= 0xff;
+                    }
+                    (buf, n)
+                });
+                let failed = r.is_err();
+                if full_tx.send(r).is_err() || failed {
+                    break;
+                }
+                k += 1;
+            }
+            src
+        });
+        let mut at_reader = 0usize;
+        for b in r.free.drain(..) {
+            if empty_tx.send(b).is_ok() {
+                at_reader += 1;
+            }
+        }
+        let mut in_flight = 0usize;
+        let res: Result<()> = (|| {
+            let mut k = 0u64;
+            while k < chunks {
+                if at_reader == 0 {
+                    collect(ep, r, &mut in_flight)?;
+                    for b in r.free.drain(..) {
+                        if empty_tx.send(b).is_ok() {
+                            at_reader += 1;
+                        }
+                    }
+                    continue;
+                }
+                let (buf, n) = full_rx
+                    .recv()
+                    .map_err(|_| Error::refused(Reason::Internal, "the reader thread ended"))??;
+                at_reader -= 1;
+                let slot_idx = (k % u64::from(slot_count)) as u16;
+                let imm = proto::encode_imm(proto::Imm {
+                    slot: slot_idx,
+                    seq: k as u16,
+                });
+                let target = remote.slice(u64::from(slot_idx) * slot, n as u64)?;
+                let wr = SendRequest::new(
+                    k,
+                    SendOp::WriteWithImm(target, imm),
+                    [Sge::range(buf, 0, n)],
+                );
+                if let Err(pe) = ep.post(wr) {
+                    r.free
+                        .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
+                    return Err(pe.error);
+                }
+                in_flight += 1;
+                k += 1;
+                written += n as u64;
+                progress(written);
+            }
+            while in_flight > 0 {
+                collect(ep, r, &mut in_flight)?;
+            }
+            Ok(())
+        })();
+        drop(empty_tx);
+        let src = reader.join();
+        // Buffers the reader still held are dropped with the channel: make the ring whole again.
+        r.free
+            .extend(full_rx.try_iter().filter_map(|x| x.ok().map(|(b, _)| b)));
+        if r.free.len() + in_flight < r.total {
+            // Some buffers were lost (reader error path): re-made on the next file.
+            r.total = usize::MAX;
+        }
+        let src = src.map_err(|_| {
+            (
+                Error::refused(Reason::Internal, "the reader thread panicked"),
+                written,
+            )
+        })?;
+        res.map_err(|e| (e, written))?;
+        src.finish().map(|h| (h, written)).map_err(|e| (e, written))
+    })
+}
+
+/// Waits for at least one data-chunk completion and takes its buffers back.
+fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result<()> {
+    let timeout = ep.timeout();
+    for c in ep.poll_user(r.total, timeout)? {
+        if c.status == crate::verbs::cq::REM_ACCESS_ERR {
+            // The ring was valid when the receiver offered it: it has since been withdrawn.
+            return Err(Error::Connection(format!(
+                "the receiver withdrew its staging ring while data was being written: it ended \
+                 this transfer on its side (at its step deadline, on a spent session budget, or \
+                 on an error it reports). Detail: {}",
+                c.to_error()
+            )));
+        }
+        if !c.is_success() {
+            return Err(c.to_error());
+        }
+        *in_flight = in_flight.saturating_sub(1 + c.retired.len());
+        r.free.extend(c.into_all_local_bufs());
+    }
+    Ok(())
+}
