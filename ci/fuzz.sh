@@ -24,7 +24,10 @@ fi
 
 t0="$SECONDS"
 ci_log "fuzz: cargo afl build --release (${targets[*]})"
-cargo afl build --release --locked --bins
+# fuzz/Cargo.lock pins the fuzz build; it also lists rdmaxfer's own dependencies, so a dependency
+# added to the main crate must be added here too (`cd fuzz && cargo update -w`), or this fails.
+cargo afl build --release --locked --bins ||
+  ci_die "fuzz build failed (if it says the lock file needs updating: cd fuzz && cargo update -w, and commit fuzz/Cargo.lock)"
 ci_log "fuzz: built in $((SECONDS - t0)) s"
 
 # AFL++ on a shared CI host: no UI, no CPU pinning (cores may all be taken), no core_pattern or
