@@ -103,8 +103,8 @@ fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
     assert_eq!(refused, FLOOD, "refusals before the end: {last:?}");
     expect_budget(&last, "--max-refusals");
     // Not --once: the receiver serves on, so its memory can be read after the session. Its
-    // per-connection error line comes after the session's JSON summary.
-    r.wait_for("serving", T);
+    // per-session error line (naming the budget) comes after the session's JSON summary.
+    r.wait_for("--max-refusals", T);
     let after = rss_kib(r.pid());
     let _ = ep.close();
     r.kill();
