@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci/fuzz.sh — build the AFL++ fuzz targets (fuzz/, cargo-afl) and run each briefly from its seeds;
 # fails on any crash. One cargo-style "test result:" line per target (ci/test.sh counts them).
-# Env: FUZZ_SECONDS (per target, default 15), FUZZ_EXECS (stop a target after this many
+# Env: FUZZ_SECONDS (per target, default 5), FUZZ_EXECS (stop a target after this many
 # executions; unset: time only), FUZZ_TARGETS (names; default every fuzz/src/bin/*.rs),
 # FUZZ_OUT (default fuzz/out/ci; each target's AFL output folder is FUZZ_OUT/<target>).
 set -euo pipefail
@@ -13,7 +13,7 @@ have="$(cargo afl --version 2>/dev/null || true)"
 [[ "$have" == "cargo-afl $CARGO_AFL_VERSION "* ]] ||
   ci_die "cargo-afl $CARGO_AFL_VERSION not found (got '${have:-nothing}'): run ci/setup.sh"
 
-secs="${FUZZ_SECONDS:-15}"
+secs="${FUZZ_SECONDS:-5}"
 out_root="${FUZZ_OUT:-$PWD/out/ci}"
 if [[ -n "${FUZZ_TARGETS:-}" ]]; then
   read -r -a targets <<<"$FUZZ_TARGETS"

@@ -55,6 +55,79 @@ fn expect_budget(m: &Msg, option: &str) {
     }
 }
 
+/// Sends `msg` (a HELLO with an unsafe name) `n` times, pipelined: the number refused for its
+/// name and the first other answer (`None` when all `n` were refused).
+fn flood(ep: &mut Endpoint, msg: &[u8], n: u64) -> (u64, Option<Msg>) {
+    // WINDOW HELLOs ahead (fewer than either side's receives, so no credit waits on both sides
+    // at once).
+    const WINDOW: u64 = 4;
+    let mut sent = 0u64;
+    let mut refused = 0u64;
+    let last = loop {
+        while sent < n && sent < refused + WINDOW {
+            ep.send(msg).expect("send HELLO");
+            sent += 1;
+        }
+        match next(ep) {
+            Msg::Refuse {
+                reason: Reason::BadName,
+                ..
+            } => refused += 1,
+            m => break Some(m),
+        }
+        if refused == n {
+            break None;
+        }
+    };
+    (refused, last)
+}
+
+/// Writes one 4 KiB chunk into `ring` per 250 ms (16 KiB/s) until the receiver answers: its
+/// verdict (`None` when the session ended while a chunk was on the wire; the reason is then in
+/// the receiver's log) and the chunks written.
+fn trickle(ep: &mut Endpoint, ring: &proto::Ring) -> (Option<Msg>, u64) {
+    let remote = RemoteRegion {
+        addr: ring.addr,
+        rkey: ring.rkey,
+        len: u64::from(ring.slot_size) * u64::from(ring.slot_count),
+    };
+    let mut bufs = LocalBuf::slots(ep.pd(), 4096, 1).unwrap();
+    // One 4 KiB chunk per 250 ms (16 KiB/s, under the 64 KiB/s floor), looking for the
+    // receiver's verdict between chunks: the pace is the trickle's, the ERR the event.
+    let mut k = 0u64;
+    let verdict = loop {
+        assert!(k < 400, "still trickling after {k} chunks");
+        ep.set_timeout(Duration::from_millis(250));
+        match ep.recv() {
+            Ok(data) => break Some(proto::decode(&data).expect("decode")),
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("waiting between chunks: {e}"),
+        }
+        ep.set_timeout(Duration::from_secs(30));
+        let slot = (k % u64::from(ring.slot_count)) as u16;
+        let imm = proto::encode_imm(proto::Imm {
+            slot,
+            seq: k as u16,
+        });
+        let target = remote.slice(u64::from(slot) * 4096, 4096).unwrap();
+        let buf = bufs.pop().expect("the chunk buffer is back");
+        let wr = SendRequest::new(k, SendOp::WriteWithImm(target, imm), [Sge::new(buf)]);
+        ep.post(wr).map_err(|e| e.error).expect("post a chunk");
+        let c = ep
+            .poll_user(1, Duration::from_secs(30))
+            .expect("chunk completion");
+        let c = c.into_iter().next().unwrap();
+        if !c.is_success() {
+            // The session ended while this chunk was on the wire (the ring is revoked after
+            // the ERR is sent); the reason is then in the receiver's log below.
+            break None;
+        }
+        bufs.extend(c.into_all_local_bufs());
+        k += 1;
+    };
+    (verdict, k)
+}
+
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
@@ -82,29 +155,14 @@ fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
     // quoting it (≈ 10 KiB a HELLO) in the session report.
     let name = format!("../{}", "n".repeat(proto::MAX_NAME_LEN - 8));
     let msg = hello(&name, 10, 1 << 16);
-    // Pipelined, WINDOW HELLOs ahead (fewer than either side's receives, so no credit waits
-    // on both sides at once); the one after FLOOD is over the budget.
-    const WINDOW: u64 = 4;
-    let mut sent = 0u64;
-    let mut refused = 0u64;
-    let last = loop {
-        while sent < FLOOD + 1 && sent < refused + WINDOW {
-            ep.send(&msg).expect("send HELLO");
-            sent += 1;
-        }
-        match next(&mut ep) {
-            Msg::Refuse {
-                reason: Reason::BadName,
-                ..
-            } => refused += 1,
-            m => break m,
-        }
-    };
+    let (refused, last) = flood(&mut ep, &msg, FLOOD + 1);
+    let last = last.expect("an answer other than a refusal");
     assert_eq!(refused, FLOOD, "refusals before the end: {last:?}");
     expect_budget(&last, "--max-refusals");
     // Not --once: the receiver serves on, so its memory can be read after the session. Its
-    // per-session error line (naming the budget) comes after the session's JSON summary.
-    r.wait_for("--max-refusals", T);
+    // per-connection error line comes after the session's JSON summary (not "serving": the
+    // line that says the session started has that word too).
+    r.wait_for("error: session 1", T);
     let after = rss_kib(r.pid());
     let _ = ep.close();
     r.kill();
@@ -195,46 +253,8 @@ fn tiny_chunks_are_refused_and_a_trickler_is_ended_by_the_rate_floor() {
         panic!("HELLO with 4 KiB chunks not accepted")
     };
     assert_eq!(ring.slot_size, 4096);
-    let remote = RemoteRegion {
-        addr: ring.addr,
-        rkey: ring.rkey,
-        len: u64::from(ring.slot_size) * u64::from(ring.slot_count),
-    };
-    let mut bufs = LocalBuf::slots(ep.pd(), 4096, 1).unwrap();
-    // One 4 KiB chunk per 250 ms (16 KiB/s, under the 64 KiB/s floor), looking for the
-    // receiver's verdict between chunks: the pace is the trickle's, the ERR the event.
     let t = Instant::now();
-    let mut k = 0u64;
-    let verdict = loop {
-        assert!(k < 400, "still trickling after {k} chunks");
-        ep.set_timeout(Duration::from_millis(250));
-        match ep.recv() {
-            Ok(data) => break Some(proto::decode(&data).expect("decode")),
-            Err(e) if e.is_timeout() => {}
-            Err(e) => panic!("waiting between chunks: {e}"),
-        }
-        ep.set_timeout(Duration::from_secs(30));
-        let slot = (k % u64::from(ring.slot_count)) as u16;
-        let imm = proto::encode_imm(proto::Imm {
-            slot,
-            seq: k as u16,
-        });
-        let target = remote.slice(u64::from(slot) * 4096, 4096).unwrap();
-        let buf = bufs.pop().expect("the chunk buffer is back");
-        let wr = SendRequest::new(k, SendOp::WriteWithImm(target, imm), [Sge::new(buf)]);
-        ep.post(wr).map_err(|e| e.error).expect("post a chunk");
-        let c = ep
-            .poll_user(1, Duration::from_secs(30))
-            .expect("chunk completion");
-        let c = c.into_iter().next().unwrap();
-        if !c.is_success() {
-            // The session ended while this chunk was on the wire (the ring is revoked after
-            // the ERR is sent); the reason is then in the receiver's log below.
-            break None;
-        }
-        bufs.extend(c.into_all_local_bufs());
-        k += 1;
-    };
+    let (verdict, k) = trickle(&mut ep, &ring);
     let took = t.elapsed();
     if let Some(m) = &verdict {
         expect_budget(m, "--min-rate");
@@ -256,4 +276,122 @@ fn tiny_chunks_are_refused_and_a_trickler_is_ended_by_the_rate_floor() {
     )
     .unwrap();
     assert_eq!(j["files_failed"].as_u64(), Some(2), "{j}");
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_good_sender_is_served_normally_beside_a_flooder_and_a_trickler() {
+    need_rxe0();
+    const FLOOD: u64 = 3000;
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let data = common::pseudo_random(1 << 20, 77);
+    let file = src.join("good.bin");
+    std::fs::write(&file, &data).unwrap();
+    let port = 7333;
+    let max = FLOOD.to_string();
+    let mut r = recv(
+        port,
+        &out,
+        &[
+            "--max-refusals",
+            &max,
+            "--idle-timeout",
+            "60",
+            // Under the good sender's rate even at its start in the emulated guest; over the
+            // trickler's 16 KiB/s.
+            "--min-rate",
+            "32K",
+            "--rate-window",
+            "4",
+            "--timeout",
+            "60",
+            "--max-sessions",
+            "4",
+        ],
+    );
+    let send_good = |what: &str, r: &common::Proc| {
+        let d = common::send(port, &[file.as_path()], &[]).finish(T);
+        assert!(
+            d.status.success(),
+            "{what} failed:\n{}\n{}\nreceiver:\n{}",
+            d.out,
+            d.err,
+            r.dump()
+        );
+        assert!(
+            std::fs::read(out.join("good.bin")).unwrap() == data,
+            "{what}: data differs"
+        );
+        std::fs::remove_file(out.join("good.bin")).unwrap();
+        d.elapsed
+    };
+    let alone = send_good("the good sender alone", &r);
+    r.wait_for("\"session\":", T);
+    // The hostile peers: each tells the test when it is under way, then runs until its budget.
+    let (tx, rx) = std::sync::mpsc::channel::<&str>();
+    let flooder = {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let (mut ep, _) = connect(port);
+            let msg = hello(&format!("../{}", "n".repeat(64)), 10, 1 << 16);
+            let (first, _) = flood(&mut ep, &msg, 1);
+            assert_eq!(first, 1, "the first bad HELLO is refused");
+            tx.send("flooding").unwrap();
+            flood(&mut ep, &msg, FLOOD)
+        })
+    };
+    let trickler = std::thread::spawn(move || {
+        let (mut ep, _) = connect(port);
+        ep.send(&hello("trickle.bin", 64 << 20, 4096)).unwrap();
+        let Msg::Mr(ring) = next(&mut ep) else {
+            panic!("the trickler's HELLO not accepted")
+        };
+        tx.send("trickling").unwrap();
+        trickle(&mut ep, &ring)
+    });
+    let mut started: Vec<&str> = (0..2).map(|_| rx.recv_timeout(T).unwrap()).collect();
+    started.sort_unstable();
+    assert_eq!(started, ["flooding", "trickling"]);
+    let beside = send_good("the good sender beside a flooder and a trickler", &r);
+    let bound = alone * 3 + Duration::from_secs(5);
+    assert!(
+        beside <= bound,
+        "the good sender took {beside:?} beside the hostile peers, {alone:?} alone (bound {bound:?})"
+    );
+    // The flooder moves no data: the rate floor may end it before its refusal budget does.
+    let (refused, last) = flooder.join().unwrap();
+    assert!(refused < FLOOD, "{refused} refusals, then {last:?}");
+    match last.expect("the flood's end") {
+        Msg::Err {
+            reason: Reason::Budget,
+            message,
+        } => assert!(
+            message.contains("--max-refusals") || message.contains("--min-rate"),
+            "{message}"
+        ),
+        m => panic!("expected the flooder's ERR(budget), got {m:?}"),
+    }
+    let (verdict, _) = trickler.join().unwrap();
+    if let Some(m) = &verdict {
+        expect_budget(m, "--min-rate");
+    }
+    // Each ended session's error line comes after its JSON summary.
+    for _ in 0..2 {
+        r.wait_for("error: session", T);
+    }
+    r.kill();
+    let d = r.finish(T);
+    let ended = d
+        .err
+        .lines()
+        .filter(|l| l.contains("error: session") && l.contains("budget"))
+        .count();
+    assert_eq!(
+        ended, 2,
+        "both hostile sessions end by a budget:\n{}",
+        d.err
+    );
 }

@@ -6,14 +6,17 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{need_rxe0, pseudo_random, spawn, Done, Proc, IP};
+use rdmaxfer::cm::{CmId, ConnParam, EventKind};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Ring};
 use rdmaxfer::xfer::file::ring_budget as budget;
 use rdmaxfer::xfer::session;
+use rdmaxfer::xfer::wire;
 
 const T: Duration = Duration::from_secs(120);
 /// The receiver's step deadline: longer than the tests hold a session.
@@ -258,4 +261,93 @@ fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
     // The session that holds the memory still gets its (smallest) ring.
     let ring_a = announce(&mut a, "held-c.bin", 8 << 20, chunk);
     assert_eq!(u64::from(ring_a.slot_size), budget::MIN_SLOT, "{ring_a:?}");
+}
+
+/// A CM peer that sends a valid connection request, waits until the receiver accepted it
+/// (CONNECT_RESPONSE: it has no QP, so librdmacm leaves the rest to it) and then never completes
+/// the connection (no RTU: the receiver waits for ESTABLISHED).
+fn stall_cm(port: u16) -> CmId {
+    let dst = SocketAddr::new(IP.parse().unwrap(), port);
+    let id = CmId::new().unwrap();
+    id.resolve_addr(None, dst, T).unwrap();
+    id.expect_event(EventKind::AddrResolved, T, "address")
+        .unwrap();
+    id.resolve_route(T).unwrap();
+    id.expect_event(EventKind::RouteResolved, T, "route")
+        .unwrap();
+    id.connect(&ConnParam {
+        private_data: wire::Hello::new(16, proto::MAX_MSG_LEN as u32)
+            .encode()
+            .to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+    })
+    .unwrap();
+    id.expect_event(EventKind::ConnectResponse, T, "the receiver's accept")
+        .unwrap();
+    id
+}
+
+/// Peers that stall mid-handshake (a CM one that never completes the connection, or two TCP
+/// ones that never send their address to an `--oob` receiver) are set up on their own
+/// threads: a good sender after them is served at once, not after the receiver's 60 s step
+/// deadline.
+fn stalled_handshakes_do_not_delay_a_good_sender(port: u16, oob: bool) {
+    need_rxe0();
+    let (_tmp, src, out) = dirs();
+    let files = sources(&src, 1);
+    let extra: &[&str] = if oob { &["--oob"] } else { &[] };
+    let mut args = vec!["--max-sessions", "4", "--timeout", "60"];
+    args.extend_from_slice(extra);
+    let p = port.to_string();
+    let o = out.to_str().unwrap();
+    let mut a = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
+    a.extend_from_slice(&args);
+    let mut r = spawn("recv", &a);
+    r.wait_for("listening on", T);
+    // One CM staller: a second request with the same (zero) QP number is refused by the
+    // receiver's kernel CM as a stale connection before it reaches the receiver.
+    let (mut cm, mut tcp) = (Vec::new(), Vec::new());
+    if oob {
+        for _ in 0..2 {
+            // Taken in order: these are before the good sender's connection in the backlog.
+            tcp.push(std::net::TcpStream::connect((IP, port)).unwrap());
+        }
+    } else {
+        cm.push(stall_cm(port));
+    }
+    let mut sargs = vec!["--timeout", "60"];
+    sargs.extend_from_slice(extra);
+    let d = send(port, &[files[0].0.as_path()], &sargs).finish(T);
+    d.ok("a good sender after stalled handshakes");
+    assert!(
+        d.elapsed < Duration::from_secs(30),
+        "the good sender took {:?} (the receiver's step deadline is 60 s)",
+        d.elapsed
+    );
+    assert!(std::fs::read(out.join("s0.bin")).unwrap() == files[0].1);
+    r.wait_for("\"session\":", T);
+    drop((cm, tcp));
+    r.kill();
+    let d = r.finish(T);
+    let ok = d
+        .json_lines()
+        .iter()
+        .filter(|j| j["result"] == "ok")
+        .count();
+    assert_eq!(ok, 1, "{}", d.out);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_stalled_cm_handshake_does_not_delay_a_good_sender() {
+    stalled_handshakes_do_not_delay_a_good_sender(7463, false);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_silent_oob_peer_does_not_delay_a_good_sender() {
+    stalled_handshakes_do_not_delay_a_good_sender(7464, true);
 }

@@ -44,6 +44,9 @@ use crate::verbs::{
 };
 use crate::xfer::wire::{self, Hello, ImmKind, OobDest, Reject, RejectCode};
 
+mod accept;
+pub use accept::Pending;
+
 /// ibv_rc_pingpong's TCP port, also rdmaxfer's default RDMA CM port.
 pub const DEFAULT_PORT: u16 = 18515;
 /// Default deadline for every step.
@@ -1530,92 +1533,6 @@ impl Listener {
     pub fn is_broken(&self) -> bool {
         self.broken.is_some()
     }
-
-    /// Waits (at most `wait`; `None`: forever) for the next connection request and sets it up.
-    /// A client that sends a bad handshake is rejected with a reason; one that fails mid-way
-    /// only makes this call fail.
-    pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
-        if let Some(b) = &self.broken {
-            return Err(Error::Connection(format!(
-                "listener on {} failed earlier: {b}",
-                self.addr
-            )));
-        }
-        let req = match self.id.get_request(wait) {
-            Ok(r) => r,
-            Err(e @ Error::Timeout { .. }) => return Err(e),
-            Err(e) => {
-                self.broken = Some(e.to_string());
-                return Err(e);
-            }
-        };
-        let peer = req.id.peer_addr();
-        self.setup(req).map_err(|e| match e {
-            Error::Connection(m) => Error::Connection(format!("client {}: {m}", fmt_addr(peer))),
-            Error::Protocol(m) => Error::Protocol(format!("client {}: {m}", fmt_addr(peer))),
-            e => e,
-        })
-    }
-
-    fn setup(&self, req: ConnectRequest) -> Result<Endpoint> {
-        let opts = &self.opts;
-        let id = req.id;
-        let reject = |code: RejectCode, e: Error| -> Error {
-            let r = Reject {
-                code,
-                text: e.to_string(),
-            };
-            if let Err(x) = id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
-                tracing::debug!("rdma_reject: {x}");
-            }
-            e
-        };
-        let hello = match Hello::decode(&req.private_data) {
-            Ok(h) => h,
-            Err(e) => {
-                let code = if e.to_string().contains("version") {
-                    RejectCode::Version
-                } else {
-                    RejectCode::BadHandshake
-                };
-                return Err(reject(code, e));
-            }
-        };
-        let built = (|| -> Result<Parts> {
-            let ctx = id.context()?;
-            check_cm_device(opts, &ctx, &self.addr.to_string())?;
-            let port = ctx.query_port(id.port_num())?;
-            check_msg_size(opts, &ctx, &port)?;
-            let parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
-            parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
-            Ok(parts)
-        })();
-        let parts = built.map_err(|e| reject(RejectCode::Resources, e))?;
-        let param = ConnParam {
-            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
-                .encode()
-                .to_vec(),
-            // 255: as many as the peer asked for and the device allows (rdma_accept(3)).
-            responder_resources: DEPTH_AUTO,
-            initiator_depth: DEPTH_AUTO,
-            retry_count: RETRY_COUNT,
-            rnr_retry_count: RNR_RETRY,
-        };
-        id.set_ack_timeout(ACK_TIMEOUT)
-            .map_err(|e| reject(RejectCode::Resources, e))?;
-        id.accept(&param)?;
-        id.expect_event(
-            EventKind::Established,
-            opts.timeout,
-            "the client to complete the connection",
-        )?;
-        let peer_addr = id.peer_addr();
-        Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
-    }
-}
-
-fn fmt_addr(a: Option<SocketAddr>) -> String {
-    a.map_or_else(|| "?".into(), |a| a.to_string())
 }
 
 /// Accepts ibv_rc_pingpong-style out-of-band connections, one after another.
@@ -1660,56 +1577,6 @@ impl OobListener {
         self.tcp
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))
-    }
-
-    /// Waits (at most `wait`; `None`: forever) for the next TCP client, then does the exchange
-    /// as ibv_rc_pingpong's server: read its 52 bytes, RTR/RTS, send ours, read `"done"`.
-    pub fn accept(&self, wait: Option<Duration>) -> Result<Endpoint> {
-        let deadline = wait.map(|w| Instant::now() + w);
-        let (mut s, peer_addr) = loop {
-            match self.tcp.accept() {
-                Ok(x) => break x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                    if left == Some(Duration::ZERO) {
-                        return Err(Error::Timeout {
-                            what: "a TCP client",
-                            after: wait.unwrap_or_default(),
-                        });
-                    }
-                    crate::os::wait_readable(&self.tcp, left)
-                        .map_err(|e| Error::io("poll(TCP listener)", e))?;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("accepting a TCP client", e)),
-            }
-        };
-        let opts = &self.opts;
-        let ctx_err = |e: Error| match e {
-            Error::Protocol(m) => Error::Protocol(format!("client {peer_addr}: {m}")),
-            e => e,
-        };
-        (|| {
-            s.set_nonblocking(false)
-                .map_err(|e| Error::io("setting the TCP socket blocking", e))?;
-            set_timeouts(&s, opts.timeout)?;
-            let side = OobSide::new(choose(opts)?, opts)?;
-            let peer = OobDest::decode(&read_msg(
-                &mut s,
-                wire::OOB_MSG_LEN,
-                "the client's address",
-            )?)?;
-            side.connect(&peer)?;
-            write_all(&mut s, &side.me.encode(), "sending our address")?;
-            wire::check_done(&read_msg(
-                &mut s,
-                wire::OOB_DONE.len(),
-                "the client's \"done\"",
-            )?)?;
-            let local_addr = s.local_addr().ok();
-            Ok(side.finish(opts, peer, Some(peer_addr), local_addr))
-        })()
-        .map_err(ctx_err)
     }
 }
 

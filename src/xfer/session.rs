@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::{self, Endpoint, EndpointOptions, Listener, OobListener};
+use crate::xfer::endpoint::{self, Endpoint, EndpointOptions, Listener, OobListener, Pending};
 
 /// A listener of either kind.
 pub enum Server {
@@ -31,11 +31,18 @@ impl Server {
     /// Waits for the next peer (`None`: forever). Over OOB the endpoint is switched to credit
     /// flow control: the peer must be rdmaxfer (use [`connect`]).
     pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
-        let mut ep = self.accept_plain(wait)?;
-        if let Server::Oob(_) = self {
-            ep.enable_credits(false)?;
-        }
-        Ok(ep)
+        self.take(wait)?.finish()
+    }
+
+    /// Waits for the next peer (`None`: forever) and only takes its request (see
+    /// [`Listener::take`]): [`Incoming::finish`] sets the connection up, e.g. on another thread,
+    /// so a peer that stalls mid-handshake does not hold the caller.
+    pub fn take(&mut self, wait: Option<Duration>) -> Result<Incoming> {
+        let (pending, credits) = match self {
+            Server::Cm(l) => (l.take(wait)?, false),
+            Server::Oob(l) => (l.take(wait)?, true),
+        };
+        Ok(Incoming { pending, credits })
     }
 
     /// Like [`accept`](Self::accept), but an OOB endpoint keeps ibv_rc_pingpong's
@@ -69,6 +76,30 @@ impl Server {
             Server::Cm(l) => l.is_broken(),
             Server::Oob(_) => false,
         }
+    }
+}
+
+/// A peer taken by [`Server::take`] whose connection is not set up yet.
+#[derive(Debug)]
+pub struct Incoming {
+    pending: Pending,
+    /// Over OOB: switch to credit flow control once connected (as [`Server::accept`]).
+    credits: bool,
+}
+
+impl Incoming {
+    /// The peer's address, when known.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.pending.peer_addr()
+    }
+
+    /// Sets the connection up as [`Server::accept`] would (each step within the timeout).
+    pub fn finish(self) -> Result<Endpoint> {
+        let mut ep = self.pending.finish()?;
+        if self.credits {
+            ep.enable_credits(false)?;
+        }
+        Ok(ep)
     }
 }
 

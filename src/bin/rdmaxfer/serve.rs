@@ -6,6 +6,10 @@
 //! file's data phase already runs a writer thread next to it), so a thread per session runs the
 //! existing session code unchanged, one slow or hostile peer blocks only its own thread, and the
 //! count is bounded by `--max-sessions` (plus at most as many short-lived refusal threads).
+//! The accept loop only takes each request (the CM connect request, or the TCP socket); the
+//! handshake (QP set-up, `rdma_accept` and ESTABLISHED, or the OOB exchange) runs on the
+//! session's or refusal's thread within `--timeout`, so a peer that stalls mid-handshake holds
+//! one slot for that long but never delays the other peers.
 //! An event loop would need every session step rewritten as a state machine, for no gain at
 //! this scale (tens of sessions; the data itself moves by RDMA WRITE without our threads).
 
@@ -30,7 +34,8 @@ pub struct Limits {
 }
 
 /// Serves peers, each on its own thread, at most `limits.max_sessions` at once. For each
-/// connection `admit` decides (e.g. takes a memory lease) or says why the receiver is busy;
+/// connection `admit` decides (e.g. takes a memory lease) or says why the receiver is busy,
+/// before the handshake (which runs on the connection's own thread);
 /// `refuse` tells a peer it is busy (on a short-lived thread, so a peer that does not take the
 /// refusal does not hold the accept loop); `one` serves an admitted session (numbered from 1).
 /// Failing sessions do not stop the server; the result is an error at the end if any failed.
@@ -54,11 +59,10 @@ pub fn serve_concurrent<T: Send>(
             if all_admitted && active.load(Ordering::Acquire) == 0 {
                 return false;
             }
-            let mut ep = match server.accept(Some(ACCEPT_POLL)) {
-                Ok(ep) => ep,
+            let incoming = match server.take(Some(ACCEPT_POLL)) {
+                Ok(p) => p,
                 Err(e) if e.is_timeout() => continue,
                 Err(e) => {
-                    // A peer that failed its handshake counts as served (as one at a time did).
                     if !all_admitted {
                         admitted += 1;
                     }
@@ -70,7 +74,7 @@ pub fn serve_concurrent<T: Send>(
                     continue;
                 }
             };
-            let who = ep.peer().addr.map_or("?".into(), |a| a.to_string());
+            let who = incoming.peer_addr().map_or("?".into(), |a| a.to_string());
             let busy = if all_admitted {
                 Err("it is finishing its last session".to_string())
             } else if active.load(Ordering::Acquire) >= max {
@@ -82,37 +86,53 @@ pub fn serve_concurrent<T: Send>(
             };
             match busy {
                 Ok(ticket) => {
+                    // A peer that then fails its handshake counts as served (as one at a time
+                    // did): its slot is taken until its set-up ends, on its own thread.
                     admitted += 1;
                     let id = admitted;
                     active.fetch_add(1, Ordering::AcqRel);
-                    eprintln!("session {id}: serving {who}");
                     sc.spawn(move || {
-                        let r = one(id, &mut ep, ticket);
-                        if let Err(e) = ep.close() {
-                            // The peer may already be gone; what mattered was reported by `one`.
-                            tracing::debug!("closing the connection to {who}: {e}");
-                        }
+                        let r = match incoming.finish() {
+                            Ok(mut ep) => {
+                                eprintln!("session {id}: serving {who}");
+                                let r = one(id, &mut ep, ticket);
+                                if let Err(e) = ep.close() {
+                                    // The peer may already be gone; `one` reported what mattered.
+                                    tracing::debug!("closing the connection to {who}: {e}");
+                                }
+                                r.map_err(|e| format!("session {id}: serving {who}: {e:#}"))
+                            }
+                            Err(e) => Err(format!("accepting a connection: {e}")),
+                        };
                         if let Err(e) = r {
                             failed_r.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("rdmaxfer: error: session {id}: serving {who}: {e:#}");
+                            eprintln!("rdmaxfer: error: {e}");
                         }
                         active_r.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
                 Err(why) => {
-                    eprintln!("refused {who}: busy: {why}");
                     if refusing.fetch_add(1, Ordering::AcqRel) < max {
                         sc.spawn(move || {
-                            refuse(&mut ep, &why);
-                            if let Err(e) = ep.close() {
-                                tracing::debug!("closing the refused connection to {who}: {e}");
+                            match incoming.finish() {
+                                Ok(mut ep) => {
+                                    eprintln!("refused {who}: busy: {why}");
+                                    refuse(&mut ep, &why);
+                                    if let Err(e) = ep.close() {
+                                        tracing::debug!(
+                                            "closing the refused connection to {who}: {e}"
+                                        );
+                                    }
+                                }
+                                Err(e) => eprintln!("refused {who}: busy: {why} ({e})"),
                             }
                             refusing_r.fetch_sub(1, Ordering::AcqRel);
                         });
                     } else {
                         // Too many refusals in flight: this one is just disconnected.
                         refusing.fetch_sub(1, Ordering::AcqRel);
-                        drop(ep);
+                        eprintln!("refused {who}: busy: {why} (disconnected: too many refusals)");
+                        drop(incoming);
                     }
                 }
             }

@@ -1,0 +1,215 @@
+//! Accepting in two steps, so a server can take connections on one thread and set each up on
+//! another: [`Listener::take`] / [`OobListener::take`] only take the next request (the CM
+//! CONNECT_REQUEST, already on its own event channel; or the accepted TCP socket) and return a
+//! [`Pending`] connection; [`Pending::finish`] does the rest (PD/CQ/QP, `rdma_accept` and the
+//! wait for ESTABLISHED; or the 52-byte exchange and RTR/RTS), each step within the options'
+//! timeout. A peer that stalls mid-handshake then holds only the thread that finishes it.
+//! `accept` is `take` then `finish`.
+
+use super::*;
+
+/// A connection taken from a listener whose set-up is not done yet: [`finish`](Self::finish)
+/// it (on any thread), or drop it to abandon the peer.
+pub struct Pending {
+    peer: Option<SocketAddr>,
+    opts: EndpointOptions,
+    how: How,
+}
+
+enum How {
+    Cm {
+        req: ConnectRequest,
+        listen: SocketAddr,
+    },
+    Oob(TcpStream),
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.how {
+            How::Cm { .. } => "rdma_cm",
+            How::Oob(_) => "oob",
+        };
+        write!(f, "Pending({kind}, from {})", fmt_addr(self.peer))
+    }
+}
+
+fn fmt_addr(a: Option<SocketAddr>) -> String {
+    a.map_or_else(|| "?".into(), |a| a.to_string())
+}
+
+impl Pending {
+    /// The peer's address, when known.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Sets the connection up (each step waits at most the listener's timeout). A CM client
+    /// that sent a bad handshake is rejected with a reason; one that fails mid-way only makes
+    /// this call fail.
+    pub fn finish(self) -> Result<Endpoint> {
+        let peer = self.peer;
+        let r = match self.how {
+            How::Cm { req, listen } => setup_cm(&self.opts, listen, req),
+            How::Oob(s) => setup_oob(&self.opts, s, peer),
+        };
+        r.map_err(|e| match e {
+            Error::Connection(m) => Error::Connection(format!("client {}: {m}", fmt_addr(peer))),
+            Error::Protocol(m) => Error::Protocol(format!("client {}: {m}", fmt_addr(peer))),
+            e => e,
+        })
+    }
+}
+
+impl Listener {
+    /// Waits (at most `wait`; `None`: forever) for the next connection request and sets it up:
+    /// [`take`](Self::take) then [`Pending::finish`].
+    pub fn accept(&mut self, wait: Option<Duration>) -> Result<Endpoint> {
+        self.take(wait)?.finish()
+    }
+
+    /// Waits (at most `wait`; `None`: forever) for the next connection request and takes it,
+    /// without setting it up.
+    pub fn take(&mut self, wait: Option<Duration>) -> Result<Pending> {
+        if let Some(b) = &self.broken {
+            return Err(Error::Connection(format!(
+                "listener on {} failed earlier: {b}",
+                self.addr
+            )));
+        }
+        let req = match self.id.get_request(wait) {
+            Ok(r) => r,
+            Err(e @ Error::Timeout { .. }) => return Err(e),
+            Err(e) => {
+                self.broken = Some(e.to_string());
+                return Err(e);
+            }
+        };
+        Ok(Pending {
+            peer: req.id.peer_addr(),
+            opts: self.opts.clone(),
+            how: How::Cm {
+                req,
+                listen: self.addr,
+            },
+        })
+    }
+}
+
+fn setup_cm(opts: &EndpointOptions, listen: SocketAddr, req: ConnectRequest) -> Result<Endpoint> {
+    let id = req.id;
+    let reject = |code: RejectCode, e: Error| -> Error {
+        let r = Reject {
+            code,
+            text: e.to_string(),
+        };
+        if let Err(x) = id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
+            tracing::debug!("rdma_reject: {x}");
+        }
+        e
+    };
+    let hello = match Hello::decode(&req.private_data) {
+        Ok(h) => h,
+        Err(e) => {
+            let code = if e.to_string().contains("version") {
+                RejectCode::Version
+            } else {
+                RejectCode::BadHandshake
+            };
+            return Err(reject(code, e));
+        }
+    };
+    let built = (|| -> Result<Parts> {
+        let ctx = id.context()?;
+        check_cm_device(opts, &ctx, &listen.to_string())?;
+        let port = ctx.query_port(id.port_num())?;
+        check_msg_size(opts, &ctx, &port)?;
+        let parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
+        parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
+        Ok(parts)
+    })();
+    let parts = built.map_err(|e| reject(RejectCode::Resources, e))?;
+    let param = ConnParam {
+        private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+            .encode()
+            .to_vec(),
+        // 255: as many as the peer asked for and the device allows (rdma_accept(3)).
+        responder_resources: DEPTH_AUTO,
+        initiator_depth: DEPTH_AUTO,
+        retry_count: RETRY_COUNT,
+        rnr_retry_count: RNR_RETRY,
+    };
+    id.set_ack_timeout(ACK_TIMEOUT)
+        .map_err(|e| reject(RejectCode::Resources, e))?;
+    id.accept(&param)?;
+    id.expect_event(
+        EventKind::Established,
+        opts.timeout,
+        "the client to complete the connection",
+    )?;
+    let peer_addr = id.peer_addr();
+    Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
+}
+
+impl OobListener {
+    /// Waits (at most `wait`; `None`: forever) for the next TCP client, then does the exchange
+    /// as ibv_rc_pingpong's server: read its 52 bytes, RTR/RTS, send ours, read `"done"`.
+    /// [`take`](Self::take) then [`Pending::finish`].
+    pub fn accept(&self, wait: Option<Duration>) -> Result<Endpoint> {
+        self.take(wait)?.finish()
+    }
+
+    /// Waits (at most `wait`; `None`: forever) for the next TCP client and accepts its socket,
+    /// without reading anything from it.
+    pub fn take(&self, wait: Option<Duration>) -> Result<Pending> {
+        let deadline = wait.map(|w| Instant::now() + w);
+        let (s, peer_addr) = loop {
+            match self.tcp.accept() {
+                Ok(x) => break x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if left == Some(Duration::ZERO) {
+                        return Err(Error::Timeout {
+                            what: "a TCP client",
+                            after: wait.unwrap_or_default(),
+                        });
+                    }
+                    crate::os::wait_readable(&self.tcp, left)
+                        .map_err(|e| Error::io("poll(TCP listener)", e))?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("accepting a TCP client", e)),
+            }
+        };
+        Ok(Pending {
+            peer: Some(peer_addr),
+            opts: self.opts.clone(),
+            how: How::Oob(s),
+        })
+    }
+}
+
+fn setup_oob(
+    opts: &EndpointOptions,
+    mut s: TcpStream,
+    peer_addr: Option<SocketAddr>,
+) -> Result<Endpoint> {
+    s.set_nonblocking(false)
+        .map_err(|e| Error::io("setting the TCP socket blocking", e))?;
+    set_timeouts(&s, opts.timeout)?;
+    let side = OobSide::new(choose(opts)?, opts)?;
+    let peer = OobDest::decode(&read_msg(
+        &mut s,
+        wire::OOB_MSG_LEN,
+        "the client's address",
+    )?)?;
+    side.connect(&peer)?;
+    write_all(&mut s, &side.me.encode(), "sending our address")?;
+    wire::check_done(&read_msg(
+        &mut s,
+        wire::OOB_DONE.len(),
+        "the client's \"done\"",
+    )?)?;
+    let local_addr = s.local_addr().ok();
+    Ok(side.finish(opts, peer, peer_addr, local_addr))
+}
