@@ -6,7 +6,18 @@
 //! timeout. A peer that stalls mid-handshake then holds only the thread that finishes it.
 //! `accept` is `take` then `finish`.
 
-use super::*;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::cm::{ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
+use crate::error::{Error, Result};
+use crate::xfer::wire::{self, Hello, OobDest, Reject, RejectCode};
+
+use super::cm::Listener;
+use super::conn::Endpoint;
+use super::oob::{read_msg, set_timeouts, write_all, OobListener, OobSide};
+use super::options::{EndpointOptions, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY};
+use super::setup::{check_cm_device, check_msg_size, choose, Parts};
 
 /// A connection taken from a listener whose set-up is not done yet: [`finish`](Self::finish)
 /// it (on any thread), or drop it to abandon the peer.

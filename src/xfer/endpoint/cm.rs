@@ -1,0 +1,150 @@
+//! Connection set-up over RDMA CM: the client ([`Endpoint::connect_cm`]) and the
+//! [`Listener`] (its accept is in [`super::accept`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::cm::{CmId, ConnParam, EventKind};
+use crate::error::{Error, Result};
+use crate::xfer::wire::{Hello, Reject};
+
+use super::conn::Endpoint;
+use super::options::{EndpointOptions, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY};
+use super::setup::{check_cm_device, check_msg_size, choose, gid_source, rd_atomic, Parts};
+
+impl Endpoint {
+    /// Connects to an rdmaxfer [`Listener`] with RDMA CM: resolve address and route, create
+    /// the QP, connect with the handshake as private data, wait for ESTABLISHED.
+    pub fn connect_cm(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
+        if opts.mtu.is_some() {
+            return Err(Error::InvalidArgument(
+                "the path MTU cannot be set with rdma_cm (it follows the route's netdev MTU); use --oob to set it".into(),
+            ));
+        }
+        let t = opts.timeout;
+        // Refuse bad options before any packet leaves: device, GID index, message size.
+        let pre = choose(opts)?;
+        let src = if opts.device.is_some() || opts.gid_index.is_some() {
+            Some(SocketAddr::new(gid_source(&pre.gid)?, 0))
+        } else {
+            None
+        };
+        drop(pre);
+        let id = CmId::new()?;
+        id.resolve_addr(src, dst, t)?;
+        id.expect_event(EventKind::AddrResolved, t, "resolving the server's address")?;
+        id.resolve_route(t)?;
+        id.expect_event(
+            EventKind::RouteResolved,
+            t,
+            "resolving the route to the server",
+        )?;
+        let ctx = id.context()?;
+        check_cm_device(opts, &ctx, &dst.to_string())?;
+        let port = ctx.query_port(id.port_num())?;
+        check_msg_size(opts, &ctx, &port)?;
+        let (resp, init) = rd_atomic(&ctx);
+        let parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
+        parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
+        let param = ConnParam {
+            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+                .encode()
+                .to_vec(),
+            responder_resources: resp,
+            initiator_depth: init,
+            retry_count: RETRY_COUNT,
+            rnr_retry_count: RNR_RETRY,
+        };
+        // rdma_cm's own ACK timeout on RoCE is 2.1 s (code 19), and Soft-RoCE often waits one ACK
+        // timeout to recover a lost packet: use ibv_rc_pingpong's, as the OOB path does.
+        id.set_ack_timeout(ACK_TIMEOUT)?;
+        id.connect(&param)?;
+        let what = "the connection to be established";
+        let ev = id.next_event(Some(t), what)?;
+        match ev.kind() {
+            EventKind::Established if ev.status() == 0 => {}
+            EventKind::Rejected => {
+                if let Some(r) = Reject::decode(ev.private_data()) {
+                    return Err(Error::Connection(format!(
+                        "connecting to {dst}: rejected by the server: {}",
+                        r.text
+                    )));
+                }
+                return Err(ev.to_error(&format!("connecting to {dst}")));
+            }
+            _ => return Err(ev.to_error(&format!("connecting to {dst}"))),
+        }
+        let hello = Hello::decode(ev.private_data())?;
+        drop(ev);
+        let peer_addr = id.peer_addr().or(Some(dst));
+        Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
+    }
+
+    /// Takes the next connection from `listener` (see [`Listener::accept`]): the server side of
+    /// [`connect_cm`](Self::connect_cm).
+    pub fn accept_cm(listener: &mut Listener, wait: Option<Duration>) -> Result<Endpoint> {
+        listener.accept(wait)
+    }
+}
+
+/// Accepts RDMA CM connections from rdmaxfer peers, one after another.
+pub struct Listener {
+    pub(super) id: CmId,
+    pub(super) opts: EndpointOptions,
+    pub(super) addr: SocketAddr,
+    pub(super) broken: Option<String>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Listener({})", self.addr)
+    }
+}
+
+impl Listener {
+    /// Binds and listens (`rdma_bind_addr` + `rdma_listen`). With an unspecified address and a
+    /// device or GID index given, listens on that GID's IPv4 address. Options are checked now.
+    pub fn bind(addr: SocketAddr, opts: &EndpointOptions) -> Result<Listener> {
+        if opts.mtu.is_some() {
+            return Err(Error::InvalidArgument(
+                "the path MTU cannot be set with rdma_cm (it follows the route's netdev MTU); use --oob to set it".into(),
+            ));
+        }
+        let mut addr = addr;
+        // Checks device, GID index and message size now, before any client shows up.
+        let c = choose(opts)?;
+        if addr.ip().is_unspecified() && (opts.device.is_some() || opts.gid_index.is_some()) {
+            addr.set_ip(gid_source(&c.gid)?);
+        }
+        drop(c);
+        let id = CmId::new()?;
+        id.bind_addr(addr).map_err(|e| {
+            if matches!(e.errno(), Some(x) if x == libc::EADDRNOTAVAIL || x == libc::ENODEV) {
+                Error::InvalidArgument(format!(
+                    "cannot listen on {addr}: no RDMA device has that address ({e})"
+                ))
+            } else {
+                e
+            }
+        })?;
+        id.listen(16)?;
+        let bound = id.local_addr().unwrap_or(addr);
+        Ok(Listener {
+            id,
+            opts: opts.clone(),
+            addr: bound,
+            broken: None,
+        })
+    }
+
+    /// The address listened on (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// True once the listener itself failed (e.g. its device was removed); accept fails from
+    /// then on. Failures of single clients do not break it.
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_some()
+    }
+}

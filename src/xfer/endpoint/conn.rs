@@ -1,0 +1,247 @@
+//! The [`Endpoint`] itself: its state (field order is teardown order), accessors, close and
+//! drop.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::cm::CmId;
+use crate::error::{Error, Result};
+use crate::verbs::{
+    Completion, CompletionQueue, Context, LocalBuf, ProtectionDomain, QueuePair, Retired, WcOpcode,
+};
+
+use super::options::{LocalInfo, PeerInfo, RESERVED_WR_ID};
+
+pub(super) const WR_DATA: u64 = RESERVED_WR_ID | 1;
+pub(super) const WR_CREDIT: u64 = RESERVED_WR_ID | 2;
+pub(super) const WR_RECV: u64 = RESERVED_WR_ID | 3;
+
+/// A received message waiting for the application: what [`Endpoint::recv_with`] needs of its
+/// completion (kept small: it is queued and taken once per message).
+pub(super) struct Ready {
+    pub(super) buf: LocalBuf,
+    /// Bytes received (or written, for an RDMA WRITE_WITH_IMM).
+    pub(super) len: u32,
+    pub(super) imm: Option<u32>,
+    pub(super) write_imm: bool,
+}
+
+impl Ready {
+    #[inline(always)]
+    pub(super) fn of(mut c: Completion) -> Result<Ready> {
+        let (len, imm) = (c.byte_len, c.imm);
+        let write_imm = c.opcode == WcOpcode::RecvRdmaWithImm;
+        let buf = c
+            .take_local()
+            .ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
+        Ok(Ready {
+            buf,
+            len,
+            imm,
+            write_imm,
+        })
+    }
+}
+
+pub(super) enum Flow {
+    /// `credits`: messages we may still send; `owed`: receives re-posted but not yet announced.
+    Credits {
+        credits: u32,
+        owed: u32,
+        threshold: u32,
+        credit_msg_pending: bool,
+    },
+    /// One outstanding message, one more per message taken from the peer.
+    Implicit { credits: u32 },
+}
+
+pub(super) fn credit_flow(peer_depth: u32) -> Flow {
+    Flow::Credits {
+        credits: peer_depth,
+        owed: 0,
+        threshold: peer_depth.div_ceil(2),
+        credit_msg_pending: false,
+    }
+}
+
+/// A connected RC queue pair with its resources, receive ring and flow control.
+pub struct Endpoint {
+    // Field order is drop order: the QP goes first (ERR, drain, destroy), the CM id last.
+    pub(super) qp: QueuePair,
+    pub(super) ready: VecDeque<Ready>,
+    pub(super) user_done: VecDeque<Completion>,
+    /// The caller's unsignaled work requests that one of our own completions retired: handed to
+    /// the caller with its next completion.
+    pub(super) user_retired: Vec<Retired>,
+    pub(super) send_pool: Vec<LocalBuf>,
+    /// Receive buffers taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
+    /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
+    /// their credits).
+    pub(super) deferred: Vec<(LocalBuf, usize)>,
+    pub(super) cq: CompletionQueue,
+    pub(super) pd: ProtectionDomain,
+    pub(super) ctx: Context,
+    pub(super) flow: Flow,
+    /// Our own SENDs (data and credit) not completed yet.
+    pub(super) sends_posted: u32,
+    /// Send-queue slots for our own SENDs.
+    pub(super) own_sq: u32,
+    pub(super) msg_size: usize,
+    /// Receives we keep posted.
+    pub(super) recv_depth: u32,
+    pub(super) peer_msg_size: usize,
+    pub(super) max_inline: u32,
+    pub(super) timeout: Duration,
+    pub(super) failed: Option<String>,
+    pub(super) disconnected: bool,
+    pub(super) local: LocalInfo,
+    pub(super) peer: PeerInfo,
+    pub(super) cm: Option<CmId>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local", &self.local)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A deadline that reads the clock only when a wait actually starts: reading it can cost
+/// microseconds (HPET in an emulated guest), which would show in every round trip.
+pub(super) struct Deadline {
+    pub(super) timeout: Duration,
+    pub(super) at: Option<Instant>,
+}
+
+impl Deadline {
+    pub(super) fn at(&mut self) -> Instant {
+        let t = self.timeout;
+        *self.at.get_or_insert_with(|| Instant::now() + t)
+    }
+}
+
+impl Endpoint {
+    /// The queue pair (to post the caller's own work requests, see [`post`](Self::post)).
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// The completion queue (send and receive). Poll it through [`poll_user`](Self::poll_user):
+    /// the endpoint's own completions must reach the endpoint.
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// The protection domain (to register buffers and exposed regions for this connection).
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// The device context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The largest message [`send`](Self::send) takes: ours and the peer's limit.
+    pub fn max_msg_size(&self) -> usize {
+        self.peer_msg_size
+    }
+
+    /// The size of our receive buffers.
+    pub fn msg_size(&self) -> usize {
+        self.msg_size
+    }
+
+    /// What this side uses.
+    pub fn local(&self) -> &LocalInfo {
+        &self.local
+    }
+
+    /// What was negotiated about the peer.
+    pub fn peer(&self) -> &PeerInfo {
+        &self.peer
+    }
+
+    /// The deadline of each step.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Changes the deadline of each step.
+    pub fn set_timeout(&mut self, t: Duration) {
+        if !t.is_zero() {
+            self.timeout = t;
+        }
+    }
+
+    /// Send-queue slots left for the caller's own work requests ([`post`](Self::post)).
+    pub fn user_send_depth(&self) -> u32 {
+        self.qp.caps().max_send_wr.saturating_sub(self.own_sq)
+    }
+
+    /// Receives kept posted for the peer's messages: the credits granted to it.
+    pub fn recv_depth(&self) -> u32 {
+        self.recv_depth
+    }
+
+    /// Messages we may send now without waiting for the peer.
+    pub fn credits(&self) -> u32 {
+        match self.flow {
+            Flow::Credits { credits, .. } | Flow::Implicit { credits } => credits,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn check_usable(&self) -> Result<()> {
+        match &self.failed {
+            Some(e) => Err(Error::Connection(format!(
+                "the endpoint failed earlier: {e}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn fail(&mut self, e: Error) -> Error {
+        if self.failed.is_none() {
+            self.failed = Some(e.to_string());
+        }
+        e
+    }
+
+    #[inline(always)]
+    pub(super) fn deadline(&self) -> Deadline {
+        Deadline {
+            timeout: self.timeout,
+            at: None,
+        }
+    }
+
+    /// Ends the connection gracefully: waits for sent messages to complete, then (CM)
+    /// disconnects. Dropping the endpoint tears down without waiting.
+    pub fn close(mut self) -> Result<()> {
+        let r = if self.failed.is_none() {
+            self.flush()
+        } else {
+            Ok(())
+        };
+        if let Some(id) = self.cm.take() {
+            if let Err(e) = id.disconnect() {
+                tracing::debug!("rdma_disconnect: {e}");
+            }
+            self.cm = Some(id);
+        }
+        r
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if let Some(id) = &self.cm {
+            // Moves the QP to ERR and tells the peer; the QP, CQ, PD and id are then torn down in
+            // field order. A second disconnect after close() fails harmlessly.
+            let _ = id.disconnect();
+        }
+    }
+}

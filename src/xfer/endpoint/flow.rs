@@ -1,0 +1,299 @@
+//! The credit engine: completions handled, credits applied and returned, receives re-posted,
+//! and the waits for progress (see the module docs of [`super`]).
+
+use std::time::{Duration, Instant};
+
+use crate::cm::EventKind;
+use crate::error::{Error, Result};
+use crate::verbs::{Completion, LocalBuf, SendOp, SendRequest, WaitMode, WcOpcode};
+use crate::xfer::wire::{self, ImmKind};
+
+use super::conn::{credit_flow, Deadline, Endpoint, Flow, Ready, WR_CREDIT, WR_DATA, WR_RECV};
+use super::options::RESERVED_WR_ID;
+
+/// Polls of the CQ in poll mode before a wait starts reading the clock.
+pub(super) const SPIN_POLLS: u32 = 2000;
+/// How often a wait for completions also looks for CM events (peer disconnect).
+pub(super) const CM_CHECK: Duration = Duration::from_millis(50);
+
+impl Endpoint {
+    /// Switches an out-of-band endpoint from ibv_rc_pingpong's one-message-at-a-time flow to
+    /// credit flow control (a no-op over CM, which has credits from the start). Both sides must
+    /// call it, the connecting side with `initiator`; so it is for rdmaxfer ↔ rdmaxfer only.
+    /// Each side sends one [`wire::Hello`] with its receive depth and message size.
+    pub fn enable_credits(&mut self, initiator: bool) -> Result<()> {
+        if !matches!(self.flow, Flow::Implicit { .. }) {
+            return Ok(());
+        }
+        let mine = wire::Hello::new(self.recv_depth, self.msg_size as u32).encode();
+        let theirs = if initiator {
+            self.send(&mine)?;
+            self.recv()?
+        } else {
+            let t = self.recv()?;
+            self.send(&mine)?;
+            t
+        };
+        let h = wire::Hello::decode(&theirs)?;
+        // Our hello used one of the peer's receives and we have not been told it is re-posted;
+        // we re-posted the one its hello used and owe it that credit.
+        let mut flow = credit_flow(h.recv_depth);
+        if let Flow::Credits { credits, owed, .. } = &mut flow {
+            *credits = h.recv_depth - 1;
+            *owed = 1;
+        }
+        self.flow = flow;
+        self.peer_msg_size = (h.msg_size as usize).min(self.msg_size);
+        self.peer.recv_depth = Some(h.recv_depth);
+        self.peer.msg_size = Some(h.msg_size);
+        Ok(())
+    }
+
+    /// Handles one completion: returns send buffers, applies credits, queues messages.
+    #[inline(always)]
+    pub(super) fn handle(&mut self, mut c: Completion) -> Result<()> {
+        if c.wr_id < RESERVED_WR_ID {
+            if !self.user_retired.is_empty() {
+                let mut r = std::mem::take(&mut self.user_retired);
+                r.append(&mut c.retired);
+                c.retired = r;
+            }
+            self.user_done.push_back(c);
+            return Ok(());
+        }
+        if !c.retired.is_empty() {
+            self.user_retired.append(&mut c.retired);
+        }
+        if !c.is_success() {
+            let e = c.to_error();
+            if c.status == crate::verbs::cq::WR_FLUSH_ERR && !self.user_done.is_empty() {
+                // A flush is the consequence; the caller's failed work request (already queued)
+                // is the cause: let it be seen first, and fail every later call.
+                self.failed.get_or_insert_with(|| e.to_string());
+                return Ok(());
+            }
+            return Err(e);
+        }
+        match c.wr_id {
+            WR_DATA | WR_CREDIT => {
+                // Our own SENDs are all signaled: one completion each.
+                self.sends_posted = self.sends_posted.saturating_sub(1);
+                while let Some(b) = c.take_local() {
+                    self.send_pool.push(b);
+                }
+                if let Flow::Credits {
+                    credit_msg_pending: true,
+                    ..
+                } = self.flow
+                {
+                    self.send_credit_msg()?;
+                }
+            }
+            WR_RECV => match (&mut self.flow, c.opcode, c.imm) {
+                (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) => {
+                    let (kind, n) = wire::decode_imm(imm)?;
+                    *credits = credits.saturating_add(n);
+                    match kind {
+                        ImmKind::Data => self.ready.push_back(Ready::of(c)?),
+                        ImmKind::Credit => {
+                            // Credit messages are not counted in the window: re-post at once.
+                            for buf in c.into_local_bufs() {
+                                self.qp.post_recv_buf(WR_RECV, buf)?;
+                            }
+                        }
+                    }
+                }
+                _ => self.ready.push_back(Ready::of(c)?),
+            },
+            other => {
+                return Err(Error::Protocol(format!(
+                    "completion with unknown internal wr_id {other:#x}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks for CM events without blocking; a disconnect or device removal is an error.
+    pub(super) fn check_cm(&mut self) -> Result<()> {
+        let Some(id) = &self.cm else { return Ok(()) };
+        while let Some(ev) = id.try_next_event()? {
+            match ev.kind() {
+                EventKind::Disconnected => self.disconnected = true,
+                EventKind::TimewaitExit | EventKind::AddrChange | EventKind::Established => {}
+                _ => return Err(ev.to_error("connection")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for at least one completion and handles it, or fails at `deadline`.
+    #[inline(always)]
+    pub(super) fn pump(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+        // A timeout leaves the endpoint usable (the caller may wait again); errors do not.
+        self.pump_inner(deadline, what)
+            .map_err(|e| if e.is_timeout() { e } else { self.fail(e) })
+    }
+
+    #[inline(always)]
+    pub(super) fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+        if !self.deferred.is_empty() {
+            // Re-posting returns credits: progress that the caller's condition may be waiting
+            // for (an OOB peer grants no credit of its own), so let it look again first.
+            return self.settle(true);
+        }
+        if !self.disconnected && deadline.at.is_none() {
+            // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
+            // a while in poll mode.
+            let spins = match self.cq.mode() {
+                WaitMode::Poll => SPIN_POLLS,
+                WaitMode::Event => 1,
+            };
+            for i in 1..=spins {
+                if let Some(c) = self.cq.poll_one()? {
+                    return self.handle(c);
+                }
+                // No spin_loop() hint: PAUSE makes an emulated (TCG) vCPU leave its translated
+                // code (0.14 µs each, measured), which would slow the polling.
+                if i % 256 == 0 {
+                    // Let kernel threads (rxe's deferred work) run on a busy guest.
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let after = deadline.timeout;
+        let deadline = deadline.at();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.disconnected {
+                // Take what arrived before the disconnect; after that there is nothing to wait for.
+                let cs = self.cq.poll(32)?;
+                if cs.is_empty() {
+                    return Err(Error::Connection(format!(
+                        "the peer disconnected while waiting for {what}"
+                    )));
+                }
+                for c in cs {
+                    self.handle(c)?;
+                }
+                return Ok(());
+            }
+            if left.is_zero() {
+                return Err(Error::Timeout { what, after });
+            }
+            let slice = if self.cm.is_some() {
+                left.min(CM_CHECK)
+            } else {
+                left
+            };
+            match self.cq.wait(32, slice) {
+                Ok(cs) => {
+                    for c in cs {
+                        self.handle(c)?;
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.is_timeout() => self.check_cm()?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub(super) fn send_credit_msg(&mut self) -> Result<()> {
+        let Flow::Credits {
+            owed,
+            credit_msg_pending,
+            ..
+        } = &mut self.flow
+        else {
+            return Ok(());
+        };
+        if self.sends_posted >= self.own_sq {
+            *credit_msg_pending = true;
+            return Ok(());
+        }
+        let n = std::mem::take(owed);
+        *credit_msg_pending = false;
+        let wr = SendRequest::new(
+            WR_CREDIT,
+            SendOp::SendWithImm(wire::encode_imm(ImmKind::Credit, n)),
+            [],
+        );
+        self.qp.post_send(wr)?;
+        self.sends_posted += 1;
+        Ok(())
+    }
+
+    /// Waits until a message may be sent (a credit and a send buffer).
+    #[inline(always)]
+    pub(super) fn reserve_send(&mut self, deadline: &mut Deadline) -> Result<LocalBuf> {
+        while self.credits() == 0 {
+            self.pump(
+                deadline,
+                "send credit from the peer (it is not taking messages)",
+            )?;
+        }
+        loop {
+            if self.sends_posted < self.own_sq {
+                if let Some(b) = self.send_pool.pop() {
+                    return Ok(b);
+                }
+            }
+            self.pump(deadline, "a send completion")?;
+        }
+    }
+
+    /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits
+    /// (with `credit_msg`, a credit message once enough are owed; see [`repost`](Self::repost)).
+    #[inline(always)]
+    pub(super) fn settle(&mut self, credit_msg: bool) -> Result<()> {
+        while let Some((buf, _)) = self.deferred.pop() {
+            self.repost(buf, credit_msg)?;
+        }
+        Ok(())
+    }
+
+    /// Re-posts one receive buffer and accounts for its credit; with `credit_msg`, a credit
+    /// message goes out once enough are owed (else they wait for the next message or re-post).
+    #[inline(always)]
+    pub(super) fn repost(&mut self, buf: LocalBuf, credit_msg: bool) -> Result<()> {
+        self.qp.post_recv_buf(WR_RECV, buf)?;
+        match &mut self.flow {
+            Flow::Credits {
+                owed, threshold, ..
+            } => {
+                *owed += 1;
+                if credit_msg && *owed >= *threshold {
+                    self.send_credit_msg()?;
+                }
+            }
+            // Its credit came when the message was taken (see recv_inner).
+            Flow::Implicit { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_threshold_is_half_rounded_up() {
+        for (depth, want) in [(1, 1), (2, 1), (3, 2), (16, 8)] {
+            match credit_flow(depth) {
+                Flow::Credits {
+                    credits,
+                    threshold,
+                    owed,
+                    ..
+                } => {
+                    assert_eq!((credits, threshold, owed), (depth, want, 0));
+                    // At most two unread credit messages: each carries >= threshold credits.
+                    assert!(depth / threshold <= 2);
+                }
+                Flow::Implicit { .. } => panic!("credit flow expected"),
+            }
+        }
+    }
+}

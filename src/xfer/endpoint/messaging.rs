@@ -1,0 +1,256 @@
+//! Messages: send, receive (lent or deferred), flush, and the caller's own work requests.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::verbs::{Completion, SendOp, SendRequest};
+use crate::xfer::wire::{self, ImmKind};
+
+use super::conn::{Deadline, Endpoint, Flow, Ready, WR_DATA};
+use super::options::RESERVED_WR_ID;
+
+/// A received message, lent to [`Endpoint::recv_with`]'s closure.
+#[derive(Debug)]
+pub struct Message<'a> {
+    /// The payload (empty for an RDMA WRITE_WITH_IMM).
+    pub data: &'a [u8],
+    /// The caller's immediate data: of an RDMA WRITE_WITH_IMM, or of a SEND_WITH_IMM from a
+    /// peer without credits (OOB). `None` for rdmaxfer messages (their immediate is internal).
+    pub imm: Option<u32>,
+    /// For an RDMA WRITE_WITH_IMM: how many bytes the peer wrote.
+    pub rdma_write_len: Option<u32>,
+}
+
+impl Endpoint {
+    /// Sends a message of `len` bytes that `fill` writes into a registered buffer, waiting (at
+    /// most the timeout) for a credit and a free buffer.
+    #[inline(always)]
+    pub fn send_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.send_then(len, fill, |_| ())
+    }
+
+    /// [`send_with`](Self::send_with), then `after` on the payload of the last message taken
+    /// with [`recv_deferred`](Self::recv_deferred) (empty if none), before its buffer is
+    /// re-posted: work on the previous message that need not delay this one. When the send has
+    /// to wait first (which re-posts deferred receives), `after` runs before the wait.
+    #[inline(always)]
+    pub(crate) fn send_then<R>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        after: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        self.check_usable()?;
+        if len > self.peer_msg_size {
+            return Err(Error::InvalidArgument(format!(
+                "message of {len} bytes exceeds the limit of {}",
+                self.peer_msg_size
+            )));
+        }
+        let mut after = Some(after);
+        let mut out = None;
+        let can_send_now =
+            self.credits() > 0 && self.sends_posted < self.own_sq && !self.send_pool.is_empty();
+        if !can_send_now {
+            out = after.take().map(|a| a(self.last_deferred()));
+        }
+        let mut deadline = self.deadline();
+        let mut buf = self.reserve_send(&mut deadline)?;
+        fill(&mut buf[..len]);
+        let op = match &mut self.flow {
+            Flow::Credits { owed, .. } => {
+                SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed)))
+            }
+            Flow::Implicit { .. } => SendOp::Send,
+        };
+        let inline = len as u64 <= u64::from(self.max_inline) && len > 0;
+        if let Err(e) = self
+            .qp
+            .post_send_buf(WR_DATA, op, buf, 0, len, true, inline)
+        {
+            self.send_pool
+                .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
+            return Err(self.fail(e.error));
+        }
+        self.sends_posted += 1;
+        match &mut self.flow {
+            Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
+        }
+        if let Some(a) = after.take() {
+            out = Some(a(self.last_deferred()));
+        }
+        // After the post: a reply that waited for this message is not delayed by re-posts.
+        self.settle(true).map_err(|e| self.fail(e))?;
+        Ok(out.expect("`after` ran before or after the post"))
+    }
+
+    /// The payload of the last message [`recv_deferred`](Self::recv_deferred) took and that is
+    /// not re-posted yet (empty if none).
+    pub(super) fn last_deferred(&self) -> &[u8] {
+        self.deferred.last().map_or(&[], |(b, n)| &b[..*n])
+    }
+
+    /// Sends `data` as one message (copied into a registered buffer).
+    pub fn send(&mut self, data: &[u8]) -> Result<()> {
+        self.send_with(data.len(), |b| b.copy_from_slice(data))
+    }
+
+    /// Waits (at most the timeout) for the next message, lends it to `f`, then re-posts its
+    /// buffer and returns the credit.
+    pub fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+        self.recv_inner(f, false)
+    }
+
+    /// Like [`recv_with`](Self::recv_with), but the buffer is re-posted (and its credit
+    /// returned) only by the next call that sends or waits: a ping-pong reply is then posted
+    /// before the re-post, which stays off the round trip.
+    #[inline(always)]
+    pub(crate) fn recv_deferred<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+        self.recv_inner(f, true)
+    }
+
+    #[inline(always)]
+    pub(super) fn recv_inner<R>(
+        &mut self,
+        f: impl FnOnce(Message<'_>) -> R,
+        defer: bool,
+    ) -> Result<R> {
+        self.check_usable()?;
+        let mut deadline = self.deadline();
+        while self.ready.is_empty() {
+            self.pump(&mut deadline, "a message from the peer")?;
+        }
+        let Ready {
+            buf,
+            len,
+            imm,
+            write_imm,
+        } = self.ready.pop_front().expect("not empty");
+        if let Flow::Implicit { credits } = &mut self.flow {
+            // Request/response: a reply taken allows the next request.
+            *credits += 1;
+        }
+        let imm = match self.flow {
+            Flow::Credits { .. } if !write_imm => None,
+            _ => imm,
+        };
+        let len = len as usize;
+        let out = if write_imm {
+            f(Message {
+                data: &[],
+                imm,
+                rdma_write_len: Some(len as u32),
+            })
+        } else {
+            let data = buf.get(..len).ok_or_else(|| {
+                Error::Protocol(format!(
+                    "received {len} bytes into a {}-byte buffer",
+                    buf.len()
+                ))
+            })?;
+            f(Message {
+                data,
+                imm,
+                rdma_write_len: None,
+            })
+        };
+        if defer {
+            self.deferred.push((buf, if write_imm { 0 } else { len }));
+        } else {
+            self.repost(buf, true).map_err(|e| self.fail(e))?;
+        }
+        Ok(out)
+    }
+
+    /// Waits for the next message and returns a copy of its payload.
+    pub fn recv(&mut self) -> Result<Vec<u8>> {
+        self.recv_with(|m| m.data.to_vec())
+    }
+
+    /// Waits until every message sent so far has completed (was acknowledged by the peer).
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_usable()?;
+        // The deferred receives go back, but no credit message for them: a flush ends a burst of
+        // ours, and a peer that has finished too would not be there to take it.
+        self.settle(false).map_err(|e| self.fail(e))?;
+        self.wait_sent()
+    }
+
+    /// Waits until every message sent so far has completed; does nothing else when they have
+    /// (unlike [`flush`](Self::flush), it leaves deferred receives for later).
+    pub(crate) fn wait_sent(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.sends_posted > 0 {
+            // The wait would re-post deferred receives: without a credit message, as in flush.
+            self.settle(false).map_err(|e| self.fail(e))?;
+        }
+        let mut deadline = self.deadline();
+        while self.sends_posted > 0 {
+            self.pump(&mut deadline, "the last sends to complete")?;
+        }
+        Ok(())
+    }
+
+    /// Posts the caller's own work request (RDMA READ / WRITE / WRITE_WITH_IMM) on the QP. Its
+    /// wr_id must be below [`RESERVED_WR_ID`]. Its completion, from [`poll_user`](Self::poll_user),
+    /// hands the buffers back; an unsignaled one's come back in the `retired` list of a later
+    /// completion (so the last of a batch must be signaled). WRITE_WITH_IMM consumes a
+    /// receive at the peer, so it waits for (and spends) a credit. SENDs go through
+    /// [`send`](Self::send).
+    pub fn post(&mut self, wr: SendRequest) -> Result<(), crate::verbs::PostError> {
+        let refuse = |wr: SendRequest, msg: String| {
+            let e = crate::verbs::PostError {
+                error: Error::InvalidArgument(msg),
+                bufs: crate::verbs::Bufs::new(),
+            };
+            drop(wr);
+            Err(e)
+        };
+        if wr.wr_id() >= RESERVED_WR_ID {
+            return refuse(wr, format!("wr_id must be below {RESERVED_WR_ID:#x}"));
+        }
+        if matches!(wr.op(), SendOp::Send | SendOp::SendWithImm(_)) {
+            return refuse(
+                wr,
+                "use Endpoint::send for SENDs (they carry flow-control credits)".into(),
+            );
+        }
+        if let Err(e) = self.check_usable() {
+            return Err(crate::verbs::PostError {
+                error: e,
+                bufs: crate::verbs::Bufs::new(),
+            });
+        }
+        let needs_credit = matches!(wr.op(), SendOp::WriteWithImm(..));
+        if needs_credit {
+            let mut deadline = self.deadline();
+            while self.credits() == 0 {
+                if let Err(e) = self.pump(&mut deadline, "send credit from the peer") {
+                    return Err(crate::verbs::PostError {
+                        error: e,
+                        bufs: crate::verbs::Bufs::new(),
+                    });
+                }
+            }
+        }
+        self.qp.post_send(wr)?;
+        if needs_credit {
+            match &mut self.flow {
+                Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits (at most `timeout`) for completions of work requests posted with
+    /// [`post`](Self::post), handling the endpoint's own on the way. Returns at least one.
+    pub fn poll_user(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        self.check_usable()?;
+        let mut deadline = Deadline { timeout, at: None };
+        while self.user_done.is_empty() {
+            self.pump(&mut deadline, "a work completion")?;
+        }
+        let n = max.max(1).min(self.user_done.len());
+        Ok(self.user_done.drain(..n).collect())
+    }
+}

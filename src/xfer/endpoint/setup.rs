@@ -1,0 +1,315 @@
+//! What every set-up shares: options checked against the device, PD/CQ/QP made, receives
+//! posted, and the parts turned into an [`Endpoint`].
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use crate::cm::CmId;
+use crate::error::{Error, Result};
+use crate::verbs::{
+    CompletionQueue, Context, GidEntry, LocalBuf, PortAttr, ProtectionDomain, QpCaps, QueuePair,
+};
+use crate::xfer::wire::Hello;
+
+use super::conn::{credit_flow, Endpoint, Flow, WR_RECV};
+use super::options::{EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport};
+
+/// Outstanding RDMA READs asked for (capped by the device).
+pub(super) const RD_ATOMIC: u32 = 16;
+/// Inline data asked for; creation is retried without inline if the device refuses.
+pub(super) const INLINE: u32 = 128;
+
+/// Resources of an endpoint being set up.
+pub(super) struct Parts {
+    pub(super) ctx: Context,
+    pub(super) pd: ProtectionDomain,
+    pub(super) cq: CompletionQueue,
+    pub(super) qp: QueuePair,
+    pub(super) send_pool: Vec<LocalBuf>,
+    pub(super) own_sq: u32,
+    pub(super) port: PortAttr,
+}
+
+/// Resolves `host:port` to one socket address (IPv4 preferred, as rdma_cm on RoCE needs).
+pub fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format!("resolving {host:?}"), e))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| Error::InvalidArgument(format!("{host:?} resolves to no address")))
+}
+
+pub(super) fn check_msg_size(opts: &EndpointOptions, ctx: &Context, port: &PortAttr) -> Result<()> {
+    if opts.msg_size as u64 > u64::from(port.max_msg_sz) {
+        return Err(Error::InvalidArgument(format!(
+            "message size {} exceeds the max message size of {} port {} ({} bytes)",
+            opts.msg_size,
+            ctx.name(),
+            port.port,
+            port.max_msg_sz
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn caps(opts: &EndpointOptions, inline: u32) -> Result<(QpCaps, u32)> {
+    let too_large = || Error::TooLarge {
+        what: "queue pair depth",
+        detail: format!(
+            "send depth {} + {} extra send work requests, receive depth {} (+ 2 each) overflow u32",
+            opts.send_depth, opts.extra_send_wr, opts.recv_depth
+        ),
+    };
+    let own_sq = opts.send_depth.checked_add(2).ok_or_else(too_large)?;
+    let caps = QpCaps {
+        max_send_wr: own_sq
+            .checked_add(opts.extra_send_wr)
+            .ok_or_else(too_large)?,
+        max_recv_wr: opts.recv_depth.checked_add(2).ok_or_else(too_large)?,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: inline,
+    };
+    Ok((caps, own_sq))
+}
+
+/// CQ entries for one QP's send and receive queues, plus spares.
+pub(super) fn cq_len(c: &QpCaps) -> Result<u32> {
+    c.max_send_wr
+        .checked_add(c.max_recv_wr)
+        .and_then(|n| n.checked_add(8))
+        .ok_or_else(|| Error::TooLarge {
+            what: "completion queue",
+            detail: format!(
+                "{} send + {} receive work requests + 8 overflow u32",
+                c.max_send_wr, c.max_recv_wr
+            ),
+        })
+}
+
+/// The device and GID to use, checked before anything touches the network.
+pub(super) struct Choice {
+    pub(super) ctx: Context,
+    pub(super) port: PortAttr,
+    pub(super) gid: GidEntry,
+}
+
+pub(super) fn choose(opts: &EndpointOptions) -> Result<Choice> {
+    opts.validate()?;
+    let ctx = Context::open(opts.device.as_deref())?;
+    let port = ctx.first_active_port()?;
+    let gid = ctx.choose_gid(port.port, opts.gid_index)?;
+    check_msg_size(opts, &ctx, &port)?;
+    Ok(Choice { ctx, port, gid })
+}
+
+pub(super) fn rd_atomic(ctx: &Context) -> (u8, u8) {
+    match ctx.query_device() {
+        Ok(a) => (
+            a.max_qp_rd_atom.min(RD_ATOMIC) as u8,
+            a.max_qp_init_rd_atom.min(RD_ATOMIC) as u8,
+        ),
+        Err(_) => (1, 1),
+    }
+}
+
+impl Parts {
+    /// PD, CQ, send buffers and a QP made by `make_qp` (retried without inline data if the
+    /// device refuses it).
+    pub(super) fn new(
+        ctx: Context,
+        port: PortAttr,
+        opts: &EndpointOptions,
+        make_qp: impl Fn(&ProtectionDomain, &CompletionQueue, QpCaps) -> Result<QueuePair>,
+    ) -> Result<Parts> {
+        let pd = ProtectionDomain::new(&ctx)?;
+        let (c, own_sq) = caps(opts, INLINE)?;
+        let cq = CompletionQueue::new(&ctx, cq_len(&c)?, opts.wait)?;
+        let qp = match make_qp(&pd, &cq, c) {
+            Ok(qp) => qp,
+            Err(_) => make_qp(&pd, &cq, caps(opts, 0)?.0)?,
+        };
+        let send_pool = LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?;
+        Ok(Parts {
+            ctx,
+            pd,
+            cq,
+            qp,
+            send_pool,
+            own_sq,
+            port,
+        })
+    }
+
+    /// Posts `n` receives of `msg_size` bytes.
+    pub(super) fn post_receives(&self, msg_size: usize, n: u32) -> Result<()> {
+        for buf in LocalBuf::slots(&self.pd, msg_size, n as usize)? {
+            self.qp.post_recv_buf(WR_RECV, buf)?;
+        }
+        Ok(())
+    }
+
+    /// A connected rdma_cm endpoint: the QP is in RTS (rdma_cm moved it) and `hello` is the
+    /// peer's handshake.
+    pub(super) fn into_cm_endpoint(
+        self,
+        opts: &EndpointOptions,
+        hello: &Hello,
+        peer_addr: Option<SocketAddr>,
+        id: CmId,
+    ) -> Endpoint {
+        self.qp.set_state(crate::verbs::QpState::Rts);
+        let (sgid, dgid) = id.gids();
+        let local = LocalInfo {
+            transport: Transport::Cm,
+            device: self.ctx.name().to_string(),
+            port: self.port.port,
+            addr: id.local_addr(),
+            qpn: self.qp.qp_num(),
+            psn: None,
+            lid: self.port.lid,
+            gid: sgid,
+            gid_index: None,
+            path_mtu: self.port.active_mtu,
+            port_max_msg: self.port.max_msg_sz,
+        };
+        let peer = PeerInfo {
+            addr: peer_addr,
+            kind: PeerKind::Rdmaxfer {
+                version: hello.version,
+            },
+            qpn: None,
+            psn: None,
+            lid: 0,
+            gid: dgid,
+            recv_depth: Some(hello.recv_depth),
+            msg_size: Some(hello.msg_size),
+        };
+        self.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id))
+    }
+
+    pub(super) fn into_endpoint(
+        self,
+        opts: &EndpointOptions,
+        flow: Flow,
+        local: LocalInfo,
+        peer: PeerInfo,
+        cm: Option<CmId>,
+    ) -> Endpoint {
+        let peer_msg_size = peer
+            .msg_size
+            .map_or(opts.msg_size, |m| (m as usize).min(opts.msg_size));
+        let max_inline = self.qp.caps().max_inline_data;
+        Endpoint {
+            qp: self.qp,
+            ready: VecDeque::new(),
+            user_done: VecDeque::new(),
+            user_retired: Vec::new(),
+            send_pool: self.send_pool,
+            deferred: Vec::new(),
+            cq: self.cq,
+            pd: self.pd,
+            ctx: self.ctx,
+            flow,
+            sends_posted: 0,
+            own_sq: self.own_sq,
+            msg_size: opts.msg_size,
+            recv_depth: opts.recv_depth,
+            peer_msg_size,
+            max_inline,
+            timeout: opts.timeout,
+            failed: None,
+            disconnected: false,
+            local,
+            peer,
+            cm,
+        }
+    }
+}
+
+/// The IPv4 address of a GID, as the source address rdma_cm should use.
+pub(super) fn gid_source(gid: &GidEntry) -> Result<IpAddr> {
+    gid.gid.ipv4().map(IpAddr::V4).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "GID index {} ({}) has no IPv4 address; rdma_cm needs one: choose the IPv4-mapped RoCE v2 GID or use --oob",
+            gid.index, gid.gid
+        ))
+    })
+}
+
+pub(super) fn check_cm_device(opts: &EndpointOptions, ctx: &Context, addr: &str) -> Result<()> {
+    if let Some(d) = &opts.device {
+        if d != ctx.name() {
+            return Err(Error::InvalidArgument(format!(
+                "{addr} is reached through device {}, not {d}",
+                ctx.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_leave_room_for_credit_messages_and_spares() {
+        let o = EndpointOptions {
+            send_depth: 4,
+            recv_depth: 8,
+            extra_send_wr: 10,
+            ..Default::default()
+        };
+        let (c, own) = caps(&o, 64).unwrap();
+        assert_eq!(own, 6);
+        assert_eq!(c.max_send_wr, 16);
+        assert_eq!(c.max_recv_wr, 10);
+        assert_eq!(c.max_inline_data, 64);
+        assert_eq!(cq_len(&c).unwrap(), 34);
+        let huge = EndpointOptions {
+            extra_send_wr: u32::MAX - 5,
+            ..o
+        };
+        assert!(matches!(caps(&huge, 0), Err(Error::TooLarge { .. })));
+        let c = QpCaps {
+            max_send_wr: u32::MAX - 8,
+            ..c
+        };
+        assert!(matches!(cq_len(&c), Err(Error::TooLarge { .. })));
+    }
+
+    #[test]
+    fn gid_source_needs_ipv4() {
+        let v4 = GidEntry {
+            index: 1,
+            gid: "::ffff:198.18.0.1".parse().unwrap(),
+            gid_type: crate::verbs::GidType::RoceV2,
+            netdev: None,
+        };
+        assert_eq!(
+            gid_source(&v4).unwrap(),
+            "198.18.0.1".parse::<IpAddr>().unwrap()
+        );
+        let ll = GidEntry {
+            index: 0,
+            gid: "fe80::1".parse().unwrap(),
+            ..v4
+        };
+        assert!(gid_source(&ll).unwrap_err().to_string().contains("IPv4"));
+    }
+
+    #[test]
+    fn resolve_host_prefers_ipv4() {
+        assert_eq!(
+            resolve_host("127.0.0.1", 5).unwrap(),
+            "127.0.0.1:5".parse().unwrap()
+        );
+        assert!(resolve_host("[::1]", 5).is_err() || resolve_host("::1", 5).is_ok());
+    }
+}
