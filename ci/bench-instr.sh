@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ci/bench-instr.sh [REPS] — build rdmaxfer (release), boot one guest and run ci/guest-bench-instr.sh
-# there: user-space instructions per ping-pong round trip, rdmaxfer next to ibv_rc_pingpong
-# (callgrind). Outputs in target/bench/instr/.
+# there: user-space instructions per ping-pong round trip, rdmaxfer next to ibv_rc_pingpong, and
+# per 64 KiB work request, rdmaxfer bench write / send next to ib_write_bw / ib_send_bw
+# (callgrind). INSTR_PARTS="pp" or "bw" runs only one part. Outputs in target/bench/instr/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 ci_path
+export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS" # pp, bw or both (default)
 ci_guest_bench target/bench/instr ci/guest-bench-instr.sh "${1:-2}"

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # ci/guest-bench-instr.sh OUTDIR [REPS] — runs INSIDE the guest: user-space instructions per
-# ping-pong round trip, rdmaxfer pingpong (RDMA CM) next to ibv_rc_pingpong, counted by
+# ping-pong round trip, rdmaxfer pingpong (RDMA CM) next to ibv_rc_pingpong, and per 64 KiB work
+# request, rdmaxfer bench write / send (--oob) next to ib_write_bw / ib_send_bw, counted by
 # valgrind's callgrind. Each side of each tool runs with -n 1000 and with -n 3000 under callgrind
 # (the other side runs natively), REPS times each (default 2); (min Ir(3000) - min Ir(1000)) / 2000
 # is that side's count per round trip, with start-up and teardown cancelled out (and rdmaxfer's
-# statistics after the loop left out). Unlike timings, these counts do not depend on how fast the
+# statistics after the loop left out). The bandwidth tools run with -n 1000 and -n 2000: the
+# difference / 1000 is the count per work request (message), each side's. Unlike timings, these counts do not depend on how fast the
 # emulated guest runs, except for busy-poll spins: a stall of the other side adds spins, and the
 # minimum over the repetitions leaves such runs out. Soft-RoCE's protocol work runs in the kernel
 # and is not counted.
+# INSTR_PARTS="pp bw" (default) selects the ping-pong and/or bandwidth part.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -67,8 +70,54 @@ run() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$size" "$side" "$n" "$r" "$(counted "$name.callgrind")" >>"$tsv"
 }
 
+# run_bw TOOL OP SIDE N REP — one bandwidth run (64 KiB messages) with SIDE under callgrind;
+# TOOL is perftest (ib_OP_bw) or rdmaxfer (bench OP --oob, perftest's TCP exchange).
+run_bw() {
+  local tool="$1" op="$2" side="$3" n="$4" r="$5" name spid src=0 crc=0
+  name="$out/bw.$tool.$op.$side.$n.$r"
+  port=$((port + 1))
+  local s=() c=() sv=() cv=() vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
+  if [[ $tool == rdmaxfer ]]; then
+    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" --listen "$ip" --count 1 -p "$port")
+    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" -p "$port" "$ip")
+  else
+    s=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" -p "$port")
+    c=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" -p "$port" "$ip")
+  fi
+  if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
+  timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
+  spid=$!
+  wait_tcp "$port" "$spid" || { fails=$((fails + 1)); return 1; }
+  timeout 300 "${cv[@]}" "${c[@]}" >"$name.client.txt" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  if ((src || crc)); then
+    echo "!! $tool $op (64 KiB, $side under callgrind, -n $n): server rc $src, client rc $crc"
+    tail -n 5 "$name".*.txt
+    fails=$((fails + 1))
+    return 1
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$op" "$side" "$n" "$r" \
+    "$(awk '/^(summary|totals):/ {print $2; exit}' "$name.callgrind")" >>"$bwtsv"
+}
+
+bwtsv="$out/instr-bw.tsv"
+printf 'tool\top\tside\titers\trep\tinstructions\n' >"$bwtsv"
+
+# INSTR_PARTS: which parts to run (default both): pp (ping-pong), bw (bandwidth).
+parts=" ${INSTR_PARTS:-pp bw} "
 for r in $(seq 1 "$reps"); do
-  for size in 2 4096; do
+  if [[ $parts == *" bw "* ]]; then
+    for op in write send; do
+      for tool in perftest rdmaxfer; do
+        for side in client server; do
+          for n in 1000 2000; do
+            run_bw "$tool" "$op" "$side" "$n" "$r" || true
+          done
+        done
+      done
+    done
+  fi
+  [[ $parts != *" pp "* ]] || for size in 2 4096; do
     for tool in ibv_rc_pingpong rdmaxfer; do
       for side in client server; do
         for n in 1000 3000; do
@@ -98,6 +147,26 @@ for size in ("2", "4096"):
         f = lambda v: "n/a" if v is None else f"{v:.0f}"
         q = "n/a" if a is None or r is None or a <= 0 else f"{r / a:.2f}"
         print(f"{size:>6} {side:<7} {f(a):>16} {f(r):>10} {q:>7}")
+PY
+python3 - "$bwtsv" <<'PY' | tee -a "$out/instr-summary.txt"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+def least(tool, op, side, n):
+    v = [int(r["instructions"]) for r in rows
+         if (r["tool"], r["op"], r["side"], r["iters"]) == (tool, op, side, n)]
+    return min(v) if v else None
+def per_wr(tool, op, side):
+    a, b = least(tool, op, side, "1000"), least(tool, op, side, "2000")
+    return None if a is None or b is None else (b - a) / 1000
+print("== user-space instructions per 64 KiB work request (callgrind; (min Ir at -n 2000 - min Ir")
+print("   at -n 1000) / 1000; busy-poll spins included, as in the tools' own loops)")
+print(f"{'op':>6} {'side':<7} {'ib_*_bw':>16} {'rdmaxfer':>10} {'ratio':>7}")
+for op in ("write", "send"):
+    for side in ("client", "server"):
+        a, r = per_wr("perftest", op, side), per_wr("rdmaxfer", op, side)
+        f = lambda v: "n/a" if v is None else f"{v:.0f}"
+        q = "n/a" if a is None or r is None or a <= 0 else f"{r / a:.2f}"
+        print(f"{op:>6} {side:<7} {f(a):>16} {f(r):>10} {q:>7}")
 PY
 echo "== instruction bench done: $fails failed run(s)"
 exit $((fails > 0))
