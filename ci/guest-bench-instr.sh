@@ -71,18 +71,25 @@ run() {
 }
 
 # run_bw TOOL OP SIDE N REP — one bandwidth run (64 KiB messages) with SIDE under callgrind;
-# TOOL is perftest (ib_OP_bw) or rdmaxfer (bench OP --oob, perftest's TCP exchange).
+# TOOL is perftest (ib_OP_bw) or rdmaxfer (bench OP --oob, perftest's TCP exchange). OP send-e is
+# SEND with both sides sleeping on completion events (ib_send_bw -e, bench send --event): no
+# busy-poll spins in the count, which in poll mode measure how long the kernel took, not the
+# work per message (perftest has events for SEND only).
 run_bw() {
-  local tool="$1" op="$2" side="$3" n="$4" r="$5" name spid src=0 crc=0
+  local tool="$1" op="$2" side="$3" n="$4" r="$5" name spid src=0 crc=0 ev=()
   name="$out/bw.$tool.$op.$side.$n.$r"
   port=$((port + 1))
   local s=() c=() sv=() cv=() vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
+  if [[ $op == send-e ]]; then
+    op=send
+    if [[ $tool == rdmaxfer ]]; then ev=(--event); else ev=(-e); fi
+  fi
   if [[ $tool == rdmaxfer ]]; then
-    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" --listen "$ip" --count 1 -p "$port")
-    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" -p "$port" "$ip")
+    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --listen "$ip" --count 1 -p "$port")
+    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
   else
-    s=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" -p "$port")
-    c=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" -p "$port" "$ip")
+    s=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port")
+    c=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
   fi
   if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
   timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
@@ -96,7 +103,7 @@ run_bw() {
     fails=$((fails + 1))
     return 1
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$op" "$side" "$n" "$r" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$2" "$side" "$n" "$r" \
     "$(awk '/^(summary|totals):/ {print $2; exit}' "$name.callgrind")" >>"$bwtsv"
 }
 
@@ -107,7 +114,7 @@ printf 'tool\top\tside\titers\trep\tinstructions\n' >"$bwtsv"
 parts=" ${INSTR_PARTS:-pp bw} "
 for r in $(seq 1 "$reps"); do
   if [[ $parts == *" bw "* ]]; then
-    for op in write send; do
+    for op in write send send-e; do
       for tool in perftest rdmaxfer; do
         for side in client server; do
           for n in 1000 2000; do
@@ -159,9 +166,10 @@ def per_wr(tool, op, side):
     a, b = least(tool, op, side, "1000"), least(tool, op, side, "2000")
     return None if a is None or b is None else (b - a) / 1000
 print("== user-space instructions per 64 KiB work request (callgrind; (min Ir at -n 2000 - min Ir")
-print("   at -n 1000) / 1000; busy-poll spins included, as in the tools' own loops)")
+print("   at -n 1000) / 1000). write and send busy-poll: their counts are mostly empty polls while")
+print("   the kernel moves the data; send-e sleeps on events on both sides (ib_send_bw -e, --event)")
 print(f"{'op':>6} {'side':<7} {'ib_*_bw':>16} {'rdmaxfer':>10} {'ratio':>7}")
-for op in ("write", "send"):
+for op in ("write", "send", "send-e"):
     for side in ("client", "server"):
         a, r = per_wr("perftest", op, side), per_wr("rdmaxfer", op, side)
         f = lambda v: "n/a" if v is None else f"{v:.0f}"

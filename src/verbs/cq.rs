@@ -5,9 +5,12 @@
 //! lives here, keyed by an internal work request id, until its completion is polled. That is how
 //! posted memory stays out of reach of safe code (and survives `mem::forget` of any handle).
 
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::ffi::CStr;
+use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -237,7 +240,6 @@ pub const REM_ACCESS_ERR: u32 = sys::IBV_WC_REM_ACCESS_ERR;
 pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
 
 pub(crate) struct Entry {
-    pub(crate) id: u64,
     pub(crate) wr_id: u64,
     pub(crate) bufs: Bufs,
     pub(crate) op: &'static str,
@@ -254,14 +256,17 @@ impl<V> Default for QpMap<V> {
 }
 
 impl<V: Default> QpMap<V> {
+    #[cfg(test)]
     fn get(&self, qpn: u32) -> Option<&V> {
         self.0.iter().find(|(k, _)| *k == qpn).map(|(_, v)| v)
     }
 
+    #[inline(always)]
     fn get_mut(&mut self, qpn: u32) -> Option<&mut V> {
         self.0.iter_mut().find(|(k, _)| *k == qpn).map(|(_, v)| v)
     }
 
+    #[inline(always)]
     fn get_or_default(&mut self, qpn: u32) -> &mut V {
         let i = match self.0.iter().position(|(k, _)| *k == qpn) {
             Some(i) => i,
@@ -279,16 +284,80 @@ impl<V: Default> QpMap<V> {
     }
 }
 
-#[derive(Default)]
+/// No slot (end of a list).
+const NIL: u32 = u32::MAX;
+/// The low 32 bits of an internal work request id are its slot index.
+const INDEX_MASK: u64 = 0xffff_ffff;
+/// Bits 32..63 of an internal id: a generation, so a stale id (a destroyed QP's late
+/// completion) never matches a reused slot.
+const GEN_MASK: u64 = 0x7fff_ffff;
+
+/// One slot of the in-flight slab: a posted work request, or a free slot.
+struct Slot {
+    /// The internal id posted as `wr_id` (0: free).
+    id: u64,
+    qpn: u32,
+    /// Used: the next (newer) outstanding send of the same QP; free: the next free slot.
+    next: u32,
+    entry: Option<Entry>,
+}
+
+/// A QP's outstanding sends, oldest to newest, linked through [`Slot::next`]: a signaled
+/// completion retires every older (unsignaled) one.
+struct SendChain {
+    head: u32,
+    tail: u32,
+}
+
+impl Default for SendChain {
+    fn default() -> Self {
+        SendChain {
+            head: NIL,
+            tail: NIL,
+        }
+    }
+}
+
+/// The in-flight table: a slab indexed by the internal `wr_id` (no hashing; no allocation once
+/// it has grown to the queues' depth), plus completions polled for someone else.
 pub(crate) struct Table {
-    next_id: u64,
-    sq: QpMap<VecDeque<Entry>>,
-    rq: QpMap<VecDeque<Entry>>,
+    slots: Vec<Slot>,
+    free: u32,
+    gen: u64,
+    sq: QpMap<SendChain>,
     pending: VecDeque<Completion>,
 }
 
+/// Frees slot `i` (in use) and returns its entry.
+#[inline(always)]
+fn release(slots: &mut [Slot], free: &mut u32, i: u32) -> Option<Entry> {
+    let s = &mut slots[i as usize];
+    s.id = 0;
+    s.next = *free;
+    *free = i;
+    s.entry.take()
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::with_capacity(0)
+    }
+}
+
 impl Table {
-    /// Records a posted work request; returns the internal id to post with.
+    /// A table with room for `n` work requests in flight before it grows.
+    pub(crate) fn with_capacity(n: usize) -> Table {
+        Table {
+            slots: Vec::with_capacity(n),
+            free: NIL,
+            gen: 0,
+            sq: QpMap::default(),
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Records a posted work request; returns the internal id to post with, or the buffers
+    /// back when the table holds `u32::MAX - 1` entries already.
     #[inline(always)]
     pub(crate) fn push(
         &mut self,
@@ -297,34 +366,97 @@ impl Table {
         wr_id: u64,
         bufs: Bufs,
         op: &'static str,
-    ) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id | if recv { RECV_BIT } else { 0 };
-        let q = if recv { &mut self.rq } else { &mut self.sq };
-        q.get_or_default(qpn).push_back(Entry {
+    ) -> std::result::Result<u64, Bufs> {
+        let i = if self.free != NIL {
+            let i = self.free;
+            self.free = self.slots[i as usize].next;
+            i
+        } else {
+            let Some(i) = u32::try_from(self.slots.len()).ok().filter(|&i| i != NIL) else {
+                return Err(bufs);
+            };
+            self.slots.push(Slot {
+                id: 0,
+                qpn: 0,
+                next: NIL,
+                entry: None,
+            });
+            i
+        };
+        // Generations 1..=GEN_MASK: an id is never 0 (a free slot's).
+        self.gen = if self.gen >= GEN_MASK {
+            1
+        } else {
+            self.gen + 1
+        };
+        let id = u64::from(i) | (self.gen << 32) | if recv { RECV_BIT } else { 0 };
+        self.slots[i as usize] = Slot {
             id,
-            wr_id,
-            bufs,
-            op,
-        });
-        id
+            qpn,
+            next: NIL,
+            entry: Some(Entry { wr_id, bufs, op }),
+        };
+        if !recv {
+            let c = self.sq.get_or_default(qpn);
+            if c.tail == NIL {
+                c.head = i;
+            } else {
+                self.slots[c.tail as usize].next = i;
+            }
+            c.tail = i;
+        }
+        Ok(id)
     }
 
-    /// Takes back the entry just pushed (the post failed).
-    pub(crate) fn pop_last(&mut self, qpn: u32, recv: bool) -> Option<Entry> {
-        let q = if recv { &mut self.rq } else { &mut self.sq };
-        q.get_mut(qpn).and_then(|d| d.pop_back())
+    /// Takes back the entry just pushed with `id` (the post failed).
+    pub(crate) fn unpush(&mut self, qpn: u32, id: u64) -> Option<Entry> {
+        let i = (id & INDEX_MASK) as u32;
+        if self.slots.get(i as usize).is_none_or(|s| s.id != id) {
+            return None;
+        }
+        if id & RECV_BIT == 0 {
+            // The newest send of its QP: unlink it from the chain's tail.
+            let c = self.sq.get_mut(qpn)?;
+            if c.head == i {
+                c.head = NIL;
+                c.tail = NIL;
+            } else {
+                let mut p = c.head;
+                while p != NIL && self.slots[p as usize].next != i {
+                    p = self.slots[p as usize].next;
+                }
+                if p != NIL {
+                    self.slots[p as usize].next = NIL;
+                    c.tail = p;
+                }
+            }
+        }
+        release(&mut self.slots, &mut self.free, i)
+    }
+
+    /// Work requests of QP `qpn` still in flight.
+    #[cfg(test)]
+    fn outstanding(&self, qpn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.id != 0 && s.qpn == qpn)
+            .count()
     }
 
     fn has_entries(&self, qpn: u32) -> bool {
-        self.sq.get(qpn).is_some_and(|d| !d.is_empty())
-            || self.rq.get(qpn).is_some_and(|d| !d.is_empty())
+        self.slots.iter().any(|s| s.id != 0 && s.qpn == qpn)
     }
 
     /// Removes every entry of a destroyed QP.
     fn purge(&mut self, qpn: u32) -> Vec<Entry> {
-        let mut out: Vec<Entry> = self.sq.remove(qpn).into_iter().flatten().collect();
-        out.extend(self.rq.remove(qpn).into_iter().flatten());
+        let mut out = Vec::new();
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.id != 0 && s.qpn == qpn {
+                out.extend(release(&mut self.slots, &mut self.free, i as u32));
+            }
+        }
+        self.sq.remove(qpn);
         self.pending.retain(|c| c.qp_num != qpn);
         out
     }
@@ -333,28 +465,40 @@ impl Table {
     /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
     #[inline(always)]
     fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
-        let recv = wc.wr_id & RECV_BIT != 0;
-        let q = if recv { &mut self.rq } else { &mut self.sq }.get_mut(wc.qp_num)?;
-        let (mine, retired) = if q.front().is_some_and(|e| e.id == wc.wr_id) {
-            // The usual case: the oldest outstanding work request.
-            (q.pop_front().expect("front exists"), Vec::new())
-        } else {
-            if !q.iter().any(|e| e.id == wc.wr_id) {
-                return None;
-            }
-            let mut retired = Vec::new();
-            let mine = loop {
-                let e = q.pop_front().expect("entry is present");
-                if e.id == wc.wr_id {
-                    break e;
+        let i = (wc.wr_id & INDEX_MASK) as u32;
+        let s = self.slots.get(i as usize)?;
+        if wc.wr_id == 0 || s.id != wc.wr_id || s.qpn != wc.qp_num {
+            return None;
+        }
+        let mut retired = Vec::new();
+        if wc.wr_id & RECV_BIT == 0 {
+            let c = self.sq.get_mut(wc.qp_num)?;
+            // Sends complete in order: the ones before this (unsignaled) finished with it.
+            if c.head != i {
+                let (mut n, mut p) = (0, c.head);
+                while p != i && p != NIL {
+                    n += 1;
+                    p = self.slots[p as usize].next;
                 }
-                retired.push(Retired {
-                    wr_id: e.wr_id,
-                    bufs: e.bufs,
-                });
-            };
-            (mine, retired)
-        };
+                retired.reserve_exact(n);
+            }
+            let mut p = c.head;
+            while p != i && p != NIL {
+                let next = self.slots[p as usize].next;
+                if let Some(e) = release(&mut self.slots, &mut self.free, p) {
+                    retired.push(Retired {
+                        wr_id: e.wr_id,
+                        bufs: e.bufs,
+                    });
+                }
+                p = next;
+            }
+            c.head = self.slots[i as usize].next;
+            if c.head == NIL {
+                c.tail = NIL;
+            }
+        }
+        let mine = release(&mut self.slots, &mut self.free, i)?;
         let ok = wc.status == sys::IBV_WC_SUCCESS;
         let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
         Some(Completion {
@@ -391,17 +535,70 @@ impl Drop for Channel {
     }
 }
 
+/// Where a CQ keeps its in-flight table.
+enum TableCell {
+    /// A shared CQ ([`CompletionQueue::new`]): every access locks.
+    Shared(Mutex<Table>),
+    /// A single-owner CQ ([`SoloQueue`](crate::verbs::SoloQueue)): reached only through the
+    /// queue's `&mut self` and the drop of its one QP (`claimed`), without a lock.
+    Solo {
+        table: UnsafeCell<Table>,
+        claimed: AtomicBool,
+    },
+}
+
+/// A CQ's table, locked (shared CQ) or borrowed exclusively (single-owner CQ).
+pub(crate) enum TableRef<'a> {
+    Locked(MutexGuard<'a, Table>),
+    Solo(&'a mut Table),
+}
+
+impl Deref for TableRef<'_> {
+    type Target = Table;
+    #[inline(always)]
+    fn deref(&self) -> &Table {
+        match self {
+            TableRef::Locked(g) => g,
+            TableRef::Solo(t) => t,
+        }
+    }
+}
+
+impl DerefMut for TableRef<'_> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Table {
+        match self {
+            TableRef::Locked(g) => g,
+            TableRef::Solo(t) => t,
+        }
+    }
+}
+
+/// A `&self` post or poll on a single-owner CQ (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+pub(crate) fn solo_refused(op: &'static str) -> Error {
+    Error::InvalidState {
+        op,
+        state: "owned by a SoloQueue",
+        needs: "a shared CompletionQueue (post and poll through the SoloQueue)",
+    }
+}
+
 pub(crate) struct CqInner {
     cq: NonNull<sys::ibv_cq>,
     channel: Option<Channel>,
-    table: Mutex<Table>,
+    table: TableCell,
     wait_lock: Mutex<()>,
     mode: WaitMode,
     ctx: Context,
 }
 
-// SAFETY: the CQ and channel are only used through thread-safe verbs; the Rust-side table is
-// behind a Mutex, and event waiting is serialised by `wait_lock`.
+// SAFETY: the CQ and channel are only used through thread-safe verbs; a shared CQ's table is
+// behind a Mutex; a single-owner CQ's table is reached only through `CompletionQueue::table`,
+// whose callers hold exclusive access (a `&mut SoloQueue`, or the drop of the one QP that
+// claimed it), and every `&self` path refuses it (`lock`); event waiting is serialised by
+// `wait_lock`.
 unsafe impl Send for CqInner {}
 // SAFETY: as above.
 unsafe impl Sync for CqInner {}
@@ -414,8 +611,11 @@ impl Drop for CqInner {
         let rc = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
         if rc != 0 {
             tracing::warn!("ibv_destroy_cq failed: {rc}; leaking its in-flight buffers");
-            let t = std::mem::take(self.table.get_mut().unwrap_or_else(|p| p.into_inner()));
-            std::mem::forget(t);
+            let t = match &mut self.table {
+                TableCell::Shared(m) => m.get_mut().unwrap_or_else(|p| p.into_inner()),
+                TableCell::Solo { table, .. } => table.get_mut(),
+            };
+            std::mem::forget(std::mem::take(t));
             if let Some(ch) = self.channel.take() {
                 std::mem::forget(ch);
             }
@@ -433,6 +633,15 @@ impl CompletionQueue {
     /// `ibv_create_cq(3)` with room for `cqe` entries; with [`WaitMode::Event`] also
     /// `ibv_create_comp_channel(3)`.
     pub fn new(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
+        Self::create(ctx, cqe, mode, false)
+    }
+
+    /// A CQ for a [`SoloQueue`](crate::verbs::SoloQueue): one QP may claim it.
+    pub(crate) fn new_solo(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
+        Self::create(ctx, cqe, mode, true)
+    }
+
+    fn create(ctx: &Context, cqe: u32, mode: WaitMode, solo: bool) -> Result<CompletionQueue> {
         let cqe = i32::try_from(cqe.max(1)).map_err(|_| Error::TooLarge {
             what: "completion queue",
             detail: format!("{cqe} entries exceed i32::MAX (ibv_create_cq takes an int)"),
@@ -462,11 +671,20 @@ impl CompletionQueue {
         // SAFETY: `ctx` holds an open ibv_context; the channel is NULL or the one just created.
         let cq = unsafe { sys::ibv_create_cq(ctx.as_ptr(), cqe, std::ptr::null_mut(), ch_ptr, 0) };
         let cq = NonNull::new(cq).ok_or_else(|| Error::last_os("ibv_create_cq"))?;
+        let table = Table::with_capacity(cqe as usize);
+        let table = if solo {
+            TableCell::Solo {
+                table: UnsafeCell::new(table),
+                claimed: AtomicBool::new(false),
+            }
+        } else {
+            TableCell::Shared(Mutex::new(table))
+        };
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 cq,
                 channel,
-                table: Mutex::new(Table::default()),
+                table,
                 wait_lock: Mutex::new(()),
                 mode,
                 ctx: ctx.clone(),
@@ -483,9 +701,63 @@ impl CompletionQueue {
         &self.inner.ctx
     }
 
+    /// True if both handles are the same CQ.
+    pub fn same_as(&self, other: &CompletionQueue) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// True for a [`SoloQueue`](crate::verbs::SoloQueue)'s CQ.
+    pub fn is_single_owner(&self) -> bool {
+        matches!(self.inner.table, TableCell::Solo { .. })
+    }
+
+    /// Refuses a QP on a single-owner CQ unless it is the first, and uses it for both queues.
+    pub(crate) fn check_claim(send: &CompletionQueue, recv: &CompletionQueue) -> Result<()> {
+        for cq in [send, recv] {
+            if let TableCell::Solo { claimed, .. } = &cq.inner.table {
+                if !send.same_as(recv) || claimed.load(Ordering::Acquire) {
+                    return Err(Error::InvalidArgument(
+                        "a SoloQueue's CQ takes one QP, for both of its queues".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims a single-owner CQ for the QP just made on it (see [`check_claim`]); false if
+    /// another QP claimed it first.
+    ///
+    /// [`check_claim`]: Self::check_claim
+    pub(crate) fn claim(&self) -> bool {
+        match &self.inner.table {
+            TableCell::Solo { claimed, .. } => !claimed.swap(true, Ordering::AcqRel),
+            TableCell::Shared(_) => true,
+        }
+    }
+
+    /// The table of a shared CQ, locked; a single-owner CQ's is refused (`op` names the call).
     #[inline(always)]
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Table> {
-        self.inner.table.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn lock(&self, op: &'static str) -> Result<MutexGuard<'_, Table>> {
+        match &self.inner.table {
+            TableCell::Shared(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
+            TableCell::Solo { .. } => Err(solo_refused(op)),
+        }
+    }
+
+    /// The table: locked for a shared CQ, borrowed without a lock for a single-owner one.
+    ///
+    /// # Safety
+    /// For a single-owner CQ the caller must have exclusive access to its table until the
+    /// returned value is dropped: it holds the `&mut SoloQueue` that owns the CQ, or it is the
+    /// drop of the one QP that claimed it.
+    #[inline(always)]
+    pub(crate) unsafe fn table(&self) -> TableRef<'_> {
+        match &self.inner.table {
+            TableCell::Shared(m) => TableRef::Locked(m.lock().unwrap_or_else(|p| p.into_inner())),
+            // SAFETY: exclusive access is this function's contract (above).
+            TableCell::Solo { table, .. } => TableRef::Solo(unsafe { &mut *table.get() }),
+        }
     }
 
     /// How [`wait`](Self::wait) waits.
@@ -493,7 +765,13 @@ impl CompletionQueue {
         self.inner.mode
     }
 
-    fn poll_raw(&self, t: &mut Table, max: usize, out: &mut Vec<Completion>) -> Result<()> {
+    #[inline(always)]
+    pub(crate) fn poll_raw(
+        &self,
+        t: &mut Table,
+        max: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<()> {
         while out.len() < max {
             match t.pending.pop_front() {
                 Some(c) => out.push(c),
@@ -527,7 +805,13 @@ impl CompletionQueue {
     /// path, with no vector to fill and drain.
     #[inline(always)]
     pub fn poll_one(&self) -> Result<Option<Completion>> {
-        let mut t = self.lock();
+        let mut t = self.lock("ibv_poll_cq")?;
+        self.poll_one_in(&mut t)
+    }
+
+    /// [`poll_one`](Self::poll_one) on a table the caller holds.
+    #[inline(always)]
+    pub(crate) fn poll_one_in(&self, t: &mut Table) -> Result<Option<Completion>> {
         if let Some(c) = t.pending.pop_front() {
             return Ok(Some(c));
         }
@@ -561,7 +845,7 @@ impl CompletionQueue {
     /// returns how many were appended.
     pub fn poll_into(&self, max: usize, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
-        let mut t = self.lock();
+        let mut t = self.lock("ibv_poll_cq")?;
         self.poll_raw(&mut t, before + max, out)?;
         Ok(out.len() - before)
     }
@@ -569,9 +853,27 @@ impl CompletionQueue {
     /// Waits until at least one completion is there (at most `max` returned), or fails with
     /// [`Error::Timeout`] after `timeout`.
     pub fn wait(&self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        self.wait_with(max, timeout, |max, out| {
+            let mut t = self.lock("ibv_poll_cq")?;
+            self.poll_raw(&mut t, max, out)
+        })
+    }
+
+    /// [`wait`](Self::wait) with `poll(max, out)` polling up to `max` completions into `out`.
+    pub(crate) fn wait_with(
+        &self,
+        max: usize,
+        timeout: Duration,
+        mut poll: impl FnMut(usize, &mut Vec<Completion>) -> Result<()>,
+    ) -> Result<Vec<Completion>> {
+        let mut poll = |max| -> Result<Vec<Completion>> {
+            let mut out = Vec::new();
+            poll(max, &mut out)?;
+            Ok(out)
+        };
         // A completion that is already there costs no clock read: reading the clock can take
         // microseconds (HPET in an emulated guest), which would show in every latency figure.
-        let got = self.poll(max)?;
+        let got = poll(max)?;
         if !got.is_empty() {
             return Ok(got);
         }
@@ -582,7 +884,7 @@ impl CompletionQueue {
         };
         let mut spins = 0u32;
         loop {
-            let got = self.poll(max)?;
+            let got = poll(max)?;
             if !got.is_empty() {
                 return Ok(got);
             }
@@ -614,7 +916,7 @@ impl CompletionQueue {
                         return Err(Error::verb("ibv_req_notify_cq", rc));
                     }
                     // A completion may have landed before the notification was armed.
-                    let got = self.poll(max)?;
+                    let got = poll(max)?;
                     if !got.is_empty() {
                         return Ok(got);
                     }
@@ -660,10 +962,15 @@ impl CompletionQueue {
 
     /// Polls away completions of QP `qpn` (moved to ERR) until it has none in flight or the
     /// deadline passes; completions of other QPs are kept for the next poll.
-    pub(crate) fn drain_qp(&self, qpn: u32, deadline: Instant) {
+    ///
+    /// # Safety
+    /// As [`table`](Self::table): called from the drop of QP `qpn`, the one QP a single-owner
+    /// CQ takes.
+    pub(crate) unsafe fn drain_qp(&self, qpn: u32, deadline: Instant) {
         let mut wcs: [sys::ibv_wc; 16] = Default::default();
         loop {
-            let mut t = self.lock();
+            // SAFETY: this function's contract.
+            let mut t = unsafe { self.table() };
             if !t.has_entries(qpn) || Instant::now() >= deadline {
                 return;
             }
@@ -687,8 +994,12 @@ impl CompletionQueue {
     }
 
     /// Drops what a destroyed QP still had in flight (the device can no longer reach it).
-    pub(crate) fn purge_qp(&self, qpn: u32) {
-        let gone = self.lock().purge(qpn);
+    ///
+    /// # Safety
+    /// As [`drain_qp`](Self::drain_qp).
+    pub(crate) unsafe fn purge_qp(&self, qpn: u32) {
+        // SAFETY: this function's contract.
+        let gone = unsafe { self.table() }.purge(qpn);
         drop(gone);
     }
 }
@@ -729,16 +1040,16 @@ mod tests {
     #[test]
     fn signaled_completion_retires_earlier_unsignaled() {
         let mut t = Table::default();
-        let a = t.push(5, false, 100, Bufs::new(), "RDMA WRITE");
-        let b = t.push(5, false, 101, Bufs::new(), "RDMA WRITE");
-        let c = t.push(5, false, 102, Bufs::new(), "SEND");
+        let a = t.push(5, false, 100, Bufs::new(), "RDMA WRITE").unwrap();
+        let b = t.push(5, false, 101, Bufs::new(), "RDMA WRITE").unwrap();
+        let c = t.push(5, false, 102, Bufs::new(), "SEND").unwrap();
         assert!(a < b && b < c);
         let done = t.complete(&wc(b, 5, 0)).unwrap();
         assert_eq!(done.wr_id, 101);
         assert_eq!(done.retired.len(), 1);
         assert_eq!(done.retired[0].wr_id, 100);
         assert_eq!(done.op(), "RDMA WRITE");
-        assert_eq!(t.sq.get(5).map(VecDeque::len), Some(1));
+        assert_eq!(t.outstanding(5), 1);
         assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");
         let done = t.complete(&wc(c, 5, 12)).unwrap();
         assert!(!done.is_success());
@@ -755,7 +1066,7 @@ mod tests {
     #[test]
     fn recv_ids_are_separate_and_unknown_qp_is_ignored() {
         let mut t = Table::default();
-        let r = t.push(9, true, 1, Bufs::new(), "RECV");
+        let r = t.push(9, true, 1, Bufs::new(), "RECV").unwrap();
         assert_ne!(r & RECV_BIT, 0);
         assert!(t.complete(&wc(r, 10, 0)).is_none());
         let mut w = wc(r, 9, 0);
@@ -769,12 +1080,48 @@ mod tests {
     #[test]
     fn purge_and_pop_last() {
         let mut t = Table::default();
-        t.push(3, false, 1, Bufs::new(), "SEND");
-        t.push(3, true, 2, Bufs::new(), "RECV");
-        assert_eq!(t.pop_last(3, true).unwrap().wr_id, 2);
+        let s1 = t.push(3, false, 1, Bufs::new(), "SEND").unwrap();
+        let r = t.push(3, true, 2, Bufs::new(), "RECV").unwrap();
+        assert_eq!(t.unpush(3, r).unwrap().wr_id, 2);
         assert!(t.has_entries(3));
+        // A send taken back leaves the chain consistent for the next one.
+        let s2 = t.push(3, false, 3, Bufs::new(), "SEND").unwrap();
+        assert_eq!(t.unpush(3, s2).unwrap().wr_id, 3);
+        let s3 = t.push(3, false, 4, Bufs::new(), "SEND").unwrap();
+        let done = t.complete(&wc(s3, 3, 0)).unwrap();
+        assert_eq!((done.wr_id, done.retired.len()), (4, 1));
+        assert_eq!(done.retired[0].wr_id, 1);
+        assert!(t.complete(&wc(s1, 3, 0)).is_none(), "retired");
+        t.push(3, false, 5, Bufs::new(), "SEND").unwrap();
         assert_eq!(t.purge(3).len(), 1);
         assert!(!t.has_entries(3));
+    }
+
+    #[test]
+    fn slab_reuses_slots_and_stale_ids_never_match() {
+        let mut t = Table::with_capacity(4);
+        let old = t.push(1, true, 10, Bufs::new(), "RECV").unwrap();
+        assert_eq!(t.purge(1).len(), 1);
+        // The slot is reused by another QP; the destroyed QP's late completion must not match
+        // it, nor may the new entry's id with the old QP number.
+        let new = t.push(2, true, 20, Bufs::new(), "RECV").unwrap();
+        assert_eq!(old & INDEX_MASK, new & INDEX_MASK);
+        assert_ne!(old, new);
+        assert!(t.complete(&wc(old, 1, 0)).is_none());
+        assert!(t.complete(&wc(old, 2, 0)).is_none());
+        assert!(t.complete(&wc(new, 1, 0)).is_none());
+        assert!(t.complete(&wc(0, 2, 0)).is_none());
+        assert_eq!(t.complete(&wc(new, 2, 0)).unwrap().wr_id, 20);
+        // Steady state: posting and completing in turn never grows the slab.
+        let cap = t.slots.capacity();
+        for k in 0..1000u64 {
+            let s = t.push(2, false, k, Bufs::new(), "SEND").unwrap();
+            let r = t.push(2, true, k, Bufs::new(), "RECV").unwrap();
+            assert_eq!(t.complete(&wc(r, 2, 0)).unwrap().wr_id, k);
+            assert_eq!(t.complete(&wc(s, 2, 0)).unwrap().wr_id, k);
+        }
+        assert_eq!((t.slots.len(), t.slots.capacity()), (2, cap));
+        assert!(!t.has_entries(2));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod solo;
 mod wr;
 
 pub use cq::{wc_status_str, Buf, Bufs, Completion, CompletionQueue, Retired, WaitMode, WcOpcode};
@@ -21,3 +22,4 @@ pub use pd::ProtectionDomain;
 pub use qp::{
     InitAttr, PostError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
 };
+pub use solo::SoloQueue;

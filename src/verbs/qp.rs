@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::sys;
-use crate::verbs::cq::{Buf, Bufs, CompletionQueue};
+use crate::verbs::cq::{Buf, Bufs, CompletionQueue, Table};
 use crate::verbs::device::Mtu;
 use crate::verbs::gid::Gid;
 use crate::verbs::mr::LocalBuf;
@@ -262,6 +262,16 @@ impl QueuePair {
         // SAFETY: `qp` is non-NULL, just returned by ibv_create_qp / rdma_create_qp, and only
         // destroyed by `destroy`, from drop.
         let qpn = unsafe { (*qp.as_ptr()).qp_num };
+        if !send_cq.claim() {
+            // Another QP claimed this single-owner CQ since check_contexts looked.
+            let rc = destroy(qp);
+            if rc != 0 {
+                tracing::warn!("destroying a refused QP failed: {rc}");
+            }
+            return Err(Error::InvalidArgument(
+                "a SoloQueue's CQ takes one QP, for both of its queues".into(),
+            ));
+        }
         let max_msg = pd
             .context()
             .first_active_port()
@@ -529,6 +539,21 @@ impl QueuePair {
     /// Posts a send-queue work request (`ibv_post_send(3)`). The buffers move into the in-flight
     /// table and come back in the [`Completion`](crate::verbs::Completion) (or in the error).
     pub fn post_send(&self, wr: SendRequest) -> std::result::Result<(), PostError> {
+        match self.send_cq.lock("ibv_post_send") {
+            Ok(mut t) => self.post_send_into(&mut t, wr),
+            Err(error) => Err(PostError {
+                error,
+                bufs: wr.sges.into_iter().map(|s| s.buf).collect(),
+            }),
+        }
+    }
+
+    /// [`post_send`](Self::post_send) recording into `t`, the send CQ's table.
+    pub(crate) fn post_send_into(
+        &self,
+        t: &mut Table,
+        wr: SendRequest,
+    ) -> std::result::Result<(), PostError> {
         let SendRequest {
             wr_id,
             op,
@@ -540,9 +565,16 @@ impl QueuePair {
         let built = self.build_sges("ibv_post_send", &sges, exclusive, self.caps.max_send_sge);
         let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         match built {
-            Ok((mut sg, total)) => {
-                self.post_send_raw(wr_id, op, sg.as_mut_slice(), total, bufs, signaled, inline)
-            }
+            Ok((mut sg, total)) => self.post_send_raw(
+                t,
+                wr_id,
+                op,
+                sg.as_mut_slice(),
+                total,
+                bufs,
+                signaled,
+                inline,
+            ),
             Err(error) => Err(PostError { error, bufs }),
         }
     }
@@ -563,10 +595,36 @@ impl QueuePair {
         signaled: bool,
         inline: bool,
     ) -> std::result::Result<(), PostError> {
+        match self.send_cq.lock("ibv_post_send") {
+            Ok(mut t) => {
+                self.post_send_buf_into(&mut t, wr_id, op, buf, off, len, signaled, inline)
+            }
+            Err(error) => Err(PostError {
+                error,
+                bufs: smallvec::smallvec![Buf::Local(buf)],
+            }),
+        }
+    }
+
+    /// [`post_send_buf`](Self::post_send_buf) recording into `t`, the send CQ's table.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn post_send_buf_into(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        op: SendOp,
+        buf: LocalBuf,
+        off: usize,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
         let sge = one_sge(self.ctx, "ibv_post_send", &buf, off, len);
         let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
         match sge {
             Ok(mut sge) => self.post_send_raw(
+                t,
                 wr_id,
                 op,
                 std::slice::from_mut(&mut sge),
@@ -585,6 +643,7 @@ impl QueuePair {
     #[inline(always)]
     fn post_send_raw(
         &self,
+        t: &mut Table,
         wr_id: u64,
         op: SendOp,
         sg: &mut [sys::ibv_sge],
@@ -654,8 +713,11 @@ impl QueuePair {
                 rkey: r.rkey,
             };
         }
-        let mut t = self.send_cq.lock();
-        w.wr_id = t.push(self.qpn, false, wr_id, bufs, op.name());
+        let id = match t.push(self.qpn, false, wr_id, bufs, op.name()) {
+            Ok(id) => id,
+            Err(bufs) => return Err(table_full(wr_id, bufs)),
+        };
+        w.wr_id = id;
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // The in-flight table now owns each SGE's buffer until its completion is polled or the
         // QP is destroyed.
@@ -663,7 +725,7 @@ impl QueuePair {
         // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge).
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
-            let e = t.pop_last(self.qpn, false).expect("just pushed");
+            let e = t.unpush(self.qpn, id).expect("just pushed");
             return Err(PostError {
                 error: Error::verb("ibv_post_send", rc),
                 bufs: e.bufs,
@@ -678,11 +740,27 @@ impl QueuePair {
         wr_id: u64,
         sges: impl IntoIterator<Item = Sge>,
     ) -> std::result::Result<(), PostError> {
+        match self.recv_cq.lock("ibv_post_recv") {
+            Ok(mut t) => self.post_recv_into(&mut t, wr_id, sges),
+            Err(error) => Err(PostError {
+                error,
+                bufs: sges.into_iter().map(|s| s.buf).collect(),
+            }),
+        }
+    }
+
+    /// [`post_recv`](Self::post_recv) recording into `t`, the receive CQ's table.
+    pub(crate) fn post_recv_into(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        sges: impl IntoIterator<Item = Sge>,
+    ) -> std::result::Result<(), PostError> {
         let sges: SgeVec = sges.into_iter().collect();
         let built = self.build_sges("ibv_post_recv", &sges, true, self.caps.max_recv_sge);
         let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         match built {
-            Ok((mut sg, _)) => self.post_recv_raw(wr_id, sg.as_mut_slice(), bufs),
+            Ok((mut sg, _)) => self.post_recv_raw(t, wr_id, sg.as_mut_slice(), bufs),
             Err(error) => Err(PostError { error, bufs }),
         }
     }
@@ -691,10 +769,27 @@ impl QueuePair {
     /// [`Sge::new`] (the per-message path).
     #[inline(always)]
     pub fn post_recv_buf(&self, wr_id: u64, buf: LocalBuf) -> std::result::Result<(), PostError> {
+        match self.recv_cq.lock("ibv_post_recv") {
+            Ok(mut t) => self.post_recv_buf_into(&mut t, wr_id, buf),
+            Err(error) => Err(PostError {
+                error,
+                bufs: smallvec::smallvec![Buf::Local(buf)],
+            }),
+        }
+    }
+
+    /// [`post_recv_buf`](Self::post_recv_buf) recording into `t`, the receive CQ's table.
+    #[inline(always)]
+    pub(crate) fn post_recv_buf_into(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        buf: LocalBuf,
+    ) -> std::result::Result<(), PostError> {
         let sge = one_sge(self.ctx, "ibv_post_recv", &buf, 0, buf.len());
         let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
         match sge {
-            Ok(mut sge) => self.post_recv_raw(wr_id, std::slice::from_mut(&mut sge), bufs),
+            Ok(mut sge) => self.post_recv_raw(t, wr_id, std::slice::from_mut(&mut sge), bufs),
             Err(error) => Err(PostError { error, bufs }),
         }
     }
@@ -702,6 +797,7 @@ impl QueuePair {
     #[inline(always)]
     fn post_recv_raw(
         &self,
+        t: &mut Table,
         wr_id: u64,
         sg: &mut [sys::ibv_sge],
         bufs: Bufs,
@@ -722,20 +818,36 @@ impl QueuePair {
             num_sge: sg.len() as i32,
             ..Default::default()
         };
-        let mut t = self.recv_cq.lock();
-        w.wr_id = t.push(self.qpn, true, wr_id, bufs, "RECV");
+        let id = match t.push(self.qpn, true, wr_id, bufs, "RECV") {
+            Ok(id) => id,
+            Err(bufs) => return Err(table_full(wr_id, bufs)),
+        };
+        w.wr_id = id;
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: as in post_send_raw: live QP, `w` and `sg` outlive the call, SGEs checked, and
         // the buffers are owned by the in-flight table from here on.
         let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
         if rc != 0 {
-            let e = t.pop_last(self.qpn, true).expect("just pushed");
+            let e = t.unpush(self.qpn, id).expect("just pushed");
             return Err(PostError {
                 error: Error::verb("ibv_post_recv", rc),
                 bufs: e.bufs,
             });
         }
         Ok(())
+    }
+}
+
+/// The CQ's in-flight table cannot take another entry (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn table_full(wr_id: u64, bufs: Bufs) -> PostError {
+    PostError {
+        error: Error::TooLarge {
+            what: "in-flight table",
+            detail: format!("work request {wr_id}: the CQ holds u32::MAX - 1 work requests"),
+        },
+        bufs,
     }
 }
 
@@ -747,6 +859,7 @@ pub(crate) fn check_contexts(
     send_cq: &CompletionQueue,
     recv_cq: &CompletionQueue,
 ) -> Result<()> {
+    CompletionQueue::check_claim(send_cq, recv_cq)?;
     for (what, cq) in [("the send CQ", send_cq), ("the receive CQ", recv_cq)] {
         if !cq.context().same_as(pd.context()) {
             return Err(Error::ContextMismatch {
@@ -767,8 +880,11 @@ impl Drop for QueuePair {
                 tracing::debug!("moving QP {:#x} to ERR on drop: {e}", self.qpn);
             }
             let deadline = Instant::now() + Duration::from_secs(2);
-            self.send_cq.drain_qp(self.qpn, deadline);
-            self.recv_cq.drain_qp(self.qpn, deadline);
+            // SAFETY: this is the drop of the QP; a single-owner CQ takes one QP (claimed in
+            // `wrap`), so nothing else reaches its table now.
+            unsafe { self.send_cq.drain_qp(self.qpn, deadline) };
+            // SAFETY: as above.
+            unsafe { self.recv_cq.drain_qp(self.qpn, deadline) };
         }
         let rc = match self.destroy.take() {
             Some(d) => d(self.qp),
@@ -783,7 +899,9 @@ impl Drop for QueuePair {
             );
             return;
         }
-        self.send_cq.purge_qp(self.qpn);
-        self.recv_cq.purge_qp(self.qpn);
+        // SAFETY: as for drain_qp above.
+        unsafe { self.send_cq.purge_qp(self.qpn) };
+        // SAFETY: as above.
+        unsafe { self.recv_cq.purge_qp(self.qpn) };
     }
 }

@@ -135,7 +135,7 @@ fn setup_cm(opts: &EndpointOptions, listen: SocketAddr, req: ConnectRequest) -> 
         check_cm_device(opts, &ctx, &listen.to_string())?;
         let port = ctx.query_port(id.port_num())?;
         check_msg_size(opts, &ctx, &port)?;
-        let parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
+        let mut parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
         parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
         Ok(parts)
     })();

@@ -44,7 +44,7 @@ impl Endpoint {
         let port = ctx.query_port(id.port_num())?;
         check_msg_size(opts, &ctx, &port)?;
         let (resp, init) = rd_atomic(&ctx);
-        let parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
+        let mut parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
         parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
         let param = ConnParam {
             private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, LocalBuf, ProtectionDomain, QueuePair, Retired, WcOpcode,
+    Completion, CompletionQueue, Context, LocalBuf, ProtectionDomain, QueuePair, Retired,
+    SoloQueue, WcOpcode,
 };
 
 use super::options::{LocalInfo, PeerInfo, RESERVED_WR_ID};
@@ -66,8 +67,9 @@ pub(super) fn credit_flow(peer_depth: u32) -> Flow {
 
 /// A connected RC queue pair with its resources, receive ring and flow control.
 pub struct Endpoint {
-    // Field order is drop order: the QP goes first (ERR, drain, destroy), the CM id last.
-    pub(super) qp: QueuePair,
+    // Field order is drop order: the queue goes first (its QP: ERR, drain, destroy; then its
+    // CQ), the CM id last.
+    pub(super) q: SoloQueue,
     pub(super) ready: VecDeque<Ready>,
     pub(super) user_done: VecDeque<Completion>,
     /// The caller's unsignaled work requests that one of our own completions retired: handed to
@@ -78,7 +80,6 @@ pub struct Endpoint {
     /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
     /// their credits).
     pub(super) deferred: Vec<(LocalBuf, usize)>,
-    pub(super) cq: CompletionQueue,
     pub(super) pd: ProtectionDomain,
     pub(super) ctx: Context,
     pub(super) flow: Flow,
@@ -125,13 +126,13 @@ impl Deadline {
 impl Endpoint {
     /// The queue pair (to post the caller's own work requests, see [`post`](Self::post)).
     pub fn qp(&self) -> &QueuePair {
-        &self.qp
+        self.q.qp()
     }
 
     /// The completion queue (send and receive). Poll it through [`poll_user`](Self::poll_user):
     /// the endpoint's own completions must reach the endpoint.
     pub fn cq(&self) -> &CompletionQueue {
-        &self.cq
+        self.q.cq()
     }
 
     /// The protection domain (to register buffers and exposed regions for this connection).
@@ -178,7 +179,7 @@ impl Endpoint {
 
     /// Send-queue slots left for the caller's own work requests ([`post`](Self::post)).
     pub fn user_send_depth(&self) -> u32 {
-        self.qp.caps().max_send_wr.saturating_sub(self.own_sq)
+        self.q.qp().caps().max_send_wr.saturating_sub(self.own_sq)
     }
 
     /// Receives kept posted for the peer's messages: the credits granted to it.

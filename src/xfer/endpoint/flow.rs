@@ -98,7 +98,7 @@ impl Endpoint {
                         ImmKind::Credit => {
                             // Credit messages are not counted in the window: re-post at once.
                             for buf in c.into_local_bufs() {
-                                self.qp.post_recv_buf(WR_RECV, buf)?;
+                                self.q.post_recv_buf(WR_RECV, buf)?;
                             }
                         }
                     }
@@ -145,12 +145,12 @@ impl Endpoint {
         if !self.disconnected && deadline.at.is_none() {
             // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
             // a while in poll mode.
-            let spins = match self.cq.mode() {
+            let spins = match self.q.mode() {
                 WaitMode::Poll => SPIN_POLLS,
                 WaitMode::Event => 1,
             };
             for i in 1..=spins {
-                if let Some(c) = self.cq.poll_one()? {
+                if let Some(c) = self.q.poll_one()? {
                     return self.handle(c);
                 }
                 // No spin_loop() hint: PAUSE makes an emulated (TCG) vCPU leave its translated
@@ -167,7 +167,8 @@ impl Endpoint {
             let left = deadline.saturating_duration_since(Instant::now());
             if self.disconnected {
                 // Take what arrived before the disconnect; after that there is nothing to wait for.
-                let cs = self.cq.poll(32)?;
+                let mut cs = Vec::new();
+                self.q.poll_into(32, &mut cs)?;
                 if cs.is_empty() {
                     return Err(Error::Connection(format!(
                         "the peer disconnected while waiting for {what}"
@@ -186,7 +187,7 @@ impl Endpoint {
             } else {
                 left
             };
-            match self.cq.wait(32, slice) {
+            match self.q.wait(32, slice) {
                 Ok(cs) => {
                     for c in cs {
                         self.handle(c)?;
@@ -219,7 +220,7 @@ impl Endpoint {
             SendOp::SendWithImm(wire::encode_imm(ImmKind::Credit, n)),
             [],
         );
-        self.qp.post_send(wr)?;
+        self.q.post_send(wr)?;
         self.sends_posted += 1;
         Ok(())
     }
@@ -257,7 +258,7 @@ impl Endpoint {
     /// message goes out once enough are owed (else they wait for the next message or re-post).
     #[inline(always)]
     pub(super) fn repost(&mut self, buf: LocalBuf, credit_msg: bool) -> Result<()> {
-        self.qp.post_recv_buf(WR_RECV, buf)?;
+        self.q.post_recv_buf(WR_RECV, buf)?;
         match &mut self.flow {
             Flow::Credits {
                 owed, threshold, ..

@@ -64,10 +64,7 @@ impl Endpoint {
             Flow::Implicit { .. } => SendOp::Send,
         };
         let inline = len as u64 <= u64::from(self.max_inline) && len > 0;
-        if let Err(e) = self
-            .qp
-            .post_send_buf(WR_DATA, op, buf, 0, len, true, inline)
-        {
+        if let Err(e) = self.q.post_send_buf(WR_DATA, op, buf, 0, len, true, inline) {
             self.send_pool
                 .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
             return Err(self.fail(e.error));
@@ -233,7 +230,7 @@ impl Endpoint {
                 }
             }
         }
-        self.qp.post_send(wr)?;
+        self.q.post_send(wr)?;
         if needs_credit {
             match &mut self.flow {
                 Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,

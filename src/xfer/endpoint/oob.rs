@@ -77,10 +77,10 @@ impl OobSide {
             }
         }
         let rd = rd_atomic(&c.ctx);
-        let parts = Parts::new(c.ctx, c.port, opts, |pd, cq, caps| {
+        let mut parts = Parts::new(c.ctx, c.port, opts, |pd, cq, caps| {
             QueuePair::new_rc(pd, cq, cq, caps)
         })?;
-        parts.qp.to_init(&InitAttr {
+        parts.q.qp().to_init(&InitAttr {
             port: parts.port.port,
             remote_read: true,
             remote_write: true,
@@ -90,7 +90,7 @@ impl OobSide {
         let psn = rand::random::<u32>() & 0xff_ffff;
         let me = OobDest {
             lid: parts.port.lid,
-            qpn: parts.qp.qp_num(),
+            qpn: parts.q.qp().qp_num(),
             psn,
             gid: c.gid.gid,
         };
@@ -130,13 +130,13 @@ impl OobSide {
         rtr.dlid = peer.lid;
         rtr.hop_limit = 1;
         rtr.max_dest_rd_atomic = self.rd.0;
-        self.parts.qp.to_rtr(&rtr)?;
+        self.parts.q.qp().to_rtr(&rtr)?;
         let mut rts = RtsAttr::new(self.me.psn);
         rts.timeout = ACK_TIMEOUT;
         rts.retry_cnt = RETRY_COUNT;
         rts.rnr_retry = RNR_RETRY;
         rts.max_rd_atomic = self.rd.1;
-        self.parts.qp.to_rts(&rts)
+        self.parts.q.qp().to_rts(&rts)
     }
 
     pub(super) fn finish(

@@ -8,6 +8,7 @@ use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
     CompletionQueue, Context, GidEntry, LocalBuf, PortAttr, ProtectionDomain, QpCaps, QueuePair,
+    SoloQueue,
 };
 use crate::xfer::wire::Hello;
 
@@ -23,8 +24,7 @@ pub(super) const INLINE: u32 = 128;
 pub(super) struct Parts {
     pub(super) ctx: Context,
     pub(super) pd: ProtectionDomain,
-    pub(super) cq: CompletionQueue,
-    pub(super) qp: QueuePair,
+    pub(super) q: SoloQueue,
     pub(super) send_pool: Vec<LocalBuf>,
     pub(super) own_sq: u32,
     pub(super) port: PortAttr,
@@ -129,17 +129,17 @@ impl Parts {
     ) -> Result<Parts> {
         let pd = ProtectionDomain::new(&ctx)?;
         let (c, own_sq) = caps(opts, INLINE)?;
-        let cq = CompletionQueue::new(&ctx, cq_len(&c)?, opts.wait)?;
-        let qp = match make_qp(&pd, &cq, c) {
-            Ok(qp) => qp,
-            Err(_) => make_qp(&pd, &cq, caps(opts, 0)?.0)?,
-        };
+        let q = SoloQueue::new(&ctx, cq_len(&c)?, opts.wait, |cq| {
+            match make_qp(&pd, cq, c) {
+                Ok(qp) => Ok(qp),
+                Err(_) => make_qp(&pd, cq, caps(opts, 0)?.0),
+            }
+        })?;
         let send_pool = LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?;
         Ok(Parts {
             ctx,
             pd,
-            cq,
-            qp,
+            q,
             send_pool,
             own_sq,
             port,
@@ -147,9 +147,9 @@ impl Parts {
     }
 
     /// Posts `n` receives of `msg_size` bytes.
-    pub(super) fn post_receives(&self, msg_size: usize, n: u32) -> Result<()> {
+    pub(super) fn post_receives(&mut self, msg_size: usize, n: u32) -> Result<()> {
         for buf in LocalBuf::slots(&self.pd, msg_size, n as usize)? {
-            self.qp.post_recv_buf(WR_RECV, buf)?;
+            self.q.post_recv_buf(WR_RECV, buf)?;
         }
         Ok(())
     }
@@ -163,14 +163,14 @@ impl Parts {
         peer_addr: Option<SocketAddr>,
         id: CmId,
     ) -> Endpoint {
-        self.qp.set_state(crate::verbs::QpState::Rts);
+        self.q.qp().set_state(crate::verbs::QpState::Rts);
         let (sgid, dgid) = id.gids();
         let local = LocalInfo {
             transport: Transport::Cm,
             device: self.ctx.name().to_string(),
             port: self.port.port,
             addr: id.local_addr(),
-            qpn: self.qp.qp_num(),
+            qpn: self.q.qp().qp_num(),
             psn: None,
             lid: self.port.lid,
             gid: sgid,
@@ -204,15 +204,14 @@ impl Parts {
         let peer_msg_size = peer
             .msg_size
             .map_or(opts.msg_size, |m| (m as usize).min(opts.msg_size));
-        let max_inline = self.qp.caps().max_inline_data;
+        let max_inline = self.q.qp().caps().max_inline_data;
         Endpoint {
-            qp: self.qp,
+            q: self.q,
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
             user_retired: Vec::new(),
             send_pool: self.send_pool,
             deferred: Vec::new(),
-            cq: self.cq,
             pd: self.pd,
             ctx: self.ctx,
             flow,

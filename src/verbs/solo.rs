@@ -1,0 +1,144 @@
+//! A single-owner queue: one RC queue pair and the one completion queue it uses for both of its
+//! queues, posted to and polled through `&mut self`, so the CQ's in-flight table needs no lock.
+//!
+//! A [`CompletionQueue`] is shared: any thread may post on its QPs and poll it, so every access to
+//! its table takes a mutex. A [`SoloQueue`] makes its CQ itself, lets exactly one QP claim it
+//! (any other QP made on that CQ is refused), and from then on is the only way to reach the
+//! table: the QP's and the CQ's own `&self` posting and polling refuse that CQ, so two threads
+//! can only use the queue one after the other (`&mut`), and `mem::forget` of it only leaks.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::verbs::cq::{Completion, CompletionQueue, WaitMode};
+use crate::verbs::device::Context;
+use crate::verbs::mr::LocalBuf;
+use crate::verbs::qp::{PostError, QueuePair, SendOp, SendRequest, Sge};
+
+/// One QP and its own CQ, used by one owner at a time (see the [module docs](self)).
+pub struct SoloQueue {
+    // Field order is drop order: the QP first (ERR, drain, destroy), then the CQ.
+    qp: QueuePair,
+    cq: CompletionQueue,
+}
+
+impl std::fmt::Debug for SoloQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SoloQueue({:?}, {:?})", self.qp, self.cq)
+    }
+}
+
+impl SoloQueue {
+    /// Makes a single-owner CQ with room for `cqe` completions and the QP that `make_qp` creates
+    /// on it (as both its send and its receive CQ, e.g. with [`QueuePair::new_rc`] or
+    /// `CmId::create_qp`). `make_qp` may fail and be called again; the CQ accepts one QP.
+    pub fn new(
+        ctx: &Context,
+        cqe: u32,
+        mode: WaitMode,
+        make_qp: impl FnOnce(&CompletionQueue) -> Result<QueuePair>,
+    ) -> Result<SoloQueue> {
+        let cq = CompletionQueue::new_solo(ctx, cqe, mode)?;
+        let qp = make_qp(&cq)?;
+        if !(qp.send_cq().same_as(&cq) && qp.recv_cq().same_as(&cq)) {
+            return Err(Error::InvalidArgument(
+                "a single-owner queue's QP must use its CQ for both queues".into(),
+            ));
+        }
+        Ok(SoloQueue { qp, cq })
+    }
+
+    /// The queue pair (state changes, attributes; its `&self` posts refuse this queue's CQ:
+    /// post through the queue).
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// The completion queue (its `&self` polls refuse: poll through the queue).
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// How [`wait`](Self::wait) waits.
+    pub fn mode(&self) -> WaitMode {
+        self.cq.mode()
+    }
+
+    /// [`QueuePair::post_send`], without a lock.
+    pub fn post_send(&mut self, wr: SendRequest) -> std::result::Result<(), PostError> {
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.qp.post_send_into(&mut t, wr)
+    }
+
+    /// [`QueuePair::post_send_buf`], without a lock.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn post_send_buf(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        buf: LocalBuf,
+        off: usize,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.qp
+            .post_send_buf_into(&mut t, wr_id, op, buf, off, len, signaled, inline)
+    }
+
+    /// [`QueuePair::post_recv`], without a lock.
+    pub fn post_recv(
+        &mut self,
+        wr_id: u64,
+        sges: impl IntoIterator<Item = Sge>,
+    ) -> std::result::Result<(), PostError> {
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.qp.post_recv_into(&mut t, wr_id, sges)
+    }
+
+    /// [`QueuePair::post_recv_buf`], without a lock.
+    #[inline(always)]
+    pub fn post_recv_buf(
+        &mut self,
+        wr_id: u64,
+        buf: LocalBuf,
+    ) -> std::result::Result<(), PostError> {
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.qp.post_recv_buf_into(&mut t, wr_id, buf)
+    }
+
+    /// [`CompletionQueue::poll_one`], without a lock.
+    #[inline(always)]
+    pub fn poll_one(&mut self) -> Result<Option<Completion>> {
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.cq.poll_one_in(&mut t)
+    }
+
+    /// [`CompletionQueue::poll_into`], without a lock: up to `max` completions in one
+    /// `ibv_poll_cq` batch.
+    #[inline(always)]
+    pub fn poll_into(&mut self, max: usize, out: &mut Vec<Completion>) -> Result<usize> {
+        let before = out.len();
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.cq.poll_raw(&mut t, before + max, out)?;
+        Ok(out.len() - before)
+    }
+
+    /// [`CompletionQueue::wait`], without a lock.
+    pub fn wait(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        let cq = &self.cq;
+        cq.wait_with(max, timeout, |max, out| {
+            // SAFETY: `&mut self` (borrowed for this call) is the only access to the table.
+            let mut t = unsafe { cq.table() };
+            cq.poll_raw(&mut t, max, out)
+        })
+    }
+}
