@@ -507,33 +507,40 @@ impl QueuePair {
         let mut out = SgList::with_capacity(sges.len());
         let mut total = 0u64;
         for s in sges {
-            if s.buf.ctx() != self.ctx.as_ptr() {
-                return Err(context_mismatch(op));
-            }
-            if exclusive && matches!(s.buf, Buf::Shared(_)) {
-                return Err(Error::InvalidArgument(
-                    "a shared (read-only) buffer cannot receive data: use a LocalBuf".into(),
-                ));
-            }
-            let len = s.length();
-            let end = s.off.checked_add(len);
-            if end.is_none_or(|e| e > s.buf.as_slice().len()) {
-                return Err(Error::InvalidArgument(format!(
-                    "SGE range {}+{len} is outside its {}-byte buffer",
-                    s.off,
-                    s.buf.as_slice().len()
-                )));
-            }
-            let length = u32::try_from(len)
-                .map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
-            total += u64::from(length);
-            out.push(sys::ibv_sge {
-                addr: s.buf.addr() + s.off as u64,
-                length,
-                lkey: s.buf.lkey(),
-            });
+            let sge = self.check_sge(op, s, exclusive)?;
+            total += u64::from(sge.length);
+            out.push(sge);
         }
         Ok((out, total))
+    }
+
+    /// One SGE checked (context, exclusivity, bounds, length) and turned into an `ibv_sge`.
+    #[inline(always)]
+    fn check_sge(&self, op: &'static str, s: &Sge, exclusive: bool) -> Result<sys::ibv_sge> {
+        if s.buf.ctx() != self.ctx.as_ptr() {
+            return Err(context_mismatch(op));
+        }
+        if exclusive && matches!(s.buf, Buf::Shared(_)) {
+            return Err(Error::InvalidArgument(
+                "a shared (read-only) buffer cannot receive data: use a LocalBuf".into(),
+            ));
+        }
+        let len = s.length();
+        let end = s.off.checked_add(len);
+        if end.is_none_or(|e| e > s.buf.as_slice().len()) {
+            return Err(Error::InvalidArgument(format!(
+                "SGE range {}+{len} is outside its {}-byte buffer",
+                s.off,
+                s.buf.as_slice().len()
+            )));
+        }
+        let length = u32::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
+        Ok(sys::ibv_sge {
+            addr: s.buf.addr() + s.off as u64,
+            length,
+            lkey: s.buf.lkey(),
+        })
     }
 
     /// Posts a send-queue work request (`ibv_post_send(3)`). The buffers move into the in-flight
@@ -557,11 +564,25 @@ impl QueuePair {
         let SendRequest {
             wr_id,
             op,
-            sges,
+            mut sges,
             signaled,
             inline,
         } = wr;
         let exclusive = matches!(op, SendOp::Read(_));
+        if sges.len() == 1 && self.caps.max_send_sge >= 1 {
+            // The usual work request: no SGE list to build, no iterator to collect.
+            let s = sges.pop().expect("one SGE");
+            let sge = self.check_sge("ibv_post_send", &s, exclusive);
+            let bufs: Bufs = smallvec::smallvec![s.buf];
+            return match sge {
+                Ok(mut sge) => {
+                    let total = u64::from(sge.length);
+                    let sg = std::slice::from_mut(&mut sge);
+                    self.post_send_raw(t, wr_id, op, sg, total, bufs, signaled, inline)
+                }
+                Err(error) => Err(PostError { error, bufs }),
+            };
+        }
         let built = self.build_sges("ibv_post_send", &sges, exclusive, self.caps.max_send_sge);
         let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         match built {

@@ -121,6 +121,16 @@ impl SoloQueue {
         self.cq.poll_one_in(&mut t)
     }
 
+    /// Busy-polls up to `spins` times for one completion (one-entry `ibv_poll_cq(3)` calls,
+    /// yielding the CPU every 256): the per-message wait, with nothing but the poll itself in
+    /// the loop. `Ok(None)` if none came.
+    #[inline(always)]
+    pub fn spin_one(&mut self, spins: u32) -> Result<Option<Completion>> {
+        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
+        let mut t = unsafe { self.cq.table() };
+        self.cq.spin_one_in(&mut t, spins)
+    }
+
     /// [`CompletionQueue::poll_into`], without a lock: up to `max` completions in one
     /// `ibv_poll_cq` batch.
     #[inline(always)]
