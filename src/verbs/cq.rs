@@ -941,11 +941,9 @@ impl CompletionQueue {
                     if now >= deadline {
                         return Err(timed_out());
                     }
-                    let _g = self
-                        .inner
-                        .wait_lock
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
+                    // Waiters on a shared CQ take turns; a single-owner CQ has one (`&mut`).
+                    let _g = (!self.is_single_owner())
+                        .then(|| self.inner.wait_lock.lock().unwrap_or_else(|p| p.into_inner()));
                     // SAFETY: valid CQ.
                     let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
                     if rc != 0 {

@@ -124,13 +124,14 @@ impl Deadline {
 }
 
 impl Endpoint {
-    /// The queue pair (to post the caller's own work requests, see [`post`](Self::post)).
+    /// The queue pair (attributes, state). It is the endpoint's single-owner queue's: its own
+    /// posts refuse; post the caller's work requests with [`post`](Self::post).
     pub fn qp(&self) -> &QueuePair {
         self.q.qp()
     }
 
-    /// The completion queue (send and receive). Poll it through [`poll_user`](Self::poll_user):
-    /// the endpoint's own completions must reach the endpoint.
+    /// The completion queue (send and receive; its wait mode). It is single-owner: its own polls
+    /// refuse; the caller's completions come from [`poll_user`](Self::poll_user).
     pub fn cq(&self) -> &CompletionQueue {
         self.q.cq()
     }
