@@ -2,10 +2,13 @@
 # ci/bench-instr.sh [REPS] — build rdmaxfer (release), boot one guest and run ci/guest-bench-instr.sh
 # there: user-space instructions per ping-pong round trip, rdmaxfer next to ibv_rc_pingpong, and
 # per 64 KiB work request, rdmaxfer bench write / send next to ib_write_bw / ib_send_bw
-# (callgrind). INSTR_PARTS="pp" or "bw" runs only one part. Outputs in target/bench/instr/.
+# (callgrind), each also with both sides sleeping on events (-e: no busy-poll spins in the count).
+# INSTR_PARTS="pp ppe bw" (default) selects parts; the whole run takes about an hour on a busy
+# host (CI_GUEST_TIMEOUT defaults to 2 h here). Outputs in target/bench/instr/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 ci_path
-export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS" # pp, bw or both (default)
+export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS" # pp, ppe and/or bw (default: all)
+export CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-7200}"
 ci_guest_bench target/bench/instr ci/guest-bench-instr.sh "${1:-2}"

@@ -6,11 +6,14 @@
 # (the other side runs natively), REPS times each (default 2); (min Ir(3000) - min Ir(1000)) / 2000
 # is that side's count per round trip, with start-up and teardown cancelled out (and rdmaxfer's
 # statistics after the loop left out). The bandwidth tools run with -n 1000 and -n 2000: the
-# difference / 1000 is the count per work request (message), each side's. Unlike timings, these counts do not depend on how fast the
-# emulated guest runs, except for busy-poll spins: a stall of the other side adds spins, and the
-# minimum over the repetitions leaves such runs out. Soft-RoCE's protocol work runs in the kernel
+# difference / 1000 is the count per work request (message), each side's. Unlike timings, these
+# counts do not depend on how fast the emulated guest runs, except for busy-poll spins: every
+# empty look at the CQ counts, so a slow peer (a busy host) adds instructions; the minimum over
+# the repetitions leaves the worst runs out, and the event-mode rows (both tools with -e: they
+# sleep instead of spinning) have no spins at all. Soft-RoCE's protocol work runs in the kernel
 # and is not counted.
-# INSTR_PARTS="pp bw" (default) selects the ping-pong and/or bandwidth part.
+# INSTR_PARTS="pp ppe bw" (default) selects the parts: ping-pong busy-polling, ping-pong with -e,
+# bandwidth.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -23,7 +26,7 @@ ip=198.18.0.1
 port=18700
 fails=0
 tsv="$out/instr.tsv"
-printf 'tool\tsize\tside\titers\trep\tinstructions\n' >"$tsv"
+printf 'tool\tcase\tside\titers\trep\tinstructions\n' >"$tsv"
 
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
@@ -38,18 +41,20 @@ counted() {
   echo $((all - ${stats:-0}))
 }
 
-# run TOOL SIZE SIDE N REP — one run with SIDE (client|server) of TOOL under callgrind.
+# run TOOL SIZE SIDE N REP [-e] — one run with SIDE (client|server) of TOOL under callgrind;
+# with -e both sides sleep on completion events.
 run() {
-  local tool="$1" size="$2" side="$3" n="$4" r="$5" name spid src=0 crc=0
-  name="$out/$tool.$size.$side.$n.$r"
+  local tool="$1" size="$2" side="$3" n="$4" r="$5" ev=("${@:6}") name spid src=0 crc=0 label
+  label="$size${ev[*]:+-e}"
+  name="$out/$tool.$label.$side.$n.$r"
   port=$((port + 1))
   local s=() c=() sv=() cv=() vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
   if [[ $tool == rdmaxfer ]]; then
-    s=("$bin" pingpong --listen "$ip" -p "$port" --count 1 -s "$size" -n "$n" --timeout 120)
-    c=("$bin" pingpong "$ip" -p "$port" -s "$size" -n "$n" --timeout 120)
+    s=("$bin" pingpong --listen "$ip" -p "$port" --count 1 -s "$size" -n "$n" "${ev[@]}" --timeout 120)
+    c=("$bin" pingpong "$ip" -p "$port" -s "$size" -n "$n" "${ev[@]}" --timeout 120)
   else
-    s=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" -p "$port")
-    c=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" -p "$port" "$ip")
+    s=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" "${ev[@]}" -p "$port")
+    c=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" "${ev[@]}" -p "$port" "$ip")
   fi
   if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
   timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
@@ -67,7 +72,7 @@ run() {
     fails=$((fails + 1))
     return 1
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$size" "$side" "$n" "$r" "$(counted "$name.callgrind")" >>"$tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$label" "$side" "$n" "$r" "$(counted "$name.callgrind")" >>"$tsv"
 }
 
 # run_bw TOOL OP SIDE N REP — one bandwidth run (64 KiB messages) with SIDE under callgrind;
@@ -108,10 +113,9 @@ run_bw() {
 }
 
 bwtsv="$out/instr-bw.tsv"
-printf 'tool\top\tside\titers\trep\tinstructions\n' >"$bwtsv"
+printf 'tool\tcase\tside\titers\trep\tinstructions\n' >"$bwtsv"
 
-# INSTR_PARTS: which parts to run (default both): pp (ping-pong), bw (bandwidth).
-parts=" ${INSTR_PARTS:-pp bw} "
+parts=" ${INSTR_PARTS:-pp ppe bw} "
 for r in $(seq 1 "$reps"); do
   if [[ $parts == *" bw "* ]]; then
     for op in write send send-e; do
@@ -124,57 +128,47 @@ for r in $(seq 1 "$reps"); do
       done
     done
   fi
-  [[ $parts != *" pp "* ]] || for size in 2 4096; do
-    for tool in ibv_rc_pingpong rdmaxfer; do
-      for side in client server; do
-        for n in 1000 3000; do
-          run "$tool" "$size" "$side" "$n" "$r" || true
+  for ev in "" -e; do
+    [[ $parts == *" pp${ev:+e} "* ]] || continue
+    for size in 2 4096; do
+      for tool in ibv_rc_pingpong rdmaxfer; do
+        for side in client server; do
+          for n in 1000 3000; do
+            run "$tool" "$size" "$side" "$n" "$r" $ev || true
+          done
         done
       done
     done
   done
 done
 
-python3 - "$tsv" <<'PY' | tee "$out/instr-summary.txt"
+python3 - "$tsv" "$bwtsv" <<'PY' | tee "$out/instr-summary.txt"
 import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-def least(tool, size, side, n):
-    v = [int(r["instructions"]) for r in rows
-         if (r["tool"], r["size"], r["side"], r["iters"]) == (tool, size, side, n)]
-    return min(v) if v else None
-def per_iter(tool, size, side):
-    a, b = least(tool, size, side, "1000"), least(tool, size, side, "3000")
-    return None if a is None or b is None else (b - a) / 2000
-print("== user-space instructions per round trip (callgrind; (min Ir at -n 3000 - min Ir at -n 1000)")
-print("   / 2000; rdmaxfer's statistics after the loop left out)")
-print(f"{'size':>6} {'side':<7} {'ibv_rc_pingpong':>16} {'rdmaxfer':>10} {'ratio':>7}")
-for size in ("2", "4096"):
-    for side in ("client", "server"):
-        a, r = per_iter("ibv_rc_pingpong", size, side), per_iter("rdmaxfer", size, side)
-        f = lambda v: "n/a" if v is None else f"{v:.0f}"
-        q = "n/a" if a is None or r is None or a <= 0 else f"{r / a:.2f}"
-        print(f"{size:>6} {side:<7} {f(a):>16} {f(r):>10} {q:>7}")
-PY
-python3 - "$bwtsv" <<'PY' | tee -a "$out/instr-summary.txt"
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-def least(tool, op, side, n):
-    v = [int(r["instructions"]) for r in rows
-         if (r["tool"], r["op"], r["side"], r["iters"]) == (tool, op, side, n)]
-    return min(v) if v else None
-def per_wr(tool, op, side):
-    a, b = least(tool, op, side, "1000"), least(tool, op, side, "2000")
-    return None if a is None or b is None else (b - a) / 1000
-print("== user-space instructions per 64 KiB work request (callgrind; (min Ir at -n 2000 - min Ir")
-print("   at -n 1000) / 1000). write and send busy-poll: their counts are mostly empty polls while")
-print("   the kernel moves the data; send-e sleeps on events on both sides (ib_send_bw -e, --event)")
-print(f"{'op':>6} {'side':<7} {'ib_*_bw':>16} {'rdmaxfer':>10} {'ratio':>7}")
-for op in ("write", "send", "send-e"):
-    for side in ("client", "server"):
-        a, r = per_wr("perftest", op, side), per_wr("rdmaxfer", op, side)
-        f = lambda v: "n/a" if v is None else f"{v:.0f}"
-        q = "n/a" if a is None or r is None or a <= 0 else f"{r / a:.2f}"
-        print(f"{op:>6} {side:<7} {f(a):>16} {f(r):>10} {q:>7}")
+def table(path, anchor, cases, n1, n2, head, unit):
+    rows = list(csv.DictReader(open(path), delimiter="\t"))
+    def least(tool, case, side, n):
+        v = [int(r["instructions"]) for r in rows
+             if (r["tool"], r["case"], r["side"], r["iters"]) == (tool, case, side, n)]
+        return min(v) if v else None
+    def per(tool, case, side):
+        a, b = least(tool, case, side, n1), least(tool, case, side, n2)
+        return None if a is None or b is None else (b - a) / (int(n2) - int(n1))
+    print(f"== user-space instructions per {unit} (callgrind; (min Ir at -n {n2} - min Ir at -n {n1})")
+    print(f"   / {int(n2) - int(n1)}){head}")
+    print(f"{'case':>8} {'side':<7} {anchor:>16} {'rdmaxfer':>10} {'ratio':>7}")
+    for case in cases:
+        for side in ("client", "server"):
+            a, r = per(anchor, case, side), per("rdmaxfer", case, side)
+            f = lambda v: "n/a" if v is None else f"{v:.0f}"
+            q = "n/a" if a is None or r is None or a <= 0 else f"{r / a:.2f}"
+            print(f"{case:>8} {side:<7} {f(a):>16} {f(r):>10} {q:>7}")
+table(sys.argv[1], "ibv_rc_pingpong", ("2", "4096", "2-e", "4096-e"), "1000", "3000",
+      "; rdmaxfer's statistics after the loop left out;\n   -e: both sides sleep on events",
+      "round trip")
+table(sys.argv[2], "perftest", ("write", "send", "send-e"), "1000", "2000",
+      ". write and send busy-poll: their counts\n   are mostly empty polls while the kernel "
+      "moves the data; send-e sleeps on events on both\n   sides (ib_send_bw -e, --event)",
+      "64 KiB work request")
 PY
 echo "== instruction bench done: $fails failed run(s)"
 exit $((fails > 0))
