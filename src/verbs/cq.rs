@@ -942,8 +942,12 @@ impl CompletionQueue {
                         return Err(timed_out());
                     }
                     // Waiters on a shared CQ take turns; a single-owner CQ has one (`&mut`).
-                    let _g = (!self.is_single_owner())
-                        .then(|| self.inner.wait_lock.lock().unwrap_or_else(|p| p.into_inner()));
+                    let _g = (!self.is_single_owner()).then(|| {
+                        self.inner
+                            .wait_lock
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                    });
                     // SAFETY: valid CQ.
                     let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
                     if rc != 0 {
