@@ -17,8 +17,8 @@
 //! this scale (tens of sessions; the data itself moves by RDMA WRITE without our threads).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use rdmaxfer::xfer::endpoint::Endpoint;
@@ -35,6 +35,13 @@ pub struct Limits {
     pub count: Option<u64>,
     /// Sessions served at once at most.
     pub max_sessions: usize,
+    /// Why a peer is refused when all session slots are taken (e.g. "it serves 8 senders at
+    /// once (its --max-sessions)").
+    pub full: String,
+    /// How long a set-up peer waits for a session slot before it is refused as busy (zero for
+    /// `recv`, whose senders are refused at once; a one-at-a-time server lets the next peer
+    /// wait a little for the current one to finish).
+    pub wait_turn: Duration,
 }
 
 impl Limits {
@@ -66,13 +73,16 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
 ) -> Result<()> {
     let max = limits.max_sessions.max(1);
     let max_handshakes = limits.max_handshakes();
+    let full = &limits.full;
     let gate = Mutex::new(Gate { admitted: 0, admit });
+    let turn = Condvar::new();
+    let wait_turn = limits.wait_turn;
     let active = AtomicUsize::new(0);
     let handshaking = AtomicUsize::new(0);
     let refusing = AtomicUsize::new(0);
     let failed = AtomicU64::new(0);
     let all_admitted = |g: &Gate<A>| limits.count.is_some_and(|c| g.admitted >= c);
-    let (refuse, one, gate_r) = (&refuse, &one, &gate);
+    let (refuse, one, gate_r, turn_r) = (&refuse, &one, &gate, &turn);
     let (active_r, handshaking_r, refusing_r, failed_r) =
         (&active, &handshaking, &refusing, &failed);
     let broken = std::thread::scope(|sc| {
@@ -144,12 +154,25 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
                 // loop never sees both at zero while this peer is still to be served.
                 let admitted = {
                     let mut g = gate_r.lock().unwrap_or_else(|p| p.into_inner());
+                    let until = Instant::now() + wait_turn;
+                    loop {
+                        let left = until.saturating_duration_since(Instant::now());
+                        if all_admitted(&g)
+                            || active_r.load(Ordering::Acquire) < max
+                            || left.is_zero()
+                        {
+                            break;
+                        }
+                        // Woken when a session ends (its count drops under the same lock).
+                        g = turn_r
+                            .wait_timeout(g, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
                     let r = if all_admitted(&g) {
                         Err("it is finishing its last session".to_string())
                     } else if active_r.load(Ordering::Acquire) >= max {
-                        Err(format!(
-                            "it serves {max} senders at once (its --max-sessions)"
-                        ))
+                        Err(full.clone())
                     } else {
                         (g.admit)()
                     };
@@ -175,7 +198,10 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
                     failed_r.fetch_add(1, Ordering::Relaxed);
                     eprintln!("rdmaxfer: error: session {id}: serving {who}: {e:#}");
                 }
+                let g = gate_r.lock().unwrap_or_else(|p| p.into_inner());
                 active_r.fetch_sub(1, Ordering::AcqRel);
+                drop(g);
+                turn_r.notify_all();
             });
         }
     });
