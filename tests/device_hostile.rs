@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{need_rxe0, recv, IP};
+use common::{need_rxe0, pseudo_random, recv, send, wait_until, IP};
 use rdmaxfer::verbs::{LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::proto::{self, Msg, Reason};
@@ -218,6 +218,45 @@ fn staller_is_ended_by_the_idle_budget() {
     d.failed("recv ending a staller's session");
     assert!(d.err.contains("--idle-timeout"), "{}", d.err);
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+/// A real `rdmaxfer send` stopped (SIGSTOP) mid-file is ended by the receiver's idle budget;
+/// resumed (SIGCONT), it reports the receiver's reason (its ERR arrived while the sender was
+/// stopped), not only a lost connection.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_stopped_sender_hears_why_its_session_ended() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("big.bin"), tmp.path().join("out"));
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(&src, pseudo_random(64 << 20, 77)).unwrap();
+    let port = 7334;
+    let r = recv(
+        port,
+        &out,
+        &["--once", "--idle-timeout", "2", "--min-rate", "0"],
+    );
+    let s = send(port, &[src.as_path()], &["--chunk", "64K", "--slots", "2"]);
+    let part = out.join(".big.bin.rdmaxfer-part");
+    wait_until("data reaching the receiver", T, || {
+        std::fs::metadata(&part).is_ok_and(|m| m.len() > 0)
+    });
+    s.signal("STOP");
+    let d = r.finish(T);
+    d.failed("recv ending a stopped sender's session");
+    assert!(d.err.contains("--idle-timeout"), "{}", d.err);
+    s.signal("CONT");
+    let d = s.finish(T);
+    d.failed("the stopped sender");
+    let summary = &d.json_lines()[0];
+    let error = summary["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("--idle-timeout") && error.contains("the peer reports"),
+        "the sender should name the receiver's reason: {error}\n{}",
+        d.err
+    );
+    assert!(!common::has_temp(&out), "{:?}", common::listing(&out));
 }
 
 #[test]

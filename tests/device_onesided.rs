@@ -333,3 +333,50 @@ fn bench_with_mismatched_options_fails_clearly() {
     assert!(c.err.contains("options differ"), "{}", c.err);
     server.finish(T).failed("server saw a failed client");
 }
+
+/// While one peer holds the expose server, another is told that it is busy and to retry once
+/// its wait for a turn (5 s) ends, not left to time out in the backlog; once the first is
+/// done, the next is served.
+fn busy_while_another_is_served(port: u16, oob: bool) {
+    need_rxe0();
+    // The server's step deadline outlasts the second peer's wait for its turn (5 s).
+    let mut s = expose(port, oob, &["--size", "4096", "--timeout", "60"]);
+    let opts = EndpointOptions {
+        extra_send_wr: 16,
+        timeout: T,
+        ..Default::default()
+    };
+    let mut held = session::connect(IP, port, oob, &opts).expect("connect");
+    onesided::open_session(&mut held).expect("the first peer's session");
+    let t = std::time::Instant::now();
+    let d = client("write", port, oob, &["--data", "x", "--timeout", "30"]);
+    d.failed("write while another peer is served");
+    assert!(
+        d.err.contains("busy") && d.err.contains("retry"),
+        "the error should say the server is busy and to retry: {}",
+        d.err
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "refused after {:?}",
+        t.elapsed()
+    );
+    onesided::end_session(&mut held, true, 0, 0).expect("DONE");
+    let _ = held.close();
+    s.wait_for("peer ", T);
+    client("write", port, oob, &["--data", "y"]).ok("write after the first peer is done");
+    s.wait_for("changed [0, 1)", T);
+    s.kill();
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_second_peer_is_told_busy_cm() {
+    busy_while_another_is_served(7111, false);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_second_peer_is_told_busy_oob() {
+    busy_while_another_is_served(7112, true);
+}

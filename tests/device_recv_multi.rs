@@ -292,14 +292,15 @@ fn stall_cm(port: u16) -> CmId {
 
 /// Peers that stall mid-handshake (a CM one that never completes the connection, or two TCP
 /// ones that never send their address to an `--oob` receiver) are set up on their own
-/// threads: a good sender after them is served at once, not after the receiver's 60 s step
-/// deadline.
+/// threads and hold no session slot (only a handshake completed is admitted): with
+/// `--max-sessions 1`, a good sender after them is served at once, not refused as busy and not
+/// after the receiver's 60 s step deadline.
 fn stalled_handshakes_do_not_delay_a_good_sender(port: u16, oob: bool) {
     need_rxe0();
     let (_tmp, src, out) = dirs();
     let files = sources(&src, 1);
     let extra: &[&str] = if oob { &["--oob"] } else { &[] };
-    let mut args = vec!["--max-sessions", "4", "--timeout", "60"];
+    let mut args = vec!["--max-sessions", "1", "--timeout", "60"];
     args.extend_from_slice(extra);
     let p = port.to_string();
     let o = out.to_str().unwrap();

@@ -5,7 +5,10 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::{Mtu, WaitMode};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, DEFAULT_PORT};
+use rdmaxfer::xfer::onesided::{self, Msg};
 use rdmaxfer::xfer::session::{self, Server};
+
+use crate::serve::{serve_concurrent, Limits};
 
 /// How to reach (or be reached by) the peer.
 #[derive(clap::Args, Debug, Clone)]
@@ -102,41 +105,44 @@ impl ConnArgs {
     }
 }
 
+/// How long a peer that connects while another is served waits for its turn before it is
+/// told the server is busy: longer than a scripted client's gap between two runs (the server
+/// may still be saving or printing the last peer's results), shorter than a client's default
+/// step deadline (10 s), so the client hears "busy" rather than timing out.
+const TURN_WAIT: Duration = Duration::from_secs(5);
+
 /// Serves peers one after another until `count` (if any) have been served; one failing peer
-/// does not stop the server. Fails at the end if any peer failed.
+/// does not stop the server. A peer that connects while another is served is told at once that
+/// the server is busy (and to retry) if the other does not end within [`TURN_WAIT`], rather than
+/// left waiting in the backlog. Fails at the end
+/// if any peer failed.
 pub fn serve(
     server: &mut Server,
     count: Option<u64>,
-    mut one: impl FnMut(&mut Endpoint) -> Result<()>,
+    one: impl FnMut(&mut Endpoint) -> Result<()> + Send,
 ) -> Result<()> {
-    let (mut served, mut failed) = (0u64, 0u64);
-    while count.is_none_or(|c| served < c) {
-        let r = server.accept(None).context("accepting a connection");
-        served += 1;
-        let r = r.and_then(|mut ep| {
-            let who = ep.peer().addr.map_or("?".into(), |a| a.to_string());
-            let r = one(&mut ep).with_context(|| format!("serving {who}"));
-            if let Err(e) = ep.close() {
-                // The peer may already be gone; what mattered was reported by `one`.
-                tracing::debug!("closing the connection to {who}: {e}");
-            }
-            r
-        });
-        if let Err(e) = r {
-            failed += 1;
-            let text = format!("{e:#}");
-            // Errors can quote what the peer sent: printed escaped.
-            eprintln!(
-                "rdmaxfer: error: {}",
-                rdmaxfer::xfer::file::names::printable(&text)
-            );
-            if server.is_broken() {
-                bail!("the listener failed; stopping");
-            }
+    let one = std::sync::Mutex::new(one);
+    let limits = Limits {
+        count,
+        max_sessions: 1,
+        full: "it serves one peer at a time".into(),
+        wait_turn: TURN_WAIT,
+    };
+    let refuse = |ep: &mut Endpoint, why: &str| {
+        let msg = Msg::Refuse(format!("busy: {why}; retry later"));
+        if let Err(e) = onesided::send_msg(ep, &msg).and_then(|()| ep.flush()) {
+            tracing::debug!("telling a peer the server is busy: {e}");
         }
-    }
-    if failed > 0 {
-        bail!("{failed} of {served} connections failed");
-    }
-    Ok(())
+    };
+    serve_concurrent(
+        server,
+        &limits,
+        || Ok(()),
+        refuse,
+        |_, ep, ()| {
+            // One session at a time (max_sessions 1): the lock is never contended.
+            let mut one = one.lock().unwrap_or_else(|p| p.into_inner());
+            one(ep)
+        },
+    )
 }

@@ -275,6 +275,11 @@ pub fn recv(a: RecvArgs) -> Result<()> {
     let limits = Limits {
         count: a.once.then_some(1),
         max_sessions: a.max_sessions as usize,
+        full: format!(
+            "it serves {} senders at once (its --max-sessions)",
+            a.max_sessions
+        ),
+        wait_turn: Duration::ZERO,
     };
     let admit = || {
         rings.reserve().ok_or_else(|| {

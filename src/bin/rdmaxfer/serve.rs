@@ -1,24 +1,28 @@
-//! Serving several peers at once (`recv`): each admitted connection on its own thread, up to a
-//! cap; a connection over the cap is answered "busy, retry" at once instead of waiting.
+//! Serving several peers at once (`recv`): each connection is set up and served on its own
+//! thread, up to a cap; a connection over the cap is answered "busy, retry" at once instead of
+//! waiting.
 //!
 //! Why a thread per session rather than an event loop over the completion channels: a session
 //! is a sequence of blocking steps (each `Endpoint` waits on its own completion channel, and a
 //! file's data phase already runs a writer thread next to it), so a thread per session runs the
 //! existing session code unchanged, one slow or hostile peer blocks only its own thread, and the
-//! count is bounded by `--max-sessions` (plus at most as many short-lived refusal threads).
+//! count is bounded (`--max-sessions` sessions, [`Limits::max_handshakes`] set-ups, and at most
+//! `--max-sessions` short-lived refusal threads).
 //! The accept loop only takes each request (the CM connect request, or the TCP socket); the
 //! handshake (QP set-up, `rdma_accept` and ESTABLISHED, or the OOB exchange) runs on the
-//! session's or refusal's thread within `--timeout`, so a peer that stalls mid-handshake holds
-//! one slot for that long but never delays the other peers.
+//! connection's own thread within `--timeout`, and only a peer whose handshake completed is
+//! admitted to a session slot (and its memory lease): a peer that stalls mid-handshake holds
+//! one set-up thread for that long, never a session slot, and never delays the other peers.
 //! An event loop would need every session step rewritten as a state machine, for no gain at
 //! this scale (tens of sessions; the data itself moves by RDMA WRITE without our threads).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use rdmaxfer::xfer::endpoint::Endpoint;
-use rdmaxfer::xfer::session::Server;
+use rdmaxfer::xfer::session::{Incoming, Server};
 
 /// How often the accept loop looks at finished sessions while no peer connects (with `count`,
 /// it must notice when the last session ended). The CM event channel or TCP listener is waited
@@ -31,42 +35,96 @@ pub struct Limits {
     pub count: Option<u64>,
     /// Sessions served at once at most.
     pub max_sessions: usize,
+    /// Why a peer is refused when all session slots are taken (e.g. "it serves 8 senders at
+    /// once (its --max-sessions)").
+    pub full: String,
+    /// How long a set-up peer waits for a session slot before it is refused as busy (zero for
+    /// `recv`, whose senders are refused at once; a one-at-a-time server lets the next peer
+    /// wait a little for the current one to finish).
+    pub wait_turn: Duration,
 }
 
-/// Serves peers, each on its own thread, at most `limits.max_sessions` at once. For each
-/// connection `admit` decides (e.g. takes a memory lease) or says why the receiver is busy,
-/// before the handshake (which runs on the connection's own thread);
-/// `refuse` tells a peer it is busy (on a short-lived thread, so a peer that does not take the
-/// refusal does not hold the accept loop); `one` serves an admitted session (numbered from 1).
-/// Failing sessions do not stop the server; the result is an error at the end if any failed.
-pub fn serve_concurrent<T: Send>(
+impl Limits {
+    /// Connections being set up at once at most: 4 per session slot (at least 16), so peers
+    /// that stall their handshakes must outnumber the slots fourfold, and renew themselves every
+    /// `--timeout`, to make a good sender wait; over it a connection is refused as busy.
+    pub fn max_handshakes(&self) -> usize {
+        self.max_sessions.saturating_mul(4).max(16)
+    }
+}
+
+/// Admission after a completed handshake: sessions admitted so far and the caller's `admit`.
+struct Gate<A> {
+    admitted: u64,
+    admit: A,
+}
+
+/// Serves peers, each on its own thread, at most `limits.max_sessions` at once. Each connection
+/// is set up on its own thread; once set up, `admit` decides (e.g. takes a memory lease) or
+/// says why the receiver is busy; `refuse` tells a peer it is busy; `one` serves an admitted
+/// session (numbered from 1). A failed handshake is reported and is not a session. Failing
+/// sessions do not stop the server; the result is an error at the end if any failed.
+pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + Send>(
     server: &mut Server,
     limits: &Limits,
-    mut admit: impl FnMut() -> std::result::Result<T, String>,
+    admit: A,
     refuse: impl Fn(&mut Endpoint, &str) + Sync,
     one: impl Fn(u64, &mut Endpoint, T) -> Result<()> + Sync,
 ) -> Result<()> {
     let max = limits.max_sessions.max(1);
+    let max_handshakes = limits.max_handshakes();
+    let full = &limits.full;
+    let gate = Mutex::new(Gate { admitted: 0, admit });
+    let turn = Condvar::new();
+    let wait_turn = limits.wait_turn;
     let active = AtomicUsize::new(0);
+    let handshaking = AtomicUsize::new(0);
     let refusing = AtomicUsize::new(0);
     let failed = AtomicU64::new(0);
-    let mut admitted = 0u64;
-    let (refuse, one) = (&refuse, &one);
-    let (active_r, refusing_r, failed_r) = (&active, &refusing, &failed);
+    let all_admitted = |g: &Gate<A>| limits.count.is_some_and(|c| g.admitted >= c);
+    let (refuse, one, gate_r, turn_r) = (&refuse, &one, &gate, &turn);
+    let (active_r, handshaking_r, refusing_r, failed_r) =
+        (&active, &handshaking, &refusing, &failed);
     let broken = std::thread::scope(|sc| {
+        // Tells a set-up peer it is busy and closes (on the caller's thread).
+        let refuse_now = move |mut ep: Endpoint, who: &str, why: &str| {
+            eprintln!("refused {who}: busy: {why}");
+            refuse(&mut ep, why);
+            if let Err(e) = ep.close() {
+                tracing::debug!("closing the refused connection to {who}: {e}");
+            }
+        };
+        // Sets a connection up on a short-lived thread only to refuse it (bounded).
+        let refuse_later = move |incoming: Incoming, who: String, why: String| {
+            if refusing_r.fetch_add(1, Ordering::AcqRel) < max {
+                sc.spawn(move || {
+                    match incoming.finish() {
+                        Ok(ep) => refuse_now(ep, &who, &why),
+                        Err(e) => eprintln!("refused {who}: busy: {why} ({e})"),
+                    }
+                    refusing_r.fetch_sub(1, Ordering::AcqRel);
+                });
+            } else {
+                // Too many refusals in flight: this one is just disconnected.
+                refusing_r.fetch_sub(1, Ordering::AcqRel);
+                eprintln!("refused {who}: busy: {why} (disconnected: too many refusals)");
+                drop(incoming);
+            }
+        };
         loop {
-            let all_admitted = limits.count.is_some_and(|c| admitted >= c);
-            if all_admitted && active.load(Ordering::Acquire) == 0 {
-                return false;
+            {
+                let g = gate.lock().unwrap_or_else(|p| p.into_inner());
+                if all_admitted(&g)
+                    && active.load(Ordering::Acquire) == 0
+                    && handshaking.load(Ordering::Acquire) == 0
+                {
+                    return false;
+                }
             }
             let incoming = match server.take(Some(ACCEPT_POLL)) {
                 Ok(p) => p,
                 Err(e) if e.is_timeout() => continue,
                 Err(e) => {
-                    if !all_admitted {
-                        admitted += 1;
-                    }
-                    failed.fetch_add(1, Ordering::Relaxed);
                     eprintln!("rdmaxfer: error: accepting a connection: {e}");
                     if server.is_broken() {
                         return true;
@@ -75,75 +133,88 @@ pub fn serve_concurrent<T: Send>(
                 }
             };
             let who = incoming.peer_addr().map_or("?".into(), |a| a.to_string());
-            let busy = if all_admitted {
-                Err("it is finishing its last session".to_string())
-            } else if active.load(Ordering::Acquire) >= max {
-                Err(format!(
-                    "it serves {max} senders at once (its --max-sessions)"
-                ))
-            } else {
-                admit()
-            };
-            match busy {
-                Ok(ticket) => {
-                    // A peer that then fails its handshake counts as served (as one at a time
-                    // did): its slot is taken until its set-up ends, on its own thread.
-                    admitted += 1;
-                    let id = admitted;
-                    active.fetch_add(1, Ordering::AcqRel);
-                    sc.spawn(move || {
-                        let r = match incoming.finish() {
-                            Ok(mut ep) => {
-                                eprintln!("session {id}: serving {who}");
-                                let r = one(id, &mut ep, ticket);
-                                if let Err(e) = ep.close() {
-                                    // The peer may already be gone; `one` reported what mattered.
-                                    tracing::debug!("closing the connection to {who}: {e}");
-                                }
-                                r.map_err(|e| format!("session {id}: serving {who}: {e:#}"))
-                            }
-                            Err(e) => Err(format!("accepting a connection: {e}")),
-                        };
-                        if let Err(e) = r {
-                            failed_r.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("rdmaxfer: error: {e}");
-                        }
-                        active_r.fetch_sub(1, Ordering::AcqRel);
-                    });
-                }
-                Err(why) => {
-                    if refusing.fetch_add(1, Ordering::AcqRel) < max {
-                        sc.spawn(move || {
-                            match incoming.finish() {
-                                Ok(mut ep) => {
-                                    eprintln!("refused {who}: busy: {why}");
-                                    refuse(&mut ep, &why);
-                                    if let Err(e) = ep.close() {
-                                        tracing::debug!(
-                                            "closing the refused connection to {who}: {e}"
-                                        );
-                                    }
-                                }
-                                Err(e) => eprintln!("refused {who}: busy: {why} ({e})"),
-                            }
-                            refusing_r.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    } else {
-                        // Too many refusals in flight: this one is just disconnected.
-                        refusing.fetch_sub(1, Ordering::AcqRel);
-                        eprintln!("refused {who}: busy: {why} (disconnected: too many refusals)");
-                        drop(incoming);
-                    }
-                }
+            if handshaking.load(Ordering::Acquire) >= max_handshakes {
+                let why = format!("{max_handshakes} connections are being set up");
+                refuse_later(incoming, who, why);
+                continue;
             }
+            handshaking.fetch_add(1, Ordering::AcqRel);
+            sc.spawn(move || {
+                let ep = incoming.finish();
+                let ep = match ep {
+                    Ok(ep) => ep,
+                    Err(e) => {
+                        // Not a session: a port scan or a peer that gave up is only reported.
+                        handshaking_r.fetch_sub(1, Ordering::AcqRel);
+                        eprintln!("rdmaxfer: error: accepting a connection: {e}");
+                        return;
+                    }
+                };
+                // Admission: the slot is counted before the set-up count drops, so the accept
+                // loop never sees both at zero while this peer is still to be served.
+                let admitted = {
+                    let mut g = gate_r.lock().unwrap_or_else(|p| p.into_inner());
+                    let until = Instant::now() + wait_turn;
+                    loop {
+                        let left = until.saturating_duration_since(Instant::now());
+                        if all_admitted(&g)
+                            || active_r.load(Ordering::Acquire) < max
+                            || left.is_zero()
+                        {
+                            break;
+                        }
+                        // Woken when a session ends (its count drops under the same lock).
+                        g = turn_r
+                            .wait_timeout(g, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                    let r = if all_admitted(&g) {
+                        Err("it is finishing its last session".to_string())
+                    } else if active_r.load(Ordering::Acquire) >= max {
+                        Err(full.clone())
+                    } else {
+                        (g.admit)()
+                    };
+                    r.map(|ticket| {
+                        g.admitted += 1;
+                        active_r.fetch_add(1, Ordering::AcqRel);
+                        (g.admitted, ticket)
+                    })
+                };
+                handshaking_r.fetch_sub(1, Ordering::AcqRel);
+                let (id, ticket) = match admitted {
+                    Ok(a) => a,
+                    Err(why) => return refuse_now(ep, &who, &why),
+                };
+                let mut ep = ep;
+                eprintln!("session {id}: serving {who}");
+                let r = one(id, &mut ep, ticket);
+                if let Err(e) = ep.close() {
+                    // The peer may already be gone; `one` reported what mattered.
+                    tracing::debug!("closing the connection to {who}: {e}");
+                }
+                if let Err(e) = r {
+                    failed_r.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("rdmaxfer: error: session {id}: serving {who}: {e:#}");
+                }
+                let g = gate_r.lock().unwrap_or_else(|p| p.into_inner());
+                active_r.fetch_sub(1, Ordering::AcqRel);
+                drop(g);
+                turn_r.notify_all();
+            });
         }
     });
     if broken {
         bail!("the listener failed; stopping");
     }
-    let (failed, served) = (failed.load(Ordering::Relaxed), admitted);
+    let served = gate
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .admitted;
+    let failed = failed.load(Ordering::Relaxed);
     if failed > 0 {
-        bail!("{failed} of {served} connections failed");
+        bail!("{failed} of {served} sessions failed");
     }
     Ok(())
 }

@@ -9,6 +9,9 @@ use crate::xfer::wire::{self, ImmKind};
 use super::conn::{Deadline, Endpoint, Flow, Ready, WR_DATA};
 use super::options::RESERVED_WR_ID;
 
+/// Completions [`Endpoint::last_words`] handles at most (a receive window's worth and more).
+const LAST_WORDS_POLLS: usize = 4096;
+
 /// A received message, lent to [`Endpoint::recv_with`]'s closure.
 #[derive(Debug)]
 pub struct Message<'a> {
@@ -249,5 +252,28 @@ impl Endpoint {
         }
         let n = max.max(1).min(self.user_done.len());
         Ok(self.user_done.drain(..n).collect())
+    }
+
+    /// After a failure, the oldest message from the peer that arrived but was not taken, if
+    /// any: completions already in the CQ are handled first (without waiting; errors among
+    /// them are skipped). A peer's last words (e.g. why it ended the session) arrive before its
+    /// disconnect, so they can name the cause of what the caller saw as a lost connection.
+    pub fn last_words(&mut self) -> Option<Vec<u8>> {
+        for _ in 0..LAST_WORDS_POLLS {
+            match self.q.poll_one() {
+                Ok(Some(c)) => {
+                    if let Err(e) = self.handle(c) {
+                        tracing::debug!("a completion after the failure: {e}");
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        while let Some(r) = self.ready.pop_front() {
+            if !r.write_imm {
+                return r.buf.get(..r.len as usize).map(<[u8]>::to_vec);
+            }
+        }
+        None
     }
 }

@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use super::{
-    peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, SenderOptions, SessionReport,
+    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, SenderOptions,
+    SessionReport,
 };
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
@@ -45,7 +46,8 @@ pub fn send(
     };
     let mut ring: Option<SendRing> = None;
     for e in entries {
-        send_one(ep, e, opts, &nonce, &mut ring, report, progress)?;
+        send_one(ep, e, opts, &nonce, &mut ring, report, progress)
+            .map_err(|err| named_by_peer(ep, err))?;
     }
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
@@ -180,6 +182,7 @@ fn send_one(
         }
         Err((err, n)) => {
             report.bytes += n;
+            let err = named_by_peer(ep, err);
             if err.reason() == Some(Reason::ReadError) {
                 send_err(ep, Reason::ReadError, &err);
             }
@@ -340,4 +343,20 @@ fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result
         r.free.extend(c.into_all_local_bufs());
     }
     Ok(())
+}
+
+/// A failure seen on this side (a lost connection, a withdrawn ring, a timeout) whose cause the
+/// receiver may have sent just before it ended the session (an ERR or REFUSE, e.g. a spent
+/// budget, while this sender was stopped): that message, if it arrived, names the cause.
+fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
+    if matches!(err, Error::Refused { .. }) {
+        return err;
+    }
+    match ep.last_words().map(|d| decode_ctl(&d)) {
+        Some(Ok(Msg::Err { reason, message } | Msg::Refuse { reason, message })) => {
+            tracing::debug!("{err}; the receiver's last message names the cause");
+            peer_err(reason, &message)
+        }
+        _ => err,
+    }
 }
