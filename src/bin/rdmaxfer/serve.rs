@@ -14,6 +14,7 @@
 //! this scale (tens of sessions; the data itself moves by RDMA WRITE without our threads).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -38,7 +39,9 @@ pub struct Limits {
 /// before the handshake (which runs on the connection's own thread);
 /// `refuse` tells a peer it is busy (on a short-lived thread, so a peer that does not take the
 /// refusal does not hold the accept loop); `one` serves an admitted session (numbered from 1).
-/// Failing sessions do not stop the server; the result is an error at the end if any failed.
+/// Failing sessions do not stop the server; the result is an error at the end if any failed:
+/// [`rdmaxfer::Error::Incomplete`] (counting files) when every failed session did end, but with
+/// some of its files refused or failed.
 pub fn serve_concurrent<T: Send>(
     server: &mut Server,
     limits: &Limits,
@@ -50,9 +53,12 @@ pub fn serve_concurrent<T: Send>(
     let active = AtomicUsize::new(0);
     let refusing = AtomicUsize::new(0);
     let failed = AtomicU64::new(0);
+    // Of the failed sessions, those that ended with only some files refused or failed: their
+    // count, and their files not delivered and announced.
+    let partial = Mutex::new((0u64, 0u64, 0u64));
     let mut admitted = 0u64;
     let (refuse, one) = (&refuse, &one);
-    let (active_r, refusing_r, failed_r) = (&active, &refusing, &failed);
+    let (active_r, refusing_r, failed_r, partial_r) = (&active, &refusing, &failed, &partial);
     let broken = std::thread::scope(|sc| {
         loop {
             let all_admitted = limits.count.is_some_and(|c| admitted >= c);
@@ -100,6 +106,13 @@ pub fn serve_concurrent<T: Send>(
                                     // The peer may already be gone; `one` reported what mattered.
                                     tracing::debug!("closing the connection to {who}: {e}");
                                 }
+                                if let Some(&rdmaxfer::Error::Incomplete {
+                                    failed, total, ..
+                                }) = r.as_ref().err().and_then(|e| e.downcast_ref())
+                                {
+                                    let mut p = partial_r.lock().unwrap_or_else(|e| e.into_inner());
+                                    *p = (p.0 + 1, p.1 + failed, p.2 + total);
+                                }
                                 r.map_err(|e| format!("session {id}: serving {who}: {e:#}"))
                             }
                             Err(e) => Err(format!("accepting a connection: {e}")),
@@ -142,6 +155,15 @@ pub fn serve_concurrent<T: Send>(
         bail!("the listener failed; stopping");
     }
     let (failed, served) = (failed.load(Ordering::Relaxed), admitted);
+    let (sessions, files_failed, files) = partial.into_inner().unwrap_or_else(|e| e.into_inner());
+    if failed > 0 && sessions == failed {
+        return Err(rdmaxfer::Error::Incomplete {
+            failed: files_failed,
+            total: files,
+            what: "received",
+        }
+        .into());
+    }
     if failed > 0 {
         bail!("{failed} of {served} connections failed");
     }
