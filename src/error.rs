@@ -317,4 +317,26 @@ mod tests {
         let s = format!("{:#}", anyhow::Error::new(e));
         assert_eq!(s.matches("refused").count(), 1, "{s}");
     }
+
+    #[test]
+    fn a_refusal_names_its_reason_once_and_internal_is_no_label() {
+        let e = Error::refused(
+            Reason::Exists,
+            "exists: exists: /out/x exists (use --force)",
+        );
+        assert_eq!(e.to_string(), "exists: /out/x exists (use --force)");
+        let e = Error::refused(
+            Reason::Internal,
+            "internal error: the receiver is being interrupted",
+        );
+        assert_eq!(e.to_string(), "the receiver is being interrupted");
+        assert_eq!(e.reason(), Some(Reason::Internal));
+        let e = Error::Incomplete {
+            failed: 1,
+            total: 3,
+            what: "delivered",
+        };
+        assert_eq!(e.to_string(), "1 of 3 files were not delivered");
+        assert_eq!(Reason::TooLarge.strip_label("too largely"), "too largely");
+    }
 }

@@ -33,7 +33,7 @@ Exit status:
   0    success: every file delivered (or skipped as already there)
   1    an error: connection, device, protocol, a file that cannot be read, ...
   2    usage: an unknown option or a bad value
-  23   partial transfer: some files were refused or failed, the others were delivered
+  23   partial transfer: the session ended, but some files were refused or failed
   130  interrupted by SIGINT (Ctrl-C); 143: by SIGTERM";
 
 /// How the process ends; every error maps to one (see [`Exit::of`]).
@@ -226,12 +226,30 @@ fn main() -> ExitCode {
                 usage.exit();
             }
             // Error texts can carry names from a file system or a peer: printed escaped.
-            let text = format!("{e:#}");
+            let text = fold_clauses(&format!("{e:#}"));
             eprintln!("rdmaxfer: error: {}", printable(&text));
             Exit::of(&e)
         }
     };
     ExitCode::from(exit as u8)
+}
+
+/// `text` ("context: cause: cause…") without the clauses that repeat an earlier one or its
+/// beginning: the CLI's context and the library's message often both say what was being done
+/// ("connecting to H:P (rdma_cm): connecting to H:P: rejected" names it once).
+fn fold_clauses(text: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for clause in text.split(": ") {
+        let said = kept.iter().any(|k| {
+            *k == clause
+                || k.strip_prefix(clause)
+                    .is_some_and(|rest| rest.starts_with(' '))
+        });
+        if !said || clause.is_empty() {
+            kept.push(clause);
+        }
+    }
+    kept.join(": ")
 }
 
 #[cfg(test)]
@@ -266,13 +284,39 @@ mod tests {
 
     #[test]
     fn the_help_lists_every_exit_status() {
-        let help = Cli::command().render_long_help().to_string();
-        for code in ["0 ", "1 ", "2 ", "23 ", "130 ", "143"] {
-            assert!(
-                help.contains(&format!("  {code}")) || help.contains(code),
-                "{code}: {help}"
-            );
+        for help in [
+            Cli::command().render_long_help().to_string(),
+            Cli::command()
+                .find_subcommand_mut("send")
+                .expect("send")
+                .render_long_help()
+                .to_string(),
+        ] {
+            for code in [0, 1, 2, 23, 130] {
+                assert!(
+                    help.lines()
+                        .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                    "{code}: {help}"
+                );
+            }
+            assert!(help.contains("143"), "{help}");
         }
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_clause_said_twice_is_said_once() {
+        assert_eq!(
+            fold_clauses(
+                "connecting to 198.18.0.1:7609 (rdma_cm): connection: connecting to \
+                 198.18.0.1:7609: connection rejected: nothing is listening"
+            ),
+            "connecting to 198.18.0.1:7609 (rdma_cm): connection: connection rejected: \
+             nothing is listening"
+        );
+        assert_eq!(fold_clauses("a: b: a: c"), "a: b: c");
+        // A clause that only begins like an earlier one, mid-word, stays.
+        assert_eq!(fold_clauses("reading x: read"), "reading x: read");
+        assert_eq!(fold_clauses("[fe80::1]:7: x"), "[fe80::1]:7: x");
     }
 }

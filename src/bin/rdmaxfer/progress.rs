@@ -207,3 +207,49 @@ impl SendDisplay {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(result: &str, message: Option<&str>) -> FileReport {
+        FileReport {
+            name: "d/f\n".into(),
+            bytes: 5,
+            hash: None,
+            result: result.into(),
+            message: message.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_file_line_names_its_cause_once() {
+        let exists = report(
+            "exists",
+            Some("the peer reports: /out/d/f exists (use --force to overwrite)"),
+        );
+        let line = file_line(&exists);
+        assert_eq!(
+            line,
+            "FAILED  d/f\\u{a}: the peer reports: /out/d/f exists (use --force to overwrite)"
+        );
+        let big = report("too large", Some("d/f: 5 bytes exceeds the limit of 1"));
+        assert_eq!(
+            file_line(&big),
+            "FAILED  d/f\\u{a} (too large): d/f: 5 bytes exceeds the limit of 1"
+        );
+        assert_eq!(file_line(&report("busy", None)), "FAILED  d/f\\u{a} (busy)");
+        let ok = FileReport {
+            hash: Some("ab".into()),
+            ..report("ok", None)
+        };
+        assert_eq!(file_line(&ok), "ok      d/f\\u{a} (5 bytes, blake3 ab)");
+    }
+
+    #[test]
+    fn quiet_and_json_show_nothing() {
+        assert_eq!(Show::pick(true, false), Show::Quiet);
+        assert_eq!(Show::pick(false, true), Show::Quiet);
+        assert_ne!(Show::pick(false, false), Show::Quiet);
+    }
+}
