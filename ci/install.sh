@@ -11,6 +11,8 @@
 #               tool from its own argument definitions: `rdmaxfer completions SHELL`, `rdmaxfer man DIR`).
 #   DESTDIR=DIR staging root prepended to every path (packaging); the .pc still says PREFIX.
 #   RDMAXFER_PROFILE=release|dev  cargo profile to build (default release).
+#   RDMAXFER_INSTALL_TOOL=0  the library, header and .pc only (no tool, completions, man pages):
+#               ci/capi-examples.sh, which needs no second release (LTO) build.
 # Then: PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --cflags --libs rdmaxfer
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -34,12 +36,17 @@ v = [p["version"] for p in m["packages"] if p["name"] == "rdmaxfer"][0]
 print(v, m["target_directory"])')
 major="${version%%.*}"
 
-ci_log "building rdmaxfer and librdmaxfer.so $version ($profile)"
-cargo build -q --lib --bin rdmaxfer --profile "$profile"
+tool="${RDMAXFER_INSTALL_TOOL:-1}"
+if [[ "$tool" == 0 ]]; then
+  ci_log "building librdmaxfer.so $version ($profile)"
+  cargo build -q --lib --profile "$profile"
+else
+  ci_log "building rdmaxfer and librdmaxfer.so $version ($profile)"
+  cargo build -q --lib --bin rdmaxfer --profile "$profile"
+fi
 lib="$target_dir/$outdir/librdmaxfer.so"
 bin="$target_dir/$outdir/rdmaxfer"
 [[ -f "$lib" ]] || ci_die "$lib was not built"
-[[ -x "$bin" ]] || ci_die "$bin was not built"
 soname="$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"
 [[ "$soname" == "librdmaxfer.so.$major" ]] || ci_die "$lib has SONAME '$soname', expected librdmaxfer.so.$major"
 
@@ -52,16 +59,21 @@ install -m 0644 include/rdmaxfer.h "$destdir$prefix/include/rdmaxfer.h"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" rdmaxfer.pc.in >"$libdir/pkgconfig/rdmaxfer.pc"
 chmod 0644 "$libdir/pkgconfig/rdmaxfer.pc"
 
-install -d "$destdir$prefix/bin"
-install -m 0755 "$bin" "$destdir$prefix/bin/rdmaxfer"
-share="$destdir$prefix/share"
-install -d "$share/bash-completion/completions" "$share/zsh/site-functions" \
-  "$share/fish/vendor_completions.d" "$share/man/man1"
-"$bin" completions bash >"$share/bash-completion/completions/rdmaxfer"
-"$bin" completions zsh >"$share/zsh/site-functions/_rdmaxfer"
-"$bin" completions fish >"$share/fish/vendor_completions.d/rdmaxfer.fish"
-"$bin" man "$share/man/man1"
-chmod 0644 "$share/bash-completion/completions/rdmaxfer" "$share/zsh/site-functions/_rdmaxfer" \
-  "$share/fish/vendor_completions.d/rdmaxfer.fish" "$share"/man/man1/rdmaxfer*.1
-ci_log "installed rdmaxfer, librdmaxfer.so.$version (SONAME $soname), rdmaxfer.h, rdmaxfer.pc, completions (bash, zsh, fish) and manual pages under $destdir$prefix"
+what="librdmaxfer.so.$version (SONAME $soname), rdmaxfer.h and rdmaxfer.pc"
+if [[ "$tool" != 0 ]]; then
+  [[ -x "$bin" ]] || ci_die "$bin was not built"
+  install -d "$destdir$prefix/bin"
+  install -m 0755 "$bin" "$destdir$prefix/bin/rdmaxfer"
+  share="$destdir$prefix/share"
+  install -d "$share/bash-completion/completions" "$share/zsh/site-functions" \
+    "$share/fish/vendor_completions.d" "$share/man/man1"
+  "$bin" completions bash >"$share/bash-completion/completions/rdmaxfer"
+  "$bin" completions zsh >"$share/zsh/site-functions/_rdmaxfer"
+  "$bin" completions fish >"$share/fish/vendor_completions.d/rdmaxfer.fish"
+  "$bin" man "$share/man/man1"
+  chmod 0644 "$share/bash-completion/completions/rdmaxfer" "$share/zsh/site-functions/_rdmaxfer" \
+    "$share/fish/vendor_completions.d/rdmaxfer.fish" "$share"/man/man1/rdmaxfer*.1
+  what="rdmaxfer, $what, completions (bash, zsh, fish) and manual pages"
+fi
+ci_log "installed $what under $destdir$prefix"
 ci_log "use: PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs rdmaxfer"

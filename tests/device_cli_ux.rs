@@ -40,6 +40,19 @@ fn recv_text(port: u16, out: &Path, extra: &[&str]) -> common::Proc {
     r
 }
 
+/// A tree `src/tree` with `files` (relative name, contents) below a temporary directory, and an
+/// empty `out`.
+fn tree_of(files: &[(&str, Vec<u8>)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (tmp, src, out) = dirs();
+    let tree = src.join("tree");
+    for (name, data) in files {
+        let path = tree.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+    (tmp, tree, out)
+}
+
 fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
@@ -49,20 +62,30 @@ fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, src, out)
 }
 
-/// Runs `send` under a pseudo-terminal (`script`), so that stdout and stderr are a terminal; the
-/// output is what the terminal got (progress redraws included).
-fn send_on_a_terminal(port: u16, paths: &[&Path]) -> Done {
+/// Runs `send` under a pseudo-terminal (`script`), so that stdout and stderr are a terminal, to
+/// a `recv --once` into `out`; both must succeed. The output is what the terminal got (progress
+/// redraws included).
+fn send_on_a_terminal(port: u16, out: &Path, paths: &[&Path]) -> Done {
+    let r = recv(port, out, &["--once"]);
     let mut cmd = format!("stty cols 160; exec {BIN} send");
     for p in paths {
         cmd.push_str(&format!(" '{}'", p.to_str().unwrap()));
     }
     cmd.push_str(&format!(" {IP}:{port} --chunk 64K --slots 2"));
-    spawn_prog("script send", "script", &["-qec", &cmd, "/dev/null"]).finish(FILE_T)
+    let d = spawn_prog("script send", "script", &["-qec", &cmd, "/dev/null"]).finish(FILE_T);
+    d.ok("send on a terminal");
+    r.finish(FILE_T).ok("recv");
+    d
 }
 
-/// The terminal's output cut where it is redrawn (line feeds, carriage returns, escapes).
-fn frames(out: &str) -> Vec<&str> {
-    out.split(['\n', '\r', '\x1b']).collect()
+/// Asserts that a frame of the terminal's output (cut where it is redrawn: line feeds, carriage
+/// returns, escapes) shows both `a` and `b`.
+fn assert_a_frame_shows(out: &str, a: &str, b: &str) {
+    assert!(
+        out.split(['\n', '\r', '\x1b'])
+            .any(|f| f.contains(a) && f.contains(b)),
+        "no frame shows {a:?} and {b:?}:\n{out:?}"
+    );
 }
 
 #[test]
@@ -72,18 +95,8 @@ fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
     let (_tmp, src, out) = dirs();
     let file = src.join("progress-file.bin");
     std::fs::write(&file, common::pseudo_random(8 << 20, 17)).unwrap();
-    let r = recv(7520, &out, &["--once"]);
-    let d = send_on_a_terminal(7520, &[&file]);
-    d.ok("send on a terminal");
-    r.finish(FILE_T).ok("recv");
-    let frames = frames(&d.out);
-    assert!(
-        frames
-            .iter()
-            .any(|f| f.contains("progress-file.bin") && f.contains("100%")),
-        "a progress frame with the file name at 100 %:\n{:?}",
-        d.out
-    );
+    let d = send_on_a_terminal(7520, &out, &[&file]);
+    assert_a_frame_shows(&d.out, "progress-file.bin", "100%");
     assert!(
         d.out
             .contains("ok      progress-file.bin (8388608 bytes, blake3 "),
@@ -97,23 +110,12 @@ fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
     need_rxe0();
-    let (_tmp, src, out) = dirs();
-    let tree = src.join("tree");
-    std::fs::create_dir_all(tree.join("sub")).unwrap();
-    std::fs::write(tree.join("a.bin"), common::pseudo_random(3 << 20, 1)).unwrap();
-    std::fs::write(tree.join("sub/b.bin"), common::pseudo_random(5 << 20, 2)).unwrap();
-    let r = recv(7521, &out, &["--once"]);
-    let d = send_on_a_terminal(7521, &[&tree]);
-    d.ok("send of a tree on a terminal");
-    r.finish(FILE_T).ok("recv");
-    let frames = frames(&d.out);
-    assert!(
-        frames
-            .iter()
-            .any(|f| f.contains("total: 2 of 2 files") && f.contains("100%")),
-        "the total at 100 %:\n{:?}",
-        d.out
-    );
+    let (_tmp, tree, out) = tree_of(&[
+        ("a.bin", common::pseudo_random(3 << 20, 1)),
+        ("sub/b.bin", common::pseudo_random(5 << 20, 2)),
+    ]);
+    let d = send_on_a_terminal(7521, &out, &[&tree]);
+    assert_a_frame_shows(&d.out, "total: 2 of 2 files", "100%");
     for name in ["tree/a.bin", "tree/sub/b.bin"] {
         assert!(
             d.out.contains(&format!("ok      {name} (")),
@@ -127,11 +129,10 @@ fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_tree_with_a_refused_file_is_a_partial_transfer_exit_23() {
     need_rxe0();
-    let (_tmp, src, out) = dirs();
-    let tree = src.join("tree");
-    std::fs::create_dir_all(&tree).unwrap();
-    std::fs::write(tree.join("big.bin"), common::pseudo_random(64 << 10, 3)).unwrap();
-    std::fs::write(tree.join("small.txt"), b"small\n").unwrap();
+    let (_tmp, tree, out) = tree_of(&[
+        ("big.bin", common::pseudo_random(64 << 10, 3)),
+        ("small.txt", b"small\n".to_vec()),
+    ]);
     let r = recv_text(7522, &out, &["--max-size", "1K"]);
     let d = send_text(7522, &[&tree], &[]).finish(FILE_T);
     let rd = r.finish(FILE_T);
@@ -207,12 +208,9 @@ fn an_existing_file_is_named_once_and_is_no_internal_error() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn sigint_to_the_sender_mid_transfer_exits_130() {
     need_rxe0();
-    let (_tmp, src, out) = dirs();
-    let tree = src.join("tree");
-    std::fs::create_dir_all(&tree).unwrap();
     // "a.txt" goes first (names are sorted); the sparse 64 MiB file then takes a while in 16 KiB
     // chunks with one in flight.
-    std::fs::write(tree.join("a.txt"), b"first\n").unwrap();
+    let (_tmp, tree, out) = tree_of(&[("a.txt", b"first\n".to_vec())]);
     let f = std::fs::File::create(tree.join("b.bin")).unwrap();
     f.set_len(64 << 20).unwrap();
     let r = recv_text(7524, &out, &[]);
