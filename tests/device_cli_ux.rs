@@ -65,13 +65,13 @@ fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// Runs `send` under a pseudo-terminal (`script`), so that stdout and stderr are a terminal, to
 /// a `recv --once` into `out`; both must succeed. The output is what the terminal got (progress
 /// redraws included).
-fn send_on_a_terminal(port: u16, out: &Path, paths: &[&Path]) -> Done {
+fn send_on_a_terminal(port: u16, out: &Path, paths: &[&Path], extra: &str) -> Done {
     let r = recv(port, out, &["--once"]);
     let mut cmd = format!("stty cols 160; exec {BIN} send");
     for p in paths {
         cmd.push_str(&format!(" '{}'", p.to_str().unwrap()));
     }
-    cmd.push_str(&format!(" {IP}:{port} --chunk 64K --slots 2"));
+    cmd.push_str(&format!(" {IP}:{port} --chunk 64K --slots 2 {extra}"));
     let d = spawn_prog("script send", "script", &["-qec", &cmd, "/dev/null"]).finish(FILE_T);
     d.ok("send on a terminal");
     r.finish(FILE_T).ok("recv");
@@ -95,7 +95,7 @@ fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
     let (_tmp, src, out) = dirs();
     let file = src.join("progress-file.bin");
     std::fs::write(&file, common::pseudo_random(8 << 20, 17)).unwrap();
-    let d = send_on_a_terminal(7520, &out, &[&file]);
+    let d = send_on_a_terminal(7520, &out, &[&file], "");
     assert_a_frame_shows(&d.out, "progress-file.bin", "100%");
     assert!(
         d.out
@@ -114,7 +114,7 @@ fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
         ("a.bin", common::pseudo_random(3 << 20, 1)),
         ("sub/b.bin", common::pseudo_random(5 << 20, 2)),
     ]);
-    let d = send_on_a_terminal(7521, &out, &[&tree]);
+    let d = send_on_a_terminal(7521, &out, &[&tree], "");
     assert_a_frame_shows(&d.out, "total: 2 of 2 files", "100%");
     for name in ["tree/a.bin", "tree/sub/b.bin"] {
         assert!(
@@ -248,4 +248,23 @@ fn a_usage_error_exits_2_before_connecting() {
     assert!(d.out.is_empty(), "{}", d.out);
     let d = spawn("recv", &["recv", "--out"]).finish(FILE_T);
     assert_eq!(d.status.code(), Some(2), "{}\n{}", d.out, d.err);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn on_a_terminal_quiet_prints_nothing_and_json_only_its_summary() {
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[
+        ("a.bin", common::pseudo_random(1 << 20, 5)),
+        ("b.bin", common::pseudo_random(1 << 20, 6)),
+    ]);
+    let d = send_on_a_terminal(7526, &out, &[&tree], "-q");
+    assert!(d.out.trim().is_empty(), "-q: {:?}", d.out);
+    std::fs::remove_dir_all(out.join("tree")).unwrap();
+    let d = send_on_a_terminal(7527, &out, &[&tree], "--json");
+    let lines: Vec<&str> = d.out.lines().map(str::trim).collect();
+    assert_eq!(lines.len(), 1, "--json: one line, no progress: {:?}", d.out);
+    let j: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    assert_eq!(j["result"], "ok", "{j}");
+    assert_eq!(j["files"].as_array().map(Vec::len), Some(2), "{j}");
 }
