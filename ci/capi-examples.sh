@@ -9,7 +9,7 @@ ci_path
 
 prefix="$CI_ROOT/target/capi/prefix"
 out="$CI_ROOT/target/capi/bin"
-PREFIX="$prefix" bash ci/install.sh
+PREFIX="$prefix" RDMAXFER_INSTALL_TOOL=0 bash ci/install.sh
 pc="$prefix/lib/pkgconfig"
 ci_log "pkg-config --cflags --libs rdmaxfer: $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs rdmaxfer)"
 make -s -C examples/c PKG_CONFIG_PATH="$pc" OUT="$out" clean all

@@ -285,7 +285,7 @@ test_loss() {
 # every packet its own delay, so packets sent microseconds apart overtake each other all the time;
 # Soft-RoCE's RC is go-back-N (an out-of-sequence packet is NAKed and everything after it dropped
 # until the expected PSN comes again), and there ib_write_bw itself gets ~1 % goodput and no
-# 1 MiB message through in a minute (README). With `rate` set netem keeps the queue in order (a
+# 1 MiB message through in a minute (docs/rig.md). With `rate` set netem keeps the queue in order (a
 # packet never leaves before the one ahead of it: the jitter stays, the overtaking goes), and
 # "reorder 25% 50%" (netem's man page example) sends a quarter of the packets at once, ahead of
 # the 5 ms queue: real reordering that RC retransmission must repair. The rate (1 Gbit/s) is far

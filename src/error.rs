@@ -88,7 +88,9 @@ pub enum Error {
     #[error("connection: {0}")]
     Connection(String),
     /// A file transfer was refused or failed for a reason the protocol names (REFUSE/ACK/ERR).
-    #[error("{reason}: {message}")]
+    /// Shown as "reason: message", or the message alone for [`Reason::Internal`] (whose message
+    /// says what happened; a label would add nothing).
+    #[error("{}", refused_text(*reason, message))]
     Refused {
         /// The wire reason code.
         reason: Reason,
@@ -114,6 +116,17 @@ pub enum Error {
         what: &'static str,
         /// The object it had to match.
         with: &'static str,
+    },
+    /// A file-transfer session ended, but some of its files were refused or failed (each one's
+    /// reason is in the session's report); the others were delivered.
+    #[error("{failed} of {total} files were not {what}")]
+    Incomplete {
+        /// Files refused or failed.
+        failed: u64,
+        /// Files announced.
+        total: u64,
+        /// What the others were, e.g. "delivered", "received".
+        what: &'static str,
     },
     /// An I/O operation (socket, file) failed. The message already includes the cause, so it
     /// is not also chained as `source()` (which would print it twice under `{:#}`).
@@ -185,6 +198,18 @@ impl Error {
     /// True for a timeout.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
+    }
+}
+
+/// The text of [`Error::Refused`]: "reason: message", without the label when the message
+/// already begins with it (a peer's text often does) or when the reason is
+/// [`Reason::Internal`].
+fn refused_text(reason: Reason, message: &str) -> String {
+    let message = reason.strip_label(message);
+    if reason == Reason::Internal {
+        message.to_string()
+    } else {
+        format!("{reason}: {message}")
     }
 }
 
@@ -291,5 +316,27 @@ mod tests {
         assert_eq!(e.errno(), Some(libc::ECONNREFUSED));
         let s = format!("{:#}", anyhow::Error::new(e));
         assert_eq!(s.matches("refused").count(), 1, "{s}");
+    }
+
+    #[test]
+    fn a_refusal_names_its_reason_once_and_internal_is_no_label() {
+        let e = Error::refused(
+            Reason::Exists,
+            "exists: exists: /out/x exists (use --force)",
+        );
+        assert_eq!(e.to_string(), "exists: /out/x exists (use --force)");
+        let e = Error::refused(
+            Reason::Internal,
+            "internal error: the receiver is being interrupted",
+        );
+        assert_eq!(e.to_string(), "the receiver is being interrupted");
+        assert_eq!(e.reason(), Some(Reason::Internal));
+        let e = Error::Incomplete {
+            failed: 1,
+            total: 3,
+            what: "delivered",
+        };
+        assert_eq!(e.to_string(), "1 of 3 files were not delivered");
+        assert_eq!(Reason::TooLarge.strip_label("too largely"), "too largely");
     }
 }

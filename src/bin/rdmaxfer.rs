@@ -1,6 +1,7 @@
 //! The rdmaxfer command-line tool: parses arguments, calls the library, prints. No unsafe.
 #![deny(unsafe_code)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[path = "rdmaxfer/bench.rs"]
@@ -13,20 +14,59 @@ mod file;
 mod onesided;
 #[path = "rdmaxfer/pingpong.rs"]
 mod pingpong;
+#[path = "rdmaxfer/progress.rs"]
+mod progress;
 #[path = "rdmaxfer/serve.rs"]
 mod serve;
 #[path = "rdmaxfer/signals.rs"]
 mod signals;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use rdmaxfer::verbs::{self, DeviceInfo};
 use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::loopback::{self, LoopbackOptions};
 
+/// The exit statuses: [`Exit`] and the signal watcher's (`signals.rs`), as `--help` shows them.
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0    success: every file delivered (or skipped as already there)
+  1    an error: connection, device, protocol, a file that cannot be read, ...
+  2    usage: an unknown option or a bad value
+  23   partial transfer: the session ended, but some files were refused or failed
+  130  interrupted by SIGINT (Ctrl-C); 143: by SIGTERM";
+
+/// How the process ends; every error maps to one (see [`Exit::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// Everything done.
+    Success = 0,
+    /// Any error but those below.
+    Failure = 1,
+    /// A usage error (clap's own, or one found after parsing, e.g. an empty $RDMAXFER_TOKEN).
+    Usage = 2,
+    /// The session(s) ended, but some files were refused or failed (as rsync's 23).
+    Partial = 23,
+}
+
+impl Exit {
+    /// The status of an error: the first cause in its chain that decides it.
+    fn of(e: &anyhow::Error) -> Exit {
+        for cause in e.chain() {
+            if cause.downcast_ref::<clap::Error>().is_some() {
+                return Exit::Usage;
+            }
+            if let Some(rdmaxfer::Error::Incomplete { .. }) = cause.downcast_ref() {
+                return Exit::Partial;
+            }
+        }
+        Exit::Failure
+    }
+}
+
 /// RDMA that just works: devices, ping-pong, one-sided READ/WRITE, benchmarks, file transfer.
 #[derive(Parser, Debug)]
-#[command(name = "rdmaxfer", version, about)]
+#[command(name = "rdmaxfer", version, about, after_help = EXIT_STATUS_HELP)]
 struct Cli {
     #[command(subcommand)]
     cmd: Command,
@@ -66,9 +106,23 @@ enum Command {
     /// Bandwidth of RDMA WRITE, READ or SEND, perftest-style.
     Bench(bench::Args),
     /// Send files and directories to `rdmaxfer recv`, verified by BLAKE3.
+    #[command(after_help = EXIT_STATUS_HELP)]
     Send(file::SendArgs),
     /// Receive files from `rdmaxfer send` into a directory (up to --max-sessions senders at once).
+    #[command(after_help = EXIT_STATUS_HELP)]
     Recv(file::RecvArgs),
+    /// Print a shell completion script for SHELL on stdout.
+    #[command(hide = true)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (rdmaxfer.1, rdmaxfer-SUBCOMMAND.1) into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Directory to write them to (must exist).
+        dir: PathBuf,
+    },
 }
 
 fn print_devices(devs: &[DeviceInfo]) {
@@ -147,6 +201,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(a) => bench::run(a)?,
         Command::Send(a) => file::send(a)?,
         Command::Recv(a) => file::recv(a)?,
+        Command::Completions { shell } => clap_complete::generate(
+            shell,
+            &mut Cli::command(),
+            "rdmaxfer",
+            &mut std::io::stdout(),
+        ),
+        Command::Man { dir } => clap_mangen::generate_to(Cli::command(), &dir)
+            .with_context(|| format!("writing manual pages to {}", dir.display()))?,
     }
     Ok(())
 }
@@ -156,17 +218,105 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("RDMAXFER_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let exit = match run(Cli::parse()) {
+        Ok(()) => Exit::Success,
         Err(e) => {
             if let Some(usage) = e.downcast_ref::<clap::Error>() {
                 // A usage error found after parsing (e.g. an empty $RDMAXFER_TOKEN): exit 2.
                 usage.exit();
             }
             // Error texts can carry names from a file system or a peer: printed escaped.
-            let text = format!("{e:#}");
+            let text = fold_clauses(&format!("{e:#}"));
             eprintln!("rdmaxfer: error: {}", printable(&text));
-            ExitCode::FAILURE
+            Exit::of(&e)
         }
+    };
+    ExitCode::from(exit as u8)
+}
+
+/// `text` ("context: cause: cause…") without the clauses that repeat an earlier one or its
+/// beginning: the CLI's context and the library's message often both say what was being done
+/// ("connecting to H:P (rdma_cm): connecting to H:P: rejected" names it once).
+fn fold_clauses(text: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for clause in text.split(": ") {
+        let said = kept.iter().any(|k| {
+            *k == clause
+                || k.strip_prefix(clause)
+                    .is_some_and(|rest| rest.starts_with(' '))
+        });
+        if !said || clause.is_empty() {
+            kept.push(clause);
+        }
+    }
+    kept.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_their_exit_status() {
+        let partial = rdmaxfer::Error::Incomplete {
+            failed: 1,
+            total: 3,
+            what: "delivered",
+        };
+        assert_eq!(Exit::of(&anyhow::Error::new(partial)), Exit::Partial);
+        let wrapped = anyhow::Error::new(rdmaxfer::Error::Incomplete {
+            failed: 1,
+            total: 3,
+            what: "received",
+        })
+        .context("serving");
+        assert_eq!(Exit::of(&wrapped), Exit::Partial);
+        let usage = clap::Error::raw(clap::error::ErrorKind::InvalidValue, "bad");
+        assert_eq!(Exit::of(&usage.into()), Exit::Usage);
+        let other = rdmaxfer::Error::Connection("the peer disconnected".into());
+        assert_eq!(Exit::of(&other.into()), Exit::Failure);
+        assert_eq!(Exit::of(&anyhow::anyhow!("x")), Exit::Failure);
+        assert_eq!(
+            [Exit::Success, Exit::Failure, Exit::Usage, Exit::Partial].map(|e| e as u8),
+            [0, 1, 2, 23]
+        );
+    }
+
+    #[test]
+    fn the_help_lists_every_exit_status() {
+        for help in [
+            Cli::command().render_long_help().to_string(),
+            Cli::command()
+                .find_subcommand_mut("send")
+                .expect("send")
+                .render_long_help()
+                .to_string(),
+        ] {
+            for code in [0, 1, 2, 23, 130] {
+                assert!(
+                    help.lines()
+                        .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                    "{code}: {help}"
+                );
+            }
+            assert!(help.contains("143"), "{help}");
+        }
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_clause_said_twice_is_said_once() {
+        assert_eq!(
+            fold_clauses(
+                "connecting to 198.18.0.1:7609 (rdma_cm): connection: connecting to \
+                 198.18.0.1:7609: connection rejected: nothing is listening"
+            ),
+            "connecting to 198.18.0.1:7609 (rdma_cm): connection: connection rejected: \
+             nothing is listening"
+        );
+        assert_eq!(fold_clauses("a: b: a: c"), "a: b: c");
+        // A clause that only begins like an earlier one, mid-word, stays.
+        assert_eq!(fold_clauses("reading x: read"), "reading x: read");
+        assert_eq!(fold_clauses("[fe80::1]:7: x"), "[fe80::1]:7: x");
     }
 }

@@ -9,7 +9,7 @@ use super::conn::rdmaxfer_conn;
 use super::handle::handle;
 use super::status::rdmaxfer_status;
 use crate::xfer::file::source;
-use crate::xfer::file::transfer::{self, ReceiverOptions, SenderOptions, SessionReport};
+use crate::xfer::file::transfer::{self, Progress, ReceiverOptions, SenderOptions, SessionReport};
 
 /// `rdmaxfer_recv_file`: overwrite existing files.
 pub const RDMAXFER_RECV_FORCE: u32 = 1;
@@ -72,9 +72,9 @@ pub extern "C" fn rdmaxfer_send_file(
             ..SenderOptions::default()
         };
         let mut report = SessionReport::default();
-        let mut tick = |sent: u64| {
-            if let Some(cb) = progress {
-                cb(sent, total, user);
+        let mut tick = |p: Progress<'_>| {
+            if let (Some(cb), Progress::Bytes { total_done, .. }) = (progress, p) {
+                cb(total_done, total, user);
             }
         };
         transfer::send(c.rdmaxfer_peer()?, &entries, &opts, &mut report, &mut tick)

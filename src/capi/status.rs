@@ -147,7 +147,7 @@ impl From<&Error> for rdmaxfer_status {
             Error::OutOfBounds { .. } => S::RDMAXFER_ERR_OUT_OF_BOUNDS,
             Error::Protocol(_) => S::RDMAXFER_ERR_PROTOCOL,
             Error::Connection(_) => S::RDMAXFER_ERR_CONNECTION,
-            Error::Refused { .. } => S::RDMAXFER_ERR_REFUSED,
+            Error::Refused { .. } | Error::Incomplete { .. } => S::RDMAXFER_ERR_REFUSED,
             Error::Io { .. } => S::RDMAXFER_ERR_IO,
         }
     }

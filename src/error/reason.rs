@@ -79,7 +79,9 @@ impl Reason {
             Reason::Exists => "exists",
             Reason::AuthFailed => "authentication failed",
             Reason::Version => "unsupported version",
-            Reason::Internal => "internal error",
+            // Not "internal error": it also stands for ordinary ends (a lost connection, an
+            // interrupted receiver), which its message names.
+            Reason::Internal => "failed",
             Reason::HashMismatch => "hash mismatch",
             Reason::WriteError => "write error",
             Reason::Protocol => "protocol error",
@@ -87,6 +89,21 @@ impl Reason {
             Reason::Budget => "session budget spent",
             Reason::Busy => "busy",
         }
+    }
+
+    /// `text` without a leading "label: " of this reason (repeated, as a peer may send
+    /// "exists: exists: …"; for [`Reason::Internal`] also its former label "internal error"),
+    /// so that a cause is named once.
+    pub fn strip_label(self, mut text: &str) -> &str {
+        let former = (self == Reason::Internal).then_some("internal error");
+        while let Some(rest) = [Some(self.as_str()), former]
+            .into_iter()
+            .flatten()
+            .find_map(|l| text.strip_prefix(l)?.strip_prefix(": "))
+        {
+            text = rest;
+        }
+        text
     }
 }
 

@@ -1,6 +1,5 @@
 //! `rdmaxfer send` and `rdmaxfer recv`: verified file transfer (library: `xfer::file::transfer`).
 
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use rdmaxfer::xfer::file::transfer::{
 };
 
 use crate::conn::ConnArgs;
+use crate::progress::{self, SendDisplay, Show};
 use crate::serve::{serve_concurrent, Limits};
 use crate::signals;
 
@@ -119,6 +119,9 @@ pub struct RecvArgs {
     /// Print one JSON summary per connection on stdout (one line each).
     #[arg(long)]
     json: bool,
+    /// Print nothing but errors (no per-file lines, no summaries).
+    #[arg(short, long, conflicts_with = "json")]
+    quiet: bool,
     /// Senders served at once; one more is refused as busy (it may retry).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     max_sessions: u32,
@@ -162,9 +165,12 @@ pub struct SendArgs {
     /// Continue partial files the receiver kept (it must run with --resume).
     #[arg(long)]
     resume: bool,
-    /// Print one JSON summary on stdout.
+    /// Print one JSON summary on stdout (and no progress).
     #[arg(long)]
     json: bool,
+    /// Print nothing but errors (no progress, no per-file lines, no summary).
+    #[arg(short, long, conflicts_with = "json")]
+    quiet: bool,
     #[command(flatten)]
     conn: ConnArgs,
 }
@@ -198,30 +204,10 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
     v
 }
 
-fn print_text(report: &SessionReport, secs: f64, verb: &str) {
-    use std::io::Write as _;
-    // One session's lines together, not interleaved with another session's (stdout is held).
-    let mut out = std::io::stdout().lock();
-    for f in &report.files {
-        // The library escapes what the peer sent; escaping again changes nothing (defence in
-        // depth: one line per file, whatever the names).
-        let name = printable(&f.name);
-        let _ = match &f.hash {
-            Some(h) if f.is_ok() => writeln!(out, "ok      {name} ({} bytes, blake3 {h})", f.bytes),
-            _ => writeln!(
-                out,
-                "FAILED  {name} ({}): {}",
-                f.result,
-                printable(f.message.as_deref().unwrap_or(""))
-            ),
-        };
-    }
-    if report.elided > 0 {
-        let _ = writeln!(out, "…       {} more files not listed", report.elided);
-    }
+/// The summary line (the files' own lines were printed as each one ended).
+fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
     let mib = report.bytes as f64 / (1 << 20) as f64;
-    let _ = writeln!(
-        out,
+    println!(
         "{verb} {} of {} files, {} bytes in {secs:.3} s ({:.1} MiB/s)",
         report.file_count() - report.failures(),
         report.file_count(),
@@ -271,6 +257,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
     let rings = RingBudget::new(max_memory, floor, u64::from(a.max_sessions));
     let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     signals::exit_cleanly_on_interrupt()?;
+    let show = Show::pick(a.quiet, a.json);
     let mut server = a.conn.listen(&a.listen, &opts)?;
     let limits = Limits {
         count: a.once.then_some(1),
@@ -294,7 +281,8 @@ pub fn recv(a: RecvArgs) -> Result<()> {
     serve_concurrent(&mut server, &limits, admit, refuse, |id, ep, mut lease| {
         let start = Instant::now();
         let mut report = SessionReport::default();
-        let r = transfer::receive_leased(ep, &ropts, &mut lease, &mut report)
+        let mut lines = progress::recv_observer(show);
+        let r = transfer::receive_leased(ep, &ropts, &mut lease, &mut report, &mut lines)
             .map_err(anyhow::Error::from);
         let secs = start.elapsed().as_secs_f64();
         if a.json {
@@ -305,8 +293,9 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             }
             // One line per session: println! holds stdout for the whole line.
             println!("{v}");
-        } else {
-            print_text(&report, secs, "received");
+        } else if show != Show::Quiet && (r.is_ok() || report.file_count() > 0) {
+            // A session that failed before any file has nothing to say about files.
+            print_summary(&report, secs, "received");
         }
         r
     })
@@ -377,71 +366,29 @@ pub fn send(a: SendArgs) -> Result<()> {
         .filter_map(|e| std::fs::metadata(&e.path).ok())
         .map(|m| m.len())
         .sum();
-    let mut bar = Progress::new(total, !a.json && std::io::stdout().is_terminal());
+    let show = Show::pick(a.quiet, a.json);
     let start = Instant::now();
     let mut report = SessionReport::default();
+    let mut connected = false;
     let r = conn.connect(&host, &opts).and_then(|mut ep| {
-        let r = transfer::send(&mut ep, &entries, &sopts, &mut report, &mut |n| {
-            bar.update(n)
+        connected = true;
+        let mut display = SendDisplay::new(show, entries.len(), total);
+        let r = transfer::send(&mut ep, &entries, &sopts, &mut report, &mut |p| {
+            display.event(p)
         })
         .map_err(anyhow::Error::from);
+        display.finish();
         if let Err(e) = ep.close() {
             tracing::debug!("closing: {e}");
         }
         r
     });
-    bar.finish();
     let secs = start.elapsed().as_secs_f64();
     if a.json {
         println!("{}", summary(&report, secs, r.as_ref().err()));
-    } else {
-        print_text(&report, secs, "sent");
+    } else if show != Show::Quiet && connected {
+        // Without a connection there is nothing to say about files: the error says it all.
+        print_summary(&report, secs, "sent");
     }
     r
-}
-
-/// A one-line progress display on stderr (bytes, rate, ETA), redrawn at most 5 times a second;
-/// only when stdout is a terminal and no JSON is asked for.
-struct Progress {
-    total: u64,
-    enabled: bool,
-    start: Instant,
-    last: Option<Instant>,
-}
-
-impl Progress {
-    fn new(total: u64, enabled: bool) -> Progress {
-        Progress {
-            total,
-            enabled,
-            start: Instant::now(),
-            last: None,
-        }
-    }
-
-    fn update(&mut self, done: u64) {
-        if !self.enabled || self.last.is_some_and(|t| t.elapsed().as_millis() < 200) {
-            return;
-        }
-        self.last = Some(Instant::now());
-        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        let rate = mib(done) / secs;
-        let eta = if rate > 0.0 {
-            format!("{:.0} s", mib(self.total.saturating_sub(done)) / rate)
-        } else {
-            "?".into()
-        };
-        eprint!(
-            "\r{:>9.1} / {:.1} MiB  {rate:>7.1} MiB/s  ETA {eta:<8}",
-            mib(done),
-            mib(self.total)
-        );
-    }
-
-    fn finish(&self) {
-        if self.enabled && self.last.is_some() {
-            eprintln!();
-        }
-    }
 }

@@ -63,7 +63,9 @@ struct Gate<A> {
 /// is set up on its own thread; once set up, `admit` decides (e.g. takes a memory lease) or
 /// says why the receiver is busy; `refuse` tells a peer it is busy; `one` serves an admitted
 /// session (numbered from 1). A failed handshake is reported and is not a session. Failing
-/// sessions do not stop the server; the result is an error at the end if any failed.
+/// sessions do not stop the server; the result is an error at the end if any failed:
+/// [`rdmaxfer::Error::Incomplete`] (counting files) when every failed session did end, but with
+/// some of its files refused or failed.
 pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + Send>(
     server: &mut Server,
     limits: &Limits,
@@ -81,10 +83,13 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
     let handshaking = AtomicUsize::new(0);
     let refusing = AtomicUsize::new(0);
     let failed = AtomicU64::new(0);
+    // Of the failed sessions, those that ended with only some files refused or failed: their
+    // count, and their files not delivered and announced.
+    let partial = Mutex::new((0u64, 0u64, 0u64));
     let all_admitted = |g: &Gate<A>| limits.count.is_some_and(|c| g.admitted >= c);
     let (refuse, one, gate_r, turn_r) = (&refuse, &one, &gate, &turn);
-    let (active_r, handshaking_r, refusing_r, failed_r) =
-        (&active, &handshaking, &refusing, &failed);
+    let (active_r, handshaking_r, refusing_r, failed_r, partial_r) =
+        (&active, &handshaking, &refusing, &failed, &partial);
     let broken = std::thread::scope(|sc| {
         // Tells a set-up peer it is busy and closes (on the caller's thread).
         let refuse_now = move |mut ep: Endpoint, who: &str, why: &str| {
@@ -194,6 +199,12 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
                     // The peer may already be gone; `one` reported what mattered.
                     tracing::debug!("closing the connection to {who}: {e}");
                 }
+                if let Some(&rdmaxfer::Error::Incomplete { failed, total, .. }) =
+                    r.as_ref().err().and_then(|e| e.downcast_ref())
+                {
+                    let mut p = partial_r.lock().unwrap_or_else(|e| e.into_inner());
+                    *p = (p.0 + 1, p.1 + failed, p.2 + total);
+                }
                 if let Err(e) = r {
                     failed_r.fetch_add(1, Ordering::Relaxed);
                     eprintln!("rdmaxfer: error: session {id}: serving {who}: {e:#}");
@@ -213,6 +224,15 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
         .unwrap_or_else(|p| p.into_inner())
         .admitted;
     let failed = failed.load(Ordering::Relaxed);
+    let (sessions, files_failed, files) = partial.into_inner().unwrap_or_else(|e| e.into_inner());
+    if failed > 0 && sessions == failed {
+        return Err(rdmaxfer::Error::Incomplete {
+            failed: files_failed,
+            total: files,
+            what: "received",
+        }
+        .into());
+    }
     if failed > 0 {
         bail!("{failed} of {served} sessions failed");
     }

@@ -153,6 +153,28 @@ impl SenderOptions {
     }
 }
 
+/// What [`send`] and [`receive_leased`] report as a session goes on (to draw progress).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Progress<'a> {
+    /// Sender: a file is about to be announced (its size as opened).
+    FileStart {
+        /// Relative name, as sent.
+        name: &'a str,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// Sender: data written, of the current file (from where it resumes) and in the session.
+    Bytes {
+        /// Bytes of the current file written so far.
+        file_done: u64,
+        /// Bytes written in the session so far.
+        total_done: u64,
+    },
+    /// A file's verdict (delivered, refused or failed), as recorded in the [`SessionReport`].
+    FileDone(&'a FileReport),
+}
+
 /// What happened to one file.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FileReport {
@@ -187,7 +209,8 @@ impl FileReport {
             bytes,
             hash: None,
             result: reason.as_str().to_string(),
-            message: Some(clip(&names::printable(&message))),
+            // The reason is `result`: the message says the rest, without naming it again.
+            message: Some(clip(&names::printable(reason.strip_label(&message)))),
         }
     }
 
@@ -225,6 +248,9 @@ pub struct SessionReport {
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
     /// (ACK), summed: the data phase, without connection set-up and per-file handshakes.
     pub data_seconds: f64,
+    /// The file recorded last (listed or not), for [`Progress::FileDone`].
+    #[serde(skip)]
+    last: Option<FileReport>,
 }
 
 impl SessionReport {
@@ -234,9 +260,20 @@ impl SessionReport {
             self.failed += 1;
         }
         if self.files.len() < MAX_REPORTED_FILES {
-            self.files.push(f);
+            self.files.push(f.clone());
         } else {
             self.elided += 1;
+        }
+        self.last = Some(f);
+    }
+
+    /// Tells `progress` the verdict of the file recorded last if files were recorded since the
+    /// count was `before` (one file's step records at most one).
+    fn announce_since(&self, before: u64, progress: &mut dyn FnMut(Progress<'_>)) {
+        if self.file_count() > before {
+            if let Some(last) = &self.last {
+                progress(Progress::FileDone(last));
+            }
         }
     }
 
@@ -252,13 +289,14 @@ impl SessionReport {
 
     /// `Ok` when every file succeeded, else an error counting the files that were not `what`
     /// ("received", "delivered").
-    fn result(&self, what: &str) -> Result<()> {
+    fn result(&self, what: &'static str) -> Result<()> {
         match self.failures() {
             0 => Ok(()),
-            n => Err(Error::refused(
-                Reason::Internal,
-                format!("{n} of {} files were not {what}", self.file_count()),
-            )),
+            failed => Err(Error::Incomplete {
+                failed,
+                total: self.file_count(),
+                what,
+            }),
         }
     }
 }
@@ -317,7 +355,8 @@ const PEER_REPORTS: &str = "the peer reports: ";
 
 /// The peer's REFUSE/ERR as an error; its text is made printable here, where it enters.
 fn peer_err(reason: Reason, message: &str) -> Error {
-    let message = names::printable(message);
+    // The reason travels as a code: a label at the front of the text would name it twice.
+    let message = names::printable(reason.strip_label(message));
     Error::refused(reason, format!("{PEER_REPORTS}{message}"))
 }
 

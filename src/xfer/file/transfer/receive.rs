@@ -4,8 +4,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, ReceiverOptions,
-    SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
+    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
+    ReceiverOptions, SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
 };
 use crate::error::{Error, Result};
 use crate::verbs::{ExposedRegion, RemoteAccess};
@@ -32,20 +32,22 @@ pub fn receive(
     opts: &ReceiverOptions,
     report: &mut SessionReport,
 ) -> Result<()> {
-    receive_leased(ep, opts, &mut RingLease::unlimited(), report)
+    receive_leased(ep, opts, &mut RingLease::unlimited(), report, &mut |_| {})
 }
 
 /// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
 /// of a receiver serving several sessions at once): smaller slots when the budget is short.
+/// `progress` hears of each file's verdict as it is recorded ([`Progress::FileDone`]).
 pub fn receive_leased(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
     lease: &mut RingLease,
     report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let mut ring: Option<StagingRing> = None;
     let mut budget = Budget::new(opts.budgets, ep.timeout());
-    let r = receive_session(ep, opts, lease, report, &mut ring, &mut budget);
+    let r = receive_session(ep, opts, lease, report, &mut ring, &mut budget, progress);
     if let Err(e) = &r {
         if e.reason() == Some(Reason::Budget) {
             tracing::warn!("ending the session: {}", e.to_string().escape_debug());
@@ -68,6 +70,7 @@ fn receive_session(
     report: &mut SessionReport,
     ring: &mut Option<StagingRing>,
     budget: &mut Budget,
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let nonce = proto::new_nonce();
     send_msg(
@@ -101,7 +104,10 @@ fn receive_session(
         match msg {
             Msg::Hello(h) => {
                 let last = h.flags.last;
-                receive_file(ep, opts, lease, report, ring, budget, &nonce, h)?;
+                let before = report.file_count();
+                let r = receive_file(ep, opts, lease, report, ring, budget, &nonce, h);
+                report.announce_since(before, progress);
+                r?;
                 if last {
                     return Ok(());
                 }

@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use super::{
-    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, SenderOptions,
-    SessionReport,
+    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
+    SenderOptions, SessionReport,
 };
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
@@ -24,13 +24,13 @@ struct SendRing {
 /// another, then DONE. Each file's verdict (the receiver's ACK) is recorded in `report`; refused or
 /// failed files make the result an error at the end, but later files are still sent. A lost
 /// connection, an ERR from the receiver or a failed authentication ends the session at once.
-/// `progress` is called with the bytes written so far.
+/// `progress` hears of each file's start, its bytes as they are written and its verdict.
 pub fn send(
     ep: &mut Endpoint,
     entries: &[SourceEntry],
     opts: &SenderOptions,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
     let nonce = match recv_ctl(ep)? {
@@ -46,8 +46,11 @@ pub fn send(
     };
     let mut ring: Option<SendRing> = None;
     for e in entries {
-        send_one(ep, e, opts, &nonce, &mut ring, report, progress)
-            .map_err(|err| named_by_peer(ep, err))?;
+        let before = report.file_count();
+        let r = send_one(ep, e, opts, &nonce, &mut ring, report, progress)
+            .map_err(|err| named_by_peer(ep, err));
+        report.announce_since(before, progress);
+        r?;
     }
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
@@ -65,7 +68,7 @@ fn send_one(
     nonce: &Digest,
     ring: &mut Option<SendRing>,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let name = e.name.as_str();
     let mut src = match Source::open(&e.path) {
@@ -81,6 +84,7 @@ fn send_one(
         }
     };
     let size = src.size();
+    progress(Progress::FileStart { name, size });
     let (mtime_sec, mtime_nsec) = src.mtime();
     let hello = Hello {
         version: proto::VERSION,
@@ -174,7 +178,12 @@ fn send_one(
         &remote,
         mr.slot_count,
         opts.corrupt_chunk,
-        &mut |n| progress(sent_before + n),
+        &mut |n| {
+            progress(Progress::Bytes {
+                file_done: n,
+                total_done: sent_before + n,
+            })
+        },
     ) {
         Ok((hash, n)) => {
             report.bytes += n;

@@ -1,0 +1,255 @@
+//! What `send` and `recv` show as a session goes on: a line per file on stdout as each one's
+//! verdict arrives, and for `send` on a terminal, progress bars on stderr (indicatif): the current
+//! file (name, percentage, bytes, rate, ETA) and, for more than one file, the total.
+
+use std::io::IsTerminal as _;
+use std::io::Write as _;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::transfer::{FileReport, Progress};
+
+/// How much to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Show {
+    /// Nothing but errors (`-q`, or `--json`, whose one summary is printed apart).
+    Quiet,
+    /// A line per file and the summary.
+    Lines,
+    /// Lines, and progress bars on stderr (a terminal).
+    Bars,
+}
+
+impl Show {
+    /// `Bars` when stderr is a terminal, else `Lines`; `Quiet` with `quiet` or `json`.
+    pub fn pick(quiet: bool, json: bool) -> Show {
+        if quiet || json {
+            Show::Quiet
+        } else if std::io::stderr().is_terminal() {
+            Show::Bars
+        } else {
+            Show::Lines
+        }
+    }
+}
+
+/// One file's result line: `ok      NAME (N bytes, blake3 H)` or `FAILED  NAME: why`.
+pub fn file_line(f: &FileReport) -> String {
+    // The library escapes what the peer sent; escaping again changes nothing (defence in
+    // depth: one line per file, whatever the names).
+    let name = printable(&f.name);
+    match (&f.hash, f.message.as_deref()) {
+        (Some(h), _) if f.is_ok() => format!("ok      {name} ({} bytes, blake3 {h})", f.bytes),
+        (_, Some(m)) if !m.is_empty() => {
+            let m = printable(m);
+            // The reason in parentheses, unless the message already says it.
+            if m.contains(f.result.as_str()) {
+                format!("FAILED  {name}: {m}")
+            } else {
+                format!("FAILED  {name} ({}): {m}", f.result)
+            }
+        }
+        _ => format!("FAILED  {name} ({})", f.result),
+    }
+}
+
+/// Prints a line on stdout (held for the line, so sessions' lines do not interleave mid-line).
+fn print_line(line: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// Receiver: prints each file's line as its verdict arrives.
+pub fn recv_observer(show: Show) -> impl FnMut(Progress<'_>) {
+    move |p| {
+        if let (Progress::FileDone(f), Show::Lines | Show::Bars) = (p, show) {
+            print_line(&file_line(f));
+        }
+    }
+}
+
+fn total_message(ended: usize, files: usize) -> String {
+    format!("total: {ended} of {files} files")
+}
+
+/// The sender's display: bars (when shown) and the line of each file as it ends.
+pub struct SendDisplay {
+    show: Show,
+    bars: Option<Bars>,
+    /// Bytes of the files that ended (their full size, delivered or not).
+    ended_bytes: u64,
+    /// The current file's size.
+    size: u64,
+    /// Files that ended, and all of them.
+    ended: usize,
+    files: usize,
+}
+
+struct Bars {
+    multi: MultiProgress,
+    file: Option<ProgressBar>,
+    total: Option<ProgressBar>,
+}
+
+/// A bar: name (or "total: i of n files"), percentage, bar, bytes, rate, ETA.
+const STYLE: &str = "{msg:24!} {percent:>3}% [{bar:24}] {bytes:>10}/{total_bytes:<10} \
+                     {binary_bytes_per_sec:>12}  ETA {eta}";
+
+fn style() -> ProgressStyle {
+    ProgressStyle::with_template(STYLE)
+        .expect("a valid template")
+        .progress_chars("=> ")
+}
+
+impl SendDisplay {
+    /// For `files` files of `total` bytes together.
+    pub fn new(show: Show, files: usize, total: u64) -> SendDisplay {
+        let bars = (show == Show::Bars).then(|| {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let total = (files > 1).then(|| {
+                let b = multi.add(ProgressBar::new(total));
+                b.set_style(style());
+                b.set_message(total_message(0, files));
+                b
+            });
+            Bars {
+                multi,
+                file: None,
+                total,
+            }
+        });
+        SendDisplay {
+            show,
+            bars,
+            ended_bytes: 0,
+            size: 0,
+            ended: 0,
+            files,
+        }
+    }
+
+    /// Takes one event of the library's session.
+    pub fn event(&mut self, p: Progress<'_>) {
+        match p {
+            Progress::FileStart { name, size } => {
+                self.size = size;
+                if let Some(b) = &mut self.bars {
+                    let bar = ProgressBar::new(size);
+                    // Above the total bar.
+                    let bar = match &b.total {
+                        Some(t) => b.multi.insert_before(t, bar),
+                        None => b.multi.add(bar),
+                    };
+                    bar.set_style(style());
+                    bar.set_message(printable(name).into_owned());
+                    b.file = Some(bar);
+                }
+            }
+            Progress::Bytes { file_done, .. } => {
+                if let Some(b) = &self.bars {
+                    if let Some(f) = &b.file {
+                        f.set_position(file_done);
+                    }
+                    if let Some(t) = &b.total {
+                        t.set_position(self.ended_bytes + file_done);
+                    }
+                }
+            }
+            Progress::FileDone(f) => self.file_done(f),
+            _ => {}
+        }
+    }
+
+    fn file_done(&mut self, f: &FileReport) {
+        self.ended_bytes += self.size.max(f.bytes);
+        self.size = 0;
+        self.ended += 1;
+        let line = file_line(f);
+        match &mut self.bars {
+            Some(b) => {
+                if let Some(bar) = b.file.take() {
+                    if f.is_ok() {
+                        // A delivered file is shown whole (a resumed one started part-way).
+                        bar.set_position(bar.length().unwrap_or(0));
+                        bar.finish();
+                    } else {
+                        bar.abandon();
+                    }
+                    if b.total.is_some() {
+                        // In a tree, its line replaces its bar.
+                        b.multi.remove(&bar);
+                    }
+                }
+                if let Some(t) = &b.total {
+                    t.set_position(self.ended_bytes);
+                    t.set_message(total_message(self.ended, self.files));
+                }
+                b.multi.suspend(|| print_line(&line));
+            }
+            None if self.show == Show::Lines => print_line(&line),
+            None => {}
+        }
+    }
+
+    /// Ends the bars (the total at 100 % when every file ended) before the summary is printed.
+    pub fn finish(&mut self) {
+        if let Some(b) = self.bars.take() {
+            if let Some(f) = b.file {
+                f.abandon();
+            }
+            if let Some(t) = b.total {
+                if self.ended == self.files {
+                    t.set_position(t.length().unwrap_or(0).max(t.position()));
+                    t.finish();
+                } else {
+                    t.abandon();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(result: &str, message: Option<&str>) -> FileReport {
+        FileReport {
+            name: "d/f\n".into(),
+            bytes: 5,
+            hash: None,
+            result: result.into(),
+            message: message.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_file_line_names_its_cause_once() {
+        let exists = report(
+            "exists",
+            Some("the peer reports: /out/d/f exists (use --force to overwrite)"),
+        );
+        let line = file_line(&exists);
+        assert_eq!(
+            line,
+            "FAILED  d/f\\u{a}: the peer reports: /out/d/f exists (use --force to overwrite)"
+        );
+        let big = report("too large", Some("d/f: 5 bytes exceeds the limit of 1"));
+        assert_eq!(
+            file_line(&big),
+            "FAILED  d/f\\u{a} (too large): d/f: 5 bytes exceeds the limit of 1"
+        );
+        assert_eq!(file_line(&report("busy", None)), "FAILED  d/f\\u{a} (busy)");
+        let ok = FileReport {
+            hash: Some("ab".into()),
+            ..report("ok", None)
+        };
+        assert_eq!(file_line(&ok), "ok      d/f\\u{a} (5 bytes, blake3 ab)");
+    }
+
+    #[test]
+    fn quiet_and_json_show_nothing() {
+        assert_eq!(Show::pick(true, false), Show::Quiet);
+        assert_eq!(Show::pick(false, true), Show::Quiet);
+        assert_ne!(Show::pick(false, false), Show::Quiet);
+    }
+}

@@ -1,0 +1,270 @@
+//! What a user of `rdmaxfer send` / `recv` sees (in the rxe guest): progress on a terminal,
+//! per-file lines as files end, exit statuses (23 partial, 2 usage, 130 SIGINT) and messages
+//! that name each cause once.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{need_rxe0, recv, spawn, spawn_prog, Done, FILE_T, IP};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdmaxfer");
+
+/// `rdmaxfer send PATHS... IP:port EXTRA...` in text mode (no --json).
+fn send_text(port: u16, paths: &[&Path], extra: &[&str]) -> common::Proc {
+    let mut args: Vec<String> = vec!["send".into()];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap().to_string()));
+    args.push(format!("{IP}:{port}"));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    spawn("send", &a)
+}
+
+/// `rdmaxfer recv --once` in text mode on `port` into `out`, once it listens.
+fn recv_text(port: u16, out: &Path, extra: &[&str]) -> common::Proc {
+    let p = port.to_string();
+    let mut args = vec![
+        "recv",
+        "--out",
+        out.to_str().unwrap(),
+        "--listen",
+        IP,
+        "-p",
+        &p,
+        "--once",
+    ];
+    args.extend_from_slice(extra);
+    let mut r = spawn("recv", &args);
+    r.wait_for("listening on", FILE_T);
+    r
+}
+
+/// A tree `src/tree` with `files` (relative name, contents) below a temporary directory, and an
+/// empty `out`.
+fn tree_of(files: &[(&str, Vec<u8>)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (tmp, src, out) = dirs();
+    let tree = src.join("tree");
+    for (name, data) in files {
+        let path = tree.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+    (tmp, tree, out)
+}
+
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    (tmp, src, out)
+}
+
+/// Runs `send` under a pseudo-terminal (`script`), so that stdout and stderr are a terminal, to
+/// a `recv --once` into `out`; both must succeed. The output is what the terminal got (progress
+/// redraws included).
+fn send_on_a_terminal(port: u16, out: &Path, paths: &[&Path], extra: &str) -> Done {
+    let r = recv(port, out, &["--once"]);
+    let mut cmd = format!("stty cols 160; exec {BIN} send");
+    for p in paths {
+        cmd.push_str(&format!(" '{}'", p.to_str().unwrap()));
+    }
+    cmd.push_str(&format!(" {IP}:{port} --chunk 64K --slots 2 {extra}"));
+    let d = spawn_prog("script send", "script", &["-qec", &cmd, "/dev/null"]).finish(FILE_T);
+    d.ok("send on a terminal");
+    r.finish(FILE_T).ok("recv");
+    d
+}
+
+/// Asserts that a frame of the terminal's output (cut where it is redrawn: line feeds, carriage
+/// returns, escapes) shows both `a` and `b`.
+fn assert_a_frame_shows(out: &str, a: &str, b: &str) {
+    assert!(
+        out.split(['\n', '\r', '\x1b'])
+            .any(|f| f.contains(a) && f.contains(b)),
+        "no frame shows {a:?} and {b:?}:\n{out:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
+    need_rxe0();
+    let (_tmp, src, out) = dirs();
+    let file = src.join("progress-file.bin");
+    std::fs::write(&file, common::pseudo_random(8 << 20, 17)).unwrap();
+    let d = send_on_a_terminal(7520, &out, &[&file], "");
+    assert_a_frame_shows(&d.out, "progress-file.bin", "100%");
+    assert!(
+        d.out
+            .contains("ok      progress-file.bin (8388608 bytes, blake3 "),
+        "{:?}",
+        d.out
+    );
+    assert!(d.out.contains("sent 1 of 1 files"), "{:?}", d.out);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[
+        ("a.bin", common::pseudo_random(3 << 20, 1)),
+        ("sub/b.bin", common::pseudo_random(5 << 20, 2)),
+    ]);
+    let d = send_on_a_terminal(7521, &out, &[&tree], "");
+    assert_a_frame_shows(&d.out, "total: 2 of 2 files", "100%");
+    for name in ["tree/a.bin", "tree/sub/b.bin"] {
+        assert!(
+            d.out.contains(&format!("ok      {name} (")),
+            "{name}: {:?}",
+            d.out
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_tree_with_a_refused_file_is_a_partial_transfer_exit_23() {
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[
+        ("big.bin", common::pseudo_random(64 << 10, 3)),
+        ("small.txt", b"small\n".to_vec()),
+    ]);
+    let r = recv_text(7522, &out, &["--max-size", "1K"]);
+    let d = send_text(7522, &[&tree], &[]).finish(FILE_T);
+    let rd = r.finish(FILE_T);
+    assert_eq!(d.status.code(), Some(23), "send:\n{}\n{}", d.out, d.err);
+    assert_eq!(rd.status.code(), Some(23), "recv:\n{}\n{}", rd.out, rd.err);
+    assert_eq!(
+        std::fs::read(out.join("tree/small.txt")).unwrap(),
+        b"small\n"
+    );
+    assert!(!out.join("tree/big.bin").exists());
+    for (who, done, verb) in [("send", &d, "sent"), ("recv", &rd, "received")] {
+        let failed: Vec<&str> = done
+            .out
+            .lines()
+            .filter(|l| l.starts_with("FAILED"))
+            .collect();
+        assert_eq!(failed.len(), 1, "{who}: {}", done.out);
+        let line = failed[0];
+        assert!(line.starts_with("FAILED  tree/big.bin"), "{who}: {line}");
+        assert!(line.contains("too large"), "{who}: {line}");
+        assert_eq!(line.matches("too large").count(), 1, "{who}: once: {line}");
+        assert!(!line.contains("internal error"), "{who}: {line}");
+        assert!(
+            done.out.contains("ok      tree/small.txt ("),
+            "{who}: {}",
+            done.out
+        );
+        assert!(
+            done.out.contains(&format!("{verb} 1 of 2 files")),
+            "{who}: {}",
+            done.out
+        );
+        assert!(!done.err.contains("internal error"), "{who}: {}", done.err);
+    }
+    assert!(
+        d.err
+            .contains("rdmaxfer: error: 1 of 2 files were not delivered"),
+        "{}",
+        d.err
+    );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn an_existing_file_is_named_once_and_is_no_internal_error() {
+    need_rxe0();
+    let (_tmp, src, out) = dirs();
+    let file = src.join("again.txt");
+    std::fs::write(&file, b"again\n").unwrap();
+    std::fs::write(out.join("again.txt"), b"already here\n").unwrap();
+    let r = recv_text(7523, &out, &[]);
+    let d = send_text(7523, &[&file], &[]).finish(FILE_T);
+    let rd = r.finish(FILE_T);
+    for (who, done) in [("send", &d), ("recv", &rd)] {
+        let all = format!("{}{}", done.out, done.err);
+        let line = done
+            .out
+            .lines()
+            .find(|l| l.starts_with("FAILED  again.txt"))
+            .unwrap_or_else(|| panic!("{who}: no FAILED line:\n{all}"));
+        assert_eq!(line.matches("exists").count(), 1, "{who}: once: {line}");
+        assert!(line.contains("--force"), "{who}: the way out: {line}");
+        assert!(!all.contains("internal error"), "{who}: {all}");
+        assert_eq!(done.status.code(), Some(23), "{who}: {all}");
+    }
+    assert_eq!(
+        std::fs::read(out.join("again.txt")).unwrap(),
+        b"already here\n"
+    );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn sigint_to_the_sender_mid_transfer_exits_130() {
+    need_rxe0();
+    // "a.txt" goes first (names are sorted); the sparse 64 MiB file then takes a while in 16 KiB
+    // chunks with one in flight.
+    let (_tmp, tree, out) = tree_of(&[("a.txt", b"first\n".to_vec())]);
+    let f = std::fs::File::create(tree.join("b.bin")).unwrap();
+    f.set_len(64 << 20).unwrap();
+    let r = recv_text(7524, &out, &[]);
+    let mut s = send_text(
+        7524,
+        &[&tree],
+        &["--chunk", "16K", "--slots", "1", "--timeout", "5"],
+    );
+    // The first file's line is printed as it is delivered: the second is under way.
+    s.wait_for("ok      tree/a.txt", FILE_T);
+    s.signal("INT");
+    let d = s.finish(Duration::from_secs(30));
+    assert_eq!(d.status.code(), Some(130), "{}\n{}", d.out, d.err);
+    assert!(d.err.contains("interrupted by SIGINT"), "{}", d.err);
+    let rd = r.finish(FILE_T);
+    assert_eq!(rd.status.code(), Some(1), "{}\n{}", rd.out, rd.err);
+    assert!(rd.out.contains("ok      tree/a.txt ("), "{}", rd.out);
+    let all = format!("{}{}", rd.out, rd.err);
+    assert!(!all.contains("internal error"), "{all}");
+    assert!(out.join("tree/a.txt").exists());
+    assert!(!out.join("tree/b.bin").exists());
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_usage_error_exits_2_before_connecting() {
+    need_rxe0();
+    let (_tmp, src, _out) = dirs();
+    let file = src.join("x");
+    std::fs::write(&file, b"x").unwrap();
+    // Nobody listens on this port: a usage error must come first.
+    let d = send_text(7525, &[&file], &["--chunk", "10Q"]).finish(FILE_T);
+    assert_eq!(d.status.code(), Some(2), "{}\n{}", d.out, d.err);
+    assert!(d.err.contains("--chunk"), "{}", d.err);
+    assert!(d.out.is_empty(), "{}", d.out);
+    let d = spawn("recv", &["recv", "--out"]).finish(FILE_T);
+    assert_eq!(d.status.code(), Some(2), "{}\n{}", d.out, d.err);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn on_a_terminal_quiet_prints_nothing_and_json_only_its_summary() {
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[
+        ("a.bin", common::pseudo_random(1 << 20, 5)),
+        ("b.bin", common::pseudo_random(1 << 20, 6)),
+    ]);
+    let d = send_on_a_terminal(7526, &out, &[&tree], "-q");
+    assert!(d.out.trim().is_empty(), "-q: {:?}", d.out);
+    std::fs::remove_dir_all(out.join("tree")).unwrap();
+    let d = send_on_a_terminal(7527, &out, &[&tree], "--json");
+    let lines: Vec<&str> = d.out.lines().map(str::trim).collect();
+    assert_eq!(lines.len(), 1, "--json: one line, no progress: {:?}", d.out);
+    let j: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    assert_eq!(j["result"], "ok", "{j}");
+    assert_eq!(j["files"].as_array().map(Vec::len), Some(2), "{j}");
+}
