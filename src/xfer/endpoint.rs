@@ -42,6 +42,7 @@ use crate::verbs::{
     ProtectionDomain, QpCaps, QueuePair, Retired, RtrAttr, RtsAttr, SendOp, SendRequest, WaitMode,
     WcOpcode,
 };
+use crate::xfer::params::SessionParams;
 use crate::xfer::wire::{self, Hello, ImmKind, OobDest, Reject, RejectCode};
 
 mod accept;
@@ -80,6 +81,9 @@ pub struct EndpointOptions {
     pub device: Option<String>,
     /// GID index; `None`: the IPv4-mapped RoCE v2 GID. With CM it selects the source address.
     pub gid_index: Option<u32>,
+    /// Port of the device (1-based); `None`: the first active one (CM: the one the route uses,
+    /// which must then be this one).
+    pub ib_port: Option<u8>,
     /// Path MTU (OOB only; rdma_cm takes it from the route). `None`: 1024, as ibv_rc_pingpong.
     pub mtu: Option<Mtu>,
     /// Busy-poll or sleep on the completion channel.
@@ -94,6 +98,8 @@ pub struct EndpointOptions {
     pub send_depth: u32,
     /// Send-queue slots for the caller's own work requests ([`Endpoint::post`]).
     pub extra_send_wr: u32,
+    /// A client's session parameters, sent in the RDMA CM handshake (see [`crate::xfer::params`]).
+    pub session: Option<SessionParams>,
 }
 
 impl Default for EndpointOptions {
@@ -108,6 +114,8 @@ impl Default for EndpointOptions {
             recv_depth: 16,
             send_depth: 16,
             extra_send_wr: 0,
+            ib_port: None,
+            session: None,
         }
     }
 }
@@ -402,7 +410,7 @@ struct Choice {
 fn choose(opts: &EndpointOptions) -> Result<Choice> {
     opts.validate()?;
     let ctx = Context::open(opts.device.as_deref())?;
-    let port = ctx.first_active_port()?;
+    let port = ctx.active_port(opts.ib_port)?;
     let gid = ctx.choose_gid(port.port, opts.gid_index)?;
     check_msg_size(opts, &ctx, &port)?;
     Ok(Choice { ctx, port, gid })
@@ -551,7 +559,7 @@ fn gid_source(gid: &GidEntry) -> Result<IpAddr> {
     })
 }
 
-fn check_cm_device(opts: &EndpointOptions, ctx: &Context, addr: &str) -> Result<()> {
+fn check_cm_device(opts: &EndpointOptions, ctx: &Context, port: u8, addr: &str) -> Result<()> {
     if let Some(d) = &opts.device {
         if d != ctx.name() {
             return Err(Error::InvalidArgument(format!(
@@ -560,7 +568,13 @@ fn check_cm_device(opts: &EndpointOptions, ctx: &Context, addr: &str) -> Result<
             )));
         }
     }
-    Ok(())
+    match opts.ib_port {
+        Some(p) if p != port => Err(Error::InvalidArgument(format!(
+            "{addr} is reached through port {port} of {}, not port {p} (-i)",
+            ctx.name()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 impl Endpoint {
@@ -591,7 +605,7 @@ impl Endpoint {
             "resolving the route to the server",
         )?;
         let ctx = id.context()?;
-        check_cm_device(opts, &ctx, &dst.to_string())?;
+        check_cm_device(opts, &ctx, id.port_num(), &dst.to_string())?;
         let port = ctx.query_port(id.port_num())?;
         check_msg_size(opts, &ctx, &port)?;
         let (resp, init) = rd_atomic(&ctx);
@@ -599,6 +613,7 @@ impl Endpoint {
         parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
         let param = ConnParam {
             private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+                .with_params(opts.session)
                 .encode()
                 .to_vec(),
             responder_resources: resp,

@@ -1,11 +1,12 @@
-//! Connection options shared by `expose`, `write`, `read` and `bench`.
+//! Connection options shared by every subcommand that connects or listens, spelt as perftest's
+//! (`-d/--ib-dev`, `-i/--ib-port`, `-x/--gid-index`, `-p`, `-m`, `-e`), and the serving loop.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::{Mtu, WaitMode};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, DEFAULT_PORT};
-use rdmaxfer::xfer::session::{self, Server};
+use rdmaxfer::xfer::session::{self, Incoming, Server};
 
 /// How to reach (or be reached by) the peer.
 #[derive(clap::Args, Debug, Clone)]
@@ -19,8 +20,16 @@ pub struct ConnArgs {
     /// RDMA device (default: the first with an active port; with CM, the one routing to HOST).
     #[arg(short = 'd', long = "ib-dev")]
     pub device: Option<String>,
+    /// Port of the RDMA device (default: its first active port; with CM, the one routing to HOST).
+    #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: Option<u8>,
     /// GID index (default: the IPv4-mapped RoCE v2 GID).
-    #[arg(short = 'g', long = "gid-idx")]
+    #[arg(
+        short = 'x',
+        long = "gid-index",
+        visible_short_alias = 'g',
+        visible_alias = "gid-idx"
+    )]
     pub gid_index: Option<u32>,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (--oob only; default 1024).
     #[arg(short = 'm', long = "mtu")]
@@ -31,8 +40,9 @@ pub struct ConnArgs {
     /// Busy-poll the completion queue (the default, except for send and recv).
     #[arg(long)]
     pub poll: bool,
-    /// Deadline in seconds for each step (resolve, connect, accept, exchange, each completion).
-    #[arg(long, default_value_t = 10.0)]
+    /// Deadline in seconds for each step of a connection (resolve, connect, the handshake,
+    /// each completion); a server waits for its next client without one.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub timeout: f64,
 }
 
@@ -79,6 +89,8 @@ impl ConnArgs {
             recv_depth: depth,
             send_depth: depth,
             extra_send_wr: extra,
+            ib_port: self.ib_port,
+            session: None,
         })
     }
 
@@ -90,6 +102,18 @@ impl ConnArgs {
             "rdma_cm"
         };
         session::connect(host, self.port, self.oob, opts)
+            .with_context(|| format!("connecting to {host}:{} ({how})", self.port))
+    }
+
+    /// Like [`connect`](Self::connect), but an OOB endpoint keeps ibv_rc_pingpong's flow (the
+    /// peer may be ibv_rc_pingpong).
+    pub fn connect_plain(&self, host: &str, opts: &EndpointOptions) -> Result<Endpoint> {
+        let how = if self.oob {
+            "out-of-band TCP exchange"
+        } else {
+            "rdma_cm"
+        };
+        session::connect_plain(host, self.port, self.oob, opts)
             .with_context(|| format!("connecting to {host}:{} ({how})", self.port))
     }
 
@@ -107,15 +131,43 @@ impl ConnArgs {
 pub fn serve(
     server: &mut Server,
     count: Option<u64>,
-    mut one: impl FnMut(&mut Endpoint) -> Result<()>,
+    one: impl FnMut(&mut Endpoint) -> Result<()>,
+) -> Result<()> {
+    let mut one = one;
+    serve_admitting(server, count, false, |_| Ok(()), |ep, ()| one(ep))
+}
+
+/// [`serve`], deciding for each client before its connection is set up: `admit` may size the
+/// connection for the parameters the client sent ([`Incoming::params`]) and hands `one` what
+/// it decided, or refuses the client with a reason (which the client's error shows). `plain`:
+/// an OOB endpoint keeps ibv_rc_pingpong's flow (see [`Incoming::finish_plain`]).
+pub fn serve_admitting<T>(
+    server: &mut Server,
+    count: Option<u64>,
+    plain: bool,
+    mut admit: impl FnMut(&mut Incoming) -> std::result::Result<T, String>,
+    mut one: impl FnMut(&mut Endpoint, T) -> Result<()>,
 ) -> Result<()> {
     let (mut served, mut failed) = (0u64, 0u64);
     while count.is_none_or(|c| served < c) {
-        let r = server.accept(None).context("accepting a connection");
+        let r = server.take(None).context("accepting a connection");
         served += 1;
-        let r = r.and_then(|mut ep| {
-            let who = ep.peer().addr.map_or("?".into(), |a| a.to_string());
-            let r = one(&mut ep).with_context(|| format!("serving {who}"));
+        let r = r.and_then(|mut inc| {
+            let who = inc.peer_addr().map_or("?".into(), |a| a.to_string());
+            let decided = match admit(&mut inc) {
+                Ok(t) => t,
+                Err(why) => {
+                    inc.refuse(&why);
+                    bail!("refused {who}: {why}");
+                }
+            };
+            let ep = if plain {
+                inc.finish_plain()
+            } else {
+                inc.finish()
+            };
+            let mut ep = ep.context("accepting a connection")?;
+            let r = one(&mut ep, decided).with_context(|| format!("serving {who}"));
             if let Err(e) = ep.close() {
                 // The peer may already be gone; what mattered was reported by `one`.
                 tracing::debug!("closing the connection to {who}: {e}");
