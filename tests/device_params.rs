@@ -179,10 +179,11 @@ fn bench_over_the_limits_is_refused_naming_both_values() {
         "{}",
         c.err
     );
-    let c = client(&["bench", "send", IP, "-p", "7404", "-n", "20000000"]);
-    c.failed("bench send -n 20000000");
+    let c = client(&["bench", "send", IP, "-p", "7404", "-n", "2000000000"]);
+    c.failed("bench send -n 2000000000");
     assert!(
-        c.err.contains("at most -n 10000000; asked for -n 20000000"),
+        c.err
+            .contains("at most -n 1000000000; asked for -n 2000000000"),
         "{}",
         c.err
     );

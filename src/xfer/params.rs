@@ -15,7 +15,7 @@ pub const PARAMS_LEN: usize = 24;
 /// Default largest message size a server accepts: 8 MiB, Soft-RoCE's maximum message.
 pub const DEFAULT_MAX_SIZE: u64 = 8 << 20;
 /// Default most iterations a server runs for one client.
-pub const DEFAULT_MAX_ITERS: u64 = 10_000_000;
+pub const DEFAULT_MAX_ITERS: u64 = 1_000_000_000;
 
 /// Which test the client runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,7 +221,7 @@ mod tests {
         );
         let e = l.check(64, DEFAULT_MAX_ITERS + 1).unwrap_err();
         assert!(
-            e.contains("at most -n 10000000") && e.contains("-n 10000001"),
+            e.contains("at most -n 1000000000") && e.contains("-n 1000000001"),
             "{e}"
         );
         assert!(l.check(0, 1).is_err() && l.check(1, 0).is_err());

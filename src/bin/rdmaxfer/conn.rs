@@ -94,33 +94,37 @@ impl ConnArgs {
         })
     }
 
-    /// Connects to `host`.
+    /// Connects to `host` (over OOB switched to rdmaxfer's credit flow: the peer must be an
+    /// rdmaxfer server).
     pub fn connect(&self, host: &str, opts: &EndpointOptions) -> Result<Endpoint> {
-        let how = if self.oob {
-            "out-of-band TCP exchange"
-        } else {
-            "rdma_cm"
-        };
-        session::connect(host, self.port, self.oob, opts)
-            .with_context(|| format!("connecting to {host}:{} ({how})", self.port))
+        self.connecting(host, opts, session::connect)
     }
 
     /// Like [`connect`](Self::connect), but an OOB endpoint keeps ibv_rc_pingpong's flow (the
     /// peer may be ibv_rc_pingpong).
     pub fn connect_plain(&self, host: &str, opts: &EndpointOptions) -> Result<Endpoint> {
+        self.connecting(host, opts, session::connect_plain)
+    }
+
+    fn connecting(
+        &self,
+        host: &str,
+        opts: &EndpointOptions,
+        how_to: fn(&str, u16, bool, &EndpointOptions) -> rdmaxfer::Result<Endpoint>,
+    ) -> Result<Endpoint> {
         let how = if self.oob {
             "out-of-band TCP exchange"
         } else {
             "rdma_cm"
         };
-        session::connect_plain(host, self.port, self.oob, opts)
+        how_to(host, self.port, self.oob, opts)
             .with_context(|| format!("connecting to {host}:{} ({how})", self.port))
     }
 
     /// Listens on `addr` and says so on stderr (tests wait for that line).
     pub fn listen(&self, addr: &str, opts: &EndpointOptions) -> Result<Server> {
         let s = Server::bind(addr, self.port, self.oob, opts)
-            .with_context(|| format!("listening on {addr}:{}", self.port))?;
+            .with_context(|| format!("setting up the server on {addr}:{}", self.port))?;
         eprintln!("listening on {} ({})", s.local_addr(), s.kind());
         Ok(s)
     }
