@@ -212,3 +212,32 @@ fn bench_oob_send_larger_than_the_servers_buffers_is_refused_naming_both() {
     );
     s.finish(T).failed("the server reports the refused client");
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn ib_port_is_checked_against_the_devices_ports() {
+    need_rxe0();
+    // rxe0 has one port: -i 2 is refused before anything is sent, by clients and servers.
+    let c = client(&["pingpong", "--oob", IP, "-p", "7406", "-i", "2", "-n", "1"]);
+    c.failed("pingpong -i 2");
+    assert!(c.err.contains("there is no port 2"), "{}", c.err);
+    let s = spawn("server", &["pingpong", "--listen", "-p", "7406", "-i", "2"]).finish(T);
+    s.failed("pingpong --listen -i 2");
+    assert!(s.err.contains("there is no port 2"), "{}", s.err);
+    // -i 1 on both sides works, over RDMA CM and --oob.
+    for oob in [false, true] {
+        let mut sargs = vec![
+            "pingpong", "--listen", IP, "-p", "7407", "-i", "1", "--count", "1",
+        ];
+        let mut cargs = vec![
+            "pingpong", IP, "-p", "7407", "-i", "1", "-x", "1", "-n", "5",
+        ];
+        if oob {
+            sargs.extend(["--oob", "-n", "5"]);
+            cargs.push("--oob");
+        }
+        let s = server("pingpong server", &sargs);
+        client(&cargs).ok(&format!("pingpong -i 1 (oob {oob})"));
+        s.finish(T).ok("pingpong server -i 1");
+    }
+}
