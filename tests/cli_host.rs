@@ -156,3 +156,120 @@ fn a_file_name_with_control_characters_is_refused_and_printed_escaped() {
     }
     assert_eq!(err.lines().count(), 1, "one error line: {err}");
 }
+
+/// Parses a command line only (`RDMAXFER_PARSE_ONLY`: no device is touched) and returns what
+/// the parser made of it, or the usage error.
+fn parsed(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .args(args)
+        .env("RDMAXFER_PARSE_ONLY", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    match out.status.code() {
+        Some(0) => Ok(stdout),
+        Some(2) => Err(stderr),
+        c => panic!("{args:?}: exit {c:?}\n{stdout}\n{stderr}"),
+    }
+}
+
+#[test]
+fn every_command_that_connects_or_listens_takes_perftests_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let perf = ["-i", "1", "-x", "1", "-d", "rxe0", "-p", "7000", "-e"];
+    // (command line, what -s must have become), each with the options above.
+    let cases: [(&[&str], &str); 11] = [
+        (&["pingpong", "h", "-s", "64K", "-n", "5"], "size: 65536"),
+        (&["pingpong", "--listen", "-s", "64K"], "size: 65536"),
+        (
+            &["bench", "write", "h", "-s", "64K", "-n", "5"],
+            "size: 65536",
+        ),
+        (&["bench", "--listen", "-s", "64K"], "size: 65536"),
+        (&["bench", "send", "--listen", "-s", "64K"], "size: 65536"),
+        (&["expose", "--listen", "-s", "64K"], "size: 65536"),
+        (&["write", "h", "-s", "64K"], "size: Some(65536)"),
+        (&["read", "h", "-s", "64K"], "len: 65536"),
+        (&["send", d, "h", "-s", "64K"], "chunk: 65536"),
+        (&["recv", "--out", d, "--listen"], "listen: \"0.0.0.0\""),
+        (
+            &["recv", "--out", d, "--listen", "198.18.0.1"],
+            "listen: \"198.18.0.1\"",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&perf);
+        let p = parsed(&a).unwrap_or_else(|e| panic!("{a:?} was refused:\n{e}"));
+        for w in [
+            want,
+            "ib_port: Some(1)",
+            "gid_index: Some(1)",
+            "device: Some(\"rxe0\")",
+            "port: 7000",
+            "event: true",
+        ] {
+            assert!(p.contains(w), "{a:?}: {w} expected in\n{p}");
+        }
+        if a.contains(&"--listen") && !a.contains(&"198.18.0.1") {
+            assert!(
+                p.contains("\"0.0.0.0\""),
+                "bare --listen: all addresses\n{p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gid_index_aliases_and_port_and_size_checks() {
+    for g in ["-g", "-x", "--gid-idx", "--gid-index"] {
+        let p = parsed(&["pingpong", "h", g, "3"]).unwrap();
+        assert!(p.contains("gid_index: Some(3)"), "{g}: {p}");
+    }
+    let p = parsed(&["loopback", "-d", "rxe0", "-x", "1", "-s", "64K"]).unwrap();
+    for w in [
+        "device: Some(\"rxe0\")",
+        "gid_index: Some(1)",
+        "size: 65536",
+    ] {
+        assert!(p.contains(w), "{w}: {p}");
+    }
+    let p = parsed(&["loopback", "--ib-dev", "rxe0", "--gid-index", "1"]).unwrap();
+    assert!(p.contains("device: Some(\"rxe0\")"), "{p}");
+    let e = parsed(&["pingpong", "h", "-i", "0"]).unwrap_err();
+    assert!(e.contains("-i") || e.contains("ib-port"), "{e}");
+    let e = parsed(&["bench", "write", "h", "-s", "1Q"]).unwrap_err();
+    assert!(e.contains("unknown unit"), "{e}");
+    let p = parsed(&[
+        "pingpong",
+        "--listen",
+        "--max-size",
+        "1M",
+        "--max-iters",
+        "9",
+    ])
+    .unwrap();
+    assert!(
+        p.contains("max_size: 1048576") && p.contains("max_iters: 9"),
+        "{p}"
+    );
+}
+
+#[test]
+fn timeout_help_does_not_promise_an_accept_deadline() {
+    for cmd in ["pingpong", "bench", "expose", "recv", "send"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{cmd} --help");
+        assert!(
+            s.contains("a server waits for its next client without one"),
+            "{cmd}: {s}"
+        );
+        assert!(!s.contains("connect, accept,"), "{cmd}: {s}");
+    }
+}

@@ -17,7 +17,7 @@ use rdmaxfer::xfer::endpoint::{
     Endpoint, EndpointOptions, Listener, OobListener, PeerKind, ACK_TIMEOUT, RETRY_COUNT,
 };
 use rdmaxfer::xfer::pingpong;
-use rdmaxfer::xfer::wire::Reject;
+use rdmaxfer::xfer::wire::{Reject, HELLO_VERSION};
 use rdmaxfer::Error;
 
 const T: Duration = Duration::from_secs(10);
@@ -88,7 +88,12 @@ fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
     for i in 0..N {
         let mut ep =
             Endpoint::connect_cm(addr(7201), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
-        assert_eq!(ep.peer().kind, PeerKind::Rdmaxfer { version: 1 });
+        assert_eq!(
+            ep.peer().kind,
+            PeerKind::Rdmaxfer {
+                version: HELLO_VERSION
+            }
+        );
         let s =
             pingpong::run_client(&mut ep, 64, 2).unwrap_or_else(|e| panic!("ping-pong {i}: {e}"));
         assert_eq!(s.iters, 2);

@@ -12,6 +12,7 @@
 use rdmaxfer::verbs::{Gid, RemoteAccess, RemoteRegion};
 use rdmaxfer::xfer::file::{names, proto};
 use rdmaxfer::xfer::onesided;
+use rdmaxfer::xfer::params::{self, SessionParams};
 use rdmaxfer::xfer::pingpong::Pattern;
 use rdmaxfer::xfer::{rdma_rw, wire};
 
@@ -147,13 +148,41 @@ fn check_region_bounds(r: &RemoteRegion, offset: u64, len: u64) {
     }
 }
 
-/// The RDMA CM handshake (connect / accept private data), the reject reason, and the
-/// immediate word of SEND_WITH_IMM (credits), as the endpoint decodes them.
+/// The RDMA CM handshake (connect / accept private data, with the client's session
+/// parameters), the reject reason, and the immediate word of SEND_WITH_IMM (credits), as the
+/// endpoint decodes them; the parameter block also on its own (its first 24 bytes), and the
+/// server's limit check on what it carries.
 pub fn check_cm_handshake(data: &[u8]) {
     if let Ok(h) = wire::Hello::decode(data) {
         assert_eq!(&h.encode()[..], &data[..wire::HELLO_LEN]);
         assert!(h.recv_depth >= 1 && h.recv_depth <= wire::MAX_CREDITS && h.msg_size > 0);
         assert_eq!(wire::Hello::decode(&h.encode()).expect("re-decode"), h);
+        assert_eq!(
+            SessionParams::decode(&data[wire::HELLO_LEN - params::PARAMS_LEN..wire::HELLO_LEN])
+                .expect("the block of a decoded handshake"),
+            h.params
+        );
+    }
+    let head = &data[..data.len().min(params::PARAMS_LEN)];
+    match SessionParams::decode(head) {
+        Ok(p) => {
+            assert_eq!(&SessionParams::encode(p.as_ref())[..], head);
+            if let Some(p) = p {
+                let limits = params::Limits::default();
+                let ok = limits.check(p.size, p.iters).is_ok();
+                assert_eq!(
+                    ok,
+                    (1..=limits.max_size).contains(&p.size)
+                        && (1..=limits.max_iters).contains(&p.iters)
+                );
+            }
+        }
+        Err(_) => assert!(
+            head.len() != params::PARAMS_LEN
+                || head[1..4] != [0; 3]
+                || head[0] > 4
+                || (head[0] == 0 && head.iter().any(|&x| x != 0))
+        ),
     }
     if let Some(r) = wire::Reject::decode(data) {
         assert!(!r.text.contains('\0'));
@@ -358,6 +387,15 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     padded.resize(56, 0); // the IB CM pads private data with zeroes
     out.push(("cm_handshake", "hello".into(), hello.to_vec()));
     out.push(("cm_handshake", "hello_padded".into(), padded));
+    let with_params = wire::Hello::new(4, 1 << 20)
+        .with_params(Some(SessionParams {
+            kind: params::SessionKind::BenchSend,
+            size: 1 << 20,
+            iters: 1000,
+            depth: 128,
+        }))
+        .encode();
+    out.push(("cm_handshake", "hello_params".into(), with_params.to_vec()));
     let reject = wire::Reject {
         code: wire::RejectCode::Version,
         text: "unsupported version".into(),

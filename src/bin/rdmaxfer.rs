@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[path = "rdmaxfer/args.rs"]
+mod args;
 #[path = "rdmaxfer/bench.rs"]
 mod bench;
 #[path = "rdmaxfer/conn.rs"]
@@ -82,14 +84,19 @@ enum Command {
     },
     /// One-process RDMA WRITE then READ round trip between two QPs on one device.
     Loopback {
-        /// Device (default: first with an active port).
-        #[arg(short = 'd', long = "device")]
+        /// RDMA device (default: the first with an active port).
+        #[arg(short = 'd', long = "ib-dev", visible_alias = "device")]
         device: Option<String>,
         /// GID index (default: the IPv4-mapped RoCE v2 GID).
-        #[arg(short = 'g', long = "gid-index")]
+        #[arg(
+            short = 'x',
+            long = "gid-index",
+            visible_short_alias = 'g',
+            visible_alias = "gid-idx"
+        )]
         gid_index: Option<u32>,
-        /// Bytes to move.
-        #[arg(short = 's', long = "size", default_value_t = 1 << 20)]
+        /// Bytes to move (e.g. 1048576, 64K, 1M).
+        #[arg(short = 's', long = "size", value_parser = args::parse_mem_size, default_value_t = 1 << 20)]
         size: usize,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -213,12 +220,21 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// Set (to anything): parse the command line, print the result and exit (host tests).
+const PARSE_ONLY_ENV: &str = "RDMAXFER_PARSE_ONLY";
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("RDMAXFER_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    let exit = match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if std::env::var_os(PARSE_ONLY_ENV).is_some() {
+        // Tests of the option spelling: print what was parsed, touch no device.
+        println!("{cli:?}");
+        return ExitCode::SUCCESS;
+    }
+    let exit = match run(cli) {
         Ok(()) => Exit::Success,
         Err(e) => {
             if let Some(usage) = e.downcast_ref::<clap::Error>() {

@@ -85,6 +85,7 @@ impl Config {
             recv_depth: DEFAULT_SLOTS,
             send_depth: 4,
             extra_send_wr: DEFAULT_SLOTS,
+            ..EndpointOptions::default()
         }
     }
 

@@ -474,6 +474,36 @@ impl Context {
         )))
     }
 
+    /// Port `port` (1-based, as `ibv_devinfo` numbers them) if it exists and is active; `None`:
+    /// the first active port.
+    pub fn active_port(&self, port: Option<u8>) -> Result<PortAttr> {
+        let Some(p) = port else {
+            return self.first_active_port();
+        };
+        let n = self.query_device()?.phys_port_cnt;
+        if p == 0 || p > n {
+            return Err(Error::InvalidArgument(format!(
+                "device {} has {} (1..={n}); there is no port {p} (-i/--ib-port)",
+                self.name(),
+                if n == 1 {
+                    "one port".to_string()
+                } else {
+                    format!("{n} ports")
+                }
+            )));
+        }
+        let a = self.query_port(p)?;
+        if !a.active {
+            return Err(Error::InvalidArgument(format!(
+                "port {p} of device {} is {} (check `ibv_devinfo -d {}`)",
+                self.name(),
+                a.state,
+                self.name()
+            )));
+        }
+        Ok(a)
+    }
+
     /// The populated entries of a port's GID table, from one `ibv_query_gid_table(3)` call
     /// (querying each of rxe's 1024 slots with `ibv_query_gid_ex(3)` cost seconds in the guest).
     pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {

@@ -256,8 +256,9 @@ mod tests {
 }
 
 use crate::verbs::{ExposedRegion, RemoteAccess};
-use crate::xfer::endpoint::Endpoint;
+use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 use crate::xfer::onesided::{recv_msg, send_msg, Msg, Purpose};
+use crate::xfer::params::{fmt_size, Limits, SessionKind, SessionParams};
 
 fn purpose(op: BenchOp) -> Purpose {
     match op {
@@ -283,27 +284,146 @@ pub struct ServedBench {
     pub iters: u64,
 }
 
-/// Serves one `rdmaxfer bench` client that must ask for `op` with message size `size`.
-pub fn serve_bench(ep: &mut Endpoint, op: BenchOp, size: usize) -> Result<ServedBench> {
-    let (iters, csize) = match recv_msg(ep)? {
+impl BenchOp {
+    /// The session kind a client of this op states in its handshake.
+    pub fn kind(self) -> SessionKind {
+        match self {
+            BenchOp::Write => SessionKind::BenchWrite,
+            BenchOp::Read => SessionKind::BenchRead,
+            BenchOp::Send => SessionKind::BenchSend,
+        }
+    }
+
+    /// The op of a bench session kind (`None`: not a bench).
+    pub fn of_kind(k: SessionKind) -> Option<BenchOp> {
+        match k {
+            SessionKind::BenchWrite => Some(BenchOp::Write),
+            SessionKind::BenchRead => Some(BenchOp::Read),
+            SessionKind::BenchSend => Some(BenchOp::Send),
+            SessionKind::Pingpong => None,
+        }
+    }
+
+    fn of_purpose(p: Purpose) -> Option<BenchOp> {
+        match p {
+            Purpose::BenchWrite => Some(BenchOp::Write),
+            Purpose::BenchRead => Some(BenchOp::Read),
+            Purpose::BenchSend => Some(BenchOp::Send),
+            Purpose::Session => None,
+        }
+    }
+}
+
+/// Most receives a SEND bench keeps posted (the endpoint's limit is 65536).
+const MAX_RECV_DEPTH: u32 = 1 << 15;
+
+/// Endpoint options for one side of a bench of `op` with `size`-byte messages and `tx_depth`
+/// in flight (the same on both sides, so a server sized from the client's parameters matches
+/// it): SEND needs receives of `size` bytes, up to `tx_depth` of them and at most 64 MiB;
+/// WRITE and READ only carry control messages.
+pub fn endpoint_options(
+    base: &EndpointOptions,
+    op: BenchOp,
+    size: usize,
+    tx_depth: u32,
+) -> EndpointOptions {
+    let (msg_size, recv_depth) = match op {
+        BenchOp::Send => {
+            let fit = u32::try_from((64usize << 20) / size.max(1)).unwrap_or(u32::MAX);
+            (size.max(64), tx_depth.min(fit).clamp(2, MAX_RECV_DEPTH))
+        }
+        _ => (4096, 4),
+    };
+    EndpointOptions {
+        msg_size,
+        recv_depth,
+        send_depth: recv_depth,
+        extra_send_wr: tx_depth,
+        ..base.clone()
+    }
+}
+
+/// The session parameters of a bench client.
+pub fn session_params(p: &BwParams) -> SessionParams {
+    SessionParams {
+        kind: p.op.kind(),
+        size: p.size as u64,
+        iters: p.iters,
+        depth: p.tx_depth,
+    }
+}
+
+/// A bench server's options for a client that stated `params` (RDMA CM), as
+/// [`endpoint_options`] sizes them for that client; the refusal (over `limits`, or not a bench
+/// client) names what was asked for. `Ok(None)`: the client sent no parameters (OOB), the
+/// listener's options stand and [`serve_bench`] checks its SETUP.
+pub fn admit(
+    params: Option<SessionParams>,
+    limits: &Limits,
+    base: &EndpointOptions,
+) -> std::result::Result<Option<EndpointOptions>, String> {
+    let Some(p) = params else {
+        return Ok(None);
+    };
+    let op = BenchOp::of_kind(p.kind).ok_or_else(|| {
+        format!(
+            "this is a bench server; the client runs {}",
+            p.kind.command()
+        )
+    })?;
+    limits.check(p.size, p.iters)?;
+    let size = usize::try_from(p.size).map_err(|_| format!("-s {} is too large", p.size))?;
+    let mut opts = endpoint_options(base, op, size, p.depth.max(1));
+    // The target of WRITE/READ is passive until DONE: it sleeps on the completion channel
+    // rather than busy-poll a core away from the (soft) NIC, as perftest's server does.
+    if op != BenchOp::Send {
+        opts.wait = crate::verbs::WaitMode::Event;
+    }
+    Ok(Some(opts))
+}
+
+/// Refuses a client's SETUP with `why` (the client's error says it) and fails the session.
+fn refuse(ep: &mut Endpoint, why: String) -> Error {
+    let _ = send_msg(ep, &Msg::Refuse(why.clone()));
+    let _ = ep.flush();
+    Error::Protocol(why)
+}
+
+/// Serves one `rdmaxfer bench` client: the op, size and count its SETUP asks for, within
+/// `limits` (a SEND bench also within the endpoint's receive buffers).
+pub fn serve_bench(ep: &mut Endpoint, limits: &Limits) -> Result<ServedBench> {
+    let (op, iters, csize) = match recv_msg(ep)? {
         Msg::Setup {
             purpose: p,
             size: s,
             iters,
             ..
-        } if p == purpose(op) && s == size as u64 => (iters, s),
-        Msg::Setup {
-            purpose: p,
-            size: s,
-            ..
         } => {
-            let why = format!("options differ: server runs {op:?} -s {size}, client asked {p:?} -s {s} (use the same options on both sides)");
-            let _ = send_msg(ep, &Msg::Refuse(why.clone()));
-            let _ = ep.flush();
-            return Err(Error::Protocol(why));
+            let Some(op) = BenchOp::of_purpose(p) else {
+                return Err(refuse(
+                    ep,
+                    "this is a bench server; the client asked for an expose session".into(),
+                ));
+            };
+            if let Err(why) = limits.check(s, iters) {
+                return Err(refuse(ep, why));
+            }
+            if op == BenchOp::Send && s > ep.msg_size() as u64 {
+                let why = format!(
+                    "the server's receive buffers take SENDs of at most -s {}; asked for -s {} \
+                     (over --oob they are sized when the server starts: give it -s {})",
+                    fmt_size(ep.msg_size() as u64),
+                    fmt_size(s),
+                    fmt_size(s)
+                );
+                return Err(refuse(ep, why));
+            }
+            (op, iters, s)
         }
         m => return Err(Error::Protocol(format!("expected SETUP, got {m:?}"))),
     };
+    let size = usize::try_from(csize)
+        .map_err(|_| Error::InvalidArgument(format!("-s {csize} is too large")))?;
     let step = ep.timeout();
     ep.set_timeout(run_deadline(csize.saturating_mul(iters), step));
     match op {

@@ -6,6 +6,7 @@ pub mod endpoint;
 pub mod file;
 pub mod loopback;
 pub mod onesided;
+pub mod params;
 pub mod pingpong;
 pub mod rdma_rw;
 pub mod session;

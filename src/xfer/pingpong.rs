@@ -1,6 +1,8 @@
 //! Ping-pong over an [`Endpoint`], compatible with ibv_rc_pingpong's flow: the client SENDs
 //! `size` bytes and waits for the server's `size`-byte reply, `iters` times; both sides must
-//! use the same size and count.
+//! use the same size and count. Over RDMA CM the client states them in its handshake
+//! ([`session_params`]) and the server adopts them ([`admit`]); over the out-of-band exchange
+//! (the peer may be ibv_rc_pingpong, which exchanges none) both sides give them.
 //!
 //! Payload: a fixed byte pattern with the sequence number stamped at the start (big-endian, its
 //! low bytes when `size < 8`) and its complement at the end (`size >= 16`). Every pong carries
@@ -17,7 +19,8 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::os;
 use crate::verbs::WaitMode;
-use crate::xfer::endpoint::{Endpoint, PeerKind, Transport};
+use crate::xfer::endpoint::{Endpoint, EndpointOptions, PeerKind, Transport};
+use crate::xfer::params::{Limits, SessionKind, SessionParams};
 
 /// The payload pattern of a given size.
 #[derive(Clone, Debug)]
@@ -401,6 +404,50 @@ fn check_size(ep: &Endpoint, size: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Endpoint options for a ping-pong of `size`-byte messages (either side): one message in
+/// flight, and 4 receives keep credit returns piggy-backed.
+pub fn endpoint_options(base: &EndpointOptions, size: usize) -> EndpointOptions {
+    EndpointOptions {
+        msg_size: size,
+        recv_depth: 4,
+        send_depth: 2,
+        extra_send_wr: 0,
+        ..base.clone()
+    }
+}
+
+/// The session parameters of a ping-pong client.
+pub fn session_params(size: usize, iters: u64) -> SessionParams {
+    SessionParams {
+        kind: SessionKind::Pingpong,
+        size: size as u64,
+        iters,
+        depth: 0,
+    }
+}
+
+/// What a ping-pong server runs for a client: the size and count it stated (RDMA CM), within
+/// `limits`, or else (`None`: OOB, C API clients) the server's own `size` and `iters`. The
+/// refusal names what was asked for and the limit.
+pub fn admit(
+    params: Option<SessionParams>,
+    limits: &Limits,
+    own: (usize, u64),
+) -> std::result::Result<(usize, u64), String> {
+    let Some(p) = params else {
+        return Ok(own);
+    };
+    if p.kind != SessionKind::Pingpong {
+        return Err(format!(
+            "this is a pingpong server; the client runs {}",
+            p.kind.command()
+        ));
+    }
+    limits.check(p.size, p.iters)?;
+    let size = usize::try_from(p.size).map_err(|_| format!("-s {} is too large", p.size))?;
+    Ok((size, p.iters))
 }
 
 /// Runs the client side: `iters` pings of `size` bytes, each pong checked.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::{self, Endpoint, EndpointOptions, Listener, OobListener, Pending};
+use crate::xfer::params::SessionParams;
 
 /// A listener of either kind.
 pub enum Server {
@@ -91,6 +92,27 @@ impl Incoming {
     /// The peer's address, when known.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.pending.peer_addr()
+    }
+
+    /// The session parameters the client sent (RDMA CM only; see [`Pending::params`]).
+    pub fn params(&self) -> Option<SessionParams> {
+        self.pending.params()
+    }
+
+    /// The options the connection will be set up with (see [`Pending::options_mut`]).
+    pub fn options_mut(&mut self) -> &mut EndpointOptions {
+        self.pending.options_mut()
+    }
+
+    /// Refuses the client with a reason (see [`Pending::refuse`]).
+    pub fn refuse(self, why: &str) {
+        self.pending.refuse(why)
+    }
+
+    /// Like [`finish`](Self::finish), but an OOB endpoint keeps ibv_rc_pingpong's
+    /// one-message-at-a-time flow (as [`Server::accept_plain`]).
+    pub fn finish_plain(self) -> Result<Endpoint> {
+        self.pending.finish()
     }
 
     /// Sets the connection up as [`Server::accept`] would (each step within the timeout).

@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::verbs::Gid;
+use crate::xfer::params::{SessionParams, PARAMS_LEN};
 
 /// Size of ibv_rc_pingpong's address message, NUL included.
 pub const OOB_MSG_LEN: usize = 52;
@@ -102,15 +103,16 @@ pub fn check_done(b: &[u8]) -> Result<()> {
 pub const HELLO_MAGIC: u32 = 0x5244_5846;
 /// Magic of a reject reason: "RDXJ".
 pub const REJECT_MAGIC: u32 = 0x5244_584a;
-/// Handshake version this build speaks.
-pub const HELLO_VERSION: u16 = 1;
-/// Encoded size of [`Hello`].
-pub const HELLO_LEN: usize = 16;
+/// Handshake version this build speaks (2: the client's session parameters follow).
+pub const HELLO_VERSION: u16 = 2;
+/// Encoded size of [`Hello`]: 16 bytes, then the 24-byte session parameter block.
+pub const HELLO_LEN: usize = 16 + PARAMS_LEN;
 /// Encoded size of [`Reject`] without its text.
 pub const REJECT_HEADER_LEN: usize = 8;
 
 /// The CM handshake each side sends as private data (connect request, then accept):
-/// `magic u32 | version u16 | flags u16 | recv_depth u32 | msg_size u32`, big-endian.
+/// `magic u32 | version u16 | flags u16 | recv_depth u32 | msg_size u32 | params (24 bytes)`,
+/// big-endian; the parameter block is [`SessionParams`]' (all zero: none; servers send none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// Protocol version.
@@ -121,20 +123,28 @@ pub struct Hello {
     pub recv_depth: u32,
     /// Size of each of its receive buffers: the largest message it accepts.
     pub msg_size: u32,
+    /// What the client asks the server for (a client's connect request only).
+    pub params: Option<SessionParams>,
 }
 
 impl Hello {
-    /// A version-[`HELLO_VERSION`] handshake.
+    /// A version-[`HELLO_VERSION`] handshake without session parameters.
     pub fn new(recv_depth: u32, msg_size: u32) -> Hello {
         Hello {
             version: HELLO_VERSION,
             flags: 0,
             recv_depth,
             msg_size,
+            params: None,
         }
     }
 
-    /// The 16-byte wire form.
+    /// The same handshake carrying `params`.
+    pub fn with_params(self, params: Option<SessionParams>) -> Hello {
+        Hello { params, ..self }
+    }
+
+    /// The [`HELLO_LEN`]-byte wire form.
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(&HELLO_MAGIC.to_be_bytes());
@@ -142,13 +152,15 @@ impl Hello {
         b[6..8].copy_from_slice(&self.flags.to_be_bytes());
         b[8..12].copy_from_slice(&self.recv_depth.to_be_bytes());
         b[12..16].copy_from_slice(&self.msg_size.to_be_bytes());
+        b[16..].copy_from_slice(&SessionParams::encode(self.params.as_ref()));
         b
     }
 
     /// Decodes a handshake. Bytes past [`HELLO_LEN`] are ignored: the IB CM pads private data
     /// with zeroes to a fixed size.
     pub fn decode(b: &[u8]) -> Result<Hello> {
-        if b.len() < HELLO_LEN {
+        // Magic and version first: a version-1 peer sends 16 bytes (CM pads them to 56).
+        if b.len() < 8 {
             return Err(Error::Protocol(format!(
                 "handshake is {} bytes, expected at least {HELLO_LEN} (is the peer rdmaxfer?)",
                 b.len()
@@ -160,18 +172,25 @@ impl Hello {
         if magic != HELLO_MAGIC {
             return Err(Error::Protocol(format!("handshake magic is {magic:#010x}, expected {HELLO_MAGIC:#010x} (is the peer rdmaxfer?)")));
         }
+        let version = u16_at(4);
+        if version == HELLO_VERSION && b.len() < HELLO_LEN {
+            return Err(Error::Protocol(format!(
+                "handshake is {} bytes, expected at least {HELLO_LEN}",
+                b.len()
+            )));
+        }
+        if version != HELLO_VERSION {
+            return Err(Error::Protocol(format!(
+                "peer speaks handshake version {version}, this build speaks {HELLO_VERSION} (use the same rdmaxfer version on both sides)"
+            )));
+        }
         let h = Hello {
-            version: u16_at(4),
+            version,
             flags: u16_at(6),
             recv_depth: u32_at(8),
             msg_size: u32_at(12),
+            params: SessionParams::decode(&b[16..HELLO_LEN])?,
         };
-        if h.version != HELLO_VERSION {
-            return Err(Error::Protocol(format!(
-                "peer speaks handshake version {}, this build speaks {HELLO_VERSION}",
-                h.version
-            )));
-        }
         if h.recv_depth == 0 || h.recv_depth > MAX_CREDITS {
             return Err(Error::Protocol(format!(
                 "peer's receive depth {} is outside 1..={MAX_CREDITS}",
@@ -194,6 +213,8 @@ pub enum RejectCode {
     Version,
     /// The server could not set the connection up (resources, device).
     Resources,
+    /// The client's session parameters are over the server's limits (or not what it serves).
+    Limits,
     /// A code this build does not know.
     Other(u16),
 }
@@ -204,6 +225,7 @@ impl RejectCode {
             RejectCode::BadHandshake => 1,
             RejectCode::Version => 2,
             RejectCode::Resources => 3,
+            RejectCode::Limits => 4,
             RejectCode::Other(x) => x,
         }
     }
@@ -213,6 +235,7 @@ impl RejectCode {
             1 => RejectCode::BadHandshake,
             2 => RejectCode::Version,
             3 => RejectCode::Resources,
+            4 => RejectCode::Limits,
             x => RejectCode::Other(x),
         }
     }
@@ -359,8 +382,19 @@ mod tests {
         let h = Hello::new(16, 4096);
         let mut b = h.encode().to_vec();
         assert_eq!(&b[..4], b"RDXF");
+        assert!(b.len() <= crate::cm::MAX_CONNECT_PRIVATE_DATA);
         b.resize(56, 0);
         assert_eq!(Hello::decode(&b).unwrap(), h);
+        let p = SessionParams {
+            kind: crate::xfer::params::SessionKind::Pingpong,
+            size: 64,
+            iters: 100,
+            depth: 0,
+        };
+        let h = h.with_params(Some(p));
+        let mut b = h.encode().to_vec();
+        b.resize(56, 0);
+        assert_eq!(Hello::decode(&b).unwrap().params, Some(p));
     }
 
     #[test]
@@ -371,11 +405,20 @@ mod tests {
         b[0] = b'X';
         assert!(Hello::decode(&b).unwrap_err().to_string().contains("magic"));
         let mut b = good;
-        b[5] = 2;
+        b[5] = 3;
         assert!(Hello::decode(&b)
             .unwrap_err()
             .to_string()
-            .contains("version 2"));
+            .contains("version 3"));
+        // A version-1 peer (16 bytes, CM-padded): named as such, not as a short message.
+        let mut v1 = good[..16].to_vec();
+        v1[5] = 1;
+        v1.resize(56, 0);
+        let e = Hello::decode(&v1).unwrap_err().to_string();
+        assert!(e.contains("version 1, this build speaks 2"), "{e}");
+        let mut b = good;
+        b[16] = 9;
+        assert!(Hello::decode(&b).is_err(), "unknown session kind");
         assert!(Hello::decode(&Hello::new(0, 64).encode()).is_err());
         assert!(Hello::decode(&Hello::new(MAX_CREDITS + 1, 64).encode()).is_err());
         assert!(Hello::decode(&Hello::new(1, 0).encode()).is_err());
@@ -420,6 +463,9 @@ mod tests {
     proptest! {
         #[test]
         fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            if let Ok(h) = Hello::decode(&b) {
+                prop_assert_eq!(&h.encode()[..], &b[..HELLO_LEN]);
+            }
             let _ = OobDest::decode(&b);
             let _ = Hello::decode(&b);
             let _ = Reject::decode(&b);

@@ -4,22 +4,24 @@ use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::WaitMode;
 use rdmaxfer::xfer::bench::{self, BenchOp, BwParams, BwReport};
 
-use crate::conn::{serve, ConnArgs};
+use crate::args::{parse_mem_size, LimitArgs};
+use crate::conn::{serve_admitting, ConnArgs};
 
-/// Measure RDMA WRITE / READ / SEND bandwidth against `rdmaxfer bench --listen` (same options on
-/// both sides, as perftest).
+/// Measure RDMA WRITE / READ / SEND bandwidth against `rdmaxfer bench --listen`, which runs
+/// what each client asks for (op, -s, -n, -t; within --max-size and --max-iters), as perftest.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// write, read or send.
-    op: String,
-    /// Serve: listen on ADDR (default 0.0.0.0).
+    /// write, read or send (a server serves whichever its clients ask for).
+    #[arg(required_unless_present = "listen")]
+    op: Option<String>,
+    /// Serve: listen on ADDR (default, or a bare --listen: all addresses).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "0.0.0.0", conflicts_with = "host")]
     listen: Option<String>,
     /// The server to measure against.
     #[arg(required_unless_present = "listen")]
     host: Option<String>,
-    /// Message size in bytes.
-    #[arg(short = 's', long = "size", default_value_t = 65536)]
+    /// Message size (e.g. 65536, 64K, 1M). Server over --oob: the largest SEND it takes.
+    #[arg(short = 's', long = "size", value_parser = parse_mem_size, default_value_t = 65536)]
     size: usize,
     /// Messages.
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
@@ -34,17 +36,9 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     count: Option<u64>,
     #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
     conn: ConnArgs,
-}
-
-/// Receive buffers for SEND: up to tx_depth, at most 64 MiB of them.
-fn depth(a: &Args, op: BenchOp) -> u32 {
-    match op {
-        BenchOp::Send => a
-            .tx_depth
-            .clamp(2, ((64 << 20) / a.size.max(1)).max(2) as u32),
-        _ => 4,
-    }
 }
 
 fn print(a: &Args, r: &BwReport) -> Result<()> {
@@ -66,45 +60,57 @@ fn print(a: &Args, r: &BwReport) -> Result<()> {
 
 /// Runs the subcommand.
 pub fn run(a: Args) -> Result<()> {
-    let op: BenchOp = a.op.parse()?;
+    let op: Option<BenchOp> = a.op.as_deref().map(str::parse).transpose()?;
     if a.size == 0 || a.iters == 0 || a.tx_depth == 0 {
         bail!("-s, -n and -t must be at least 1");
     }
-    let msg = if op == BenchOp::Send {
-        a.size.max(64)
-    } else {
-        4096
-    };
-    let opts = a.conn.options(msg, depth(&a, op), a.tx_depth)?;
-    match (&a.listen, &a.host) {
-        (Some(addr), _) => {
-            // The target of WRITE/READ is passive until DONE: it sleeps on the completion channel
-            // rather than busy-poll a core away from the (soft) NIC, as perftest's server does.
-            let mut opts = opts;
-            if op != BenchOp::Send {
+    let base = a.conn.options(4096, 4, 0)?;
+    match (&a.listen, &a.host, op) {
+        (Some(addr), _, _) => {
+            // Clients that send no parameters (--oob) get buffers for the server's own op and
+            // -s; the others get theirs (`bench::admit`).
+            let mut opts =
+                bench::endpoint_options(&base, op.unwrap_or(BenchOp::Send), a.size, a.tx_depth);
+            if !matches!(op, None | Some(BenchOp::Send)) {
                 opts.wait = WaitMode::Event;
             }
             let mut server = a.conn.listen(addr, &opts)?;
-            serve(&mut server, a.count, |ep| {
-                let s = bench::serve_bench(ep, op, a.size)?;
-                eprintln!("served {:?}: {} × {} bytes", s.op, s.iters, s.size);
-                Ok(())
-            })
+            let limits = a.limits.limits();
+            serve_admitting(
+                &mut server,
+                a.count,
+                false,
+                |inc| {
+                    if let Some(o) = bench::admit(inc.params(), &limits, &base)? {
+                        *inc.options_mut() = o;
+                    }
+                    Ok(())
+                },
+                |ep, ()| {
+                    let s = bench::serve_bench(ep, &limits)?;
+                    eprintln!("served {:?}: {} × {} bytes", s.op, s.iters, s.size);
+                    Ok(())
+                },
+            )
         }
-        (None, Some(host)) => {
-            let mut ep = a.conn.connect(host, &opts)?;
+        (None, Some(host), Some(op)) => {
             let p = BwParams {
                 op,
                 size: a.size,
                 iters: a.iters,
                 tx_depth: a.tx_depth,
-                timeout: opts.timeout,
+                timeout: base.timeout,
             };
+            let mut opts = bench::endpoint_options(&base, op, a.size, a.tx_depth);
+            opts.session = Some(bench::session_params(&p));
+            let mut ep = a.conn.connect(host, &opts)?;
             let r = bench::run_bench_client(&mut ep, &p)
                 .with_context(|| format!("{op:?} bandwidth against {host}"))?;
             ep.close().context("closing the connection")?;
             print(&a, &r)
         }
-        (None, None) => bail!("give HOST to connect to, or --listen to serve"),
+        _ => {
+            bail!("give the op (write, read or send) and HOST to connect to, or --listen to serve")
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! Connection options shared by `expose`, `write`, `read` and `bench`.
+//! Connection options shared by every subcommand that connects or listens, spelt as perftest's
+//! (`-d/--ib-dev`, `-i/--ib-port`, `-x/--gid-index`, `-p`, `-m`, `-e`), and the serving loop.
 
 use std::time::Duration;
 
@@ -6,7 +7,7 @@ use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::{Mtu, WaitMode};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, DEFAULT_PORT};
 use rdmaxfer::xfer::onesided::{self, Msg};
-use rdmaxfer::xfer::session::{self, Server};
+use rdmaxfer::xfer::session::{self, Incoming, Server};
 
 use crate::serve::{serve_concurrent, Limits};
 
@@ -22,8 +23,16 @@ pub struct ConnArgs {
     /// RDMA device (default: the first with an active port; with CM, the one routing to HOST).
     #[arg(short = 'd', long = "ib-dev")]
     pub device: Option<String>,
+    /// Port of the RDMA device (default: its first active port; with CM, the one routing to HOST).
+    #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: Option<u8>,
     /// GID index (default: the IPv4-mapped RoCE v2 GID).
-    #[arg(short = 'g', long = "gid-idx")]
+    #[arg(
+        short = 'x',
+        long = "gid-index",
+        visible_short_alias = 'g',
+        visible_alias = "gid-idx"
+    )]
     pub gid_index: Option<u32>,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (--oob only; default 1024).
     #[arg(short = 'm', long = "mtu")]
@@ -34,8 +43,9 @@ pub struct ConnArgs {
     /// Busy-poll the completion queue (the default, except for send and recv).
     #[arg(long)]
     pub poll: bool,
-    /// Deadline in seconds for each step (resolve, connect, accept, exchange, each completion).
-    #[arg(long, default_value_t = 10.0)]
+    /// Deadline in seconds for each step of a connection (resolve, connect, the handshake,
+    /// each completion); a server waits for its next client without one.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub timeout: f64,
 }
 
@@ -82,24 +92,42 @@ impl ConnArgs {
             recv_depth: depth,
             send_depth: depth,
             extra_send_wr: extra,
+            ib_port: self.ib_port,
+            session: None,
         })
     }
 
-    /// Connects to `host`.
+    /// Connects to `host` (over OOB switched to rdmaxfer's credit flow: the peer must be an
+    /// rdmaxfer server).
     pub fn connect(&self, host: &str, opts: &EndpointOptions) -> Result<Endpoint> {
+        self.connecting(host, opts, session::connect)
+    }
+
+    /// Like [`connect`](Self::connect), but an OOB endpoint keeps ibv_rc_pingpong's flow (the
+    /// peer may be ibv_rc_pingpong).
+    pub fn connect_plain(&self, host: &str, opts: &EndpointOptions) -> Result<Endpoint> {
+        self.connecting(host, opts, session::connect_plain)
+    }
+
+    fn connecting(
+        &self,
+        host: &str,
+        opts: &EndpointOptions,
+        how_to: fn(&str, u16, bool, &EndpointOptions) -> rdmaxfer::Result<Endpoint>,
+    ) -> Result<Endpoint> {
         let how = if self.oob {
             "out-of-band TCP exchange"
         } else {
             "rdma_cm"
         };
-        session::connect(host, self.port, self.oob, opts)
+        how_to(host, self.port, self.oob, opts)
             .with_context(|| format!("connecting to {host}:{} ({how})", self.port))
     }
 
     /// Listens on `addr` and says so on stderr (tests wait for that line).
     pub fn listen(&self, addr: &str, opts: &EndpointOptions) -> Result<Server> {
         let s = Server::bind(addr, self.port, self.oob, opts)
-            .with_context(|| format!("listening on {addr}:{}", self.port))?;
+            .with_context(|| format!("setting up the server on {addr}:{}", self.port))?;
         eprintln!("listening on {} ({})", s.local_addr(), s.kind());
         Ok(s)
     }
@@ -145,4 +173,60 @@ pub fn serve(
             one(ep)
         },
     )
+}
+
+/// [`serve`], deciding for each client before its connection is set up: `admit` may size the
+/// connection for the parameters the client sent ([`Incoming::params`]) and hands `one` what
+/// it decided, or refuses the client with a reason (which the client's error shows). `plain`:
+/// an OOB endpoint keeps ibv_rc_pingpong's flow (see [`Incoming::finish_plain`]).
+pub fn serve_admitting<T>(
+    server: &mut Server,
+    count: Option<u64>,
+    plain: bool,
+    mut admit: impl FnMut(&mut Incoming) -> std::result::Result<T, String>,
+    mut one: impl FnMut(&mut Endpoint, T) -> Result<()>,
+) -> Result<()> {
+    let (mut served, mut failed) = (0u64, 0u64);
+    while count.is_none_or(|c| served < c) {
+        let r = server.take(None).context("accepting a connection");
+        served += 1;
+        let r = r.and_then(|mut inc| {
+            let who = inc.peer_addr().map_or("?".into(), |a| a.to_string());
+            let decided = match admit(&mut inc) {
+                Ok(t) => t,
+                Err(why) => {
+                    inc.refuse(&why);
+                    bail!("refused {who}: {why}");
+                }
+            };
+            let ep = if plain {
+                inc.finish_plain()
+            } else {
+                inc.finish()
+            };
+            let mut ep = ep.context("accepting a connection")?;
+            let r = one(&mut ep, decided).with_context(|| format!("serving {who}"));
+            if let Err(e) = ep.close() {
+                // The peer may already be gone; what mattered was reported by `one`.
+                tracing::debug!("closing the connection to {who}: {e}");
+            }
+            r
+        });
+        if let Err(e) = r {
+            failed += 1;
+            let text = format!("{e:#}");
+            // Errors can quote what the peer sent: printed escaped.
+            eprintln!(
+                "rdmaxfer: error: {}",
+                rdmaxfer::xfer::file::names::printable(&text)
+            );
+            if server.is_broken() {
+                bail!("the listener failed; stopping");
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {served} connections failed");
+    }
+    Ok(())
 }

@@ -15,6 +15,7 @@ use rdmaxfer::xfer::file::transfer::{
     self, ReceiverOptions, SenderOptions, SessionReport, DEFAULT_CHUNK, DEFAULT_SLOTS,
 };
 
+use crate::args::parse_size;
 use crate::conn::ConnArgs;
 use crate::progress::{self, SendDisplay, Show};
 use crate::serve::{serve_concurrent, Limits};
@@ -22,34 +23,6 @@ use crate::signals;
 
 /// Environment variable holding the token when `--token` is not given.
 const TOKEN_ENV: &str = "RDMAXFER_TOKEN";
-
-/// Parses `1048576`, `64K`, `1M`, `2G` (binary units).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (t, 1u64),
-        Some((i, _)) => {
-            let m = match t[i..]
-                .to_ascii_uppercase()
-                .trim_end_matches("IB")
-                .trim_end_matches('B')
-            {
-                "" => 1,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1 << 40,
-                u => return Err(format!("unknown unit {u:?} in {s:?} (use K, M, G or T)")),
-            };
-            (&t[..i], m)
-        }
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 64K, 1M)"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
 
 /// `--token`: an empty token is a usage error (it must not turn authentication off).
 fn parse_token(s: &str) -> Result<String, String> {
@@ -81,8 +54,8 @@ pub struct RecvArgs {
     /// Directory the files go to (must exist).
     #[arg(long)]
     out: PathBuf,
-    /// Address to listen on.
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Address to listen on (default, or a bare --listen: all addresses).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_value = "0.0.0.0", default_missing_value = "0.0.0.0")]
     listen: String,
     /// Serve one sender, then exit (non-zero if anything failed); others meanwhile are busy.
     #[arg(long)]
@@ -157,7 +130,7 @@ pub struct SendArgs {
     #[arg(long, value_parser = parse_token)]
     token: Option<String>,
     /// Chunk size: bytes per RDMA WRITE (the receiver may lower it).
-    #[arg(long, value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
+    #[arg(short = 's', long, visible_alias = "size", value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
     chunk: u64,
     /// Chunks in flight at most.
     #[arg(long, default_value_t = DEFAULT_SLOTS)]

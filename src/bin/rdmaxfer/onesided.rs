@@ -8,16 +8,17 @@ use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::RemoteAccess;
 use rdmaxfer::xfer::onesided::{self, preview};
 
+use crate::args::{parse_mem_size, parse_size};
 use crate::conn::{serve, ConnArgs};
 
 /// Serve one buffer that peers may RDMA WRITE and/or READ, to peers one after another.
 #[derive(clap::Args, Debug)]
 pub struct ExposeArgs {
-    /// Listen on ADDR (default 0.0.0.0).
+    /// Listen on ADDR (a bare --listen: all addresses).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "0.0.0.0", required = true)]
     listen: Option<String>,
-    /// Buffer size in bytes (kept across peers).
-    #[arg(long)]
+    /// Buffer size (e.g. 4096, 64K, 1M; kept across peers).
+    #[arg(short = 's', long, value_parser = parse_mem_size)]
     size: usize,
     /// What peers may do: rw, r or w.
     #[arg(long, default_value = "rw")]
@@ -44,11 +45,14 @@ pub struct WriteArgs {
     #[arg(long, default_value_t = 0)]
     offset: u64,
     /// The bytes to write (UTF-8).
-    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    #[arg(long, conflicts_with_all = ["file", "size"], required_unless_present_any = ["file", "size"])]
     data: Option<String>,
     /// A file whose contents to write.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "size")]
     file: Option<PathBuf>,
+    /// Write this many bytes of a test pattern (e.g. 64K) instead of --data or --file.
+    #[arg(short = 's', long, value_parser = parse_size)]
+    size: Option<u64>,
     #[command(flatten)]
     conn: ConnArgs,
 }
@@ -61,8 +65,8 @@ pub struct ReadArgs {
     /// Offset in the peer's buffer.
     #[arg(long, default_value_t = 0)]
     offset: u64,
-    /// Bytes to read.
-    #[arg(long)]
+    /// Bytes to read (e.g. 4096, 64K).
+    #[arg(short = 's', long, visible_alias = "size", value_parser = parse_size)]
     len: u64,
     /// Write the bytes to FILE instead of stdout.
     #[arg(long, value_name = "FILE")]
@@ -149,10 +153,16 @@ fn timeout(c: &ConnArgs) -> Duration {
 
 /// Runs `rdmaxfer write`.
 pub fn write(a: WriteArgs) -> Result<()> {
-    let data = match (&a.data, &a.file) {
-        (Some(d), _) => d.as_bytes().to_vec(),
-        (None, Some(f)) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
-        (None, None) => bail!("give --data or --file"),
+    let data = match (&a.data, &a.file, a.size) {
+        (Some(d), _, _) => d.as_bytes().to_vec(),
+        (None, Some(f), _) => {
+            std::fs::read(f).with_context(|| format!("reading {}", f.display()))?
+        }
+        (None, None, Some(n)) => {
+            let n = usize::try_from(n).context("-s is too large for this machine")?;
+            (0..n).map(|i| (i % 251) as u8).collect()
+        }
+        (None, None, None) => bail!("give --data, --file or -s"),
     };
     let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
     let x = onesided::open_session(&mut ep).context("opening the session")?;

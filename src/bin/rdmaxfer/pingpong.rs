@@ -1,32 +1,34 @@
 //! `rdmaxfer pingpong`: parse, call `xfer::pingpong`, print.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::Ipv6Addr;
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::Gid;
-use rdmaxfer::xfer::endpoint::{
-    self, Endpoint, EndpointOptions, Listener, LocalInfo, OobListener, PeerInfo,
-};
+use rdmaxfer::xfer::endpoint::{self, Endpoint, EndpointOptions, LocalInfo, PeerInfo};
 use rdmaxfer::xfer::pingpong::{self, Stats};
 
-use crate::conn::ConnArgs;
+use crate::args::{parse_mem_size, LimitArgs};
+use crate::conn::{serve_admitting, ConnArgs};
 
 /// Ping-pong SENDs with a peer (rdmaxfer, or ibv_rc_pingpong with --oob) and report latency.
 ///
-/// Server: `rdmaxfer pingpong --listen [ADDR]`; client: `rdmaxfer pingpong HOST`. Both sides
-/// need the same -s and -n.
+/// Server: `rdmaxfer pingpong --listen [ADDR]`; client: `rdmaxfer pingpong HOST`. Over RDMA CM
+/// the server runs each client's -s and -n (within --max-size and --max-iters); over --oob
+/// (the peer may be ibv_rc_pingpong, which exchanges none) both sides need the same -s and -n.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Serve: listen on ADDR (default 0.0.0.0) and answer clients one after another.
+    /// Serve: listen on ADDR (default, or a bare --listen: all addresses) and answer clients
+    /// one after another.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "0.0.0.0", conflicts_with = "host")]
     listen: Option<String>,
     /// The server to connect to.
     #[arg(required_unless_present = "listen")]
     host: Option<String>,
-    /// Message size in bytes.
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    /// Message size (e.g. 64, 4K, 1M). Server: for clients that do not send theirs (--oob,
+    /// C API clients).
+    #[arg(short = 's', long = "size", value_parser = parse_mem_size, default_value_t = 4096)]
     size: usize,
-    /// Round trips.
+    /// Round trips. Server: for clients that do not send theirs (--oob, C API clients).
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     iters: u64,
     /// Print one JSON object per run (server: per connection) instead of text.
@@ -36,6 +38,8 @@ pub struct Args {
     /// until killed).
     #[arg(long, value_name = "N")]
     count: Option<u64>,
+    #[command(flatten)]
+    limits: LimitArgs,
     #[command(flatten)]
     conn: ConnArgs,
 }
@@ -48,10 +52,8 @@ impl Args {
         if self.iters == 0 {
             bail!("-n must be at least 1");
         }
-        let mut opts = self.conn.options(self.size, 4, 0)?;
-        // Ping-pong has one message in flight; 4 receives keep credit returns piggy-backed.
-        opts.send_depth = 2;
-        Ok(opts)
+        let base = self.conn.options(self.size, 4, 0)?;
+        Ok(pingpong::endpoint_options(&base, self.size))
     }
 }
 
@@ -98,71 +100,46 @@ fn report(json: bool, s: &Stats) -> Result<()> {
     Ok(())
 }
 
-fn serve_one(a: &Args, ep: &mut Endpoint) -> Result<()> {
+fn serve_one(a: &Args, ep: &mut Endpoint, (size, iters): (usize, u64)) -> Result<()> {
     let who = ep.peer().addr.map_or("?".into(), |x| x.to_string());
     eprintln!("connection from {who}");
     print_addresses(a.json, ep.local(), ep.peer());
-    let s = pingpong::run_server(ep, a.size, a.iters)
-        .with_context(|| format!("ping-pong with {who}"))?;
+    let s =
+        pingpong::run_server(ep, size, iters).with_context(|| format!("ping-pong with {who}"))?;
     report(a.json, &s)
 }
 
 fn server(a: &Args, opts: &EndpointOptions, listen: &str) -> Result<()> {
-    let ip: IpAddr = listen
-        .parse()
-        .with_context(|| format!("--listen {listen:?} is not an IP address"))?;
-    let addr = SocketAddr::new(ip, a.conn.port);
-    enum L {
-        Cm(Listener),
-        Oob(OobListener),
-    }
-    let mut l = if a.conn.oob {
-        let l = OobListener::bind(addr, opts).context("setting up the out-of-band listener")?;
-        eprintln!("listening on {} (oob, TCP)", l.local_addr());
-        L::Oob(l)
-    } else {
-        let l = Listener::bind(addr, opts).context("setting up the RDMA CM listener")?;
-        eprintln!("listening on {} (rdma_cm)", l.local_addr());
-        L::Cm(l)
-    };
+    let mut server = a.conn.listen(listen, opts)?;
     prefault();
-    let (mut served, mut failed) = (0u64, 0u64);
-    while a.count.is_none_or(|c| served < c) {
-        let r = match &mut l {
-            L::Cm(l) => l.accept(None),
-            L::Oob(l) => l.accept(None),
-        };
-        served += 1;
-        let r = r.context("accepting a connection").and_then(|mut ep| {
-            let r = serve_one(a, &mut ep);
-            let closed = ep.close();
-            r.and(closed.context("closing the connection"))
-        });
-        if let Err(e) = r {
-            failed += 1;
-            eprintln!("rdmaxfer: error: {e:#}");
-            if let L::Cm(l) = &l {
-                if l.is_broken() {
-                    bail!("the listener failed; stopping");
-                }
-            }
-        }
-    }
-    if failed > 0 {
-        bail!("{failed} of {served} connections failed");
-    }
-    Ok(())
+    let limits = a.limits.limits();
+    let base = opts.clone();
+    serve_admitting(
+        &mut server,
+        a.count,
+        true,
+        |inc| {
+            let (size, iters) = pingpong::admit(inc.params(), &limits, (a.size, a.iters))?;
+            // Buffers sized for this client's messages.
+            *inc.options_mut() = pingpong::endpoint_options(&base, size);
+            Ok((size, iters))
+        },
+        |ep, decided| serve_one(a, ep, decided),
+    )
 }
 
 fn client(a: &Args, opts: &EndpointOptions, host: &str) -> Result<()> {
     prefault();
-    let dst = endpoint::resolve_host(host, a.conn.port)?;
-    let mut ep = if a.conn.oob {
-        Endpoint::connect_oob(dst, opts)
-            .with_context(|| format!("connecting to {dst} (out-of-band TCP exchange)"))?
-    } else {
-        Endpoint::connect_cm(dst, opts).with_context(|| format!("connecting to {dst} (rdma_cm)"))?
-    };
+    let mut opts = opts.clone();
+    if !a.conn.oob {
+        // The server runs what the client asks for (over --oob the peer may be ibv_rc_pingpong).
+        opts.session = Some(pingpong::session_params(a.size, a.iters));
+    }
+    let mut ep = a.conn.connect_plain(host, &opts)?;
+    let dst = ep
+        .peer()
+        .addr
+        .map_or_else(|| host.to_string(), |x| x.to_string());
     eprintln!("connected to {dst}");
     print_addresses(a.json, ep.local(), ep.peer());
     let s = pingpong::run_client(&mut ep, a.size, a.iters)

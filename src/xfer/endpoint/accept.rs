@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::cm::{ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
+use crate::xfer::params::SessionParams;
 use crate::xfer::wire::{self, Hello, OobDest, Reject, RejectCode};
 
 use super::cm::Listener;
@@ -53,6 +54,35 @@ impl Pending {
     /// The peer's address, when known.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
+    }
+
+    /// The session parameters the client sent in its handshake (RDMA CM; `None` over OOB, from
+    /// a client that sent none, or from a handshake [`finish`](Self::finish) will reject).
+    pub fn params(&self) -> Option<SessionParams> {
+        match &self.how {
+            How::Cm { req, .. } => Hello::decode(&req.private_data).ok()?.params,
+            How::Oob(_) => None,
+        }
+    }
+
+    /// The options this connection will be set up with (the listener's, until changed: e.g.
+    /// buffers sized for the client's [`params`](Self::params)).
+    pub fn options_mut(&mut self) -> &mut EndpointOptions {
+        &mut self.opts
+    }
+
+    /// Refuses the client: over RDMA CM a reject whose reason is `why` (its connect fails
+    /// with that text); over OOB the TCP connection is closed.
+    pub fn refuse(self, why: &str) {
+        if let How::Cm { req, .. } = self.how {
+            let r = Reject {
+                code: RejectCode::Limits,
+                text: why.to_string(),
+            };
+            if let Err(e) = req.id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
+                tracing::debug!("rdma_reject: {e}");
+            }
+        }
     }
 
     /// Sets the connection up (each step waits at most the listener's timeout). A CM client
@@ -132,7 +162,7 @@ fn setup_cm(opts: &EndpointOptions, listen: SocketAddr, req: ConnectRequest) -> 
     };
     let built = (|| -> Result<Parts> {
         let ctx = id.context()?;
-        check_cm_device(opts, &ctx, &listen.to_string())?;
+        check_cm_device(opts, &ctx, id.port_num(), &listen.to_string())?;
         let port = ctx.query_port(id.port_num())?;
         check_msg_size(opts, &ctx, &port)?;
         let mut parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;

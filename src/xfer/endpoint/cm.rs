@@ -40,7 +40,7 @@ impl Endpoint {
             "resolving the route to the server",
         )?;
         let ctx = id.context()?;
-        check_cm_device(opts, &ctx, &dst.to_string())?;
+        check_cm_device(opts, &ctx, id.port_num(), &dst.to_string())?;
         let port = ctx.query_port(id.port_num())?;
         check_msg_size(opts, &ctx, &port)?;
         let (resp, init) = rd_atomic(&ctx);
@@ -48,6 +48,7 @@ impl Endpoint {
         parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
         let param = ConnParam {
             private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+                .with_params(opts.session)
                 .encode()
                 .to_vec(),
             responder_resources: resp,

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::verbs::{Gid, Mtu, WaitMode};
+use crate::xfer::params::SessionParams;
 
 /// ibv_rc_pingpong's TCP port, also rdmaxfer's default RDMA CM port.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -30,6 +31,9 @@ pub struct EndpointOptions {
     pub device: Option<String>,
     /// GID index; `None`: the IPv4-mapped RoCE v2 GID. With CM it selects the source address.
     pub gid_index: Option<u32>,
+    /// Port of the device (1-based); `None`: the first active one (CM: the one the route uses,
+    /// which must then be this one).
+    pub ib_port: Option<u8>,
     /// Path MTU (OOB only; rdma_cm takes it from the route). `None`: 1024, as ibv_rc_pingpong.
     pub mtu: Option<Mtu>,
     /// Busy-poll or sleep on the completion channel.
@@ -44,6 +48,8 @@ pub struct EndpointOptions {
     pub send_depth: u32,
     /// Send-queue slots for the caller's own work requests ([`Endpoint::post`]).
     pub extra_send_wr: u32,
+    /// A client's session parameters, sent in the RDMA CM handshake (see [`crate::xfer::params`]).
+    pub session: Option<SessionParams>,
 }
 
 impl Default for EndpointOptions {
@@ -58,6 +64,8 @@ impl Default for EndpointOptions {
             recv_depth: 16,
             send_depth: 16,
             extra_send_wr: 0,
+            ib_port: None,
+            session: None,
         }
     }
 }

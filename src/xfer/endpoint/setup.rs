@@ -102,7 +102,7 @@ pub(super) struct Choice {
 pub(super) fn choose(opts: &EndpointOptions) -> Result<Choice> {
     opts.validate()?;
     let ctx = Context::open(opts.device.as_deref())?;
-    let port = ctx.first_active_port()?;
+    let port = ctx.active_port(opts.ib_port)?;
     let gid = ctx.choose_gid(port.port, opts.gid_index)?;
     check_msg_size(opts, &ctx, &port)?;
     Ok(Choice { ctx, port, gid })
@@ -241,7 +241,12 @@ pub(super) fn gid_source(gid: &GidEntry) -> Result<IpAddr> {
     })
 }
 
-pub(super) fn check_cm_device(opts: &EndpointOptions, ctx: &Context, addr: &str) -> Result<()> {
+pub(super) fn check_cm_device(
+    opts: &EndpointOptions,
+    ctx: &Context,
+    port: u8,
+    addr: &str,
+) -> Result<()> {
     if let Some(d) = &opts.device {
         if d != ctx.name() {
             return Err(Error::InvalidArgument(format!(
@@ -250,7 +255,13 @@ pub(super) fn check_cm_device(opts: &EndpointOptions, ctx: &Context, addr: &str)
             )));
         }
     }
-    Ok(())
+    match opts.ib_port {
+        Some(p) if p != port => Err(Error::InvalidArgument(format!(
+            "{addr} is reached through port {port} of {}, not port {p} (-i)",
+            ctx.name()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

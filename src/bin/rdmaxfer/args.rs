@@ -1,0 +1,78 @@
+//! Option values shared by the subcommands: sizes with K/M/G suffixes and a server's limits.
+
+use rdmaxfer::xfer::params::{Limits, DEFAULT_MAX_ITERS, DEFAULT_MAX_SIZE};
+
+/// Parses `1048576`, `64K`, `1M`, `2G` (binary units; `KB`, `KiB` and the like too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => {
+            let m = match t[i..]
+                .to_ascii_uppercase()
+                .trim_end_matches("IB")
+                .trim_end_matches('B')
+            {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                u => return Err(format!("unknown unit {u:?} in {s:?} (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 64K, 1M)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// [`parse_size`] for sizes held in memory (`usize`).
+pub fn parse_mem_size(s: &str) -> Result<usize, String> {
+    let n = parse_size(s)?;
+    usize::try_from(n).map_err(|_| format!("{s:?} is too large"))
+}
+
+/// What a `pingpong` or `bench` server allows one client.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Server: largest -s a client may ask for (default 8M, Soft-RoCE's largest message).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value_t = DEFAULT_MAX_SIZE)]
+    pub max_size: u64,
+    /// Server: most iterations (-n) a client may ask for.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_ITERS)]
+    pub max_iters: u64,
+}
+
+impl LimitArgs {
+    /// The library's form.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_size: self.max_size,
+            max_iters: self.max_iters,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("1Q").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("99999999999T")
+            .unwrap_err()
+            .contains("too large"));
+        assert_eq!(parse_mem_size("8M"), Ok(8 << 20));
+    }
+}
