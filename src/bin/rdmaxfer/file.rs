@@ -93,7 +93,8 @@ pub struct RecvArgs {
     /// Refuse files larger than this (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
     max_size: Option<u64>,
-    /// Overwrite existing files.
+    /// Allow senders to replace existing entries that differ (they ask with send --force or
+    /// --update); without it such files are refused, and identical ones are skipped anyway.
     #[arg(long)]
     force: bool,
     /// Keep partial files and continue them when the sender resumes.
@@ -162,6 +163,24 @@ pub struct SendArgs {
     /// Continue partial files the receiver kept (it must run with --resume).
     #[arg(long)]
     resume: bool,
+    /// Replace files that exist on the receiver and differ (the receiver must allow it with
+    /// recv --force). Identical files are skipped either way.
+    #[arg(long)]
+    force: bool,
+    /// Skip every file that exists on the receiver, identical or not.
+    #[arg(long)]
+    ignore_existing: bool,
+    /// Skip files that are newer on the receiver; replace older ones (the receiver must allow
+    /// it with recv --force).
+    #[arg(long)]
+    update: bool,
+    /// Compare existing files by BLAKE3 checksum (both sides read them) instead of size and
+    /// modification time.
+    #[arg(long)]
+    checksum: bool,
+    /// In a tree, send the files symlinks point to instead of the symlinks.
+    #[arg(long)]
+    copy_links: bool,
     /// Print one JSON summary on stdout.
     #[arg(long)]
     json: bool,
@@ -179,6 +198,8 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "files": report.files,
         "files_elided": report.elided,
         "files_failed": report.failures(),
+        "files_skipped": report.skipped,
+        "files_refused": report.refused,
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -206,8 +227,14 @@ fn print_text(report: &SessionReport, secs: f64, verb: &str) {
         // The library escapes what the peer sent; escaping again changes nothing (defence in
         // depth: one line per file, whatever the names).
         let name = printable(&f.name);
-        let _ = match &f.hash {
-            Some(h) if f.is_ok() => writeln!(out, "ok      {name} ({} bytes, blake3 {h})", f.bytes),
+        let _ = match (f.result.as_str(), &f.hash) {
+            ("ok", Some(h)) => writeln!(out, "ok      {name} ({} bytes, blake3 {h})", f.bytes),
+            ("ok", None) => writeln!(out, "ok      {name} ({})", f.kind),
+            _ if f.is_skipped() => writeln!(
+                out,
+                "skipped  {name} ({})",
+                printable(f.message.as_deref().unwrap_or(""))
+            ),
             _ => writeln!(
                 out,
                 "FAILED  {name} ({}): {}",
@@ -220,10 +247,14 @@ fn print_text(report: &SessionReport, secs: f64, verb: &str) {
         let _ = writeln!(out, "…       {} more files not listed", report.elided);
     }
     let mib = report.bytes as f64 / (1 << 20) as f64;
+    let skipped = match report.skipped {
+        0 => String::new(),
+        n => format!(" ({n} skipped)"),
+    };
     let _ = writeln!(
         out,
-        "{verb} {} of {} files, {} bytes in {secs:.3} s ({:.1} MiB/s)",
-        report.file_count() - report.failures(),
+        "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
+        report.file_count() - report.failures() - report.skipped,
         report.file_count(),
         report.bytes,
         if secs > 0.0 { mib / secs } else { 0.0 }
@@ -334,7 +365,10 @@ pub fn send(a: SendArgs) -> Result<()> {
     let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
     let (host, port) = split_host(dest, a.conn.port)?;
     let roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
-    let entries = source::walk(&roots).context("listing the files to send")?;
+    let walk = source::WalkOptions {
+        copy_links: a.copy_links,
+    };
+    let entries = source::walk_with(&roots, walk).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)
         .ok()
         .filter(|&c| (transfer::MIN_CHUNK..=transfer::MAX_CHUNK).contains(&c))
@@ -358,6 +392,10 @@ pub fn send(a: SendArgs) -> Result<()> {
         chunk,
         slots: a.slots,
         resume: a.resume,
+        force: a.force,
+        ignore_existing: a.ignore_existing,
+        update: a.update,
+        checksum: a.checksum,
         corrupt_chunk,
     };
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
@@ -369,6 +407,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     conn.port = port;
     let total: u64 = entries
         .iter()
+        .filter(|e| e.kind == source::SourceKind::File)
         .filter_map(|e| std::fs::metadata(&e.path).ok())
         .map(|m| m.len())
         .sum();
