@@ -14,7 +14,13 @@ const T: Duration = Duration::from_secs(120);
 
 fn one_json(d: &Done) -> serde_json::Value {
     let mut j = d.json_lines();
-    assert_eq!(j.len(), 1, "one JSON summary expected:\n{}\n{}", d.out, d.err);
+    assert_eq!(
+        j.len(),
+        1,
+        "one JSON summary expected:\n{}\n{}",
+        d.out,
+        d.err
+    );
     j.pop().unwrap()
 }
 
@@ -91,7 +97,10 @@ fn rerun_of_an_identical_tree_skips_everything_and_sends_nothing() {
         assert_eq!(j["files_skipped"], 5, "{j}");
     }
     for (rel, data) in &files {
-        assert!(std::fs::read(out.join("tree").join(rel)).unwrap() == *data, "{rel}");
+        assert!(
+            std::fs::read(out.join("tree").join(rel)).unwrap() == *data,
+            "{rel}"
+        );
     }
 }
 
@@ -185,11 +194,7 @@ fn tree_with_empty_dir_and_symlinks_outside_link_refused() {
     let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     assert_eq!(got, want, "{j}");
     assert_eq!(
-        (
-            &j["files_failed"],
-            &j["files_refused"],
-            &j["files_skipped"]
-        ),
+        (&j["files_failed"], &j["files_refused"], &j["files_skipped"]),
         (&1.into(), &1.into(), &1.into()),
         "the summary counts the refused link and the skipped socket: {j}"
     );
@@ -225,12 +230,20 @@ fn tree_with_empty_dir_and_symlinks_outside_link_refused() {
     std::fs::remove_file(root.join("sub/escape")).unwrap();
     std::os::unix::fs::symlink(&outside, root.join("sub/escape")).unwrap();
     let r = recv(port, &out2, &["--once"]);
-    send(port, &[&root], &["--copy-links"]).finish(T).ok("send --copy-links");
+    send(port, &[&root], &["--copy-links"])
+        .finish(T)
+        .ok("send --copy-links");
     r.finish(T).ok("recv of copied links");
     let meta = std::fs::symlink_metadata(out2.join("tree/sub/escape")).unwrap();
     assert!(meta.is_file(), "a file, not a link");
-    assert_eq!(std::fs::read(out2.join("tree/sub/escape")).unwrap(), b"outside\n");
-    assert_eq!(std::fs::read(out2.join("tree/sub/rel")).unwrap(), b"hello\n");
+    assert_eq!(
+        std::fs::read(out2.join("tree/sub/escape")).unwrap(),
+        b"outside\n"
+    );
+    assert_eq!(
+        std::fs::read(out2.join("tree/sub/rel")).unwrap(),
+        b"hello\n"
+    );
 }
 
 #[test]
@@ -261,13 +274,20 @@ fn overwriting_needs_send_force_and_recv_force() {
     d.failed("send --force to a receiver without --force");
     let (res, msg) = message(&d);
     assert_eq!(res, "exists");
-    assert!(msg.contains("recv with --force"), "names the receiver's option: {msg}");
+    assert!(
+        msg.contains("recv with --force"),
+        "names the receiver's option: {msg}"
+    );
     assert_eq!(std::fs::read(out.join("f")).unwrap(), b"old");
 
     let d = send(port, &[&f], &["--ignore-existing"]).finish(T);
     d.ok("send --ignore-existing");
     let (res, msg) = message(&d);
-    assert_eq!((res.as_str(), msg.contains("--ignore-existing")), ("skipped", true), "{msg}");
+    assert_eq!(
+        (res.as_str(), msg.contains("--ignore-existing")),
+        ("skipped", true),
+        "{msg}"
+    );
     r.kill();
     drop(r);
 
@@ -283,5 +303,8 @@ fn overwriting_needs_send_force_and_recv_force() {
     let d = send(port, &[&f], &[]).finish(T);
     d.ok("re-run after the overwrite");
     r.finish(T).ok("recv of the re-run");
-    assert_eq!(message(&d), ("skipped".to_string(), "identical".to_string()));
+    assert_eq!(
+        message(&d),
+        ("skipped".to_string(), "identical".to_string())
+    );
 }

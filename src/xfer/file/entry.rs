@@ -20,8 +20,9 @@ pub enum Outcome {
     Skipped(SkipWhy, String),
 }
 
-fn exists(rel: &RelPath, what: impl std::fmt::Display) -> Error {
-    Error::refused(Reason::Exists, format!("{rel}: {what}"))
+/// A refusal as `exists`; the report names the entry, the text says why.
+fn exists(what: impl std::fmt::Display) -> Error {
+    Error::refused(Reason::Exists, what.to_string())
 }
 
 // The `stat` field types differ between architectures.
@@ -44,7 +45,7 @@ pub fn check_link_target(rel: &RelPath, target: &str) -> Result<()> {
     let unsafe_link = |why: &str| {
         Error::refused(
             Reason::UnsafeLink,
-            format!("{rel} -> {}: {why}", names::printable(target)),
+            format!("-> {}: {why}", names::printable(target)),
         )
     };
     if target.is_empty() {
@@ -93,7 +94,7 @@ pub fn inspect_file(out_dir: &Path, rel: &RelPath, h: &Hello) -> Result<Option<E
     };
     let kind = FileType::from_raw_mode(st.st_mode);
     if kind == FileType::Directory {
-        return Err(exists(rel, "exists and is a directory"));
+        return Err(exists("exists and is a directory"));
     }
     let newer = newer(&st, h);
     if kind != FileType::RegularFile || st.st_size as u64 != h.size {
@@ -113,14 +114,9 @@ pub fn inspect_file(out_dir: &Path, rel: &RelPath, h: &Hello) -> Result<Option<E
 }
 
 /// The policy's verdict as a result: a refusal is an error ([`Reason::Exists`]).
-pub fn decide(
-    rel: &RelPath,
-    existing: Option<Existing>,
-    h: &Hello,
-    allow: bool,
-) -> Result<Decision> {
+pub fn decide(existing: Option<Existing>, h: &Hello, allow: bool) -> Result<Decision> {
     match policy::decide(existing, &h.flags, allow) {
-        Decision::Refuse(why) => Err(exists(rel, why)),
+        Decision::Refuse(why) => Err(exists(why)),
         d => Ok(d),
     }
 }
@@ -140,7 +136,7 @@ pub fn receive_dir(out_dir: &Path, rel: &RelPath) -> Result<Outcome> {
                     "directory exists".into(),
                 ))
             }
-            Some(_) => return Err(exists(rel, "exists and is not a directory")),
+            Some(_) => return Err(exists("exists and is not a directory")),
             None => {}
         }
     }
@@ -159,7 +155,7 @@ pub fn receive_symlink(out_dir: &Path, rel: &RelPath, h: &Hello, allow: bool) ->
     let existing = if missing.is_empty() {
         dir.stat(name)
             .map(|st| match FileType::from_raw_mode(st.st_mode) {
-                FileType::Directory => Err(exists(rel, "exists and is a directory")),
+                FileType::Directory => Err(exists("exists and is a directory")),
                 FileType::Symlink => Ok(Existing {
                     same: dir.read_link(name).as_deref() == Some(h.target.as_str()),
                     newer: newer(&st, h),
@@ -173,7 +169,7 @@ pub fn receive_symlink(out_dir: &Path, rel: &RelPath, h: &Hello, allow: bool) ->
     } else {
         None
     };
-    let replace = match decide(rel, existing, h, allow)? {
+    let replace = match decide(existing, h, allow)? {
         Decision::Skip(why, msg) => return Ok(Outcome::Skipped(why, msg)),
         Decision::Write { replace } => replace,
         Decision::Refuse(_) => unreachable!("decide returns refusals as errors"),

@@ -337,6 +337,15 @@ fn reason_of(e: &Error) -> Reason {
     })
 }
 
+/// The text of an error without its reason (REFUSE and reports carry the reason apart): one
+/// clause per cause.
+fn detail(e: &Error) -> String {
+    match e {
+        Error::Refused { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
 fn send_msg(ep: &mut Endpoint, msg: &Msg) -> Result<()> {
     ep.send(&proto::encode(msg))
 }

@@ -4,8 +4,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, ReceiverOptions,
-    SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
+    decode_ctl, detail, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport,
+    ReceiverOptions, SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
 };
 use crate::error::{Error, Result};
 use crate::verbs::{ExposedRegion, RemoteAccess};
@@ -155,7 +155,7 @@ fn open_sink(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Result<Opened>
         ));
     }
     let existing = entry::inspect_file(&opts.out_dir, rel, h)?;
-    let replace = match entry::decide(rel, existing, h, opts.force)? {
+    let replace = match entry::decide(existing, h, opts.force)? {
         Decision::Write { replace } => replace,
         Decision::Skip(why, message) => return Ok(Opened::Skip(why, message)),
         Decision::Refuse(_) => unreachable!("entry::decide returns refusals as errors"),
@@ -383,7 +383,7 @@ fn receive_file(
         }
         Err(e) => {
             let reason = reason_of(&e);
-            let refused = FileReport::failed(&h.name, h.size, reason, e.to_string()).of_kind(kind);
+            let refused = FileReport::failed(&h.name, h.size, reason, detail(&e)).of_kind(kind);
             if let Err(spent) = budget.refused() {
                 report.push_refused(refused);
                 return Err(spent);
@@ -392,7 +392,7 @@ fn receive_file(
                 ep,
                 &Msg::Refuse {
                     reason,
-                    message: proto::truncate_text(&e.to_string()),
+                    message: proto::truncate_text(&detail(&e)),
                 },
             )?;
             report.push_refused(refused);

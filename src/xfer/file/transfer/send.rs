@@ -117,7 +117,7 @@ fn send_one(
         }
         Msg::Refuse { reason, message } => {
             let err = peer_err(reason, &message);
-            report.push_refused(FileReport::failed(name, 0, reason, err.to_string()).of_kind(kind));
+            report.push_refused(FileReport::failed(name, 0, reason, message).of_kind(kind));
             if matches!(reason, Reason::AuthFailed | Reason::Version) {
                 return Err(err);
             }
@@ -189,7 +189,7 @@ fn send_file(
         }
         Msg::Refuse { reason, message } => {
             let err = peer_err(reason, &message);
-            report.push_refused(FileReport::failed(name, size, reason, err.to_string()));
+            report.push_refused(FileReport::failed(name, size, reason, message));
             if matches!(reason, Reason::AuthFailed | Reason::Version) {
                 return Err(err);
             }
