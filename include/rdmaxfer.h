@@ -97,7 +97,8 @@
 #define RDMAXFER_DEFAULT_PORT 18515
 
 /**
- * `rdmaxfer_recv_file`: overwrite existing files.
+ * `rdmaxfer_recv_file`: allow a sender to replace existing files that differ (it asks with
+ * `rdmaxfer send --force` or `--update`). Identical files are skipped either way.
  */
 #define RDMAXFER_RECV_FORCE 1
 
@@ -370,7 +371,7 @@ typedef void (*rdmaxfer_progress_cb)(uint64_t sent, uint64_t total, void *user);
  */
 typedef struct rdmaxfer_recv_summary {
   /**
-   * Files verified and committed.
+   * Entries the sender announced: all verified and committed, or skipped (already here).
    */
   uint64_t files;
   /**
@@ -659,8 +660,10 @@ void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
 /**
  * Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
  * peer, verified by BLAKE3, with the configuration's token. `progress` (may be NULL) is called
- * with the bytes sent so far; `user` is passed to it untouched. `RDMAXFER_OK` only when every
- * file was verified and committed by the receiver.
+ * with the bytes sent so far; `user` is passed to it untouched. Inside a tree, symlinks are
+ * sent as symlinks and empty directories as directories; files the receiver already has
+ * (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
+ * delivered (verified and committed) or skipped.
  */
 enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
                                         const char *path,
@@ -671,7 +674,8 @@ enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
  * Receives what one sender sends on `conn` into the existing directory `out_dir` (names are
  * confined to it; each file is verified by BLAKE3, fsynced and renamed into place). `flags`:
  * `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the configuration the
- * sender must know it. `RDMAXFER_OK` only when every file arrived verified.
+ * sender must know it. Files already here (same size and modification time) are skipped.
+ * `RDMAXFER_OK` only when every entry arrived verified or was skipped.
  */
 enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
                                         const char *out_dir,

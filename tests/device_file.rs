@@ -158,11 +158,12 @@ fn hello(name: &str, size: u64, auth: Option<proto::Digest>) -> Hello {
     common::hello(name, size, CHUNK as u32, auth)
 }
 
-/// A HELLO built by hand (any version, any name length).
+/// A HELLO built by hand (any version in the header, any name length), laid out as version 2.
 fn raw_hello(version: u16, name: &[u8], auth: Option<proto::Digest>) -> Vec<u8> {
     let mut b = Vec::new();
-    b.extend_from_slice(&1u16.to_be_bytes());
+    b.extend_from_slice(&proto::VERSION.to_be_bytes());
     b.extend_from_slice(&(if auth.is_some() { 8u16 } else { 0 }).to_be_bytes());
+    b.extend_from_slice(&0u16.to_be_bytes()); // kind: file
     b.extend_from_slice(&(CHUNK as u32).to_be_bytes());
     b.extend_from_slice(&10u64.to_be_bytes());
     b.extend_from_slice(&0o644u32.to_be_bytes());
@@ -170,6 +171,7 @@ fn raw_hello(version: u16, name: &[u8], auth: Option<proto::Digest>) -> Vec<u8> 
     b.extend_from_slice(&0u32.to_be_bytes());
     b.extend_from_slice(&(name.len() as u16).to_be_bytes());
     b.extend_from_slice(name);
+    b.extend_from_slice(&0u16.to_be_bytes()); // no symlink target
     if let Some(a) = auth {
         b.extend_from_slice(&a);
     }
@@ -234,7 +236,8 @@ fn hostile_senders_are_refused_and_the_receiver_keeps_serving() {
         expect_refuse(m, Reason::BadName, why);
     }
     let long = vec![b'a'; 5000];
-    let m = hostile(port, |n| raw_hello(1, &long, auth(n)));
+    let v = proto::VERSION;
+    let m = hostile(port, |n| raw_hello(v, &long, auth(n)));
     expect_refuse(m, Reason::Protocol, "name over 4 KiB");
     let m = hostile(port, |n| enc(hello("big", 1001, auth(n))));
     expect_refuse(m, Reason::TooLarge, "over --max-size");
@@ -244,14 +247,26 @@ fn hostile_senders_are_refused_and_the_receiver_keeps_serving() {
     expect_refuse(m, Reason::AuthFailed, "wrong token");
     let m = hostile(port, |_| enc(hello("x", 10, None)));
     expect_refuse(m, Reason::AuthFailed, "no token");
-    let m = hostile(port, |n| raw_hello(2, b"x", auth(n)));
-    expect_refuse(m, Reason::Version, "version 2");
-    let m = hostile(port, |n| raw_hello(1, b"x", auth(n))[..20].to_vec());
+    // A version-1 peer (and a future one) gets a refusal naming both versions.
+    for other in [1, v + 1] {
+        match hostile(port, |n| raw_hello(other, b"x", auth(n))) {
+            Msg::Refuse { reason, message } => {
+                assert_eq!(reason, Reason::Version, "{message}");
+                assert!(
+                    message.contains(&format!("version {other}"))
+                        && message.contains(&format!("version {v}")),
+                    "names both versions: {message}"
+                );
+            }
+            m => panic!("version {other}: expected REFUSE, got {m:?}"),
+        }
+    }
+    let m = hostile(port, |n| raw_hello(v, b"x", auth(n))[..20].to_vec());
     expect_refuse(m, Reason::Protocol, "truncated");
     let m = hostile(port, |n| {
-        let mut v = raw_hello(1, b"x", auth(n));
-        v[8..12].copy_from_slice(&100_000u32.to_be_bytes());
-        v
+        let mut m = raw_hello(v, b"x", auth(n));
+        m[8..12].copy_from_slice(&100_000u32.to_be_bytes());
+        m
     });
     expect_refuse(m, Reason::Protocol, "oversized length");
     assert!(
@@ -375,12 +390,21 @@ fn existing_file_is_refused_without_force_and_replaced_with_it() {
     let mut r = recv(port, &out, &[]);
     let s = send(port, &[&src], &[]).finish(T);
     s.failed("send onto an existing file");
-    assert_eq!(one_json(&s)["files"][0]["result"], "exists");
+    let j = one_json(&s);
+    assert_eq!(j["files"][0]["result"], "exists");
+    let msg = j["files"][0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("send --force"),
+        "the refusal names send --force: {msg}"
+    );
     assert_eq!(std::fs::read(out.join("f")).unwrap(), b"old");
     r.kill();
     drop(r);
+    // Protocol v2: replacing needs both sides (send --force asks, recv --force allows).
     let r = recv(port, &out, &["--once", "--force"]);
-    send(port, &[&src], &[]).finish(T).ok("send with --force");
+    send(port, &[&src], &["--force"])
+        .finish(T)
+        .ok("send with --force");
     r.finish(T).ok("recv --force");
     assert_eq!(std::fs::read(out.join("f")).unwrap(), b"new contents");
 }

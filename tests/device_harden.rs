@@ -88,6 +88,7 @@ fn control_characters_from_a_sender_are_refused_and_never_printed_raw() {
         chunk_size: 65536,
         flags: HelloFlags::default(),
         auth: None,
+        ..Default::default()
     };
     ep.send(&proto::encode(&Msg::Hello(hello))).expect("HELLO");
     match proto::decode(&ep.recv().expect("reply")).expect("decode reply") {

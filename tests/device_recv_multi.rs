@@ -80,6 +80,7 @@ fn announce(ep: &mut Endpoint, name: &str, size: u64, chunk: u32) -> Ring {
         chunk_size: chunk,
         flags: HelloFlags::default(),
         auth: None,
+        ..Default::default()
     };
     ep.send(&proto::encode(&Msg::Hello(h))).expect("send HELLO");
     match proto::decode(&ep.recv().expect("MR")).expect("decode MR") {

@@ -10,7 +10,7 @@
 //! Only the crate's public API and `std` are used here (the file is compiled in both packages).
 
 use rdmaxfer::verbs::{Gid, RemoteAccess, RemoteRegion};
-use rdmaxfer::xfer::file::{names, proto};
+use rdmaxfer::xfer::file::{entry, names, proto};
 use rdmaxfer::xfer::onesided;
 use rdmaxfer::xfer::params::{self, SessionParams};
 use rdmaxfer::xfer::pingpong::Pattern;
@@ -60,6 +60,10 @@ pub fn check_file_proto(data: &[u8]) {
         assert_eq!(again, data, "encode(decode(b)) != b for {msg:?}");
         if let proto::Msg::Hello(hello) = &msg {
             check_name(&hello.name);
+            check_hello_kind(hello);
+        }
+        if let proto::Msg::Skip { why, .. } = &msg {
+            assert_eq!(proto::SkipWhy::from_code(why.code()), Some(*why));
         }
     }
     // The immediate of a data chunk (any u32) against a ring of any size.
@@ -70,6 +74,37 @@ pub fn check_file_proto(data: &[u8]) {
             assert_eq!(proto::encode_imm(imm), value);
         }
         Err(_) => assert!(value & 0xffff >= slots),
+    }
+}
+
+/// A HELLO's entry kind and what goes with it (v2): only a symlink has a target, only a file
+/// has bytes or a checksum; a symlink target the receiver accepts cannot lead out of `--out`.
+fn check_hello_kind(h: &proto::Hello) {
+    use proto::EntryKind;
+    assert_eq!(h.kind == EntryKind::Symlink, !h.target.is_empty());
+    if h.kind != EntryKind::File {
+        assert_eq!(h.size, 0);
+        assert!(h.checksum.is_none());
+    }
+    let Ok(rel) = names::sanitize(&h.name) else {
+        return;
+    };
+    if entry::check_link_target(&rel, &h.target).is_ok() {
+        assert!(!h.target.starts_with('/'));
+        // Leading `..` only, no deeper than the link's directory; names after them.
+        let mut depth = rel.parents().count() as i64;
+        let mut named = false;
+        for c in h.target.split('/') {
+            match c {
+                "" | "." => {}
+                ".." => {
+                    assert!(!named, "'..' after a name accepted: {:?}", h.target);
+                    depth -= 1;
+                    assert!(depth >= 0, "target escapes: {:?}", h.target);
+                }
+                _ => named = true,
+            }
+        }
     }
 }
 
@@ -273,10 +308,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         chunk_size: 1 << 20,
         flags: proto::HelloFlags {
             resume: true,
-            force: false,
             last: true,
+            ..proto::HelloFlags::default()
         },
         auth: Some(digest(7)),
+        ..proto::Hello::default()
     };
     let file_msgs = [
         ("hello", proto::Msg::Hello(hello.clone())),
@@ -286,8 +322,51 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 name: "a".into(),
                 auth: None,
                 flags: proto::HelloFlags::default(),
+                ..hello.clone()
+            }),
+        ),
+        (
+            "hello_checksum",
+            proto::Msg::Hello(proto::Hello {
+                checksum: Some(digest(4)),
+                flags: proto::HelloFlags {
+                    force: true,
+                    update: true,
+                    ..proto::HelloFlags::default()
+                },
+                ..hello.clone()
+            }),
+        ),
+        (
+            "hello_dir",
+            proto::Msg::Hello(proto::Hello {
+                kind: proto::EntryKind::Dir,
+                name: "tree/empty".into(),
+                size: 0,
+                auth: None,
+                ..hello.clone()
+            }),
+        ),
+        (
+            "hello_symlink",
+            proto::Msg::Hello(proto::Hello {
+                kind: proto::EntryKind::Symlink,
+                name: "tree/sub/link".into(),
+                target: "../other/file".into(),
+                size: 0,
+                flags: proto::HelloFlags {
+                    ignore_existing: true,
+                    ..proto::HelloFlags::default()
+                },
                 ..hello
             }),
+        ),
+        (
+            "skip",
+            proto::Msg::Skip {
+                why: proto::SkipWhy::Identical,
+                message: "identical".into(),
+            },
         ),
         (
             "challenge",

@@ -11,7 +11,8 @@ use super::status::rdmaxfer_status;
 use crate::xfer::file::source;
 use crate::xfer::file::transfer::{self, Progress, ReceiverOptions, SenderOptions, SessionReport};
 
-/// `rdmaxfer_recv_file`: overwrite existing files.
+/// `rdmaxfer_recv_file`: allow a sender to replace existing files that differ (it asks with
+/// `rdmaxfer send --force` or `--update`). Identical files are skipped either way.
 pub const RDMAXFER_RECV_FORCE: u32 = 1;
 /// `rdmaxfer_recv_file`: keep partial files and continue them when a sender resumes.
 pub const RDMAXFER_RECV_RESUME: u32 = 2;
@@ -25,7 +26,7 @@ fn failed_files(report: &SessionReport) -> String {
     report
         .files
         .iter()
-        .filter(|f| !f.is_ok())
+        .filter(|f| !f.is_ok() && !f.is_skipped())
         .map(|f| {
             format!(
                 "{} ({}: {})",
@@ -49,8 +50,10 @@ fn with_files(e: crate::Error, report: &SessionReport) -> Fail {
 
 /// Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
 /// peer, verified by BLAKE3, with the configuration's token. `progress` (may be NULL) is called
-/// with the bytes sent so far; `user` is passed to it untouched. `RDMAXFER_OK` only when every
-/// file was verified and committed by the receiver.
+/// with the bytes sent so far; `user` is passed to it untouched. Inside a tree, symlinks are
+/// sent as symlinks and empty directories as directories; files the receiver already has
+/// (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
+/// delivered (verified and committed) or skipped.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_file(
     conn: *mut rdmaxfer_conn,
@@ -64,6 +67,7 @@ pub extern "C" fn rdmaxfer_send_file(
         let entries = source::walk(&[path])?;
         let total: u64 = entries
             .iter()
+            .filter(|e| e.kind == source::SourceKind::File)
             .filter_map(|e| std::fs::metadata(&e.path).ok())
             .map(|m| m.len())
             .sum();
@@ -86,7 +90,7 @@ pub extern "C" fn rdmaxfer_send_file(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct rdmaxfer_recv_summary {
-    /// Files verified and committed.
+    /// Entries the sender announced: all verified and committed, or skipped (already here).
     pub files: u64,
     /// Bytes moved by RDMA.
     pub bytes: u64,
@@ -95,7 +99,8 @@ pub struct rdmaxfer_recv_summary {
 /// Receives what one sender sends on `conn` into the existing directory `out_dir` (names are
 /// confined to it; each file is verified by BLAKE3, fsynced and renamed into place). `flags`:
 /// `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the configuration the
-/// sender must know it. `RDMAXFER_OK` only when every file arrived verified.
+/// sender must know it. Files already here (same size and modification time) are skipped.
+/// `RDMAXFER_OK` only when every entry arrived verified or was skipped.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_file(
     conn: *mut rdmaxfer_conn,

@@ -16,7 +16,8 @@ pub enum Reason {
     TooLarge = 2,
     /// Not enough free space on the receiver.
     NoSpace = 3,
-    /// The file exists and `--force` was not given.
+    /// The entry exists and differs, and the policies do not allow replacing it (the message
+    /// names the option needed).
     Exists = 4,
     /// Missing or wrong authentication answer.
     AuthFailed = 5,
@@ -38,11 +39,13 @@ pub enum Reason {
     /// The receiver serves as many sessions as it may (`--max-sessions`) or has no memory left
     /// for another staging ring (`--max-memory`): retry later.
     Busy = 13,
+    /// A symlink whose target could resolve outside the receiver's output directory.
+    UnsafeLink = 14,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Ok,
         Reason::BadName,
         Reason::TooLarge,
@@ -57,6 +60,7 @@ impl Reason {
         Reason::ReadError,
         Reason::Budget,
         Reason::Busy,
+        Reason::UnsafeLink,
     ];
 
     /// The wire code.
@@ -88,6 +92,7 @@ impl Reason {
             Reason::ReadError => "read error",
             Reason::Budget => "session budget spent",
             Reason::Busy => "busy",
+            Reason::UnsafeLink => "unsafe symlink",
         }
     }
 

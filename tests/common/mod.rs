@@ -214,6 +214,7 @@ pub fn hello(
         chunk_size,
         flags: HelloFlags::default(),
         auth,
+        ..Default::default()
     }
 }
 

@@ -66,7 +66,8 @@ pub struct RecvArgs {
     /// Refuse files larger than this (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
     max_size: Option<u64>,
-    /// Overwrite existing files.
+    /// Allow senders to replace existing entries that differ (they ask with send --force or
+    /// --update); without it such files are refused, and identical ones are skipped anyway.
     #[arg(long)]
     force: bool,
     /// Keep partial files and continue them when the sender resumes.
@@ -138,6 +139,24 @@ pub struct SendArgs {
     /// Continue partial files the receiver kept (it must run with --resume).
     #[arg(long)]
     resume: bool,
+    /// Replace files that exist on the receiver and differ (the receiver must allow it with
+    /// recv --force). Identical files are skipped either way.
+    #[arg(long)]
+    force: bool,
+    /// Skip every file that exists on the receiver, identical or not.
+    #[arg(long)]
+    ignore_existing: bool,
+    /// Skip files that are newer on the receiver; replace older ones (the receiver must allow
+    /// it with recv --force).
+    #[arg(long)]
+    update: bool,
+    /// Compare existing files by BLAKE3 checksum (both sides read them) instead of size and
+    /// modification time.
+    #[arg(long)]
+    checksum: bool,
+    /// In a tree, send the files symlinks point to instead of the symlinks.
+    #[arg(long)]
+    copy_links: bool,
     /// Print one JSON summary on stdout (and no progress).
     #[arg(long)]
     json: bool,
@@ -158,6 +177,8 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "files": report.files,
         "files_elided": report.elided,
         "files_failed": report.failures(),
+        "files_skipped": report.skipped,
+        "files_refused": report.refused,
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -180,9 +201,13 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
 /// The summary line (the files' own lines were printed as each one ended).
 fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
     let mib = report.bytes as f64 / (1 << 20) as f64;
+    let skipped = match report.skipped {
+        0 => String::new(),
+        n => format!(" ({n} skipped)"),
+    };
     println!(
-        "{verb} {} of {} files, {} bytes in {secs:.3} s ({:.1} MiB/s)",
-        report.file_count() - report.failures(),
+        "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
+        report.file_count() - report.failures() - report.skipped,
         report.file_count(),
         report.bytes,
         if secs > 0.0 { mib / secs } else { 0.0 }
@@ -301,7 +326,10 @@ pub fn send(a: SendArgs) -> Result<()> {
     let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
     let (host, port) = split_host(dest, a.conn.port)?;
     let roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
-    let entries = source::walk(&roots).context("listing the files to send")?;
+    let walk = source::WalkOptions {
+        copy_links: a.copy_links,
+    };
+    let entries = source::walk_with(&roots, walk).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)
         .ok()
         .filter(|&c| (transfer::MIN_CHUNK..=transfer::MAX_CHUNK).contains(&c))
@@ -325,6 +353,10 @@ pub fn send(a: SendArgs) -> Result<()> {
         chunk,
         slots: a.slots,
         resume: a.resume,
+        force: a.force,
+        ignore_existing: a.ignore_existing,
+        update: a.update,
+        checksum: a.checksum,
         corrupt_chunk,
     };
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
@@ -336,6 +368,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     conn.port = port;
     let total: u64 = entries
         .iter()
+        .filter(|e| e.kind == source::SourceKind::File)
         .filter_map(|e| std::fs::metadata(&e.path).ok())
         .map(|m| m.len())
         .sum();

@@ -33,13 +33,16 @@ impl Show {
     }
 }
 
-/// One file's result line: `ok      NAME (N bytes, blake3 H)` or `FAILED  NAME: why`.
+/// One entry's result line: `ok      NAME (N bytes, blake3 H)`, `ok      NAME (symlink)`,
+/// `skipped  NAME (identical)` or `FAILED  NAME: why`.
 pub fn file_line(f: &FileReport) -> String {
     // The library escapes what the peer sent; escaping again changes nothing (defence in
     // depth: one line per file, whatever the names).
     let name = printable(&f.name);
     match (&f.hash, f.message.as_deref()) {
         (Some(h), _) if f.is_ok() => format!("ok      {name} ({} bytes, blake3 {h})", f.bytes),
+        (None, _) if f.is_ok() => format!("ok      {name} ({})", f.kind),
+        (_, m) if f.is_skipped() => format!("skipped  {name} ({})", printable(m.unwrap_or(""))),
         (_, Some(m)) if !m.is_empty() => {
             let m = printable(m);
             // The reason in parentheses, unless the message already says it.
@@ -215,6 +218,7 @@ mod tests {
     fn report(result: &str, message: Option<&str>) -> FileReport {
         FileReport {
             name: "d/f\n".into(),
+            kind: "file",
             bytes: 5,
             hash: None,
             result: result.into(),

@@ -3,7 +3,9 @@
 
 pub mod budget;
 pub mod cleanup;
+pub mod entry;
 pub mod names;
+pub mod policy;
 pub mod proto;
 pub mod ring_budget;
 pub mod sink;

@@ -225,6 +225,35 @@ impl ConfinedDir {
             .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode))
     }
 
+    /// The status of entry `name` (without following symlinks), or None if it does not exist.
+    pub fn stat(&self, name: &str) -> Option<rustix::fs::Stat> {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+    }
+
+    /// Opens regular file `name` read-only, never through a symlink.
+    pub fn open_read(&self, name: &str) -> Result<File> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
+            .map_err(|e| io_err(format!("open {}", self.path.join(name).display()), e))?;
+        Ok(File::from(fd))
+    }
+
+    /// The target of symlink `name`, if it is one (and its target is UTF-8).
+    pub fn read_link(&self, name: &str) -> Option<String> {
+        let t = rustix::fs::readlinkat(&self.fd, name, Vec::new()).ok()?;
+        t.into_string().ok()
+    }
+
+    /// Creates symlink `name` pointing at `target` (the text is stored, not resolved).
+    pub fn symlink(&self, target: &str, name: &str) -> Result<()> {
+        rustix::fs::symlinkat(target, &self.fd, name).map_err(|e| {
+            io_err(
+                format!("symlink {} -> {target}", self.path.join(name).display()),
+                e,
+            )
+        })
+    }
+
     /// True when an entry `name` exists (of any type, symlinks not followed).
     pub fn exists(&self, name: &str) -> bool {
         self.kind(name).is_some()
@@ -276,8 +305,9 @@ impl ConfinedDir {
             Err(Errno::EXIST) => Err(Error::refused(
                 Reason::Exists,
                 format!(
-                    "{} exists (use --force to overwrite)",
-                    self.path.join(to).display()
+                    "{} appeared meanwhile: {}",
+                    self.path.join(to).display(),
+                    super::policy::DIFFERS
                 ),
             )),
             Err(e) => Err(io_err(

@@ -86,7 +86,7 @@ impl Sink {
                 if !opts.force {
                     return Err(Error::refused(
                         Reason::Exists,
-                        format!("{} exists (use --force to overwrite)", target.display()),
+                        format!("{} exists: {}", target.display(), super::policy::DIFFERS),
                     ));
                 }
             }

@@ -2,32 +2,63 @@
 //! one in chunks with a running BLAKE3 ([`Source`]).
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::names::{sanitize, RelPath};
-use super::proto::{Digest, Reason};
+use super::proto::{Digest, Reason, MAX_TARGET_LEN};
 use crate::{Error, Result};
 
-/// A file to send: the name the receiver gets and where it is here.
+/// What an entry is on the sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A regular file: its data is sent.
+    File,
+    /// A directory with nothing sent below it (so that the receiver creates it).
+    Dir,
+    /// A symlink (not followed): its target text is sent.
+    Symlink(String),
+    /// Not sent, for this reason (a socket, a device, a dangling link with `--copy-links`, …):
+    /// reported as skipped.
+    Skipped(String),
+}
+
+/// An entry to send: the name the receiver gets, where it is here and what it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceEntry {
     /// Relative name sent in HELLO.
     pub name: RelPath,
     /// Local path.
     pub path: PathBuf,
+    /// What it is.
+    pub kind: SourceKind,
+}
+
+/// How [`walk_with`] treats symlinks inside a tree.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WalkOptions {
+    /// Send what a symlink points to instead of the link (`send --copy-links`); a dangling
+    /// link is skipped, a directory reached twice (a loop) is skipped.
+    pub copy_links: bool,
 }
 
 fn invalid(msg: String) -> Error {
     Error::InvalidArgument(msg)
 }
 
-/// Lists the regular files under `roots`, sorted by name. A file root is sent under its file
-/// name; a directory root under `<its name>/<relative path>` (like `cp -r`). Inside a tree,
-/// symlinks are not followed (skipped), nor are special files; a root itself may be a symlink.
-/// Empty directories are not listed. Refuses names the receiver would refuse (non-UTF-8,
-/// backslash, …) and the same name from two roots.
+/// [`walk_with`] with default options: symlinks inside a tree are sent as symlinks.
 pub fn walk(roots: &[PathBuf]) -> Result<Vec<SourceEntry>> {
+    walk_with(roots, WalkOptions::default())
+}
+
+/// Lists what to send under `roots`, sorted by name. A file root is sent under its file name;
+/// a directory root under `<its name>/<relative path>` (like `cp -r`); a root itself may be a
+/// symlink (followed). Inside a tree, symlinks are listed as symlinks (or, with
+/// `copy_links`, what they point to), directories with nothing sent below them as directories
+/// (so empty ones arrive), and special files (sockets, FIFOs, devices) as skipped entries with
+/// the reason. Refuses names the receiver would refuse (non-UTF-8, backslash, …) and the same
+/// name from two roots.
+pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry>> {
     let mut out = Vec::new();
     for root in roots {
         let meta = std::fs::metadata(root)
@@ -40,9 +71,16 @@ pub fn walk(roots: &[PathBuf]) -> Result<Vec<SourceEntry>> {
         })?;
         let base = utf8(base, root)?;
         if meta.is_file() {
-            out.push(entry(base.to_string(), root.clone())?);
+            out.push(entry(base.to_string(), root.clone(), SourceKind::File)?);
         } else if meta.is_dir() {
-            walk_dir(root, base, &mut out)?;
+            let mut w = Walker {
+                opts,
+                seen: vec![(meta.dev(), meta.ino())],
+                out: &mut out,
+            };
+            if w.dir(root, base)? == 0 {
+                out.push(entry(base.to_string(), root.clone(), SourceKind::Dir)?);
+            }
         } else {
             return Err(invalid(format!(
                 "{}: not a file or directory",
@@ -67,29 +105,101 @@ fn utf8<'a>(s: &'a std::ffi::OsStr, path: &Path) -> Result<&'a str> {
         .ok_or_else(|| invalid(format!("{}: name is not UTF-8", path.display())))
 }
 
-fn entry(name: String, path: PathBuf) -> Result<SourceEntry> {
+fn entry(name: String, path: PathBuf, kind: SourceKind) -> Result<SourceEntry> {
     let name =
         sanitize(&name).map_err(|e| invalid(format!("{}: cannot be sent: {e}", path.display())))?;
-    Ok(SourceEntry { name, path })
+    Ok(SourceEntry { name, path, kind })
 }
 
-fn walk_dir(dir: &Path, prefix: &str, out: &mut Vec<SourceEntry>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("read {}", dir.display()), e))?;
-    for de in rd {
-        let de = de.map_err(|e| Error::io(format!("read {}", dir.display()), e))?;
-        let path = de.path();
-        // DirEntry::file_type does not follow symlinks.
-        let ft = de
-            .file_type()
-            .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-        let name = format!("{prefix}/{}", utf8(&de.file_name(), &path)?);
-        if ft.is_dir() {
-            walk_dir(&path, &name, out)?;
-        } else if ft.is_file() {
-            out.push(entry(name, path)?);
-        }
+/// Why a special file is not sent.
+fn special(ft: &std::fs::FileType) -> &'static str {
+    if ft.is_socket() {
+        "a socket: not sent"
+    } else if ft.is_fifo() {
+        "a FIFO: not sent"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device: not sent"
+    } else {
+        "not a file, directory or symlink: not sent"
     }
-    Ok(())
+}
+
+struct Walker<'a> {
+    opts: WalkOptions,
+    /// (device, inode) of the directories on the current path (loops with `copy_links`).
+    seen: Vec<(u64, u64)>,
+    out: &'a mut Vec<SourceEntry>,
+}
+
+impl Walker<'_> {
+    /// Lists `dir` as `prefix/…`; returns the number of entries listed below it.
+    fn dir(&mut self, dir: &Path, prefix: &str) -> Result<usize> {
+        let rd =
+            std::fs::read_dir(dir).map_err(|e| Error::io(format!("read {}", dir.display()), e))?;
+        let before = self.out.len();
+        for de in rd {
+            let de = de.map_err(|e| Error::io(format!("read {}", dir.display()), e))?;
+            let path = de.path();
+            // DirEntry::file_type does not follow symlinks.
+            let ft = de
+                .file_type()
+                .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+            let name = format!("{prefix}/{}", utf8(&de.file_name(), &path)?);
+            self.one(path, name, ft)?;
+        }
+        Ok(self.out.len() - before)
+    }
+
+    fn one(&mut self, path: PathBuf, name: String, ft: std::fs::FileType) -> Result<()> {
+        let kind = if ft.is_dir() {
+            let meta = std::fs::metadata(&path)
+                .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+            let id = (meta.dev(), meta.ino());
+            if self.seen.contains(&id) {
+                SourceKind::Skipped("a directory loop (through a symlink): not sent".into())
+            } else {
+                self.seen.push(id);
+                let n = self.dir(&path, &name)?;
+                self.seen.pop();
+                if n > 0 {
+                    return Ok(());
+                }
+                SourceKind::Dir
+            }
+        } else if ft.is_file() {
+            SourceKind::File
+        } else if ft.is_symlink() && self.opts.copy_links {
+            match std::fs::metadata(&path) {
+                Ok(m) => return self.one(path, name, m.file_type()),
+                Err(e) => SourceKind::Skipped(format!(
+                    "a symlink that cannot be followed ({e}): not sent"
+                )),
+            }
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(&path)
+                .map_err(|e| Error::io(format!("readlink {}", path.display()), e))?;
+            match target.to_str() {
+                Some(t) if t.len() > MAX_TARGET_LEN => SourceKind::Skipped(format!(
+                    "a symlink whose target is over {MAX_TARGET_LEN} bytes: not sent"
+                )),
+                Some("") => SourceKind::Skipped("a symlink with an empty target: not sent".into()),
+                Some(t) => SourceKind::Symlink(t.to_string()),
+                None => SourceKind::Skipped("a symlink whose target is not UTF-8: not sent".into()),
+            }
+        } else {
+            SourceKind::Skipped(special(&ft).into())
+        };
+        self.out.push(entry(name, path, kind)?);
+        Ok(())
+    }
+}
+
+/// The BLAKE3 of the file at `path` (`send --checksum`).
+pub fn hash_file(path: &Path) -> Result<Digest> {
+    let mut f = File::open(path).map_err(|e| read_err(path, e))?;
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| read_err(path, e))?;
+    Ok(*h.finalize().as_bytes())
 }
 
 /// One file being read for sending: chunks in order, hashed as they are read.
@@ -222,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn walk_lists_tree_sorted_without_symlinks() {
+    fn walk_lists_tree_sorted_with_links_empty_dirs_and_skipped_specials() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("top");
         std::fs::create_dir_all(root.join("b/c")).unwrap();
@@ -234,11 +344,70 @@ mod tests {
         std::fs::write(outside.path().join("secret"), b"s").unwrap();
         symlink(outside.path(), root.join("link_dir")).unwrap();
         symlink(outside.path().join("secret"), root.join("link_file")).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("sock")).unwrap();
         let single = t.path().join("single");
         std::fs::write(&single, b"1").unwrap();
         let v = walk(&[root.clone(), single.clone()]).unwrap();
-        assert_eq!(names(&v), ["single", "top/a", "top/b/c/deep", "top/z.txt"]);
+        assert_eq!(
+            names(&v),
+            [
+                "single",
+                "top/a",
+                "top/b/c/deep",
+                "top/empty",
+                "top/link_dir",
+                "top/link_file",
+                "top/sock",
+                "top/z.txt"
+            ]
+        );
         assert_eq!(v[2].path, root.join("b/c/deep"));
+        assert_eq!(v[2].kind, SourceKind::File);
+        assert_eq!(v[3].kind, SourceKind::Dir);
+        let secret = outside.path().join("secret");
+        assert_eq!(
+            v[5].kind,
+            SourceKind::Symlink(secret.to_str().unwrap().into())
+        );
+        assert!(
+            matches!(&v[6].kind, SourceKind::Skipped(why) if why.contains("socket")),
+            "{v:?}"
+        );
+
+        // --copy-links: what the links point to; a loop and a dangling link are skipped.
+        symlink(&root, root.join("b/loop")).unwrap();
+        symlink(t.path().join("nowhere"), root.join("dangling")).unwrap();
+        let v = walk_with(
+            std::slice::from_ref(&root),
+            WalkOptions { copy_links: true },
+        )
+        .unwrap();
+        let kinds: Vec<(&str, &SourceKind)> =
+            v.iter().map(|e| (e.name.as_str(), &e.kind)).collect();
+        assert!(
+            kinds.contains(&("top/link_dir/secret", &SourceKind::File)),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&("top/link_file", &SourceKind::File)),
+            "{kinds:?}"
+        );
+        assert!(
+            v.iter().any(|e| e.name.as_str() == "top/b/loop"
+                && matches!(&e.kind, SourceKind::Skipped(w) if w.contains("loop"))),
+            "{kinds:?}"
+        );
+        assert!(
+            v.iter().any(|e| e.name.as_str() == "top/dangling"
+                && matches!(&e.kind, SourceKind::Skipped(w) if w.contains("cannot be followed"))),
+            "{kinds:?}"
+        );
+
+        // An empty root directory is sent as a directory.
+        std::fs::create_dir(t.path().join("bare")).unwrap();
+        let v = walk(&[t.path().join("bare")]).unwrap();
+        assert_eq!(names(&v), ["bare"]);
+        assert_eq!(v[0].kind, SourceKind::Dir);
     }
 
     #[test]

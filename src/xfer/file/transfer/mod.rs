@@ -10,7 +10,7 @@
 //! `k mod slots` in order, so when the sender holds a credit for chunk `k`, at most
 //! `slots − 1` earlier messages are unconsumed and chunk `k − slots` has been copied out: the
 //! endpoint's credits are the slot credits, and the sender never overruns the ring. (`CREDIT`
-//! messages are therefore not sent in version 1.)
+//! messages are therefore not sent in versions 1 and 2.)
 //!
 //! Memory is bounded by the ring on both sides: `slots × slot size` registered bytes (plus one
 //! slot-sized copy buffer on the receiver), whatever the file size.
@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::budget::Budgets;
 use super::names;
-use super::proto::{self, Digest, Msg, Reason};
+use super::proto::{self, Digest, EntryKind, Msg, Reason};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 
@@ -60,7 +60,8 @@ pub struct ReceiverOptions {
     pub token: Option<Vec<u8>>,
     /// Refuse files larger than this.
     pub max_size: Option<u64>,
-    /// Overwrite existing files.
+    /// Allow senders to replace existing entries that differ (`send --force`, `--update`);
+    /// without it such a request is refused, naming `recv --force`.
     pub force: bool,
     /// Keep partial files on failure and continue them when a sender asks to resume.
     pub resume: bool,
@@ -107,6 +108,14 @@ pub struct SenderOptions {
     pub slots: u32,
     /// Ask the receiver to continue partial files.
     pub resume: bool,
+    /// Ask the receiver to replace entries that differ (it must allow it: `recv --force`).
+    pub force: bool,
+    /// Skip every entry that exists on the receiver, identical or not.
+    pub ignore_existing: bool,
+    /// Skip entries newer on the receiver, replace older ones (the receiver must allow it).
+    pub update: bool,
+    /// Compare existing files by BLAKE3 (hashed on both sides) instead of size and mtime.
+    pub checksum: bool,
     /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
     pub corrupt_chunk: Option<u64>,
 }
@@ -118,6 +127,10 @@ impl Default for SenderOptions {
             chunk: DEFAULT_CHUNK,
             slots: DEFAULT_SLOTS,
             resume: false,
+            force: false,
+            ignore_existing: false,
+            update: false,
+            checksum: false,
             corrupt_chunk: None,
         }
     }
@@ -175,27 +188,34 @@ pub enum Progress<'a> {
     FileDone(&'a FileReport),
 }
 
-/// What happened to one file.
+/// What happened to one entry (a file, a directory or a symlink).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FileReport {
     /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
     /// names, shortened).
     pub name: String,
+    /// `"file"`, `"dir"`, `"symlink"`, or `"other"` (a special file the sender skipped).
+    pub kind: &'static str,
     /// File size.
     pub bytes: u64,
     /// BLAKE3 (hex) of the verified file, when verified.
     pub hash: Option<String>,
-    /// `"ok"` or the reason (e.g. `"hash mismatch"`).
+    /// `"ok"`, `"skipped"` (nothing to do: identical, or as the options say) or the reason
+    /// (e.g. `"hash mismatch"`).
     pub result: String,
-    /// Details of a failure.
+    /// Details of a skip or a failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
+
+/// The `result` of a skipped entry.
+pub const SKIPPED: &str = "skipped";
 
 impl FileReport {
     fn ok(name: &str, bytes: u64, hash: &Digest) -> FileReport {
         FileReport {
             name: clip(&names::printable(name)),
+            kind: EntryKind::File.as_str(),
             bytes,
             hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
             result: "ok".into(),
@@ -203,9 +223,33 @@ impl FileReport {
         }
     }
 
+    /// A directory or symlink made on the receiver.
+    fn made(name: &str, kind: EntryKind) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind: kind.as_str(),
+            bytes: 0,
+            hash: None,
+            result: "ok".into(),
+            message: None,
+        }
+    }
+
+    fn skipped(name: &str, kind: &'static str, bytes: u64, why: &str) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind,
+            bytes,
+            hash: None,
+            result: SKIPPED.into(),
+            message: Some(clip(&names::printable(why))),
+        }
+    }
+
     fn failed(name: &str, bytes: u64, reason: Reason, message: String) -> FileReport {
         FileReport {
             name: clip(&names::printable(name)),
+            kind: EntryKind::File.as_str(),
             bytes,
             hash: None,
             result: reason.as_str().to_string(),
@@ -214,9 +258,19 @@ impl FileReport {
         }
     }
 
-    /// True when the file was verified and committed.
+    fn of_kind(mut self, kind: EntryKind) -> FileReport {
+        self.kind = kind.as_str();
+        self
+    }
+
+    /// True when the entry was delivered (a file verified and committed).
     pub fn is_ok(&self) -> bool {
         self.result == "ok"
+    }
+
+    /// True when nothing had to be done (identical, or skipped as the options say).
+    pub fn is_skipped(&self) -> bool {
+        self.result == SKIPPED
     }
 }
 
@@ -241,8 +295,13 @@ pub struct SessionReport {
     pub files: Vec<FileReport>,
     /// Files announced after those, counted but not listed.
     pub elided: u64,
-    /// Files that failed, listed or not.
+    /// Entries that failed or were refused, listed or not.
     pub failed: u64,
+    /// Entries skipped (identical on the receiver, skipped as the options say, or special
+    /// files the sender does not send), listed or not.
+    pub skipped: u64,
+    /// Entries the receiver refused before any data (a subset of `failed`).
+    pub refused: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
@@ -256,7 +315,9 @@ pub struct SessionReport {
 impl SessionReport {
     /// Records a file: listed while there is room, else only counted.
     pub fn push(&mut self, f: FileReport) {
-        if !f.is_ok() {
+        if f.is_skipped() {
+            self.skipped += 1;
+        } else if !f.is_ok() {
             self.failed += 1;
         }
         if self.files.len() < MAX_REPORTED_FILES {
@@ -275,6 +336,12 @@ impl SessionReport {
                 progress(Progress::FileDone(last));
             }
         }
+    }
+
+    /// Records an entry the receiver refused (counted as failed and as refused).
+    pub fn push_refused(&mut self, f: FileReport) {
+        self.refused += 1;
+        self.push(f);
     }
 
     /// Files announced, listed or not.
@@ -308,6 +375,15 @@ fn reason_of(e: &Error) -> Reason {
     })
 }
 
+/// The text of an error without its reason (REFUSE and reports carry the reason apart): one
+/// clause per cause.
+fn detail(e: &Error) -> String {
+    match e {
+        Error::Refused { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
 fn send_msg(ep: &mut Endpoint, msg: &Msg) -> Result<()> {
     ep.send(&proto::encode(msg))
 }
@@ -330,7 +406,7 @@ fn decode_ctl(data: &[u8]) -> Result<Msg> {
         return Err(Error::refused(
             Reason::Version,
             format!(
-                "peer speaks file protocol version {}, this build speaks {}",
+                "the peer speaks file protocol version {}, this build speaks version {}: run the same rdmaxfer release on both sides",
                 h.version,
                 proto::VERSION
             ),

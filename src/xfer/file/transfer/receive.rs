@@ -4,15 +4,17 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
+    decode_ctl, detail, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
     ReceiverOptions, SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
 };
 use crate::error::{Error, Result};
 use crate::verbs::{ExposedRegion, RemoteAccess};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
-use crate::xfer::file::names;
-use crate::xfer::file::proto::{self, Digest, Hello, Msg, Reason, Ring};
+use crate::xfer::file::entry;
+use crate::xfer::file::names::{self, RelPath};
+use crate::xfer::file::policy::Decision;
+use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, Ring, SkipWhy};
 use crate::xfer::file::ring_budget::{self, RingLease};
 use crate::xfer::file::sink::{Sink, SinkOptions};
 
@@ -123,9 +125,8 @@ fn receive_session(
     }
 }
 
-/// The checks before anything is exposed: authentication, name, chunk size, then the sink's
-/// (size limit, existing file, free space).
-fn open_sink(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<Sink> {
+/// The checks of every HELLO: authentication, then the name.
+fn admit(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<RelPath> {
     if let Some(token) = &opts.token {
         if !proto::auth_verify(token, nonce, h.auth.as_ref()) {
             let why = if h.auth.is_some() {
@@ -136,7 +137,20 @@ fn open_sink(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<Sink> 
             return Err(Error::refused(Reason::AuthFailed, why));
         }
     }
-    let rel = names::sanitize(&h.name)?;
+    names::sanitize(&h.name)
+}
+
+/// What a HELLO gets: a sink to receive its data into, a directory or symlink made, or
+/// nothing to do.
+enum Opened {
+    Sink(Box<Sink>),
+    Made,
+    Skip(SkipWhy, String),
+}
+
+/// The checks before anything is exposed: chunk size, what exists (the policy), then the
+/// sink's (size limit, free space).
+fn open_sink(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Result<Opened> {
     if h.chunk_size < MIN_CHUNK {
         return Err(Error::refused(
             Reason::Protocol,
@@ -146,14 +160,20 @@ fn open_sink(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<Sink> 
             ),
         ));
     }
+    let existing = entry::inspect_file(&opts.out_dir, rel, h)?;
+    let replace = match entry::decide(existing, h, opts.force)? {
+        Decision::Write { replace } => replace,
+        Decision::Skip(why, message) => return Ok(Opened::Skip(why, message)),
+        Decision::Refuse(_) => unreachable!("entry::decide returns refusals as errors"),
+    };
     let mtime = (h.mtime_sec >= 0)
         .then(|| SystemTime::UNIX_EPOCH + Duration::new(h.mtime_sec as u64, h.mtime_nsec));
     let mut sink = Sink::create(
         &opts.out_dir,
-        &rel,
+        rel,
         h.size,
         SinkOptions {
-            force: opts.force,
+            force: replace,
             resume: opts.resume && h.flags.resume,
             max_size: opts.max_size,
             mode: Some(h.mode),
@@ -161,7 +181,16 @@ fn open_sink(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<Sink> 
         },
     )?;
     sink.set_keep_on_abort(opts.resume);
-    Ok(sink)
+    Ok(Opened::Sink(Box::new(sink)))
+}
+
+/// A directory or symlink entry: made, skipped or refused, without data.
+fn receive_entry(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Result<entry::Outcome> {
+    match h.kind {
+        EntryKind::Dir => entry::receive_dir(&opts.out_dir, rel),
+        EntryKind::Symlink => entry::receive_symlink(&opts.out_dir, rel, h, opts.force),
+        EntryKind::File => unreachable!("files are received by receive_file"),
+    }
 }
 
 enum Chunk {
@@ -316,22 +345,63 @@ fn receive_file(
     nonce: &Digest,
     h: Hello,
 ) -> Result<()> {
-    let sink = match open_sink(opts, nonce, &h) {
-        Ok(s) => s,
+    let kind = h.kind;
+    let opened = admit(opts, nonce, &h).and_then(|rel| {
+        if kind == EntryKind::File {
+            open_sink(opts, &rel, &h)
+        } else {
+            receive_entry(opts, &rel, &h).map(|o| match o {
+                entry::Outcome::Made => Opened::Made,
+                entry::Outcome::Skipped(why, m) => Opened::Skip(why, m),
+            })
+        }
+    });
+    let sink = match opened {
+        Ok(Opened::Sink(s)) => *s,
+        Ok(Opened::Made) => {
+            send_msg(
+                ep,
+                &Msg::Ack {
+                    status: Reason::Ok,
+                    message: String::new(),
+                },
+            )?;
+            report.push(FileReport::made(&h.name, kind));
+            budget.progress(FILE_CREDIT);
+            return Ok(());
+        }
+        Ok(Opened::Skip(why, message)) => {
+            send_msg(
+                ep,
+                &Msg::Skip {
+                    why,
+                    message: proto::truncate_text(&message),
+                },
+            )?;
+            report.push(FileReport::skipped(
+                &h.name,
+                kind.as_str(),
+                h.size,
+                &message,
+            ));
+            budget.progress(FILE_CREDIT);
+            return Ok(());
+        }
         Err(e) => {
             let reason = reason_of(&e);
+            let refused = FileReport::failed(&h.name, h.size, reason, detail(&e)).of_kind(kind);
             if let Err(spent) = budget.refused() {
-                report.push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
+                report.push_refused(refused);
                 return Err(spent);
             }
             send_msg(
                 ep,
                 &Msg::Refuse {
                     reason,
-                    message: proto::truncate_text(&e.to_string()),
+                    message: proto::truncate_text(&detail(&e)),
                 },
             )?;
-            report.push(FileReport::failed(&h.name, h.size, reason, e.to_string()));
+            report.push_refused(refused);
             if reason == Reason::AuthFailed {
                 return Err(e);
             }

@@ -1,6 +1,7 @@
 //! The sender: announces each file, writes its chunks into the receiver's ring, and records the
 //! receiver's verdict.
 
+use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 
 use super::{
@@ -11,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::names;
-use crate::xfer::file::proto::{self, Digest, Hello, HelloFlags, Msg, Reason};
-use crate::xfer::file::source::{Source, SourceEntry};
+use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, HelloFlags, Msg, Reason};
+use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
 
 struct SendRing {
     free: Vec<LocalBuf>,
@@ -71,7 +72,92 @@ fn send_one(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let name = e.name.as_str();
-    let mut src = match Source::open(&e.path) {
+    let flags = HelloFlags {
+        resume: opts.resume,
+        force: opts.force,
+        last: false,
+        ignore_existing: opts.ignore_existing,
+        update: opts.update,
+    };
+    let (kind, target) = match &e.kind {
+        SourceKind::Skipped(why) => {
+            report.push(FileReport::skipped(name, "other", 0, why));
+            return Ok(());
+        }
+        SourceKind::File => return send_file(ep, e, opts, nonce, flags, ring, report, progress),
+        SourceKind::Dir => (EntryKind::Dir, String::new()),
+        SourceKind::Symlink(t) => (EntryKind::Symlink, t.clone()),
+    };
+    let meta = match std::fs::symlink_metadata(&e.path) {
+        Ok(m) => m,
+        Err(err) => {
+            let err = Error::refused(Reason::ReadError, format!("{}: {err}", e.path.display()));
+            report.push(
+                FileReport::failed(name, 0, Reason::ReadError, err.to_string()).of_kind(kind),
+            );
+            return Ok(());
+        }
+    };
+    let hello = Hello {
+        version: proto::VERSION,
+        kind,
+        name: name.to_string(),
+        target,
+        size: 0,
+        mode: meta.mode() & 0o7777,
+        mtime_sec: meta.mtime(),
+        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        chunk_size: opts.chunk,
+        flags,
+        checksum: None,
+        auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
+    };
+    send_msg(ep, &Msg::Hello(hello))?;
+    match recv_ctl(ep)? {
+        Msg::Ack {
+            status: Reason::Ok, ..
+        } => report.push(FileReport::made(name, kind)),
+        Msg::Skip { message, .. } => {
+            report.push(FileReport::skipped(name, kind.as_str(), 0, &message))
+        }
+        Msg::Refuse { reason, message } => {
+            let err = peer_err(reason, &message);
+            report.push_refused(FileReport::failed(name, 0, reason, message).of_kind(kind));
+            if matches!(reason, Reason::AuthFailed | Reason::Version) {
+                return Err(err);
+            }
+        }
+        Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
+        other => {
+            return Err(Error::Protocol(format!(
+                "expected ACK, SKIP or REFUSE, got {other:?}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+// The session's state, passed apart as in `send_one`, plus the flags made there.
+#[allow(clippy::too_many_arguments)]
+fn send_file(
+    ep: &mut Endpoint,
+    e: &SourceEntry,
+    opts: &SenderOptions,
+    nonce: &Digest,
+    flags: HelloFlags,
+    ring: &mut Option<SendRing>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<()> {
+    let name = e.name.as_str();
+    let opened = Source::open(&e.path).and_then(|src| {
+        let sum = match opts.checksum {
+            true => Some(source::hash_file(&e.path)?),
+            false => None,
+        };
+        Ok((src, sum))
+    });
+    let (mut src, checksum) = match opened {
         Ok(s) => s,
         Err(err) => {
             report.push(FileReport::failed(
@@ -88,25 +174,28 @@ fn send_one(
     let (mtime_sec, mtime_nsec) = src.mtime();
     let hello = Hello {
         version: proto::VERSION,
+        kind: EntryKind::File,
         name: name.to_string(),
+        target: String::new(),
         size,
         mode: src.mode(),
         mtime_sec,
         mtime_nsec,
         chunk_size: opts.chunk,
-        flags: HelloFlags {
-            resume: opts.resume,
-            force: false,
-            last: false,
-        },
+        flags,
+        checksum,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
     };
     send_msg(ep, &Msg::Hello(hello))?;
     let mr = match recv_ctl(ep)? {
         Msg::Mr(r) => r,
+        Msg::Skip { message, .. } => {
+            report.push(FileReport::skipped(name, "file", size, &message));
+            return Ok(());
+        }
         Msg::Refuse { reason, message } => {
             let err = peer_err(reason, &message);
-            report.push(FileReport::failed(name, size, reason, err.to_string()));
+            report.push_refused(FileReport::failed(name, size, reason, message));
             if matches!(reason, Reason::AuthFailed | Reason::Version) {
                 return Err(err);
             }
@@ -115,7 +204,7 @@ fn send_one(
         Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
         other => {
             return Err(Error::Protocol(format!(
-                "expected MR or REFUSE, got {other:?}"
+                "expected MR, SKIP or REFUSE, got {other:?}"
             )))
         }
     };

@@ -1,0 +1,322 @@
+//! The file-transfer control protocol: fixed layout, big-endian, versioned, every length checked.
+//!
+//! The wire format is specified in `docs/file-protocol.md`; keep the two in step.
+//! [`decode`] is total: it never panics, never allocates more than its input, and refuses
+//! truncated, oversized, trailing, unknown and malformed messages with distinct errors.
+//!
+//! Per concern: `hello` (HELLO and SKIP, the entry announcement and the "already there"
+//! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `reader`
+//! (field codecs); this file holds the header, the message enum and the dispatch.
+
+use crate::{Error, Result};
+
+mod auth;
+mod hello;
+mod imm;
+mod reader;
+#[cfg(test)]
+mod tests;
+
+pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
+pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
+pub use imm::{decode_imm, encode_imm, Imm, MAX_SLOTS};
+use reader::{put_reason_text, Reader};
+
+/// `"RXFR"`: first four bytes of every control message.
+pub const MAGIC: u32 = 0x5258_4652;
+/// The protocol version this build speaks (2: entry kinds, SKIP, existing-file policies).
+pub const VERSION: u16 = 2;
+/// Header size: magic u32, version u16, type u16, body length u32.
+pub const HEADER_LEN: usize = 12;
+/// Largest whole control message (header + body), in bytes. Receive buffers of this size suffice.
+pub const MAX_MSG_LEN: usize = 8192;
+/// Longest file name in a HELLO, in bytes.
+pub const MAX_NAME_LEN: usize = 4096;
+/// Longest symlink target in a HELLO, in bytes (a HELLO with the longest name, the longest
+/// target, a checksum and an answer still fits [`MAX_MSG_LEN`]).
+pub const MAX_TARGET_LEN: usize = 3072;
+/// Longest human-readable message in REFUSE / ACK / ERR, in bytes.
+pub const MAX_TEXT_LEN: usize = 1024;
+/// Size of nonces, authentication answers and hashes.
+pub const DIGEST_LEN: usize = 32;
+
+/// A 32-byte value (nonce, MAC or BLAKE3 hash).
+pub type Digest = [u8; DIGEST_LEN];
+
+const T_HELLO: u16 = 1;
+const T_CHALLENGE: u16 = 2;
+const T_MR: u16 = 3;
+const T_REFUSE: u16 = 4;
+const T_CREDIT: u16 = 5;
+const T_FIN: u16 = 6;
+const T_ACK: u16 = 7;
+const T_ERR: u16 = 8;
+const T_DONE: u16 = 9;
+const T_SKIP: u16 = 10;
+
+pub use crate::error::Reason;
+
+/// MR: the receiver's staging ring and resume point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ring {
+    /// Ring start address on the receiver.
+    pub addr: u64,
+    /// Remote key of the ring (REMOTE_WRITE only).
+    pub rkey: u32,
+    /// Bytes per slot.
+    pub slot_size: u32,
+    /// Number of slots.
+    pub slot_count: u32,
+    /// Bytes of the file the receiver already holds (0 without resume).
+    pub resume_offset: u64,
+    /// BLAKE3 of those bytes (the hash of the empty input when `resume_offset` is 0).
+    pub resume_hash: Digest,
+}
+
+/// A control message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Sender → receiver: one entry (file, directory, symlink) follows.
+    Hello(Hello),
+    /// Receiver → sender, first message: nonce and the receiver's version.
+    Challenge {
+        /// Highest protocol version the receiver speaks.
+        version: u16,
+        /// Fresh random nonce.
+        nonce: Digest,
+    },
+    /// Receiver → sender: file accepted; where to write.
+    Mr(Ring),
+    /// Receiver → sender: file refused.
+    Refuse {
+        /// Why (never [`Reason::Ok`]).
+        reason: Reason,
+        /// Human-readable detail.
+        message: String,
+    },
+    /// Receiver → sender: this many ring slots are free again.
+    Credit {
+        /// Slots freed.
+        slots: u32,
+    },
+    /// Sender → receiver: all data written.
+    Fin {
+        /// Total file size.
+        bytes: u64,
+        /// BLAKE3 of the whole file.
+        hash: Digest,
+    },
+    /// Receiver → sender: the file's verdict.
+    Ack {
+        /// [`Reason::Ok`] when verified and committed.
+        status: Reason,
+        /// Human-readable detail.
+        message: String,
+    },
+    /// Either way: fatal error, the session ends.
+    Err {
+        /// Why (never [`Reason::Ok`]).
+        reason: Reason,
+        /// Human-readable detail.
+        message: String,
+    },
+    /// Sender → receiver: no more files.
+    Done,
+    /// Receiver → sender, answering HELLO: the receiver needs nothing for this entry.
+    Skip {
+        /// Why.
+        why: SkipWhy,
+        /// Human-readable detail.
+        message: String,
+    },
+}
+
+/// A parsed header (see [`header`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Protocol version of the message.
+    pub version: u16,
+    /// Message type code.
+    pub kind: u16,
+    /// Body length in bytes.
+    pub len: u32,
+}
+
+fn proto(msg: impl Into<String>) -> Error {
+    Error::Protocol(msg.into())
+}
+
+/// Parses only the header, without checking the version, so a receiver can answer a peer of
+/// another version with a `Refuse { reason: Version }`. Checks the magic.
+pub fn header(buf: &[u8]) -> Result<Header> {
+    let mut r = Reader::new(buf, "header");
+    let magic = r.u32()?;
+    if magic != MAGIC {
+        return Err(proto(format!(
+            "bad magic {magic:#010x} (expected {MAGIC:#010x} \"RXFR\"): not an rdmaxfer control message"
+        )));
+    }
+    Ok(Header {
+        version: r.u16()?,
+        kind: r.u16()?,
+        len: r.u32()?,
+    })
+}
+
+/// Decodes one whole control message; `buf` must hold exactly one message.
+pub fn decode(buf: &[u8]) -> Result<Msg> {
+    if buf.len() > MAX_MSG_LEN {
+        return Err(proto(format!(
+            "control message of {} bytes exceeds the maximum of {MAX_MSG_LEN}",
+            buf.len()
+        )));
+    }
+    let h = header(buf)?;
+    if h.version != VERSION {
+        return Err(proto(format!(
+            "unsupported protocol version {} (this side speaks {VERSION})",
+            h.version
+        )));
+    }
+    let body = &buf[HEADER_LEN..];
+    if u64::from(h.len) != body.len() as u64 {
+        let what = if u64::from(h.len) > body.len() as u64 {
+            "truncated"
+        } else {
+            "trailing bytes after"
+        };
+        return Err(proto(format!(
+            "{what} control message: header says {} body bytes, got {}",
+            h.len,
+            body.len()
+        )));
+    }
+    let name =
+        kind_name(h.kind).ok_or_else(|| proto(format!("unknown message type {}", h.kind)))?;
+    let mut r = Reader::new(body, name);
+    let msg = match h.kind {
+        T_HELLO => Msg::Hello(hello::decode_hello(&mut r)?),
+        T_CHALLENGE => Msg::Challenge {
+            version: r.u16()?,
+            nonce: r.digest()?,
+        },
+        T_MR => Msg::Mr(Ring {
+            addr: r.u64()?,
+            rkey: r.u32()?,
+            slot_size: r.u32()?,
+            slot_count: r.u32()?,
+            resume_offset: r.u64()?,
+            resume_hash: r.digest()?,
+        }),
+        T_REFUSE => {
+            let (reason, message) = r.reason_text(false)?;
+            Msg::Refuse { reason, message }
+        }
+        T_CREDIT => Msg::Credit { slots: r.u32()? },
+        T_FIN => Msg::Fin {
+            bytes: r.u64()?,
+            hash: r.digest()?,
+        },
+        T_ACK => {
+            let (status, message) = r.reason_text(true)?;
+            Msg::Ack { status, message }
+        }
+        T_ERR => {
+            let (reason, message) = r.reason_text(false)?;
+            Msg::Err { reason, message }
+        }
+        T_SKIP => {
+            let (why, message) = hello::decode_skip(&mut r)?;
+            Msg::Skip { why, message }
+        }
+        _ => Msg::Done, // T_DONE: kind_name already refused unknown types
+    };
+    r.finish()?;
+    Ok(msg)
+}
+
+fn kind_name(kind: u16) -> Option<&'static str> {
+    Some(match kind {
+        T_HELLO => "HELLO",
+        T_CHALLENGE => "CHALLENGE",
+        T_MR => "MR",
+        T_REFUSE => "REFUSE",
+        T_CREDIT => "CREDIT",
+        T_FIN => "FIN",
+        T_ACK => "ACK",
+        T_ERR => "ERR",
+        T_DONE => "DONE",
+        T_SKIP => "SKIP",
+        _ => return None,
+    })
+}
+
+/// Encodes a message. Panics if a string field is over its limit
+/// ([`MAX_NAME_LEN`], [`MAX_TEXT_LEN`]): callers build messages from checked or own values;
+/// use [`truncate_text`] for free-form messages.
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    let kind = match msg {
+        Msg::Hello(h) => {
+            hello::encode_hello(&mut b, h);
+            T_HELLO
+        }
+        Msg::Challenge { version, nonce } => {
+            b.extend_from_slice(&version.to_be_bytes());
+            b.extend_from_slice(nonce);
+            T_CHALLENGE
+        }
+        Msg::Mr(r) => {
+            b.extend_from_slice(&r.addr.to_be_bytes());
+            b.extend_from_slice(&r.rkey.to_be_bytes());
+            b.extend_from_slice(&r.slot_size.to_be_bytes());
+            b.extend_from_slice(&r.slot_count.to_be_bytes());
+            b.extend_from_slice(&r.resume_offset.to_be_bytes());
+            b.extend_from_slice(&r.resume_hash);
+            T_MR
+        }
+        Msg::Refuse { reason, message } => {
+            put_reason_text(&mut b, *reason, message);
+            T_REFUSE
+        }
+        Msg::Credit { slots } => {
+            b.extend_from_slice(&slots.to_be_bytes());
+            T_CREDIT
+        }
+        Msg::Fin { bytes, hash } => {
+            b.extend_from_slice(&bytes.to_be_bytes());
+            b.extend_from_slice(hash);
+            T_FIN
+        }
+        Msg::Ack { status, message } => {
+            put_reason_text(&mut b, *status, message);
+            T_ACK
+        }
+        Msg::Err { reason, message } => {
+            put_reason_text(&mut b, *reason, message);
+            T_ERR
+        }
+        Msg::Done => T_DONE,
+        Msg::Skip { why, message } => {
+            hello::encode_skip(&mut b, *why, message);
+            T_SKIP
+        }
+    };
+    let body_len = u32::try_from(b.len()).expect("bodies are bounded by the field limits");
+    let mut out = Vec::with_capacity(HEADER_LEN + b.len());
+    out.extend_from_slice(&MAGIC.to_be_bytes());
+    out.extend_from_slice(&VERSION.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&body_len.to_be_bytes());
+    out.extend_from_slice(&b);
+    out
+}
+
+/// Cuts `s` to at most [`MAX_TEXT_LEN`] bytes on a character boundary.
+pub fn truncate_text(s: &str) -> String {
+    let mut end = s.len().min(MAX_TEXT_LEN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
