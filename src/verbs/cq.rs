@@ -888,30 +888,33 @@ impl CompletionQueue {
     /// Waits until at least one completion is there (at most `max` returned), or fails with
     /// [`Error::Timeout`] after `timeout`.
     pub fn wait(&self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
-        self.wait_with(max, timeout, |max, out| {
+        let mut out = Vec::new();
+        self.wait_with(max, timeout, &mut out, |max, out| {
             let mut t = self.lock("ibv_poll_cq")?;
             self.poll_raw(&mut t, max, out)
-        })
+        })?;
+        Ok(out)
     }
 
-    /// [`wait`](Self::wait) with `poll(max, out)` polling up to `max` completions into `out`.
+    /// [`wait`](Self::wait) appending to `out`, with `poll(len, out)` polling until `out` holds
+    /// `len` completions.
     pub(crate) fn wait_with(
         &self,
         max: usize,
         timeout: Duration,
+        out: &mut Vec<Completion>,
         mut poll: impl FnMut(usize, &mut Vec<Completion>) -> Result<()>,
-    ) -> Result<Vec<Completion>> {
-        // One vector for every look (most find nothing): handed over when it has something.
-        let mut out = Vec::new();
-        let mut poll = |max| -> Result<Vec<Completion>> {
-            poll(max, &mut out)?;
-            Ok(std::mem::take(&mut out))
+    ) -> Result<()> {
+        let (base, max) = (out.len(), out.len() + max.max(1));
+        // True once `out` has something new.
+        let mut poll = |max| -> Result<bool> {
+            poll(max, out)?;
+            Ok(out.len() > base)
         };
         // A completion that is already there costs no clock read: reading the clock can take
         // microseconds (HPET in an emulated guest), which would show in every latency figure.
-        let got = poll(max)?;
-        if !got.is_empty() {
-            return Ok(got);
+        if poll(max)? {
+            return Ok(());
         }
         let deadline = Instant::now() + timeout;
         let timed_out = || Error::Timeout {
@@ -920,9 +923,8 @@ impl CompletionQueue {
         };
         let mut spins = 0u32;
         loop {
-            let got = poll(max)?;
-            if !got.is_empty() {
-                return Ok(got);
+            if poll(max)? {
+                return Ok(());
             }
             match &self.inner.channel {
                 None => {
@@ -954,9 +956,8 @@ impl CompletionQueue {
                         return Err(Error::verb("ibv_req_notify_cq", rc));
                     }
                     // A completion may have landed before the notification was armed.
-                    let got = poll(max)?;
-                    if !got.is_empty() {
-                        return Ok(got);
+                    if poll(max)? {
+                        return Ok(());
                     }
                     self.sleep_on_channel(ch, deadline - now)?;
                 }
