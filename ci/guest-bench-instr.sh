@@ -95,8 +95,9 @@ run_bw() {
     if [[ $tool == rdmaxfer ]]; then ev=(--event); else ev=(-e); fi
   fi
   if [[ $tool == rdmaxfer ]]; then
-    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --listen "$ip" --count 1 -p "$port")
-    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
+    # --timeout 120: a side under callgrind on a busy host can take over 10 s to set up.
+    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --timeout 120 --listen "$ip" --count 1 -p "$port")
+    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --timeout 120 -p "$port" "$ip")
   else
     s=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port")
     c=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
