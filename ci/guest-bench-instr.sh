@@ -41,37 +41,43 @@ counted() {
   echo $((all - ${stats:-0}))
 }
 
-# run TOOL SIZE SIDE N REP [-e] — one run with SIDE (client|server) of TOOL under callgrind;
-# with -e both sides sleep on completion events.
-run() {
-  local tool="$1" size="$2" side="$3" n="$4" r="$5" ev=("${@:6}") name spid src=0 crc=0 label
-  label="$size${ev[*]:+-e}"
-  name="$out/$tool.$label.$side.$n.$r"
-  port=$((port + 1))
-  local s=() c=() sv=() cv=() vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
-  if [[ $tool == rdmaxfer ]]; then
-    s=("$bin" pingpong --listen "$ip" -p "$port" --count 1 -s "$size" -n "$n" "${ev[@]}" --timeout 120)
-    c=("$bin" pingpong "$ip" -p "$port" -s "$size" -n "$n" "${ev[@]}" --timeout 120)
-  else
-    s=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" "${ev[@]}" -p "$port")
-    c=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" "${ev[@]}" -p "$port" "$ip")
-  fi
+# measure NAME SIDE HOW — runs the server command s[@], then the client c[@] (arrays the caller
+# sets), SIDE under callgrind (profile NAME.callgrind, output NAME.server.txt / .client.txt);
+# HOW tells when the server is up: line (rdmaxfer's "listening on") or tcp (a listener on $port).
+measure() {
+  local name="$1" side="$2" how="$3" spid src=0 crc=0 sv=() cv=()
+  local vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
   if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
   timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
   spid=$!
-  if [[ $tool == rdmaxfer ]]; then
-    wait_line "$name.server.txt" "$spid" || { fails=$((fails + 1)); return 1; }
-  else
-    wait_tcp "$port" "$spid" || { fails=$((fails + 1)); return 1; }
-  fi
+  if [[ $how == line ]]; then wait_line "$name.server.txt" "$spid"; else wait_tcp "$port" "$spid"; fi ||
+    { fails=$((fails + 1)); return 1; }
   timeout 300 "${cv[@]}" "${c[@]}" >"$name.client.txt" 2>&1 || crc=$?
   wait "$spid" || src=$?
   if ((src || crc)); then
-    echo "!! $tool -s $size ($side under callgrind, -n $n): server rc $src, client rc $crc"
+    echo "!! ${name##*/} ($side under callgrind): server rc $src, client rc $crc"
     tail -n 5 "$name".*.txt
     fails=$((fails + 1))
     return 1
   fi
+}
+
+# run TOOL SIZE SIDE N REP [-e] — one ping-pong run with SIDE (client|server) of TOOL under
+# callgrind; with -e both sides sleep on completion events.
+run() {
+  local tool="$1" size="$2" side="$3" n="$4" r="$5" ev=("${@:6}") name label s=() c=() how=tcp
+  label="$size${ev[*]:+-e}"
+  name="$out/$tool.$label.$side.$n.$r"
+  port=$((port + 1))
+  if [[ $tool == rdmaxfer ]]; then
+    s=("$bin" pingpong --listen "$ip" -p "$port" --count 1 -s "$size" -n "$n" "${ev[@]}" --timeout 120)
+    c=("$bin" pingpong "$ip" -p "$port" -s "$size" -n "$n" "${ev[@]}" --timeout 120)
+    how=line
+  else
+    s=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" "${ev[@]}" -p "$port")
+    c=(ibv_rc_pingpong -d rxe0 -g 1 -s "$size" -n "$n" "${ev[@]}" -p "$port" "$ip")
+  fi
+  measure "$name" "$side" "$how" || return 1
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$label" "$side" "$n" "$r" "$(counted "$name.callgrind")" >>"$tsv"
 }
 
@@ -81,33 +87,22 @@ run() {
 # busy-poll spins in the count, which in poll mode measure how long the kernel took, not the
 # work per message (perftest has events for SEND only).
 run_bw() {
-  local tool="$1" op="$2" side="$3" n="$4" r="$5" name spid src=0 crc=0 ev=()
+  local tool="$1" op="$2" side="$3" n="$4" r="$5" name ev=() s=() c=()
   name="$out/bw.$tool.$op.$side.$n.$r"
   port=$((port + 1))
-  local s=() c=() sv=() cv=() vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
   if [[ $op == send-e ]]; then
     op=send
     if [[ $tool == rdmaxfer ]]; then ev=(--event); else ev=(-e); fi
   fi
   if [[ $tool == rdmaxfer ]]; then
-    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --listen "$ip" --count 1 -p "$port")
-    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
+    # --timeout 120: a side under callgrind on a busy host can take over 10 s to set up.
+    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --timeout 120 --listen "$ip" --count 1 -p "$port")
+    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --timeout 120 -p "$port" "$ip")
   else
     s=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port")
     c=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
   fi
-  if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
-  timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
-  spid=$!
-  wait_tcp "$port" "$spid" || { fails=$((fails + 1)); return 1; }
-  timeout 300 "${cv[@]}" "${c[@]}" >"$name.client.txt" 2>&1 || crc=$?
-  wait "$spid" || src=$?
-  if ((src || crc)); then
-    echo "!! $tool $op (64 KiB, $side under callgrind, -n $n): server rc $src, client rc $crc"
-    tail -n 5 "$name".*.txt
-    fails=$((fails + 1))
-    return 1
-  fi
+  measure "$name" "$side" tcp || return 1
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$2" "$side" "$n" "$r" \
     "$(awk '/^(summary|totals):/ {print $2; exit}' "$name.callgrind")" >>"$bwtsv"
 }

@@ -144,6 +144,20 @@ impl SoloQueue {
 
     /// [`CompletionQueue::wait`], without a lock.
     pub fn wait(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
+        let mut out = Vec::new();
+        self.wait_into(max, timeout, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`wait`](Self::wait) appending to `out` (so a loop can reuse one vector): at least one
+    /// completion, at most `max`; returns how many.
+    pub fn wait_into(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        out: &mut Vec<Completion>,
+    ) -> Result<usize> {
+        let base = out.len();
         if self.cq.mode() == WaitMode::Poll {
             // Busy-poll with nothing but the poll in the loop; the clock is read once per 256
             // looks (it can cost microseconds in an emulated guest), and not at all if the first
@@ -153,9 +167,9 @@ impl SoloQueue {
                 // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
                 let mut t = unsafe { self.cq.table() };
                 if let Some(c) = self.cq.spin_one_in(&mut t, 256)? {
-                    let mut out = vec![c];
-                    self.cq.poll_raw(&mut t, max.max(1), &mut out)?;
-                    return Ok(out);
+                    out.push(c);
+                    self.cq.poll_raw(&mut t, base + max.max(1), out)?;
+                    return Ok(out.len() - base);
                 }
                 let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                 if Instant::now() >= d {
@@ -167,10 +181,11 @@ impl SoloQueue {
             }
         }
         let cq = &self.cq;
-        cq.wait_with(max, timeout, |max, out| {
+        cq.wait_with(max, timeout, out, |max, out| {
             // SAFETY: `&mut self` (borrowed for this call) is the only access to the table.
             let mut t = unsafe { cq.table() };
             cq.poll_raw(&mut t, max, out)
-        })
+        })?;
+        Ok(out.len() - base)
     }
 }

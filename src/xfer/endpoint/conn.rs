@@ -80,6 +80,8 @@ pub struct Endpoint {
     /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
     /// their credits).
     pub(super) deferred: Vec<(LocalBuf, usize)>,
+    /// Completions of the last wait, handled at once (kept for its capacity).
+    pub(super) woken: Vec<Completion>,
     pub(super) pd: ProtectionDomain,
     pub(super) ctx: Context,
     pub(super) flow: Flow,

@@ -180,11 +180,14 @@ impl Endpoint {
             } else {
                 left
             };
-            match self.q.wait(32, slice) {
-                Ok(cs) => {
-                    for c in cs {
+            // One vector for the endpoint's waits: no allocation per wake-up.
+            let mut cs = std::mem::take(&mut self.woken);
+            match self.q.wait_into(32, slice, &mut cs) {
+                Ok(_) => {
+                    for c in cs.drain(..) {
                         self.handle(c)?;
                     }
+                    self.woken = cs;
                     return Ok(());
                 }
                 Err(e) if e.is_timeout() => self.check_cm()?,

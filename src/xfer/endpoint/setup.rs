@@ -212,6 +212,7 @@ impl Parts {
             user_retired: Vec::new(),
             send_pool: self.send_pool,
             deferred: Vec::new(),
+            woken: Vec::new(),
             pd: self.pd,
             ctx: self.ctx,
             flow,

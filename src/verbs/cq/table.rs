@@ -1,0 +1,407 @@
+//! The in-flight table: a slab of posted work requests indexed by the internal `wr_id`, and
+//! completions polled for someone else (see [`super`]).
+
+use std::collections::VecDeque;
+
+use crate::sys;
+use crate::verbs::cq::{Bufs, Completion, Retired, WcOpcode};
+
+pub(crate) const RECV_BIT: u64 = 1 << 63;
+
+pub(crate) struct Entry {
+    pub(crate) wr_id: u64,
+    pub(crate) bufs: Bufs,
+    pub(crate) op: &'static str,
+}
+
+/// Work queues by QP number: a short list scanned linearly (a CQ serves few QPs; hashing, and
+/// hashbrown's SIMD probing, cost more than the scan, most of all in an emulated guest).
+pub(crate) struct QpMap<V>(Vec<(u32, V)>);
+
+impl<V> Default for QpMap<V> {
+    fn default() -> Self {
+        QpMap(Vec::new())
+    }
+}
+
+impl<V: Default> QpMap<V> {
+    #[cfg(test)]
+    fn get(&self, qpn: u32) -> Option<&V> {
+        self.0.iter().find(|(k, _)| *k == qpn).map(|(_, v)| v)
+    }
+
+    #[inline(always)]
+    fn get_mut(&mut self, qpn: u32) -> Option<&mut V> {
+        self.0.iter_mut().find(|(k, _)| *k == qpn).map(|(_, v)| v)
+    }
+
+    #[inline(always)]
+    fn get_or_default(&mut self, qpn: u32) -> &mut V {
+        let i = match self.0.iter().position(|(k, _)| *k == qpn) {
+            Some(i) => i,
+            None => {
+                self.0.push((qpn, V::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn remove(&mut self, qpn: u32) -> Option<V> {
+        let i = self.0.iter().position(|(k, _)| *k == qpn)?;
+        Some(self.0.swap_remove(i).1)
+    }
+}
+
+/// No slot (end of a list).
+const NIL: u32 = u32::MAX;
+/// The low 32 bits of an internal work request id are its slot index.
+const INDEX_MASK: u64 = 0xffff_ffff;
+/// Bits 32..63 of an internal id: a generation, so a stale id (a destroyed QP's late
+/// completion) never matches a reused slot.
+const GEN_MASK: u64 = 0x7fff_ffff;
+
+/// One slot of the in-flight slab: a posted work request, or a free slot.
+struct Slot {
+    /// The internal id posted as `wr_id` (0: free).
+    id: u64,
+    qpn: u32,
+    /// Used: the next (newer) outstanding send of the same QP; free: the next free slot.
+    next: u32,
+    entry: Option<Entry>,
+}
+
+/// A QP's outstanding sends, oldest to newest, linked through [`Slot::next`]: a signaled
+/// completion retires every older (unsignaled) one.
+struct SendChain {
+    head: u32,
+    tail: u32,
+}
+
+impl Default for SendChain {
+    fn default() -> Self {
+        SendChain {
+            head: NIL,
+            tail: NIL,
+        }
+    }
+}
+
+/// The in-flight table: a slab indexed by the internal `wr_id` (no hashing; no allocation once
+/// it has grown to the queues' depth), plus completions polled for someone else.
+pub(crate) struct Table {
+    slots: Vec<Slot>,
+    free: u32,
+    gen: u64,
+    sq: QpMap<SendChain>,
+    pub(super) pending: VecDeque<Completion>,
+}
+
+/// Frees slot `i` (in use) and returns its entry.
+#[inline(always)]
+fn release(slots: &mut [Slot], free: &mut u32, i: u32) -> Option<Entry> {
+    let s = &mut slots[i as usize];
+    s.id = 0;
+    s.next = *free;
+    *free = i;
+    s.entry.take()
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::with_capacity(0)
+    }
+}
+
+impl Table {
+    /// A table with room for `n` work requests in flight before it grows.
+    pub(crate) fn with_capacity(n: usize) -> Table {
+        Table {
+            slots: Vec::with_capacity(n),
+            free: NIL,
+            gen: 0,
+            sq: QpMap::default(),
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Records a posted work request; returns the internal id to post with, or the buffers
+    /// back when the table holds `u32::MAX - 1` entries already.
+    #[inline(always)]
+    pub(crate) fn push(
+        &mut self,
+        qpn: u32,
+        recv: bool,
+        wr_id: u64,
+        bufs: Bufs,
+        op: &'static str,
+    ) -> std::result::Result<u64, Bufs> {
+        let i = if self.free != NIL {
+            let i = self.free;
+            self.free = self.slots[i as usize].next;
+            i
+        } else {
+            let Some(i) = u32::try_from(self.slots.len()).ok().filter(|&i| i != NIL) else {
+                return Err(bufs);
+            };
+            self.slots.push(Slot {
+                id: 0,
+                qpn: 0,
+                next: NIL,
+                entry: None,
+            });
+            i
+        };
+        // Generations 1..=GEN_MASK: an id is never 0 (a free slot's).
+        self.gen = if self.gen >= GEN_MASK {
+            1
+        } else {
+            self.gen + 1
+        };
+        let id = u64::from(i) | (self.gen << 32) | if recv { RECV_BIT } else { 0 };
+        self.slots[i as usize] = Slot {
+            id,
+            qpn,
+            next: NIL,
+            entry: Some(Entry { wr_id, bufs, op }),
+        };
+        if !recv {
+            let c = self.sq.get_or_default(qpn);
+            if c.tail == NIL {
+                c.head = i;
+            } else {
+                self.slots[c.tail as usize].next = i;
+            }
+            c.tail = i;
+        }
+        Ok(id)
+    }
+
+    /// Takes back the entry just pushed with `id` (the post failed).
+    pub(crate) fn unpush(&mut self, qpn: u32, id: u64) -> Option<Entry> {
+        let i = (id & INDEX_MASK) as u32;
+        if self.slots.get(i as usize).is_none_or(|s| s.id != id) {
+            return None;
+        }
+        if id & RECV_BIT == 0 {
+            // The newest send of its QP: unlink it from the chain's tail.
+            let c = self.sq.get_mut(qpn)?;
+            if c.head == i {
+                c.head = NIL;
+                c.tail = NIL;
+            } else {
+                let mut p = c.head;
+                while p != NIL && self.slots[p as usize].next != i {
+                    p = self.slots[p as usize].next;
+                }
+                if p != NIL {
+                    self.slots[p as usize].next = NIL;
+                    c.tail = p;
+                }
+            }
+        }
+        release(&mut self.slots, &mut self.free, i)
+    }
+
+    /// Work requests of QP `qpn` still in flight.
+    #[cfg(test)]
+    fn outstanding(&self, qpn: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.id != 0 && s.qpn == qpn)
+            .count()
+    }
+
+    pub(super) fn has_entries(&self, qpn: u32) -> bool {
+        self.slots.iter().any(|s| s.id != 0 && s.qpn == qpn)
+    }
+
+    /// Removes every entry of a destroyed QP.
+    pub(super) fn purge(&mut self, qpn: u32) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.id != 0 && s.qpn == qpn {
+                out.extend(release(&mut self.slots, &mut self.free, i as u32));
+            }
+        }
+        self.sq.remove(qpn);
+        self.pending.retain(|c| c.qp_num != qpn);
+        out
+    }
+
+    /// Matches a raw completion to its entry; work queues complete in order, so entries before
+    /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
+    #[inline(always)]
+    pub(super) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
+        let i = (wc.wr_id & INDEX_MASK) as u32;
+        let s = self.slots.get(i as usize)?;
+        if wc.wr_id == 0 || s.id != wc.wr_id || s.qpn != wc.qp_num {
+            return None;
+        }
+        let mut retired = Vec::new();
+        if wc.wr_id & RECV_BIT == 0 {
+            let c = self.sq.get_mut(wc.qp_num)?;
+            // Sends complete in order: the ones before this (unsignaled) finished with it.
+            if c.head != i {
+                let (mut n, mut p) = (0, c.head);
+                while p != i && p != NIL {
+                    n += 1;
+                    p = self.slots[p as usize].next;
+                }
+                retired.reserve_exact(n);
+            }
+            let mut p = c.head;
+            while p != i && p != NIL {
+                let next = self.slots[p as usize].next;
+                if let Some(e) = release(&mut self.slots, &mut self.free, p) {
+                    retired.push(Retired {
+                        wr_id: e.wr_id,
+                        bufs: e.bufs,
+                    });
+                }
+                p = next;
+            }
+            c.head = self.slots[i as usize].next;
+            if c.head == NIL {
+                c.tail = NIL;
+            }
+        }
+        let mine = release(&mut self.slots, &mut self.free, i)?;
+        let ok = wc.status == sys::IBV_WC_SUCCESS;
+        let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
+        Some(Completion {
+            wr_id: mine.wr_id,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            opcode: if ok {
+                WcOpcode::from_raw(wc.opcode)
+            } else {
+                WcOpcode::Other(wc.opcode)
+            },
+            byte_len: wc.byte_len,
+            // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
+            imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
+            qp_num: wc.qp_num,
+            bufs: mine.bufs,
+            retired,
+            op: mine.op,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
+        sys::ibv_wc {
+            wr_id,
+            qp_num,
+            status,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn qp_map_keeps_queues_apart() {
+        let mut m: QpMap<Vec<u32>> = QpMap::default();
+        assert!(m.get(7).is_none());
+        m.get_or_default(7).push(1);
+        m.get_or_default(9).push(2);
+        m.get_or_default(7).push(3);
+        assert_eq!(m.get(7), Some(&vec![1, 3]));
+        assert_eq!(m.get_mut(9).map(|v| v.len()), Some(1));
+        assert_eq!(m.remove(7), Some(vec![1, 3]));
+        assert!(m.get(7).is_none() && m.remove(7).is_none());
+        assert_eq!(m.get(9), Some(&vec![2]));
+    }
+
+    #[test]
+    fn signaled_completion_retires_earlier_unsignaled() {
+        let mut t = Table::default();
+        let a = t.push(5, false, 100, Bufs::new(), "RDMA WRITE").unwrap();
+        let b = t.push(5, false, 101, Bufs::new(), "RDMA WRITE").unwrap();
+        let c = t.push(5, false, 102, Bufs::new(), "SEND").unwrap();
+        assert!(a < b && b < c);
+        let done = t.complete(&wc(b, 5, 0)).unwrap();
+        assert_eq!(done.wr_id, 101);
+        assert_eq!(done.retired.len(), 1);
+        assert_eq!(done.retired[0].wr_id, 100);
+        assert_eq!(done.op(), "RDMA WRITE");
+        assert_eq!(t.outstanding(5), 1);
+        assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");
+        let done = t.complete(&wc(c, 5, 12)).unwrap();
+        assert!(!done.is_success());
+        assert!(matches!(
+            done.to_error(),
+            Error::Completion {
+                status: 12,
+                wr_id: 102,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn recv_ids_are_separate_and_unknown_qp_is_ignored() {
+        let mut t = Table::default();
+        let r = t.push(9, true, 1, Bufs::new(), "RECV").unwrap();
+        assert_ne!(r & RECV_BIT, 0);
+        assert!(t.complete(&wc(r, 10, 0)).is_none());
+        let mut w = wc(r, 9, 0);
+        w.wc_flags = sys::IBV_WC_WITH_IMM.0;
+        w.__bindgen_anon_1.imm_data = 0xdeadbeefu32.to_be();
+        let c = t.complete(&w).unwrap();
+        assert_eq!(c.imm, Some(0xdeadbeef));
+        assert!(!t.has_entries(9));
+    }
+
+    #[test]
+    fn purge_and_pop_last() {
+        let mut t = Table::default();
+        let s1 = t.push(3, false, 1, Bufs::new(), "SEND").unwrap();
+        let r = t.push(3, true, 2, Bufs::new(), "RECV").unwrap();
+        assert_eq!(t.unpush(3, r).unwrap().wr_id, 2);
+        assert!(t.has_entries(3));
+        // A send taken back leaves the chain consistent for the next one.
+        let s2 = t.push(3, false, 3, Bufs::new(), "SEND").unwrap();
+        assert_eq!(t.unpush(3, s2).unwrap().wr_id, 3);
+        let s3 = t.push(3, false, 4, Bufs::new(), "SEND").unwrap();
+        let done = t.complete(&wc(s3, 3, 0)).unwrap();
+        assert_eq!((done.wr_id, done.retired.len()), (4, 1));
+        assert_eq!(done.retired[0].wr_id, 1);
+        assert!(t.complete(&wc(s1, 3, 0)).is_none(), "retired");
+        t.push(3, false, 5, Bufs::new(), "SEND").unwrap();
+        assert_eq!(t.purge(3).len(), 1);
+        assert!(!t.has_entries(3));
+    }
+
+    #[test]
+    fn slab_reuses_slots_and_stale_ids_never_match() {
+        let mut t = Table::with_capacity(4);
+        let old = t.push(1, true, 10, Bufs::new(), "RECV").unwrap();
+        assert_eq!(t.purge(1).len(), 1);
+        // The slot is reused by another QP; the destroyed QP's late completion must not match
+        // it, nor may the new entry's id with the old QP number.
+        let new = t.push(2, true, 20, Bufs::new(), "RECV").unwrap();
+        assert_eq!(old & INDEX_MASK, new & INDEX_MASK);
+        assert_ne!(old, new);
+        assert!(t.complete(&wc(old, 1, 0)).is_none());
+        assert!(t.complete(&wc(old, 2, 0)).is_none());
+        assert!(t.complete(&wc(new, 1, 0)).is_none());
+        assert!(t.complete(&wc(0, 2, 0)).is_none());
+        assert_eq!(t.complete(&wc(new, 2, 0)).unwrap().wr_id, 20);
+        // Steady state: posting and completing in turn never grows the slab.
+        let cap = t.slots.capacity();
+        for k in 0..1000u64 {
+            let s = t.push(2, false, k, Bufs::new(), "SEND").unwrap();
+            let r = t.push(2, true, k, Bufs::new(), "RECV").unwrap();
+            assert_eq!(t.complete(&wc(r, 2, 0)).unwrap().wr_id, k);
+            assert_eq!(t.complete(&wc(s, 2, 0)).unwrap().wr_id, k);
+        }
+        assert_eq!((t.slots.len(), t.slots.capacity()), (2, cap));
+        assert!(!t.has_entries(2));
+    }
+}

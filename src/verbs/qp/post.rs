@@ -1,0 +1,394 @@
+//! Posting: `ibv_post_send(3)` and `ibv_post_recv(3)` with the buffers moved into the CQ's
+//! in-flight table (see [`super`]).
+
+use crate::error::{Error, Result};
+use crate::sys;
+use crate::verbs::cq::{Buf, Bufs, Table};
+use crate::verbs::mr::LocalBuf;
+use crate::verbs::wr::{context_mismatch, one_sge, SgList, SgeVec};
+
+use super::{PostError, QpState, QueuePair, SendOp, SendRequest, Sge};
+
+impl QueuePair {
+    /// Checks the SGEs and turns them into `ibv_sge`s; `exclusive` demands LocalBufs. Every
+    /// buffer must be registered in this QP's device context.
+    fn build_sges(
+        &self,
+        op: &'static str,
+        sges: &[Sge],
+        exclusive: bool,
+        max: u32,
+    ) -> Result<(SgList, u64)> {
+        if sges.len() > max as usize {
+            return Err(Error::InvalidArgument(format!(
+                "{} scatter/gather entries, the QP allows {max}",
+                sges.len()
+            )));
+        }
+        let mut out = SgList::with_capacity(sges.len());
+        let mut total = 0u64;
+        for s in sges {
+            let sge = self.check_sge(op, s, exclusive)?;
+            total += u64::from(sge.length);
+            out.push(sge);
+        }
+        Ok((out, total))
+    }
+
+    /// One SGE checked (context, exclusivity, bounds, length) and turned into an `ibv_sge`.
+    #[inline(always)]
+    fn check_sge(&self, op: &'static str, s: &Sge, exclusive: bool) -> Result<sys::ibv_sge> {
+        if s.buf.ctx() != self.ctx.as_ptr() {
+            return Err(context_mismatch(op));
+        }
+        if exclusive && matches!(s.buf, Buf::Shared(_)) {
+            return Err(Error::InvalidArgument(
+                "a shared (read-only) buffer cannot receive data: use a LocalBuf".into(),
+            ));
+        }
+        let len = s.length();
+        let end = s.off.checked_add(len);
+        if end.is_none_or(|e| e > s.buf.as_slice().len()) {
+            return Err(Error::InvalidArgument(format!(
+                "SGE range {}+{len} is outside its {}-byte buffer",
+                s.off,
+                s.buf.as_slice().len()
+            )));
+        }
+        let length = u32::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("SGE of {len} bytes is too large")))?;
+        Ok(sys::ibv_sge {
+            addr: s.buf.addr() + s.off as u64,
+            length,
+            lkey: s.buf.lkey(),
+        })
+    }
+
+    /// Posts a send-queue work request (`ibv_post_send(3)`). The buffers move into the in-flight
+    /// table and come back in the [`Completion`](crate::verbs::Completion) (or in the error).
+    pub fn post_send(&self, wr: SendRequest) -> std::result::Result<(), PostError> {
+        match self.send_cq.lock("ibv_post_send") {
+            Ok(mut t) => self.post_send_into(&mut t, wr),
+            Err(error) => Err(PostError {
+                error,
+                bufs: wr.sges.into_iter().map(|s| s.buf).collect(),
+            }),
+        }
+    }
+
+    /// [`post_send`](Self::post_send) recording into `t`, the send CQ's table.
+    pub(crate) fn post_send_into(
+        &self,
+        t: &mut Table,
+        wr: SendRequest,
+    ) -> std::result::Result<(), PostError> {
+        let SendRequest {
+            wr_id,
+            op,
+            mut sges,
+            signaled,
+            inline,
+        } = wr;
+        let exclusive = matches!(op, SendOp::Read(_));
+        if sges.len() == 1 && self.caps.max_send_sge >= 1 {
+            // The usual work request: no SGE list to build, no iterator to collect.
+            let s = sges.pop().expect("one SGE");
+            let sge = self.check_sge("ibv_post_send", &s, exclusive);
+            let bufs: Bufs = smallvec::smallvec![s.buf];
+            return match sge {
+                Ok(mut sge) => {
+                    let total = u64::from(sge.length);
+                    let sg = std::slice::from_mut(&mut sge);
+                    self.post_send_raw(t, wr_id, op, sg, total, bufs, signaled, inline)
+                }
+                Err(error) => Err(PostError { error, bufs }),
+            };
+        }
+        let built = self.build_sges("ibv_post_send", &sges, exclusive, self.caps.max_send_sge);
+        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
+        match built {
+            Ok((mut sg, total)) => self.post_send_raw(
+                t,
+                wr_id,
+                op,
+                sg.as_mut_slice(),
+                total,
+                bufs,
+                signaled,
+                inline,
+            ),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    /// Posts a send-queue work request over `len` bytes of `buf` from `off`: [`post_send`]
+    /// with one [`Sge::range`], without building a [`SendRequest`] (the per-message path).
+    ///
+    /// [`post_send`]: Self::post_send
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn post_send_buf(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        buf: LocalBuf,
+        off: usize,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
+        match self.send_cq.lock("ibv_post_send") {
+            Ok(mut t) => {
+                self.post_send_buf_into(&mut t, wr_id, op, buf, off, len, signaled, inline)
+            }
+            Err(error) => Err(PostError {
+                error,
+                bufs: smallvec::smallvec![Buf::Local(buf)],
+            }),
+        }
+    }
+
+    /// [`post_send_buf`](Self::post_send_buf) recording into `t`, the send CQ's table.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn post_send_buf_into(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        op: SendOp,
+        buf: LocalBuf,
+        off: usize,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
+        let sge = one_sge(self.ctx, "ibv_post_send", &buf, off, len);
+        let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
+        match sge {
+            Ok(mut sge) => self.post_send_raw(
+                t,
+                wr_id,
+                op,
+                std::slice::from_mut(&mut sge),
+                len as u64,
+                bufs,
+                signaled,
+                inline,
+            ),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    /// The checks that need the whole work request, then `ibv_post_send` with `bufs` recorded
+    /// in the in-flight table.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn post_send_raw(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        op: SendOp,
+        sg: &mut [sys::ibv_sge],
+        total: u64,
+        bufs: Bufs,
+        signaled: bool,
+        inline: bool,
+    ) -> std::result::Result<(), PostError> {
+        let fail = |error, bufs| Err(PostError { error, bufs });
+        let state = self.state();
+        if state != QpState::Rts {
+            let e = Error::InvalidState {
+                op: "ibv_post_send",
+                state: state.name(),
+                needs: "RTS",
+            };
+            return fail(e, bufs);
+        }
+        if total > u64::from(self.max_msg) {
+            let e = Error::InvalidArgument(format!(
+                "message of {total} bytes exceeds the port's max message size of {} bytes",
+                self.max_msg
+            ));
+            return fail(e, bufs);
+        }
+        if let SendOp::Write(r) | SendOp::WriteWithImm(r, _) | SendOp::Read(r) = op {
+            if u64::from(r.len) != total {
+                let e = Error::InvalidArgument(format!(
+                    "local length {total} differs from the remote slice's {}",
+                    r.len
+                ));
+                return fail(e, bufs);
+            }
+        }
+        let exclusive = matches!(op, SendOp::Read(_));
+        if inline && (exclusive || total > u64::from(self.caps.max_inline_data)) {
+            let e = Error::InvalidArgument(format!(
+                "{total} bytes cannot be sent inline (max {})",
+                self.caps.max_inline_data
+            ));
+            return fail(e, bufs);
+        }
+        let mut w = sys::ibv_send_wr {
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+            send_flags: (if signaled {
+                sys::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 }),
+            ..Default::default()
+        };
+        let (opcode, imm, remote) = match op {
+            SendOp::Send => (sys::IBV_WR_SEND, None, None),
+            SendOp::SendWithImm(i) => (sys::IBV_WR_SEND_WITH_IMM, Some(i), None),
+            SendOp::Write(r) => (sys::IBV_WR_RDMA_WRITE, None, Some(r)),
+            SendOp::WriteWithImm(r, i) => (sys::IBV_WR_RDMA_WRITE_WITH_IMM, Some(i), Some(r)),
+            SendOp::Read(r) => (sys::IBV_WR_RDMA_READ, None, Some(r)),
+        };
+        w.opcode = opcode;
+        if let Some(i) = imm {
+            w.__bindgen_anon_1.imm_data = i.to_be();
+        }
+        if let Some(r) = remote {
+            w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                remote_addr: r.addr,
+                rkey: r.rkey,
+            };
+        }
+        let id = match t.push(self.qpn, false, wr_id, bufs, op.name()) {
+            Ok(id) => id,
+            Err(bufs) => return Err(table_full(wr_id, bufs)),
+        };
+        w.wr_id = id;
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // The in-flight table now owns each SGE's buffer until its completion is polled or the
+        // QP is destroyed.
+        // SAFETY: `self.qp` is live until drop; `w` and `sg` live across the call; every SGE was
+        // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge).
+        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            let e = t.unpush(self.qpn, id).expect("just pushed");
+            return Err(PostError {
+                error: Error::verb("ibv_post_send", rc),
+                bufs: e.bufs,
+            });
+        }
+        Ok(())
+    }
+
+    /// Posts a receive (`ibv_post_recv(3)`) into exclusive buffers. Allowed from INIT on.
+    pub fn post_recv(
+        &self,
+        wr_id: u64,
+        sges: impl IntoIterator<Item = Sge>,
+    ) -> std::result::Result<(), PostError> {
+        match self.recv_cq.lock("ibv_post_recv") {
+            Ok(mut t) => self.post_recv_into(&mut t, wr_id, sges),
+            Err(error) => Err(PostError {
+                error,
+                bufs: sges.into_iter().map(|s| s.buf).collect(),
+            }),
+        }
+    }
+
+    /// [`post_recv`](Self::post_recv) recording into `t`, the receive CQ's table.
+    pub(crate) fn post_recv_into(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        sges: impl IntoIterator<Item = Sge>,
+    ) -> std::result::Result<(), PostError> {
+        let sges: SgeVec = sges.into_iter().collect();
+        let built = self.build_sges("ibv_post_recv", &sges, true, self.caps.max_recv_sge);
+        let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
+        match built {
+            Ok((mut sg, _)) => self.post_recv_raw(t, wr_id, sg.as_mut_slice(), bufs),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    /// Posts a receive into the whole of `buf`: [`post_recv`](Self::post_recv) with one
+    /// [`Sge::new`] (the per-message path).
+    #[inline(always)]
+    pub fn post_recv_buf(&self, wr_id: u64, buf: LocalBuf) -> std::result::Result<(), PostError> {
+        match self.recv_cq.lock("ibv_post_recv") {
+            Ok(mut t) => self.post_recv_buf_into(&mut t, wr_id, buf),
+            Err(error) => Err(PostError {
+                error,
+                bufs: smallvec::smallvec![Buf::Local(buf)],
+            }),
+        }
+    }
+
+    /// [`post_recv_buf`](Self::post_recv_buf) recording into `t`, the receive CQ's table.
+    #[inline(always)]
+    pub(crate) fn post_recv_buf_into(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        buf: LocalBuf,
+    ) -> std::result::Result<(), PostError> {
+        let sge = one_sge(self.ctx, "ibv_post_recv", &buf, 0, buf.len());
+        let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
+        match sge {
+            Ok(mut sge) => self.post_recv_raw(t, wr_id, std::slice::from_mut(&mut sge), bufs),
+            Err(error) => Err(PostError { error, bufs }),
+        }
+    }
+
+    #[inline(always)]
+    fn post_recv_raw(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        sg: &mut [sys::ibv_sge],
+        bufs: Bufs,
+    ) -> std::result::Result<(), PostError> {
+        let state = self.state();
+        if matches!(state, QpState::Reset | QpState::Error) {
+            return Err(PostError {
+                error: Error::InvalidState {
+                    op: "ibv_post_recv",
+                    state: state.name(),
+                    needs: "INIT, RTR or RTS",
+                },
+                bufs,
+            });
+        }
+        let mut w = sys::ibv_recv_wr {
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+            ..Default::default()
+        };
+        let id = match t.push(self.qpn, true, wr_id, bufs, "RECV") {
+            Ok(id) => id,
+            Err(bufs) => return Err(table_full(wr_id, bufs)),
+        };
+        w.wr_id = id;
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as in post_send_raw: live QP, `w` and `sg` outlive the call, SGEs checked, and
+        // the buffers are owned by the in-flight table from here on.
+        let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            let e = t.unpush(self.qpn, id).expect("just pushed");
+            return Err(PostError {
+                error: Error::verb("ibv_post_recv", rc),
+                bufs: e.bufs,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The CQ's in-flight table cannot take another entry (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn table_full(wr_id: u64, bufs: Bufs) -> PostError {
+    PostError {
+        error: Error::TooLarge {
+            what: "in-flight table",
+            detail: format!("work request {wr_id}: the CQ holds u32::MAX - 1 work requests"),
+        },
+        bufs,
+    }
+}
