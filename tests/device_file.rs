@@ -26,15 +26,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn one_json(d: &Done) -> serde_json::Value {
-    let mut j = d.json_lines();
-    assert_eq!(
-        j.len(),
-        1,
-        "one JSON summary expected:\n{}\n{}",
-        d.out,
-        d.err
-    );
-    j.pop().unwrap()
+    d.one_json()
 }
 
 /// Sends `files` (name → contents, written below a source dir) plus, if `tree`, a nested

@@ -13,15 +13,7 @@ use common::{listing, need_rxe0, pseudo_random, recv, send, wait_until, Done};
 const T: Duration = Duration::from_secs(120);
 
 fn one_json(d: &Done) -> serde_json::Value {
-    let mut j = d.json_lines();
-    assert_eq!(
-        j.len(),
-        1,
-        "one JSON summary expected:\n{}\n{}",
-        d.out,
-        d.err
-    );
-    j.pop().unwrap()
+    d.one_json()
 }
 
 /// Writes `files` (relative name → contents) below `root`.

@@ -68,6 +68,19 @@ impl Done {
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
             .collect()
     }
+
+    /// The one JSON summary on stdout (asserted to be the only one).
+    pub fn one_json(&self) -> serde_json::Value {
+        let mut j = self.json_lines();
+        assert_eq!(
+            j.len(),
+            1,
+            "one JSON summary expected:\n{}\n{}",
+            self.out,
+            self.err
+        );
+        j.pop().unwrap()
+    }
 }
 
 pub fn spawn_prog(name: &str, prog: &str, args: &[&str]) -> Proc {
