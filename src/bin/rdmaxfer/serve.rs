@@ -62,7 +62,7 @@ struct Gate<A> {
 /// Serves peers, each on its own thread, at most `limits.max_sessions` at once. Each connection
 /// is set up on its own thread; once set up, `admit` decides (e.g. takes a memory lease) or
 /// says why the receiver is busy; `refuse` tells a peer it is busy; `one` serves an admitted
-/// session (numbered from 1). A failed handshake is reported and is not a session. Failing
+/// session (numbered from 1). A failed handshake counts as a failed connection. Failing
 /// sessions do not stop the server; the result is an error at the end if any failed:
 /// [`rdmaxfer::Error::Incomplete`] (counting files) when every failed session did end, but with
 /// some of its files refused or failed.
@@ -149,8 +149,17 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
                 let ep = match ep {
                     Ok(ep) => ep,
                     Err(e) => {
-                        // Not a session: a port scan or a peer that gave up is only reported.
-                        handshaking_r.fetch_sub(1, Ordering::AcqRel);
+                        // Counted as a served and failed connection, as one at a time did (the
+                        // cause may be this side's, e.g. its locked-memory limit): `--once`
+                        // then ends with its error. It never held a session slot.
+                        {
+                            let mut g = gate_r.lock().unwrap_or_else(|p| p.into_inner());
+                            if !all_admitted(&g) {
+                                g.admitted += 1;
+                            }
+                            failed_r.fetch_add(1, Ordering::Relaxed);
+                            handshaking_r.fetch_sub(1, Ordering::AcqRel);
+                        }
                         eprintln!("rdmaxfer: error: accepting a connection: {e}");
                         return;
                     }
@@ -234,7 +243,7 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
         .into());
     }
     if failed > 0 {
-        bail!("{failed} of {served} sessions failed");
+        bail!("{failed} of {served} connections failed");
     }
     Ok(())
 }
