@@ -137,7 +137,8 @@ impl From<&Error> for rdmaxfer_status {
         match e {
             Error::Verb { .. } => S::RDMAXFER_ERR_VERBS,
             Error::Completion { .. } => S::RDMAXFER_ERR_COMPLETION,
-            Error::Timeout { .. } => S::RDMAXFER_ERR_TIMEOUT,
+            // No C call is non-blocking yet: a WouldBlock would come from an expired wait.
+            Error::Timeout { .. } | Error::WouldBlock { .. } => S::RDMAXFER_ERR_TIMEOUT,
             Error::NoDevice { .. } => S::RDMAXFER_ERR_NO_DEVICE,
             Error::DeviceNotFound { .. } => S::RDMAXFER_ERR_DEVICE_NOT_FOUND,
             Error::InvalidArgument(_) | Error::TooLarge { .. } | Error::ContextMismatch { .. } => {

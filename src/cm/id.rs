@@ -273,6 +273,16 @@ fn ms(t: Duration) -> i32 {
     t.as_millis().clamp(1, i32::MAX as u128) as i32
 }
 
+/// The id's own event channel fd (non-blocking): readable when an event is queued for
+/// [`CmId::try_next_event`]. Open as long as the id; for an event loop (`poll(2)`, epoll).
+impl std::os::fd::AsFd for CmId {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the channel (and so its fd) is destroyed only when the id's last reference
+        // goes (`IdInner::drop`), and `self` holds one for the returned lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.channel.fd()) }
+    }
+}
+
 impl CmId {
     /// A new id on a new event channel: `rdma_create_event_channel(3)` + `rdma_create_id(3)`
     /// (`RDMA_PS_TCP`, reliable connected).
