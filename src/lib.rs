@@ -13,6 +13,9 @@
 mod capi;
 // cbindgen reads the whole crate: the other modules' items are not part of the C header.
 /// cbindgen:ignore
+#[cfg(feature = "tokio")]
+pub mod aio;
+/// cbindgen:ignore
 pub mod cm;
 /// cbindgen:ignore
 pub mod error;

@@ -283,7 +283,26 @@ impl std::os::fd::AsFd for CmId {
     }
 }
 
+impl std::os::fd::AsRawFd for CmId {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.channel.fd()
+    }
+}
+
 impl CmId {
+    /// Registers the id's event channel with the current tokio runtime's reactor, for
+    /// readability. The returned `AsyncFd` holds this handle of the id.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CmId>> {
+        // SAFETY: `AsyncFd::register_with_interest` needs the fd open and the same for the
+        // AsyncFd's life: the AsyncFd owns `self`, which keeps the id and its one channel
+        // (never replaced) alive until the id's last handle is dropped (`IdInner::drop`).
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
+        }
+        .map_err(std::io::Error::from)
+    }
+
     /// A new id on a new event channel: `rdma_create_event_channel(3)` + `rdma_create_id(3)`
     /// (`RDMA_PS_TCP`, reliable connected).
     pub fn new() -> Result<CmId> {

@@ -237,6 +237,7 @@ pub const REM_ACCESS_ERR: u32 = sys::IBV_WC_REM_ACCESS_ERR;
 pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
 
 mod notify;
+pub use notify::CqChannel;
 mod table;
 pub(crate) use table::Table;
 

@@ -79,6 +79,21 @@ pub fn check_bounds(remote: &RemoteRegion, offset: u64, len: u64) -> Result<()> 
     }
 }
 
+/// Checks `[buf_offset, buf_offset+len)` lies in a local buffer of `buf_len` bytes.
+pub fn check_local(buf_len: usize, buf_offset: usize, len: u64) -> Result<()> {
+    let ok = usize::try_from(len)
+        .ok()
+        .and_then(|l| buf_offset.checked_add(l))
+        .is_some_and(|end| end <= buf_len);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "local range: offset {buf_offset} + length {len} exceeds the {buf_len}-byte buffer"
+        )))
+    }
+}
+
 fn staging(ini: &impl Initiator, len: u64) -> Result<LocalBuf> {
     LocalBuf::new(ini.pd(), (len as usize).min(ini.max_msg()).max(1))
 }
@@ -155,21 +170,9 @@ pub fn transfer_buf(
     len: u64,
     timeout: Duration,
 ) -> Result<LocalBuf, BufError> {
-    let local_ok = usize::try_from(len)
-        .ok()
-        .and_then(|l| buf_offset.checked_add(l))
-        .is_some_and(|end| end <= buf.len());
-    if !local_ok {
-        let error = Error::InvalidArgument(format!(
-            "local range: offset {buf_offset} + length {len} exceeds the {}-byte buffer",
-            buf.len()
-        ));
-        return Err(BufError {
-            error,
-            buf: Some(buf),
-        });
-    }
-    if let Err(error) = check_bounds(remote, offset, len) {
+    if let Err(error) =
+        check_local(buf.len(), buf_offset, len).and_then(|()| check_bounds(remote, offset, len))
+    {
         return Err(BufError {
             error,
             buf: Some(buf),

@@ -14,7 +14,7 @@
 //!
 //! Events are read and acknowledged at once, so `ibv_destroy_cq` never waits for one.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use crate::error::{Error, Result};
 use crate::sys;
@@ -65,5 +65,58 @@ impl CompletionQueue {
             return Err(Error::verb("ibv_req_notify_cq", rc));
         }
         Ok(n)
+    }
+}
+
+/// A completion queue's channel, kept open by a handle to the CQ: for event loops that want an
+/// owner of the descriptor (e.g. tokio's `AsyncFd`). Made by [`CompletionQueue::channel`].
+#[derive(Clone)]
+pub struct CqChannel(CompletionQueue);
+
+impl std::fmt::Debug for CqChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CqChannel({})", self.as_raw_fd())
+    }
+}
+
+impl CompletionQueue {
+    /// The CQ's completion channel with a handle that keeps it open, or `None` in poll mode.
+    pub fn channel(&self) -> Option<CqChannel> {
+        self.inner.channel.as_ref()?;
+        Some(CqChannel(self.clone()))
+    }
+}
+
+impl CqChannel {
+    /// The CQ whose channel this is.
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.0
+    }
+
+    /// Registers the channel with the current tokio runtime's reactor, for readability.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CqChannel>> {
+        // SAFETY: `AsyncFd::register_with_interest` needs the fd open and the same for the
+        // AsyncFd's life: the AsyncFd owns `self`, whose CQ handle keeps the channel (created
+        // once, with the CQ) open until the last handle is dropped (`CqInner::drop`), and
+        // `as_raw_fd` reads the fd of that one channel.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
+        }
+        .map_err(std::io::Error::from)
+    }
+}
+
+impl AsFd for CqChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0
+            .channel_fd()
+            .expect("a CqChannel is made only for a CQ with a channel")
+    }
+}
+
+impl AsRawFd for CqChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_fd().as_raw_fd()
     }
 }

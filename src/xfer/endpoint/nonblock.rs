@@ -33,7 +33,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
-use crate::cm::{Event, EventKind};
+use crate::cm::{CmId, Event, EventKind};
 use crate::error::{Error, Result};
 use crate::verbs::{Bufs, Completion, PostError, SendOp, SendRequest};
 
@@ -57,6 +57,11 @@ impl Endpoint {
     /// `None` for an out-of-band endpoint.
     pub fn cm_fd(&self) -> Option<BorrowedFd<'_>> {
         self.cm.as_ref().map(AsFd::as_fd)
+    }
+
+    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    pub(crate) fn cm_handle(&self) -> Option<CmId> {
+        self.cm.clone()
     }
 
     /// Arms the completion channel for the next completion (see the [module docs](self)):
@@ -205,6 +210,11 @@ impl Listener {
         self.id.as_fd()
     }
 
+    /// A handle of the listening CM id (for registering its channel with a reactor).
+    pub(crate) fn cm_handle(&self) -> CmId {
+        self.id.clone()
+    }
+
     /// Takes the next connection request if one is queued; else [`Error::WouldBlock`]. Then
     /// [`Pending::finish`] (blocking) or [`Pending::start_accept`] (non-blocking).
     pub fn try_take(&mut self) -> Result<Pending> {
@@ -216,15 +226,18 @@ impl Listener {
 }
 
 /// A connection being accepted without blocking ([`Pending::start_accept`]): the reply is sent;
-/// [`try_finish`](Self::try_finish) once [`fd`](Self::fd) is readable. Dropping it abandons the
-/// client.
+/// call [`try_finish`](Self::try_finish) whenever [`fd`](Self::fd) is readable. Dropping it
+/// abandons the client.
 pub struct Accepting {
-    started: Started,
+    id: CmId,
+    peer: Option<SocketAddr>,
+    /// Taken when the endpoint is made (or the accept failed).
+    started: Option<Box<Started>>,
 }
 
 impl std::fmt::Debug for Accepting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Accepting({:?})", self.started.peer)
+        write!(f, "Accepting({:?})", self.peer)
     }
 }
 
@@ -233,8 +246,11 @@ impl Pending {
     /// handshake is rejected with a reason, as [`finish`](Self::finish) does). RDMA CM only:
     /// a connection taken from an [`OobListener`](super::OobListener) is refused.
     pub fn start_accept(self) -> Result<Accepting> {
+        let s = self.start()?;
         Ok(Accepting {
-            started: self.start()?,
+            id: s.id.clone(),
+            peer: s.peer,
+            started: Some(Box::new(s)),
         })
     }
 }
@@ -242,29 +258,44 @@ impl Pending {
 impl Accepting {
     /// The connection's own CM event channel fd (readable when the client completes it).
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.started.id.as_fd()
+        self.id.as_fd()
     }
 
     /// The peer's address, when known.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.started.peer
+        self.peer
     }
 
-    /// Once the client's ESTABLISHED has come: the endpoint (`Ok(Ok)`). Until then
-    /// `Ok(Err(self))` to try again when [`fd`](Self::fd) is readable. Any other event fails.
-    pub fn try_finish(self) -> Result<std::result::Result<Endpoint, Accepting>> {
-        let Some(ev) = self.started.id.try_next_event()? else {
-            return Ok(Err(self));
-        };
-        match ev.kind() {
-            EventKind::Established if ev.status() == 0 => {}
-            EventKind::AddrChange => return Ok(Err(self)),
-            _ => return Err(ev.to_error("the client to complete the connection")),
+    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    pub(crate) fn cm_handle(&self) -> CmId {
+        self.id.clone()
+    }
+
+    /// Once the client's ESTABLISHED has come: `Ok(Some(endpoint))`; until then `Ok(None)`
+    /// (try again when [`fd`](Self::fd) is readable). Any other event fails, and so does every
+    /// call after a failure or after the endpoint was made.
+    pub fn try_finish(&mut self) -> Result<Option<Endpoint>> {
+        let what = "the client to complete the connection";
+        if self.started.is_none() {
+            return Err(Error::Connection(format!("{what}: the accept is over")));
         }
-        drop(ev);
-        let s = self.started;
-        let peer = s.id.peer_addr();
-        Ok(Ok(s.parts.into_cm_endpoint(&s.opts, &s.hello, peer, s.id)))
+        while let Some(ev) = self.id.try_next_event()? {
+            match ev.kind() {
+                EventKind::Established if ev.status() == 0 => {}
+                EventKind::AddrChange => continue,
+                _ => {
+                    self.started = None;
+                    return Err(ev.to_error(what));
+                }
+            }
+            drop(ev);
+            let s = *self.started.take().expect("checked above");
+            let peer = s.id.peer_addr();
+            return Ok(Some(
+                s.parts.into_cm_endpoint(&s.opts, &s.hello, peer, s.id),
+            ));
+        }
+        Ok(None)
     }
 }
 
@@ -275,7 +306,7 @@ impl Accepting {
 pub struct Connecting {
     dst: SocketAddr,
     opts: EndpointOptions,
-    id: crate::cm::CmId,
+    id: CmId,
     stage: Stage,
 }
 
@@ -307,6 +338,11 @@ impl Connecting {
     /// The connection's CM event channel fd: readable when the next step may be taken.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.id.as_fd()
+    }
+
+    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    pub(crate) fn cm_handle(&self) -> CmId {
+        self.id.clone()
     }
 
     /// Takes every step whose event has come: `Ok(Some(endpoint))` once connected, `Ok(None)`

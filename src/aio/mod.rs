@@ -1,0 +1,61 @@
+//! Async rdmaxfer on tokio (cargo feature `tokio`): connections, messages, one-sided RDMA and
+//! file transfer as futures, for servers that serve many peers from one runtime thread.
+//!
+//! Built on the non-blocking calls of [`Endpoint`](crate::xfer::endpoint::Endpoint) (its
+//! `try_*` methods and descriptors): the completion channel and the RDMA CM event channels
+//! are registered with tokio's reactor ([`tokio::io::unix::AsyncFd`], each owning a handle that
+//! keeps its descriptor open: [`CqChannel`](crate::verbs::CqChannel), a CM id), and a future waits
+//! only when a `try_*` call would block, following the re-arming rules of the non-blocking
+//! API. Endpoints made here use [`WaitMode::Event`](crate::verbs::WaitMode::Event).
+//!
+//! Needs a tokio runtime with I/O enabled (`Builder::enable_io` or `enable_all`); a
+//! current-thread runtime is enough.
+//!
+//! # Cancel safety
+//! Dropping any future of this module is sound: memory the device may touch is owned by the
+//! queue from the post until its completion (or the queue pair's flush when the endpoint is
+//! dropped), never by the future. In detail:
+//! - [`AsyncEndpoint::send`] and [`AsyncEndpoint::recv`] either do their whole step or
+//!   nothing: dropped before completing, no message was sent or taken (cancel-safe in
+//!   `tokio::select!`).
+//! - [`AsyncEndpoint::write`] / [`AsyncEndpoint::read`] take the registered buffer **by
+//!   value**: while the future lives it cannot be touched (a borrow would end with the future
+//!   and let the device write into memory the program uses again). Dropped after the post, the
+//!   buffer stays in the queue and is freed only after its completion (which later calls
+//!   discard) or the queue's flush.
+//! - Accepting or connecting futures dropped half-way abandon the peer; the CM id, QP and
+//!   buffers are torn down in the usual order.
+//! - [`AsyncEndpoint::send_files`] / [`AsyncEndpoint::receive_files`] run the blocking
+//!   transfer on tokio's blocking pool: dropping their future does not stop the transfer,
+//!   which ends at its own deadlines and then drops the endpoint.
+#![forbid(unsafe_code)]
+
+mod endpoint;
+mod file;
+mod listen;
+mod rw;
+
+use std::os::fd::AsRawFd;
+
+use tokio::io::unix::AsyncFd;
+
+use crate::error::{Error, Result};
+
+pub use endpoint::AsyncEndpoint;
+pub use listen::{AsyncListener, AsyncPending};
+
+/// What registering a channel with the reactor fails with.
+pub(crate) fn reg_err(e: std::io::Error) -> Error {
+    Error::io("registering an RDMA channel with the tokio reactor", e)
+}
+
+/// Waits until `fd` is readable and clears its readiness (the caller then takes what is there
+/// with a `try_*` call, and, for a completion channel, re-arms before waiting again).
+pub(crate) async fn readable<T: AsRawFd>(fd: &AsyncFd<T>) -> Result<()> {
+    let mut g = fd
+        .readable()
+        .await
+        .map_err(|e| Error::io("waiting for an RDMA channel", e))?;
+    g.clear_ready();
+    Ok(())
+}

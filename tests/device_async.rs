@@ -1,0 +1,245 @@
+//! Device tests of the async API (`--features tokio`; need rxe0 at 198.18.0.1; run inside the
+//! guest by ci/test.sh): sixteen concurrent ping-pong clients against one async server on a
+//! current-thread runtime, and futures dropped mid-transfer (a recv, an RDMA WRITE) without
+//! the buffer being reused early and without leaked QPs, CQs or MRs.
+
+mod common;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::{pin, Pin};
+use std::process::Command;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use rdmaxfer::aio::{AsyncEndpoint, AsyncListener};
+use rdmaxfer::verbs::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion};
+use rdmaxfer::xfer::endpoint::EndpointOptions;
+
+use common::{need_rxe0, pseudo_random};
+
+/// Bounds every test (a hang fails instead of blocking the suite); not a pass criterion.
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::new(common::IP.parse().unwrap(), port)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+/// Lines of `rdma resource show KIND` of this process (its threads' ids are listed as "pid";
+/// every resource here is made on this test's thread).
+fn our_resources(kind: &str) -> Vec<String> {
+    let out = Command::new("rdma")
+        .args(["resource", "show", kind])
+        .output()
+        .expect("running `rdma resource show`");
+    assert!(out.status.success(), "rdma resource show {kind}");
+    let ids = [std::process::id().to_string(), tid()];
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0] == "pid" && ids.iter().any(|i| i == w[1]))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+fn tid() -> String {
+    let l = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    l.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+fn counts() -> [usize; 3] {
+    ["qp", "cq", "mr"].map(|k| our_resources(k).len())
+}
+
+const CLIENTS: usize = 16;
+const ROUNDS: usize = 20;
+
+/// Client `c`'s message of round `r`: its own bytes, so a reply meant for another client (or
+/// another round) cannot pass.
+fn message(c: usize, r: usize) -> Vec<u8> {
+    let mut m = format!("client {c} round {r} ").into_bytes();
+    m.extend(pseudo_random(100 + c * 7 + r, (c * 1000 + r) as u64 + 1));
+    m
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn sixteen_async_clients_ping_pong_against_one_current_thread_server() {
+    need_rxe0();
+    let opts = EndpointOptions {
+        msg_size: 512,
+        recv_depth: 4,
+        send_depth: 2,
+        ..Default::default()
+    };
+    runtime().block_on(async {
+        let mut l = AsyncListener::bind(addr(7301), &opts).expect("bind");
+        // The server: one task per connection on this one thread; each echoes until "bye".
+        let server = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            for _ in 0..CLIENTS {
+                let p = l.take().await.expect("take");
+                conns.push(tokio::spawn(async move {
+                    let mut ep = p.finish().await.expect("finish");
+                    let mut echoed = 0usize;
+                    loop {
+                        let m = ep.recv().await.expect("server recv");
+                        ep.send(&m).await.expect("server send");
+                        if m == b"bye" {
+                            break;
+                        }
+                        echoed += 1;
+                    }
+                    ep.close().await.expect("server close");
+                    echoed
+                }));
+            }
+            let mut total = 0;
+            for c in conns {
+                total += c.await.expect("server task");
+            }
+            total
+        });
+        // The clients: all connected before any starts (so all 16 are served at once).
+        let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS));
+        let mut clients = Vec::new();
+        for c in 0..CLIENTS {
+            let (opts, barrier) = (opts.clone(), barrier.clone());
+            clients.push(tokio::spawn(async move {
+                let mut ep = AsyncEndpoint::connect(addr(7301), &opts)
+                    .await
+                    .unwrap_or_else(|e| panic!("client {c} connect: {e}"));
+                barrier.wait().await;
+                for r in 0..ROUNDS {
+                    let m = message(c, r);
+                    ep.send(&m).await.expect("client send");
+                    let back = ep.recv().await.expect("client recv");
+                    assert_eq!(back, m, "client {c} round {r}: wrong echo");
+                }
+                ep.send(b"bye").await.expect("send bye");
+                assert_eq!(ep.recv().await.expect("recv bye"), b"bye");
+                ep.close().await.expect("client close");
+                ROUNDS
+            }));
+        }
+        let mut verified = 0;
+        for c in clients {
+            verified += c.await.expect("client task");
+        }
+        let echoed = tokio::time::timeout(LIMIT, server)
+            .await
+            .expect("server done in time")
+            .expect("server task");
+        assert_eq!(verified, CLIENTS * ROUNDS);
+        assert_eq!(echoed, CLIENTS * ROUNDS);
+    });
+}
+
+/// One poll of `f`: true if it is still pending (then dropped by the caller).
+async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> bool {
+    std::future::poll_fn(move |cx| Poll::Ready(f.as_mut().poll(cx).is_pending())).await
+}
+
+const REGION: usize = 8 << 20;
+const CANARY_SEED: u64 = 0xc0ffee;
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_leak() {
+    need_rxe0();
+    let before = counts();
+    let opts = EndpointOptions {
+        msg_size: 256,
+        recv_depth: 4,
+        ..Default::default()
+    };
+    let canary = pseudo_random(REGION, CANARY_SEED);
+    runtime().block_on(async {
+        let mut l = AsyncListener::bind(addr(7311), &opts).expect("bind");
+        let canary2 = canary.clone();
+        let server = tokio::spawn(async move {
+            let mut ep = l.accept().await.expect("accept");
+            let region = ExposedRegion::new(ep.get_ref().pd(), REGION, RemoteAccess::ReadWrite)
+                .expect("expose");
+            ep.send(&region.descriptor().encode()).await.expect("send descriptor");
+            // 1. A recv the client dropped before anything was sent: "go" then this must arrive.
+            assert_eq!(ep.recv().await.expect("recv go"), b"go");
+            ep.send(b"first").await.expect("send first");
+            // 2. The client's SEND "written" comes after its dropped RDMA WRITE (RC order):
+            // the whole canary must be in the region, not what the client wrote later.
+            assert_eq!(ep.recv().await.expect("recv written"), b"written");
+            let got = region.to_vec();
+            let verdict: &[u8] = if got == canary2 { b"intact" } else { b"corrupt" };
+            ep.send(verdict).await.expect("send verdict");
+            assert_eq!(ep.recv().await.expect("recv bye"), b"bye");
+            ep.close().await.expect("server close");
+            drop(region);
+            got == canary2
+        });
+
+        let mut ep = AsyncEndpoint::connect(addr(7311), &opts).await.expect("connect");
+        let open = counts();
+        assert!(
+            open.iter().zip(before).all(|(o, b)| *o > b),
+            "the leak check must see this test's QPs, CQs and MRs ({before:?} -> {open:?})"
+        );
+        let remote = RemoteRegion::decode(&ep.recv().await.expect("descriptor")).expect("decode");
+        // 1. A recv future dropped while waiting: nothing can have come (the server waits for
+        // "go"), and the message sent after it is not lost.
+        {
+            let r = pin!(ep.recv());
+            assert!(poll_once(r).await, "nothing was sent yet: the recv must be pending");
+        }
+        ep.send(b"go").await.expect("send go");
+        assert_eq!(ep.recv().await.expect("recv first"), b"first");
+        // 2. An RDMA WRITE future dropped after its post: the buffer must stay with the queue.
+        let mut buf = LocalBuf::new(ep.get_ref().pd(), REGION).expect("register");
+        buf.copy_from_slice(&canary);
+        let pending = {
+            let w = pin!(ep.write(buf, 0, &remote, 0, REGION as u64));
+            poll_once(w).await
+        };
+        assert!(
+            pending,
+            "an 8 MiB RDMA WRITE must still be in flight right after its post"
+        );
+        // Memory freed early would likely come back here: fill new buffers with another pattern.
+        let mut decoys = Vec::new();
+        for _ in 0..4 {
+            let mut d = LocalBuf::new(ep.get_ref().pd(), REGION).expect("decoy");
+            d.fill(0xee);
+            decoys.push(d);
+        }
+        ep.send(b"written").await.expect("send written");
+        assert_eq!(ep.recv().await.expect("verdict"), b"intact");
+        // The next one-sided operation discards the abandoned one's completion and works.
+        let head = ep.read_to_vec(&remote, 0, 4096).await.expect("read after drop");
+        assert_eq!(head, canary[..4096]);
+        ep.write_from(&remote, 0, b"after").await.expect("write after drop");
+        ep.send(b"bye").await.expect("send bye");
+        ep.close().await.expect("client close");
+        drop(decoys);
+        let intact = tokio::time::timeout(LIMIT, server)
+            .await
+            .expect("server done in time")
+            .expect("server task");
+        assert!(intact);
+    });
+    assert_eq!(
+        counts(),
+        before,
+        "qp/cq/mr counts of this process must be back to where they were"
+    );
+}
