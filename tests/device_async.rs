@@ -173,7 +173,9 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
             let mut ep = l.accept().await.expect("accept");
             let region = ExposedRegion::new(ep.get_ref().pd(), REGION, RemoteAccess::ReadWrite)
                 .expect("expose");
-            ep.send(&region.descriptor().encode()).await.expect("send descriptor");
+            ep.send(&region.descriptor().encode())
+                .await
+                .expect("send descriptor");
             // 1. A recv the client dropped before anything was sent: "go" then this must arrive.
             assert_eq!(ep.recv().await.expect("recv go"), b"go");
             ep.send(b"first").await.expect("send first");
@@ -181,7 +183,11 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
             // the whole canary must be in the region, not what the client wrote later.
             assert_eq!(ep.recv().await.expect("recv written"), b"written");
             let got = region.to_vec();
-            let verdict: &[u8] = if got == canary2 { b"intact" } else { b"corrupt" };
+            let verdict: &[u8] = if got == canary2 {
+                b"intact"
+            } else {
+                b"corrupt"
+            };
             ep.send(verdict).await.expect("send verdict");
             assert_eq!(ep.recv().await.expect("recv bye"), b"bye");
             ep.close().await.expect("server close");
@@ -189,7 +195,9 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
             got == canary2
         });
 
-        let mut ep = AsyncEndpoint::connect(addr(7311), &opts).await.expect("connect");
+        let mut ep = AsyncEndpoint::connect(addr(7311), &opts)
+            .await
+            .expect("connect");
         let open = counts();
         assert!(
             open.iter().zip(before).all(|(o, b)| *o > b),
@@ -200,7 +208,10 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
         // "go"), and the message sent after it is not lost.
         {
             let r = pin!(ep.recv());
-            assert!(poll_once(r).await, "nothing was sent yet: the recv must be pending");
+            assert!(
+                poll_once(r).await,
+                "nothing was sent yet: the recv must be pending"
+            );
         }
         ep.send(b"go").await.expect("send go");
         assert_eq!(ep.recv().await.expect("recv first"), b"first");
@@ -225,9 +236,14 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
         ep.send(b"written").await.expect("send written");
         assert_eq!(ep.recv().await.expect("verdict"), b"intact");
         // The next one-sided operation discards the abandoned one's completion and works.
-        let head = ep.read_to_vec(&remote, 0, 4096).await.expect("read after drop");
+        let head = ep
+            .read_to_vec(&remote, 0, 4096)
+            .await
+            .expect("read after drop");
         assert_eq!(head, canary[..4096]);
-        ep.write_from(&remote, 0, b"after").await.expect("write after drop");
+        ep.write_from(&remote, 0, b"after")
+            .await
+            .expect("write after drop");
         ep.send(b"bye").await.expect("send bye");
         ep.close().await.expect("client close");
         drop(decoys);
@@ -242,4 +258,47 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
         before,
         "qp/cq/mr counts of this process must be back to where they were"
     );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn async_file_send_and_receive_on_one_runtime_thread() {
+    need_rxe0();
+    use rdmaxfer::xfer::file::source;
+    use rdmaxfer::xfer::file::transfer::{ReceiverOptions, SenderOptions};
+    let src = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let data = pseudo_random(3 << 20, 42);
+    std::fs::write(src.path().join("a.bin"), &data).unwrap();
+    std::fs::write(src.path().join("b.txt"), b"small").unwrap();
+    let base = EndpointOptions::default();
+    let ropts = ReceiverOptions::new(out.path());
+    let sopts = SenderOptions {
+        chunk: 1 << 20,
+        ..Default::default()
+    };
+    runtime().block_on(async {
+        let mut l = AsyncListener::bind(addr(7321), &ropts.endpoint_options(&base)).expect("bind");
+        let receiver = tokio::spawn(async move {
+            let ep = l.accept().await.expect("accept");
+            let (ep, report) = ep.receive_files(ropts).await.expect("receive");
+            ep.close().await.expect("receiver close");
+            report
+        });
+        let entries =
+            source::walk(&[src.path().join("a.bin"), src.path().join("b.txt")]).expect("walk");
+        let ep = AsyncEndpoint::connect(addr(7321), &sopts.endpoint_options(&base))
+            .await
+            .expect("connect");
+        let (ep, sent) = ep.send_files(entries, sopts).await.expect("send");
+        ep.close().await.expect("sender close");
+        let got = tokio::time::timeout(LIMIT, receiver)
+            .await
+            .expect("receiver done in time")
+            .expect("receiver task");
+        assert_eq!((sent.file_count(), sent.failures()), (2, 0));
+        assert_eq!((got.file_count(), got.failures()), (2, 0));
+    });
+    assert_eq!(std::fs::read(out.path().join("a.bin")).unwrap(), data);
+    assert_eq!(std::fs::read(out.path().join("b.txt")).unwrap(), b"small");
 }
