@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/test.sh — command 2, every test: fmt, clippy, header check, host `cargo test`, the fuzz targets briefly, the C examples, device tests in one rxe guest (then two of them under valgrind); ends "N passed, M failed".
+# ci/test.sh — command 2, every test: fmt, clippy, header check, docs, examples, host `cargo test` (all features: tokio too), the fuzz targets briefly, the C examples, device tests in one rxe guest (then two of them under valgrind); ends "N passed, M failed".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -42,15 +42,19 @@ step() {
 step setup bash ci/setup.sh || finish
 ci_path
 step fmt cargo fmt --check || true
-step clippy cargo clippy --all-targets -- -D warnings || true
+step clippy cargo clippy --all-targets --all-features -- -D warnings || true
+# Rust docs (the guide's doc-tests run in host-tests) and examples/*.rs, async ones included.
+step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || true
+step examples cargo build --examples --all-features || true
 step header bash ci/gen-header.sh --check || true
-step host-tests cargo test --no-fail-fast || true
+step host-tests cargo test --all-features --no-fail-fast || true
 # AFL++ fuzz targets of the peer-input decoders (fuzz/, docs/fuzzing.md), ~15 s each: fails on a crash.
 step fuzz bash ci/fuzz.sh || true
 
-# Build the test binaries once more (a no-op after the host run) and pick tests/device_*.rs.
+# Build the test binaries once more (a no-op after the host run) and pick tests/device_*.rs
+# (with --all-features, as host-tests: device_async needs the tokio feature).
 json="target/ci/test-artifacts.json"
-step build-tests bash -c 'cargo test --no-run --message-format=json-render-diagnostics >"$1"' _ "$json" || finish
+step build-tests bash -c 'cargo test --all-features --no-run --message-format=json-render-diagnostics >"$1"' _ "$json" || finish
 mapfile -t found < <(python3 - "$json" <<'PY'
 import json, sys
 rows = set()

@@ -1,7 +1,11 @@
 //! rdmaxfer: RDMA that just works, from Rust and C.
 //!
-//! Layers: `sys` (generated bindings, crate-private) → [`verbs`] / `cm` (safe RAII wrappers, the
-//! only modules with `unsafe` besides `capi`) → `xfer` (connections and protocols) → CLI, C API.
+//! Start with the [`guide`]: connecting, messages, one-sided RDMA, file transfer and async
+//! (cargo feature `tokio`: the `aio` module).
+//!
+//! Layers: `sys` (generated bindings, crate-private) → [`verbs`] / [`cm`] (safe RAII wrappers,
+//! the only modules with `unsafe` besides `capi`) → [`xfer`] (connections and protocols, no
+//! `unsafe`) → `aio` (futures over `xfer`'s non-blocking calls), CLI, C API.
 #![deny(unsafe_code)]
 #![warn(
     unsafe_op_in_unsafe_fn,
@@ -19,6 +23,8 @@ pub mod aio;
 pub mod cm;
 /// cbindgen:ignore
 pub mod error;
+/// cbindgen:ignore
+pub mod guide;
 /// cbindgen:ignore
 pub mod os;
 /// cbindgen:ignore

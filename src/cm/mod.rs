@@ -5,7 +5,7 @@
 //! are acknowledged and then migrated (`rdma_migrate_id(3)`) to a fresh channel, so each
 //! connection's events (DISCONNECTED, ...) reach only that connection.
 //!
-//! Events are acknowledged (`rdma_ack_cm_event(3)`) when an [`Event`] is dropped, and an `Event`
+//! Events are acknowledged (`rdma_ack_cm_event(3)`) when an [`Event`](crate::cm::Event) is dropped, and an `Event`
 //! keeps its CM id alive, so `rdma_destroy_id(3)` (which blocks until every retrieved event is
 //! acknowledged) can never wait on an event that is still held.
 #![allow(unsafe_code)]

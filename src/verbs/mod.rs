@@ -2,7 +2,7 @@
 //!
 //! Ownership rule: memory the device may touch is never reachable from safe code at the same
 //! time. Posted buffers live in their CQ's in-flight table until completion; peer-writable memory
-//! ([`ExposedRegion`]) is only ever copied, never borrowed.
+//! ([`ExposedRegion`](crate::verbs::ExposedRegion)) is only ever copied, never borrowed.
 #![allow(unsafe_code)]
 
 pub mod cq;

@@ -8,7 +8,7 @@
 //! happen, and `rnr_retry` is small and finite.
 //! - **Credits** (CM; both ends are rdmaxfer): each side posts `recv_depth + 2` receives and
 //!   grants `recv_depth` credits in the handshake. A message costs one credit. Credits come back
-//!   in the immediate word of every SEND_WITH_IMM ([`wire::encode_imm`]); when half the window
+//!   in the immediate word of every SEND_WITH_IMM ([`wire::encode_imm`](crate::xfer::wire::encode_imm)); when half the window
 //!   is owed and nothing is being sent, a zero-length credit message returns it. Credit messages
 //!   take no credit: at most two are ever unread, which the two spare receives absorb.
 //! - **Request/response** (OOB; the peer may be ibv_rc_pingpong, which knows no credits): one
@@ -27,6 +27,41 @@
 //! A message costs one post, one one-entry `ibv_poll_cq` per completion and no allocation, and
 //! the functions on that path are `#[inline(always)]`: in an emulated guest each call and return
 //! costs tens of nanoseconds (a translation-block lookup), which showed in every round trip.
+//!
+//! # Non-blocking use
+//! For event loops (`poll(2)`, epoll, or tokio through the `aio` module of feature `tokio`):
+//! descriptors to wait on, and `try_*` calls that never block. Each does its whole step or
+//! nothing, and then fails with [`Error::WouldBlock`](crate::Error::WouldBlock) (the object
+//! stays usable): [`Endpoint::try_send`], [`Endpoint::try_recv_with`], [`Endpoint::try_flush`],
+//! [`Endpoint::try_post`], [`Endpoint::try_poll_user`], [`Listener::try_take`], then
+//! [`Pending::start_accept`] and [`Accepting::try_finish`]; [`Connecting`] to connect.
+//!
+//! ## Descriptors
+//! - [`Endpoint::completion_fd`]: the completion channel; needs an endpoint made with
+//!   [`WaitMode::Event`](crate::verbs::WaitMode::Event) (poll mode has no channel).
+//! - [`Endpoint::cm_fd`]: the connection's RDMA CM event channel (a peer's disconnect); CM
+//!   endpoints only.
+//! - [`Listener::fd`]: the listener's CM event channel (connection requests).
+//! - [`Connecting::fd`], [`Accepting::fd`]: the channel of a connection being set up.
+//!
+//! All are non-blocking and stay open as long as their object. They are readable (`POLLIN`)
+//! when something may have happened; a `try_*` call then finds out what.
+//!
+//! ## Re-arming the completion channel
+//! The completion channel raises one event per [`Endpoint::arm`] (`ibv_req_notify_cq(3)`), and
+//! only for a completion that arrives after it. So, for an endpoint:
+//! 1. call the `try_*` you need until it says would-block;
+//! 2. [`arm`](Endpoint::arm) (reads and acknowledges the events already on the channel, then
+//!    re-arms);
+//! 3. call the `try_*` once more (a completion may have landed before the arm);
+//! 4. wait until [`completion_fd`](Endpoint::completion_fd) or [`cm_fd`](Endpoint::cm_fd) is
+//!    readable, and go back to 1.
+//!
+//! The CM channels need no arming: an event stays readable until a `try_*` call takes it.
+//!
+//! ## Ownership
+//! Nothing here changes who owns what: a posted buffer stays in the queue until its completion
+//! (or the queue pair's flush when the endpoint is dropped), however the caller waits.
 //!
 //! # Files
 //! `options` (what an endpoint is made with), `conn` (the [`Endpoint`] and its accessors),

@@ -1,33 +1,5 @@
-//! Non-blocking use for event loops: file descriptors to wait on, and `try_*` calls that never
-//! block. Each either does its whole step or nothing, and then fails with
-//! [`Error::WouldBlock`] (and the object stays usable).
-//!
-//! # Descriptors
-//! - [`Endpoint::completion_fd`]: the completion channel; needs an endpoint made with
-//!   [`WaitMode::Event`](crate::verbs::WaitMode::Event) (poll mode has no channel).
-//! - [`Endpoint::cm_fd`]: the connection's RDMA CM event channel (a peer's disconnect); CM
-//!   endpoints only.
-//! - [`Listener::fd`]: the listener's CM event channel (connection requests).
-//! - [`Connecting::fd`], [`Accepting::fd`]: the channel of a connection being set up.
-//!
-//! All are non-blocking and stay open as long as their object. They are readable (`POLLIN`)
-//! when something may have happened; a `try_*` call then finds out what.
-//!
-//! # Re-arming the completion channel
-//! The completion channel raises one event per [`Endpoint::arm`] (`ibv_req_notify_cq(3)`), and
-//! only for a completion that arrives after it. So, for an endpoint:
-//! 1. call the `try_*` you need until it says would-block;
-//! 2. [`arm`](Endpoint::arm) (reads and acknowledges the events already on the channel, then
-//!    re-arms);
-//! 3. call the `try_*` once more (a completion may have landed before the arm);
-//! 4. wait until [`completion_fd`](Endpoint::completion_fd) or [`cm_fd`](Endpoint::cm_fd) is
-//!    readable, and go back to 1.
-//!
-//! The CM channels need no arming: an event stays readable until a `try_*` call takes it.
-//!
-//! # Ownership
-//! Nothing here changes who owns what: a posted buffer stays in the queue until its completion
-//! (or the queue pair's flush when the endpoint is dropped), however the caller waits.
+//! Non-blocking use for event loops: descriptors and `try_*` calls (documented in the
+//! [endpoint module](crate::xfer::endpoint#non-blocking-use)).
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -48,7 +20,7 @@ const BATCH: usize = 32;
 
 impl Endpoint {
     /// The completion channel's fd, or `None` for an endpoint made in poll mode. See the
-    /// [module docs](self) for how to wait on it.
+    /// [endpoint module docs](crate::xfer::endpoint#non-blocking-use) for how to wait on it.
     pub fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
         self.q.cq().channel_fd()
     }
@@ -64,7 +36,7 @@ impl Endpoint {
         self.cm.clone()
     }
 
-    /// Arms the completion channel for the next completion (see the [module docs](self)):
+    /// Arms the completion channel for the next completion (see the [endpoint module docs](crate::xfer::endpoint#non-blocking-use)):
     /// events already on it are read and acknowledged first, without blocking. Refused for an
     /// endpoint made in poll mode.
     pub fn arm(&mut self) -> Result<()> {

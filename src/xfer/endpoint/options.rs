@@ -24,7 +24,7 @@ pub const ACK_TIMEOUT: u8 = 14;
 /// Work request ids at or above this value are the endpoint's own.
 pub const RESERVED_WR_ID: u64 = 1 << 62;
 
-/// How an [`Endpoint`] is made and behaves.
+/// How an [`Endpoint`](crate::xfer::endpoint::Endpoint) is made and behaves.
 #[derive(Clone, Debug)]
 pub struct EndpointOptions {
     /// RDMA device; `None`: the first with an active port (OOB), or the one rdma_cm routes to (CM).
@@ -46,7 +46,7 @@ pub struct EndpointOptions {
     pub recv_depth: u32,
     /// Send buffers (messages in flight at once).
     pub send_depth: u32,
-    /// Send-queue slots for the caller's own work requests ([`Endpoint::post`]).
+    /// Send-queue slots for the caller's own work requests ([`Endpoint::post`](crate::xfer::endpoint::Endpoint::post)).
     pub extra_send_wr: u32,
     /// A client's session parameters, sent in the RDMA CM handshake (see [`crate::xfer::params`]).
     pub session: Option<SessionParams>,
