@@ -8,7 +8,6 @@ mod common;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
-use std::process::Command;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -17,7 +16,7 @@ use rdmaxfer::aio::{AsyncEndpoint, AsyncListener};
 use rdmaxfer::verbs::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 
-use common::{need_rxe0, pseudo_random};
+use common::{need_rxe0, our_resources, pseudo_random, tid};
 
 /// Bounds every test (a hang fails instead of blocking the suite); not a pass criterion.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -33,34 +32,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a current-thread runtime")
 }
 
-/// Lines of `rdma resource show KIND` of this process (its threads' ids are listed as "pid";
-/// every resource here is made on this test's thread).
-fn our_resources(kind: &str) -> Vec<String> {
-    let out = Command::new("rdma")
-        .args(["resource", "show", kind])
-        .output()
-        .expect("running `rdma resource show`");
-    assert!(out.status.success(), "rdma resource show {kind}");
-    let ids = [std::process::id().to_string(), tid()];
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .collect::<Vec<_>>()
-                .windows(2)
-                .any(|w| w[0] == "pid" && ids.iter().any(|i| i == w[1]))
-        })
-        .map(str::to_string)
-        .collect()
-}
-
-fn tid() -> String {
-    let l = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-    l.file_name().unwrap().to_string_lossy().into_owned()
-}
-
+/// QPs, CQs and MRs of this process (every resource here is made on this test's thread).
 fn counts() -> [usize; 3] {
-    ["qp", "cq", "mr"].map(|k| our_resources(k).len())
+    let t = [tid()];
+    ["qp", "cq", "mr"].map(|k| our_resources(k, &t).len())
 }
 
 const CLIENTS: usize = 16;

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::verbs::{Completion, LocalBuf, RemoteRegion, RemoteSlice, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::rdma_rw::{check_bounds, check_local, split, BufError, Direction};
+use crate::xfer::rdma_rw::{buf_back, check_bounds, pieces, BufError, Direction};
 
 use super::AsyncEndpoint;
 
@@ -96,29 +96,19 @@ impl AsyncEndpoint {
         offset: u64,
         len: u64,
     ) -> Result<LocalBuf, BufError> {
-        if let Err(error) =
-            check_local(buf.len(), buf_offset, len).and_then(|()| check_bounds(remote, offset, len))
-        {
-            return Err(BufError {
-                error,
-                buf: Some(buf),
-            });
-        }
-        let max = self.ep.local().port_max_msg;
+        let max = u64::from(self.ep.local().port_max_msg);
+        let plan = match pieces(remote, offset, buf.len(), buf_offset, len, max) {
+            Ok(p) => p,
+            Err(error) => {
+                return Err(BufError {
+                    error,
+                    buf: Some(buf),
+                })
+            }
+        };
         let mut buf = buf;
-        let mut boff = buf_offset;
-        for (off, n) in split(offset, len, u64::from(max)) {
-            let slice = match remote.slice(off, n) {
-                Ok(s) => s,
-                Err(error) => {
-                    return Err(BufError {
-                        error,
-                        buf: Some(buf),
-                    })
-                }
-            };
-            buf = self.round(dir, slice, buf, boff, n as usize).await?;
-            boff += n as usize;
+        for (slice, boff, n) in plan {
+            buf = self.round(dir, slice, buf, boff, n).await?;
         }
         Ok(buf)
     }
@@ -149,15 +139,7 @@ impl AsyncEndpoint {
             Ok(c) => c,
             Err(error) => return Err(BufError { error, buf: None }),
         };
-        let error = (!c.is_success()).then(|| c.to_error());
-        match (error, c.into_local_bufs().pop()) {
-            (None, Some(b)) => Ok(b),
-            (None, None) => Err(BufError {
-                error: Error::Protocol(format!("{dir:?} buffer not returned")),
-                buf: None,
-            }),
-            (Some(error), buf) => Err(BufError { error, buf }),
-        }
+        buf_back(dir, c)
     }
 }
 

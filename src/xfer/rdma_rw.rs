@@ -143,6 +143,11 @@ fn round(
         Ok(mut v) => v.remove(0),
         Err(error) => return Err(BufError { error, buf: None }),
     };
+    buf_back(dir, c)
+}
+
+/// The buffer a READ's or WRITE's completion hands back, or its error (with the buffer).
+pub fn buf_back(dir: Direction, c: Completion) -> Result<LocalBuf, BufError> {
     let error = (!c.is_success()).then(|| c.to_error());
     let buf = c.into_local_bufs().pop();
     match (error, buf) {
@@ -170,30 +175,52 @@ pub fn transfer_buf(
     len: u64,
     timeout: Duration,
 ) -> Result<LocalBuf, BufError> {
-    if let Err(error) =
-        check_local(buf.len(), buf_offset, len).and_then(|()| check_bounds(remote, offset, len))
-    {
-        return Err(BufError {
-            error,
-            buf: Some(buf),
-        });
-    }
+    let plan = match pieces(
+        remote,
+        offset,
+        buf.len(),
+        buf_offset,
+        len,
+        ini.max_msg() as u64,
+    ) {
+        Ok(p) => p,
+        Err(error) => {
+            return Err(BufError {
+                error,
+                buf: Some(buf),
+            })
+        }
+    };
     let mut buf = buf;
-    let mut boff = buf_offset;
-    for (off, n) in split(offset, len, ini.max_msg() as u64) {
-        let slice = match remote.slice(off, n) {
-            Ok(s) => s,
-            Err(error) => {
-                return Err(BufError {
-                    error,
-                    buf: Some(buf),
-                })
-            }
-        };
-        buf = round(ini, dir, slice, buf, boff, n as usize, timeout)?;
-        boff += n as usize;
+    for (slice, boff, n) in plan {
+        buf = round(ini, dir, slice, buf, boff, n, timeout)?;
     }
     Ok(buf)
+}
+
+/// The work requests of a transfer of `len` bytes between `buf[buf_offset..]` (a local buffer
+/// of `buf_len` bytes) and `remote` at `offset`, each at most `max` bytes: the remote slice,
+/// the local offset and the length of each. Both ranges are checked first.
+pub fn pieces(
+    remote: &RemoteRegion,
+    offset: u64,
+    buf_len: usize,
+    buf_offset: usize,
+    len: u64,
+    max: u64,
+) -> Result<Vec<(RemoteSlice, usize, usize)>> {
+    check_local(buf_len, buf_offset, len)?;
+    check_bounds(remote, offset, len)?;
+    let mut boff = buf_offset;
+    split(offset, len, max)
+        .into_iter()
+        .map(|(off, n)| {
+            let s = remote.slice(off, n)?;
+            let piece = (s, boff, n as usize);
+            boff += n as usize;
+            Ok(piece)
+        })
+        .collect()
 }
 
 /// RDMA WRITEs `data` to `remote` at `offset`, one message of at most `max_msg` at a time.

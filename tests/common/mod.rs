@@ -339,3 +339,33 @@ pub fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) 
 pub fn has_temp(out: &Path) -> bool {
     listing(out).iter().any(|n| n.ends_with(".rdmaxfer-part"))
 }
+
+/// This thread's id: `rdma resource show` lists the creating thread's id as "pid".
+pub fn tid() -> String {
+    let l = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    l.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Lines of `rdma resource show KIND` created by one of the threads `tids` (or this process).
+pub fn our_resources(kind: &str, tids: &[String]) -> Vec<String> {
+    let out = Command::new("rdma")
+        .args(["resource", "show", kind])
+        .output()
+        .expect("running `rdma resource show`");
+    assert!(
+        out.status.success(),
+        "rdma resource show {kind}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = std::process::id().to_string();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0] == "pid" && (w[1] == pid || tids.iter().any(|t| t == w[1])))
+        })
+        .map(str::to_string)
+        .collect()
+}
