@@ -11,7 +11,7 @@ use crate::xfer::endpoint::{Connecting, Endpoint, EndpointOptions, Message};
 use crate::cm::CmId;
 use crate::verbs::CqChannel;
 
-use super::{readable, reg_err};
+use super::{established, readable, reg_err};
 
 /// Send-queue slots kept for one-sided operations when the options ask for none (the
 /// blocking API's default): room for the operation in flight and for abandoned ones whose
@@ -80,15 +80,7 @@ impl AsyncEndpoint {
     /// `tokio::time::timeout` for a shorter bound.
     pub async fn connect(dst: SocketAddr, opts: &EndpointOptions) -> Result<AsyncEndpoint> {
         let mut c = Connecting::start(dst, &async_options(opts))?;
-        let fd = c.cm_handle().register().map_err(reg_err)?;
-        loop {
-            if let Some(ep) = c.try_finish()? {
-                // The endpoint registers the same channel again (one registration per fd).
-                drop(fd);
-                return AsyncEndpoint::new(ep);
-            }
-            readable(&fd).await?;
-        }
+        established(c.cm_handle(), || c.try_finish()).await
     }
 
     /// The endpoint (accessors: peer, limits, PD to register buffers in, ...).

@@ -11,7 +11,7 @@ use crate::xfer::params::SessionParams;
 use super::endpoint::async_options;
 use crate::cm::CmId;
 
-use super::{readable, reg_err, AsyncEndpoint};
+use super::{established, readable, reg_err, AsyncEndpoint};
 
 /// Accepts RDMA CM connections from rdmaxfer peers as futures. Take connections in one task
 /// ([`take`](Self::take)) and finish each in its own ([`AsyncPending::finish`]), so a client
@@ -96,14 +96,6 @@ impl AsyncPending {
         let o = async_options(self.0.options_mut());
         *self.0.options_mut() = o;
         let mut a = self.0.start_accept()?;
-        let fd = a.cm_handle().register().map_err(reg_err)?;
-        loop {
-            if let Some(ep) = a.try_finish()? {
-                // The endpoint registers the same channel again (one registration per fd).
-                drop(fd);
-                return AsyncEndpoint::new(ep);
-            }
-            readable(&fd).await?;
-        }
+        established(a.cm_handle(), || a.try_finish()).await
     }
 }

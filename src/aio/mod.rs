@@ -39,7 +39,9 @@ use std::os::fd::AsRawFd;
 
 use tokio::io::unix::AsyncFd;
 
+use crate::cm::CmId;
 use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
 
 pub use endpoint::AsyncEndpoint;
 pub use listen::{AsyncListener, AsyncPending};
@@ -47,6 +49,23 @@ pub use listen::{AsyncListener, AsyncPending};
 /// What registering a channel with the reactor fails with.
 pub(crate) fn reg_err(e: std::io::Error) -> Error {
     Error::io("registering an RDMA channel with the tokio reactor", e)
+}
+
+/// Takes `step` (a CM set-up's `try_finish`) whenever the id's channel is readable, until it
+/// gives the endpoint; then registers that.
+pub(crate) async fn established(
+    id: CmId,
+    mut step: impl FnMut() -> Result<Option<Endpoint>>,
+) -> Result<AsyncEndpoint> {
+    let fd = id.register().map_err(reg_err)?;
+    loop {
+        if let Some(ep) = step()? {
+            // The endpoint registers the same channel again (one registration per fd).
+            drop(fd);
+            return AsyncEndpoint::new(ep);
+        }
+        readable(&fd).await?;
+    }
 }
 
 /// Waits until `fd` is readable and clears its readiness (the caller then takes what is there

@@ -97,16 +97,7 @@ impl AsyncEndpoint {
         len: u64,
     ) -> Result<LocalBuf, BufError> {
         let max = u64::from(self.ep.local().port_max_msg);
-        let plan = match pieces(remote, offset, buf.len(), buf_offset, len, max) {
-            Ok(p) => p,
-            Err(error) => {
-                return Err(BufError {
-                    error,
-                    buf: Some(buf),
-                })
-            }
-        };
-        let mut buf = buf;
+        let (mut buf, plan) = pieces(remote, offset, buf, buf_offset, len, max)?;
         for (slice, boff, n) in plan {
             buf = self.round(dir, slice, buf, boff, n).await?;
         }

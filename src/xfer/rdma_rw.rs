@@ -175,52 +175,48 @@ pub fn transfer_buf(
     len: u64,
     timeout: Duration,
 ) -> Result<LocalBuf, BufError> {
-    let plan = match pieces(
-        remote,
-        offset,
-        buf.len(),
-        buf_offset,
-        len,
-        ini.max_msg() as u64,
-    ) {
-        Ok(p) => p,
-        Err(error) => {
-            return Err(BufError {
-                error,
-                buf: Some(buf),
-            })
-        }
-    };
-    let mut buf = buf;
+    let (mut buf, plan) = pieces(remote, offset, buf, buf_offset, len, ini.max_msg() as u64)?;
     for (slice, boff, n) in plan {
         buf = round(ini, dir, slice, buf, boff, n, timeout)?;
     }
     Ok(buf)
 }
 
-/// The work requests of a transfer of `len` bytes between `buf[buf_offset..]` (a local buffer
-/// of `buf_len` bytes) and `remote` at `offset`, each at most `max` bytes: the remote slice,
-/// the local offset and the length of each. Both ranges are checked first.
+/// One work request of a transfer: the remote slice, the local offset and the length.
+pub type Piece = (RemoteSlice, usize, usize);
+
+/// The work requests of a transfer of `len` bytes between `buf[buf_offset..]` and `remote` at
+/// `offset`, each at most `max` bytes: the remote slice, the local offset and the length of
+/// each, with the buffer. Both ranges are checked first (a refusal gives the buffer back).
 pub fn pieces(
     remote: &RemoteRegion,
     offset: u64,
-    buf_len: usize,
+    buf: LocalBuf,
     buf_offset: usize,
     len: u64,
     max: u64,
-) -> Result<Vec<(RemoteSlice, usize, usize)>> {
-    check_local(buf_len, buf_offset, len)?;
-    check_bounds(remote, offset, len)?;
-    let mut boff = buf_offset;
-    split(offset, len, max)
-        .into_iter()
-        .map(|(off, n)| {
-            let s = remote.slice(off, n)?;
-            let piece = (s, boff, n as usize);
-            boff += n as usize;
-            Ok(piece)
-        })
-        .collect()
+) -> Result<(LocalBuf, Vec<Piece>), BufError> {
+    let plan = (|| {
+        check_local(buf.len(), buf_offset, len)?;
+        check_bounds(remote, offset, len)?;
+        let mut boff = buf_offset;
+        split(offset, len, max)
+            .into_iter()
+            .map(|(off, n)| {
+                let s = remote.slice(off, n)?;
+                let piece = (s, boff, n as usize);
+                boff += n as usize;
+                Ok(piece)
+            })
+            .collect::<Result<Vec<_>>>()
+    })();
+    match plan {
+        Ok(p) => Ok((buf, p)),
+        Err(error) => Err(BufError {
+            error,
+            buf: Some(buf),
+        }),
+    }
 }
 
 /// RDMA WRITEs `data` to `remote` at `offset`, one message of at most `max_msg` at a time.
