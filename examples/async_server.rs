@@ -40,15 +40,17 @@ async fn serve(addr: SocketAddr, limit: Option<usize>) -> Result<()> {
     let mut served = 0;
     while limit.is_none_or(|n| served < n) {
         let pending = listener.take().await?;
-        let peer = pending.peer_addr();
+        let peer = pending
+            .peer_addr()
+            .map_or_else(|| "?".to_string(), |a| a.to_string());
         // Finish the handshake in the connection's own task: a slow client holds up no other.
         tasks.push(tokio::spawn(async move {
             match pending.finish().await {
                 Ok(ep) => match echo(ep).await {
-                    Ok(n) => println!("{peer:?}: {n} messages echoed"),
-                    Err(e) => eprintln!("{peer:?}: {e}"),
+                    Ok(n) => println!("{peer}: {n} messages echoed"),
+                    Err(e) => eprintln!("{peer}: {e}"),
                 },
-                Err(e) => eprintln!("{peer:?}: accept failed: {e}"),
+                Err(e) => eprintln!("{peer}: accept failed: {e}"),
             }
         }));
         served += 1;
