@@ -49,7 +49,8 @@
 //! [`RemoteRegion`](crate::verbs::RemoteRegion) descriptor; the other READs and WRITEs it
 //! without involving the peer's CPU. The exposing side never gets a slice of memory the peer
 //! may write: it copies out ([`ExposedRegion::to_vec`](crate::verbs::ExposedRegion::to_vec)),
-//! best after revoking the peer's access ([`ExposedRegion::revoke`](crate::verbs::ExposedRegion::revoke)).
+//! best after revoking the peer's access
+//! ([`ExposedRegion::revoke`](crate::verbs::ExposedRegion::revoke)).
 //!
 //! ```no_run
 //! use rdmaxfer::verbs::{ExposedRegion, RemoteAccess, RemoteRegion};
@@ -100,7 +101,8 @@
 //!
 //! fn send(addr: SocketAddr, path: PathBuf) -> rdmaxfer::Result<SessionReport> {
 //!     let opts = SenderOptions::default();
-//!     let mut ep = Endpoint::connect_cm(addr, &opts.endpoint_options(&EndpointOptions::default()))?;
+//!     let ep_opts = opts.endpoint_options(&EndpointOptions::default());
+//!     let mut ep = Endpoint::connect_cm(addr, &ep_opts)?;
 //!     let mut report = SessionReport::default();
 //!     transfer::send(&mut ep, &source::walk(&[path])?, &opts, &mut report, &mut |_| {})?;
 //!     ep.close()?;

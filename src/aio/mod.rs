@@ -15,19 +15,29 @@
 //! Dropping any future of this module is sound: memory the device may touch is owned by the
 //! queue from the post until its completion (or the queue pair's flush when the endpoint is
 //! dropped), never by the future. In detail:
-//! - [`AsyncEndpoint::send`](crate::aio::AsyncEndpoint::send) and [`AsyncEndpoint::recv`](crate::aio::AsyncEndpoint::recv) either do their whole step or
+//! - [`AsyncEndpoint::send`] and [`AsyncEndpoint::recv`] either do their whole step or
 //!   nothing: dropped before completing, no message was sent or taken (cancel-safe in
 //!   `tokio::select!`).
-//! - [`AsyncEndpoint::write`](crate::aio::AsyncEndpoint::write) / [`AsyncEndpoint::read`](crate::aio::AsyncEndpoint::read) take the registered buffer **by
+//! - [`AsyncEndpoint::write`] / [`AsyncEndpoint::read`] take the registered buffer **by
 //!   value**: while the future lives it cannot be touched (a borrow would end with the future
 //!   and let the device write into memory the program uses again). Dropped after the post, the
 //!   buffer stays in the queue and is freed only after its completion (which later calls
 //!   discard) or the queue's flush.
 //! - Accepting or connecting futures dropped half-way abandon the peer; the CM id, QP and
 //!   buffers are torn down in the usual order.
-//! - [`AsyncEndpoint::send_files`](crate::aio::AsyncEndpoint::send_files) / [`AsyncEndpoint::receive_files`](crate::aio::AsyncEndpoint::receive_files) run the blocking
-//!   transfer on tokio's blocking pool: dropping their future does not stop the transfer,
-//!   which ends at its own deadlines and then drops the endpoint.
+//! - [`AsyncEndpoint::send_files`] / [`AsyncEndpoint::receive_files`] run the blocking
+//!   transfer on tokio's blocking pool: dropping their future does not stop it; the transfer
+//!   ends at its own deadlines and then drops the endpoint.
+//!
+//! Dropping an endpoint (any endpoint) moves its queue pair to the error state and takes the
+//! flushed completions before freeing the buffers: a short wait on the dropping thread.
+//!
+//! [`AsyncEndpoint::send`]: crate::aio::AsyncEndpoint::send
+//! [`AsyncEndpoint::recv`]: crate::aio::AsyncEndpoint::recv
+//! [`AsyncEndpoint::write`]: crate::aio::AsyncEndpoint::write
+//! [`AsyncEndpoint::read`]: crate::aio::AsyncEndpoint::read
+//! [`AsyncEndpoint::send_files`]: crate::aio::AsyncEndpoint::send_files
+//! [`AsyncEndpoint::receive_files`]: crate::aio::AsyncEndpoint::receive_files
 #![forbid(unsafe_code)]
 
 mod endpoint;

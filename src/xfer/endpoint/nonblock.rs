@@ -36,9 +36,10 @@ impl Endpoint {
         self.cm.clone()
     }
 
-    /// Arms the completion channel for the next completion (see the [endpoint module docs](crate::xfer::endpoint#non-blocking-use)):
-    /// events already on it are read and acknowledged first, without blocking. Refused for an
-    /// endpoint made in poll mode.
+    /// Arms the completion channel for the next completion (see the
+    /// [endpoint module docs](crate::xfer::endpoint#non-blocking-use)): events already on it
+    /// are read and acknowledged first, without blocking. Refused for an endpoint made in poll
+    /// mode.
     pub fn arm(&mut self) -> Result<()> {
         self.check_usable()?;
         self.q.cq().arm().map(drop).map_err(|e| self.fail(e))
