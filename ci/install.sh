@@ -37,12 +37,16 @@ print(v, m["target_directory"])')
 major="${version%%.*}"
 
 tool="${RDMAXFER_INSTALL_TOOL:-1}"
+# RDMAXFER_FEATURES: cargo features to build with (e.g. "tokio"). A cdylib's files have no
+# per-feature name, so a build with other features than the caller's replaces its library.
+features=()
+[[ -n "${RDMAXFER_FEATURES:-}" ]] && features=(--features "$RDMAXFER_FEATURES")
 if [[ "$tool" == 0 ]]; then
   ci_log "building librdmaxfer.so $version ($profile)"
-  cargo build -q --lib --profile "$profile"
+  cargo build -q --lib --profile "$profile" "${features[@]}"
 else
   ci_log "building rdmaxfer and librdmaxfer.so $version ($profile)"
-  cargo build -q --lib --bin rdmaxfer --profile "$profile"
+  cargo build -q --lib --bin rdmaxfer --profile "$profile" "${features[@]}"
 fi
 lib="$target_dir/$outdir/librdmaxfer.so"
 bin="$target_dir/$outdir/rdmaxfer"

@@ -100,6 +100,12 @@ fn install_puts_the_tool_library_header_completions_and_man_pages_under_prefix()
         .env("PREFIX", prefix.path())
         // The dev profile: the test must not wait for a release (LTO) build.
         .env("RDMAXFER_PROFILE", "dev")
+        // The features this test was built with: librdmaxfer.rlib has one name whatever the
+        // features, and the doc-tests that run after this test link it.
+        .env(
+            "RDMAXFER_FEATURES",
+            if cfg!(feature = "tokio") { "tokio" } else { "" },
+        )
         .output()
         .unwrap();
     assert!(
