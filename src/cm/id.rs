@@ -294,9 +294,8 @@ impl CmId {
     /// readability. The returned `AsyncFd` holds this handle of the id.
     #[cfg(feature = "tokio")]
     pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CmId>> {
-        // SAFETY: `AsyncFd::register_with_interest` needs the fd open and the same for the
-        // AsyncFd's life: the AsyncFd owns `self`, which keeps the id and its one channel
-        // (never replaced) alive until the id's last handle is dropped (`IdInner::drop`).
+        // SAFETY: register_with_interest's contract (fd open and the same while registered):
+        // the AsyncFd owns `self`, which keeps the id's one channel (never replaced) open.
         unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
         }

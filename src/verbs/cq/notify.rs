@@ -96,10 +96,8 @@ impl CqChannel {
     /// Registers the channel with the current tokio runtime's reactor, for readability.
     #[cfg(feature = "tokio")]
     pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CqChannel>> {
-        // SAFETY: `AsyncFd::register_with_interest` needs the fd open and the same for the
-        // AsyncFd's life: the AsyncFd owns `self`, whose CQ handle keeps the channel (created
-        // once, with the CQ) open until the last handle is dropped (`CqInner::drop`), and
-        // `as_raw_fd` reads the fd of that one channel.
+        // SAFETY: register_with_interest's contract (fd open and the same while registered):
+        // the AsyncFd owns `self`, whose CQ handle keeps the CQ's one channel open till dropped.
         unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
         }
