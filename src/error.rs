@@ -44,6 +44,13 @@ pub enum Error {
         /// The deadline that passed.
         after: Duration,
     },
+    /// The object was shut down (e.g. a listener, by its shutdown handle from another thread)
+    /// before or while the call waited.
+    #[error("{what} was shut down")]
+    Shutdown {
+        /// What was shut down, e.g. "the listener on 10.0.0.1:18515".
+        what: String,
+    },
     /// There is no RDMA device on this machine.
     #[error("no RDMA device found{detail}. To get a Soft-RoCE device: `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <NETDEV>` (needs a kernel with CONFIG_RDMA_RXE), then check `ibv_devices`")]
     NoDevice {

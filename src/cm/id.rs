@@ -5,6 +5,7 @@
 
 use std::mem::ManuallyDrop;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -528,6 +529,16 @@ impl CmId {
             let rc = unsafe { sys::rdma_disconnect(id) };
             check(rc, "rdma_disconnect")
         })
+    }
+
+    /// The descriptor of this id's event channel: readable when an event is queued (for
+    /// `poll(2)`/epoll; take the events with [`try_next_event`](Self::try_next_event) or the
+    /// calls that wait). Non-blocking; it stays open while `self` lives.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the channel's fd is open from rdma_create_event_channel until
+        // rdma_destroy_event_channel, which runs only when the last holder of `inner` is gone:
+        // not while `self` (and so this borrow) lives.
+        unsafe { BorrowedFd::borrow_raw(self.inner.channel.fd()) }
     }
 
     /// The next event if one is queued (`rdma_get_cm_event(3)` on the non-blocking channel).

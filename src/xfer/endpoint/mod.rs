@@ -30,7 +30,8 @@
 //!
 //! # Files
 //! `options` (what an endpoint is made with), `conn` (the [`Endpoint`] and its accessors),
-//! `setup` (what every set-up shares), `cm` and `oob` (the two set-ups and their listeners),
+//! `setup` (what every set-up shares), `wake` (a listener's shutdown from another thread),
+//! `cm` and `oob` (the two set-ups and their listeners),
 //! `accept` (accepting in two steps), `flow` (the credit engine and the waits) and `messaging`
 //! (send, receive, the caller's own work requests). Each imports only the ones listed before it.
 
@@ -42,6 +43,7 @@ mod messaging;
 mod oob;
 mod options;
 mod setup;
+mod wake;
 
 pub use accept::Pending;
 pub use cm::Listener;
@@ -53,3 +55,4 @@ pub use options::{
     DEFAULT_TIMEOUT, RESERVED_WR_ID, RETRY_COUNT, RNR_RETRY,
 };
 pub use setup::resolve_host;
+pub use wake::ShutdownHandle;
