@@ -51,6 +51,14 @@ pub enum Error {
         /// What was shut down, e.g. "the listener on 10.0.0.1:18515".
         what: String,
     },
+    /// A non-blocking call (`try_*`, see `xfer::endpoint::nonblock`) could not make progress
+    /// without waiting: nothing was done; wait until the object's file descriptor is readable
+    /// (after arming it) and call again. Like [`std::io::ErrorKind::WouldBlock`].
+    #[error("would block: {what} is not ready")]
+    WouldBlock {
+        /// What the call needs first (a message, a credit, a completion, a CM event, ...).
+        what: &'static str,
+    },
     /// There is no RDMA device on this machine.
     #[error("no RDMA device found{detail}. To get a Soft-RoCE device: `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <NETDEV>` (needs a kernel with CONFIG_RDMA_RXE), then check `ibv_devices`")]
     NoDevice {
@@ -205,6 +213,11 @@ impl Error {
     /// True for a timeout.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
+    }
+
+    /// True for [`Error::WouldBlock`]: a non-blocking call found nothing to do yet.
+    pub fn is_would_block(&self) -> bool {
+        matches!(self, Error::WouldBlock { .. })
     }
 }
 

@@ -152,6 +152,7 @@ impl From<&Error> for rdmaxfer_status {
             Error::Verb { .. } => S::RDMAXFER_ERR_VERBS,
             Error::Completion { .. } => S::RDMAXFER_ERR_COMPLETION,
             Error::Timeout { .. } => S::RDMAXFER_ERR_TIMEOUT,
+            Error::WouldBlock { .. } => S::RDMAXFER_ERR_AGAIN,
             Error::NoDevice { .. } => S::RDMAXFER_ERR_NO_DEVICE,
             Error::DeviceNotFound { .. } => S::RDMAXFER_ERR_DEVICE_NOT_FOUND,
             Error::InvalidArgument(_) | Error::TooLarge { .. } | Error::ContextMismatch { .. } => {

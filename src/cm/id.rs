@@ -5,7 +5,6 @@
 
 use std::mem::ManuallyDrop;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -274,6 +273,16 @@ fn ms(t: Duration) -> i32 {
     t.as_millis().clamp(1, i32::MAX as u128) as i32
 }
 
+/// The id's own event channel fd (non-blocking): readable when an event is queued for
+/// [`CmId::try_next_event`]. Open as long as the id; for an event loop (`poll(2)`, epoll).
+impl std::os::fd::AsFd for CmId {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the channel (and so its fd) is destroyed only when the id's last reference
+        // goes (`IdInner::drop`), and `self` holds one for the returned lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.channel.fd()) }
+    }
+}
+
 impl CmId {
     /// A new id on a new event channel: `rdma_create_event_channel(3)` + `rdma_create_id(3)`
     /// (`RDMA_PS_TCP`, reliable connected).
@@ -529,16 +538,6 @@ impl CmId {
             let rc = unsafe { sys::rdma_disconnect(id) };
             check(rc, "rdma_disconnect")
         })
-    }
-
-    /// The descriptor of this id's event channel: readable when an event is queued (for
-    /// `poll(2)`/epoll; take the events with [`try_next_event`](Self::try_next_event) or the
-    /// calls that wait). Non-blocking; it stays open while `self` lives.
-    pub fn event_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the channel's fd is open from rdma_create_event_channel until
-        // rdma_destroy_event_channel, which runs only when the last holder of `inner` is gone:
-        // not while `self` (and so this borrow) lives.
-        unsafe { BorrowedFd::borrow_raw(self.inner.channel.fd()) }
     }
 
     /// The next event if one is queued (`rdma_get_cm_event(3)` on the non-blocking channel).

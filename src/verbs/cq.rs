@@ -236,6 +236,7 @@ pub const REM_ACCESS_ERR: u32 = sys::IBV_WC_REM_ACCESS_ERR;
 /// `IBV_WC_WR_FLUSH_ERR`: flushed because the QP went to the error state.
 pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
 
+mod notify;
 mod table;
 pub(crate) use table::Table;
 

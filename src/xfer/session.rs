@@ -76,10 +76,10 @@ impl Server {
 
     /// The descriptor to watch for the next peer (non-blocking): readable when
     /// [`take`](Self::take) with a zero wait may find one.
-    pub fn event_fd(&self) -> BorrowedFd<'_> {
+    pub fn fd(&self) -> BorrowedFd<'_> {
         match self {
-            Server::Cm(l) => l.event_fd(),
-            Server::Oob(l) => l.event_fd(),
+            Server::Cm(l) => l.fd(),
+            Server::Oob(l) => l.fd(),
         }
     }
 

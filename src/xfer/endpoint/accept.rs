@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
-use crate::cm::{ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
+use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
 use crate::xfer::params::SessionParams;
 use crate::xfer::wire::{self, Hello, OobDest, Reject, RejectCode};
@@ -103,6 +103,39 @@ impl Pending {
     }
 }
 
+/// A CM connection accepted (`rdma_accept` sent) whose ESTABLISHED has not come yet.
+pub(super) struct Started {
+    pub(super) id: CmId,
+    pub(super) parts: Parts,
+    pub(super) hello: Hello,
+    pub(super) opts: EndpointOptions,
+    pub(super) peer: Option<SocketAddr>,
+}
+
+impl Pending {
+    /// For the non-blocking accept (`nonblock`): the first half of [`finish`](Self::finish)
+    /// over RDMA CM ([`start_cm`]), with the options and the peer's address. Refused over OOB,
+    /// whose exchange is a blocking TCP conversation.
+    pub(super) fn start(self) -> Result<Started> {
+        let peer = self.peer;
+        match self.how {
+            How::Cm { req, listen } => {
+                let (id, parts, hello) = start_cm(&self.opts, listen, req)?;
+                Ok(Started {
+                    id,
+                    parts,
+                    hello,
+                    opts: self.opts,
+                    peer,
+                })
+            }
+            How::Oob(_) => Err(Error::InvalidArgument(
+                "a connection taken from an OobListener can only be finished blocking (Pending::finish)".into(),
+            )),
+        }
+    }
+}
+
 impl Listener {
     /// Waits (at most `wait`; `None`: forever) for the next connection request and sets it up:
     /// [`take`](Self::take) then [`Pending::finish`].
@@ -141,7 +174,7 @@ impl Listener {
                     after: wait.unwrap_or_default(),
                 });
             }
-            self.wake.wait(self.id.event_fd(), left)?;
+            self.wake.wait(self.id.as_fd(), left)?;
         };
         Ok(Pending {
             peer: req.id.peer_addr(),
@@ -155,6 +188,24 @@ impl Listener {
 }
 
 fn setup_cm(opts: &EndpointOptions, listen: SocketAddr, req: ConnectRequest) -> Result<Endpoint> {
+    let (id, parts, hello) = start_cm(opts, listen, req)?;
+    id.expect_event(
+        EventKind::Established,
+        opts.timeout,
+        "the client to complete the connection",
+    )?;
+    let peer_addr = id.peer_addr();
+    Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
+}
+
+/// The first half of accepting over RDMA CM: checks the client's handshake (rejecting a bad
+/// one with a reason), sets up PD/CQ/QP and receives, and calls `rdma_accept`; ESTABLISHED (or
+/// an error event) follows on the returned id's channel.
+pub(super) fn start_cm(
+    opts: &EndpointOptions,
+    listen: SocketAddr,
+    req: ConnectRequest,
+) -> Result<(CmId, Parts, Hello)> {
     let id = req.id;
     let reject = |code: RejectCode, e: Error| -> Error {
         let r = Reject {
@@ -200,13 +251,7 @@ fn setup_cm(opts: &EndpointOptions, listen: SocketAddr, req: ConnectRequest) -> 
     id.set_ack_timeout(ACK_TIMEOUT)
         .map_err(|e| reject(RejectCode::Resources, e))?;
     id.accept(&param)?;
-    id.expect_event(
-        EventKind::Established,
-        opts.timeout,
-        "the client to complete the connection",
-    )?;
-    let peer_addr = id.peer_addr();
-    Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
+    Ok((id, parts, hello))
 }
 
 impl OobListener {

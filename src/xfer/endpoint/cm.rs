@@ -2,11 +2,10 @@
 //! [`Listener`] (its accept is in [`super::accept`]).
 
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cm::{CmId, ConnParam, EventKind};
+use crate::cm::{CmId, ConnParam, Event, EventKind};
 use crate::error::{Error, Result};
 use crate::xfer::wire::{Hello, Reject};
 
@@ -19,22 +18,8 @@ impl Endpoint {
     /// Connects to an rdmaxfer [`Listener`] with RDMA CM: resolve address and route, create
     /// the QP, connect with the handshake as private data, wait for ESTABLISHED.
     pub fn connect_cm(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
-        if opts.mtu.is_some() {
-            return Err(Error::InvalidArgument(
-                "the path MTU cannot be set with rdma_cm (it follows the route's netdev MTU); use --oob to set it".into(),
-            ));
-        }
         let t = opts.timeout;
-        // Refuse bad options before any packet leaves: device, GID index, message size.
-        let pre = choose(opts)?;
-        let src = if opts.device.is_some() || opts.gid_index.is_some() {
-            Some(SocketAddr::new(gid_source(&pre.gid)?, 0))
-        } else {
-            None
-        };
-        drop(pre);
-        let id = CmId::new()?;
-        id.resolve_addr(src, dst, t)?;
+        let id = start_connect(dst, opts)?;
         id.expect_event(EventKind::AddrResolved, t, "resolving the server's address")?;
         id.resolve_route(t)?;
         id.expect_event(
@@ -42,46 +27,9 @@ impl Endpoint {
             t,
             "resolving the route to the server",
         )?;
-        let ctx = id.context()?;
-        check_cm_device(opts, &ctx, id.port_num(), &dst.to_string())?;
-        let port = ctx.query_port(id.port_num())?;
-        check_msg_size(opts, &ctx, &port)?;
-        let (resp, init) = rd_atomic(&ctx);
-        let mut parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
-        parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
-        let param = ConnParam {
-            private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
-                .with_params(opts.session)
-                .encode()
-                .to_vec(),
-            responder_resources: resp,
-            initiator_depth: init,
-            retry_count: RETRY_COUNT,
-            rnr_retry_count: RNR_RETRY,
-        };
-        // rdma_cm's own ACK timeout on RoCE is 2.1 s (code 19), and Soft-RoCE often waits one ACK
-        // timeout to recover a lost packet: use ibv_rc_pingpong's, as the OOB path does.
-        id.set_ack_timeout(ACK_TIMEOUT)?;
-        id.connect(&param)?;
-        let what = "the connection to be established";
-        let ev = id.next_event(Some(t), what)?;
-        match ev.kind() {
-            EventKind::Established if ev.status() == 0 => {}
-            EventKind::Rejected => {
-                if let Some(r) = Reject::decode(ev.private_data()) {
-                    return Err(Error::Connection(format!(
-                        "connecting to {dst}: rejected by the server: {}",
-                        r.text
-                    )));
-                }
-                return Err(ev.to_error(&format!("connecting to {dst}")));
-            }
-            _ => return Err(ev.to_error(&format!("connecting to {dst}"))),
-        }
-        let hello = Hello::decode(ev.private_data())?;
-        drop(ev);
-        let peer_addr = id.peer_addr().or(Some(dst));
-        Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
+        let parts = send_connect(&id, dst, opts)?;
+        let ev = id.next_event(Some(t), "the connection to be established")?;
+        connected(ev, dst, opts, parts, id)
     }
 
     /// Takes the next connection from `listener` (see [`Listener::accept`]): the server side of
@@ -89,6 +37,81 @@ impl Endpoint {
     pub fn accept_cm(listener: &mut Listener, wait: Option<Duration>) -> Result<Endpoint> {
         listener.accept(wait)
     }
+}
+
+/// The first step of [`Endpoint::connect_cm`]: refuses bad options before any packet leaves
+/// (device, GID index, message size), then starts resolving the address (ADDR_RESOLVED or an
+/// error event follows on the id's channel).
+pub(super) fn start_connect(dst: SocketAddr, opts: &EndpointOptions) -> Result<CmId> {
+    if opts.mtu.is_some() {
+        return Err(Error::InvalidArgument(
+            "the path MTU cannot be set with rdma_cm (it follows the route's netdev MTU); use --oob to set it".into(),
+        ));
+    }
+    let pre = choose(opts)?;
+    let src = if opts.device.is_some() || opts.gid_index.is_some() {
+        Some(SocketAddr::new(gid_source(&pre.gid)?, 0))
+    } else {
+        None
+    };
+    drop(pre);
+    let id = CmId::new()?;
+    id.resolve_addr(src, dst, opts.timeout)?;
+    Ok(id)
+}
+
+/// After ROUTE_RESOLVED: creates the QP, posts the receives and sends the connect request with
+/// the handshake as private data (ESTABLISHED, REJECTED or an error event follows).
+pub(super) fn send_connect(id: &CmId, dst: SocketAddr, opts: &EndpointOptions) -> Result<Parts> {
+    let ctx = id.context()?;
+    check_cm_device(opts, &ctx, id.port_num(), &dst.to_string())?;
+    let port = ctx.query_port(id.port_num())?;
+    check_msg_size(opts, &ctx, &port)?;
+    let (resp, init) = rd_atomic(&ctx);
+    let mut parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
+    parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
+    let param = ConnParam {
+        private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
+            .with_params(opts.session)
+            .encode()
+            .to_vec(),
+        responder_resources: resp,
+        initiator_depth: init,
+        retry_count: RETRY_COUNT,
+        rnr_retry_count: RNR_RETRY,
+    };
+    // rdma_cm's own ACK timeout on RoCE is 2.1 s (code 19), and Soft-RoCE often waits one ACK
+    // timeout to recover a lost packet: use ibv_rc_pingpong's, as the OOB path does.
+    id.set_ack_timeout(ACK_TIMEOUT)?;
+    id.connect(&param)?;
+    Ok(parts)
+}
+
+/// The last step of [`Endpoint::connect_cm`]: the event that answered the connect request.
+pub(super) fn connected(
+    ev: Event,
+    dst: SocketAddr,
+    opts: &EndpointOptions,
+    parts: Parts,
+    id: CmId,
+) -> Result<Endpoint> {
+    match ev.kind() {
+        EventKind::Established if ev.status() == 0 => {}
+        EventKind::Rejected => {
+            if let Some(r) = Reject::decode(ev.private_data()) {
+                return Err(Error::Connection(format!(
+                    "connecting to {dst}: rejected by the server: {}",
+                    r.text
+                )));
+            }
+            return Err(ev.to_error(&format!("connecting to {dst}")));
+        }
+        _ => return Err(ev.to_error(&format!("connecting to {dst}"))),
+    }
+    let hello = Hello::decode(ev.private_data())?;
+    drop(ev);
+    let peer_addr = id.peer_addr().or(Some(dst));
+    Ok(parts.into_cm_endpoint(opts, &hello, peer_addr, id))
 }
 
 /// Accepts RDMA CM connections from rdmaxfer peers, one after another.
@@ -151,12 +174,6 @@ impl Listener {
     /// A handle that shuts this listener down from any thread (see [`ShutdownHandle`]).
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle(self.wake.clone())
-    }
-
-    /// The descriptor to watch for the next connection request (the CM event channel's,
-    /// non-blocking): readable when [`take`](Self::take) with a zero wait would find an event.
-    pub fn event_fd(&self) -> BorrowedFd<'_> {
-        self.id.event_fd()
     }
 
     /// True once the listener itself failed (e.g. its device was removed); accept fails from

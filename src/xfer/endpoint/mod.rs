@@ -33,13 +33,15 @@
 //! `setup` (what every set-up shares), `wake` (a listener's shutdown from another thread),
 //! `cm` and `oob` (the two set-ups and their listeners),
 //! `accept` (accepting in two steps), `flow` (the credit engine and the waits) and `messaging`
-//! (send, receive, the caller's own work requests). Each imports only the ones listed before it.
+//! (send, receive, the caller's own work requests), then `nonblock` (descriptors and `try_*`
+//! calls for event loops). Each imports only the ones listed before it.
 
 mod accept;
 mod cm;
 mod conn;
 mod flow;
 mod messaging;
+mod nonblock;
 mod oob;
 mod options;
 mod setup;
@@ -49,6 +51,7 @@ pub use accept::Pending;
 pub use cm::Listener;
 pub use conn::Endpoint;
 pub use messaging::Message;
+pub use nonblock::{Accepting, Connecting};
 pub use oob::OobListener;
 pub use options::{
     EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport, ACK_TIMEOUT, DEFAULT_PORT,

@@ -293,8 +293,9 @@ impl OobListener {
         ShutdownHandle(self.wake.clone())
     }
 
-    /// The descriptor to watch for the next client (the TCP listening socket, non-blocking).
-    pub fn event_fd(&self) -> BorrowedFd<'_> {
+    /// The descriptor to watch for the next client (the TCP listening socket, non-blocking),
+    /// as [`Listener::fd`](super::Listener::fd).
+    pub fn fd(&self) -> BorrowedFd<'_> {
         self.tcp.as_fd()
     }
 

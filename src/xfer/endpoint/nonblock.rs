@@ -1,0 +1,373 @@
+//! Non-blocking use for event loops: file descriptors to wait on, and `try_*` calls that never
+//! block. Each either does its whole step or nothing, and then fails with
+//! [`Error::WouldBlock`] (and the object stays usable).
+//!
+//! # Descriptors
+//! - [`Endpoint::completion_fd`]: the completion channel; needs an endpoint made with
+//!   [`WaitMode::Event`](crate::verbs::WaitMode::Event) (poll mode has no channel).
+//! - [`Endpoint::cm_fd`]: the connection's RDMA CM event channel (a peer's disconnect); CM
+//!   endpoints only.
+//! - [`Listener::fd`]: the listener's CM event channel (connection requests).
+//! - [`Connecting::fd`], [`Accepting::fd`]: the channel of a connection being set up.
+//!
+//! All are non-blocking and stay open as long as their object. They are readable (`POLLIN`)
+//! when something may have happened; a `try_*` call then finds out what.
+//!
+//! # Re-arming the completion channel
+//! The completion channel raises one event per [`Endpoint::arm`] (`ibv_req_notify_cq(3)`), and
+//! only for a completion that arrives after it. So, for an endpoint:
+//! 1. call the `try_*` you need until it says would-block;
+//! 2. [`arm`](Endpoint::arm) (reads and acknowledges the events already on the channel, then
+//!    re-arms);
+//! 3. call the `try_*` once more (a completion may have landed before the arm);
+//! 4. wait until [`completion_fd`](Endpoint::completion_fd) or [`cm_fd`](Endpoint::cm_fd) is
+//!    readable, and go back to 1.
+//!
+//! The CM channels need no arming: an event stays readable until a `try_*` call takes it.
+//!
+//! # Ownership
+//! Nothing here changes who owns what: a posted buffer stays in the queue until its completion
+//! (or the queue pair's flush when the endpoint is dropped), however the caller waits.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
+
+use crate::cm::{Event, EventKind};
+use crate::error::{Error, Result};
+use crate::verbs::{Bufs, Completion, PostError, SendOp, SendRequest};
+
+use super::accept::{Pending, Started};
+use super::cm::{connected, send_connect, start_connect, Listener};
+use super::conn::Endpoint;
+use super::options::EndpointOptions;
+use super::setup::Parts;
+
+/// Completions taken from the CQ per poll.
+const BATCH: usize = 32;
+
+impl Endpoint {
+    /// The completion channel's fd, or `None` for an endpoint made in poll mode. See the
+    /// [module docs](self) for how to wait on it.
+    pub fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.q.cq().channel_fd()
+    }
+
+    /// The connection's RDMA CM event channel fd (readable when the peer disconnects), or
+    /// `None` for an out-of-band endpoint.
+    pub fn cm_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.cm.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Arms the completion channel for the next completion (see the [module docs](self)):
+    /// events already on it are read and acknowledged first, without blocking. Refused for an
+    /// endpoint made in poll mode.
+    pub fn arm(&mut self) -> Result<()> {
+        self.check_usable()?;
+        self.q.cq().arm().map(drop).map_err(|e| self.fail(e))
+    }
+
+    /// Handles every completion and CM event already there, without waiting; true if there was
+    /// any completion.
+    pub fn try_progress(&mut self) -> Result<bool> {
+        self.check_usable()?;
+        let r = self
+            .poll_now()
+            .and_then(|n| self.check_cm().map(|()| n > 0));
+        r.map_err(|e| self.fail(e))
+    }
+
+    /// Sends `data` as one message if a credit and a send buffer are free now; else fails with
+    /// [`Error::WouldBlock`] having sent nothing.
+    pub fn try_send(&mut self, data: &[u8]) -> Result<()> {
+        self.try_send_with(data.len(), |b| b.copy_from_slice(data))
+    }
+
+    /// [`send_with`](Self::send_with) if a credit and a send buffer are free now; else fails
+    /// with [`Error::WouldBlock`] without calling `fill`.
+    pub fn try_send_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.try_until("a send credit and buffer", Self::can_send_now)?;
+        // Nothing left to wait for: send_with posts at once.
+        self.send_with(len, fill)
+    }
+
+    /// Takes the next message if one has arrived (lending it to `f`, then re-posting its buffer
+    /// as [`recv_with`](Self::recv_with) does); else fails with [`Error::WouldBlock`] without
+    /// calling `f`.
+    pub fn try_recv_with<R>(&mut self, f: impl FnOnce(super::Message<'_>) -> R) -> Result<R> {
+        self.try_until("a message from the peer", |e| !e.ready.is_empty())?;
+        self.recv_inner(f, false)
+    }
+
+    /// A copy of the next message if one has arrived; else [`Error::WouldBlock`].
+    pub fn try_recv(&mut self) -> Result<Vec<u8>> {
+        self.try_recv_with(|m| m.data.to_vec())
+    }
+
+    /// Ok once every message sent so far has completed; else [`Error::WouldBlock`].
+    pub fn try_flush(&mut self) -> Result<()> {
+        self.try_until("the last sends to complete", |e| e.sends_posted == 0)
+    }
+
+    /// Posts the caller's work request like [`post`](Self::post), except that an RDMA
+    /// WRITE_WITH_IMM without a credit fails with [`Error::WouldBlock`] (its buffers given
+    /// back in the error) instead of waiting for one.
+    pub fn try_post(&mut self, wr: SendRequest) -> Result<(), PostError> {
+        if matches!(wr.op(), SendOp::WriteWithImm(..)) {
+            if let Err(error) = self.try_until("send credit from the peer", |e| e.credits() > 0) {
+                let bufs: Bufs = wr.sges.into_iter().map(|s| s.buf).collect();
+                return Err(PostError { error, bufs });
+            }
+        }
+        self.post(wr)
+    }
+
+    /// Up to `max` completions of work requests posted with [`post`](Self::post) /
+    /// [`try_post`](Self::try_post) if any has come; else [`Error::WouldBlock`].
+    pub fn try_poll_user(&mut self, max: usize) -> Result<Vec<Completion>> {
+        self.try_until("a work completion", |e| !e.user_done.is_empty())?;
+        let n = max.max(1).min(self.user_done.len());
+        Ok(self.user_done.drain(..n).collect())
+    }
+
+    fn can_send_now(&self) -> bool {
+        self.credits() > 0 && self.sends_posted < self.own_sq && !self.send_pool.is_empty()
+    }
+
+    /// Ok if `ready` holds now or after handling what is in the CQ; else WouldBlock (or the
+    /// peer's disconnect, once nothing is left to take).
+    fn try_until(&mut self, what: &'static str, ready: impl Fn(&Endpoint) -> bool) -> Result<()> {
+        self.check_usable()?;
+        if ready(self) {
+            return Ok(());
+        }
+        let r = self.try_until_inner(what, ready);
+        r.map_err(|e| if e.is_would_block() { e } else { self.fail(e) })
+    }
+
+    fn try_until_inner(
+        &mut self,
+        what: &'static str,
+        ready: impl Fn(&Endpoint) -> bool,
+    ) -> Result<()> {
+        if !self.deferred.is_empty() {
+            self.settle(true)?;
+        }
+        self.poll_now()?;
+        if ready(self) {
+            return Ok(());
+        }
+        self.check_cm()?;
+        if self.disconnected {
+            // Take what arrived before the disconnect; after that there is nothing to wait for.
+            self.poll_now()?;
+            if ready(self) {
+                return Ok(());
+            }
+            return Err(Error::Connection(format!(
+                "the peer disconnected while waiting for {what}"
+            )));
+        }
+        Err(Error::WouldBlock { what })
+    }
+
+    /// Handles every completion in the CQ now; returns how many.
+    fn poll_now(&mut self) -> Result<usize> {
+        let mut total = 0;
+        let mut cs = std::mem::take(&mut self.woken);
+        loop {
+            cs.clear();
+            let r = self.q.poll_into(BATCH, &mut cs).and_then(|n| {
+                let mut r = Ok(n);
+                // After a failure the rest are dropped (their buffers are back from the device).
+                for c in cs.drain(..) {
+                    if r.is_ok() {
+                        r = self.handle(c).map(|()| n);
+                    }
+                }
+                r
+            });
+            match r {
+                Ok(n) if n == BATCH => total += n,
+                r => {
+                    self.woken = cs;
+                    return r.map(|n| total + n);
+                }
+            }
+        }
+    }
+}
+
+impl Listener {
+    /// The listener's RDMA CM event channel fd: readable when a connection request (or another
+    /// event) is queued for [`try_take`](Self::try_take).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.id.as_fd()
+    }
+
+    /// Takes the next connection request if one is queued; else [`Error::WouldBlock`]. Then
+    /// [`Pending::finish`] (blocking) or [`Pending::start_accept`] (non-blocking).
+    pub fn try_take(&mut self) -> Result<Pending> {
+        match self.take(Some(Duration::ZERO)) {
+            Err(Error::Timeout { what, .. }) => Err(Error::WouldBlock { what }),
+            r => r,
+        }
+    }
+}
+
+/// A connection being accepted without blocking ([`Pending::start_accept`]): the reply is sent;
+/// [`try_finish`](Self::try_finish) once [`fd`](Self::fd) is readable. Dropping it abandons the
+/// client.
+pub struct Accepting {
+    started: Started,
+}
+
+impl std::fmt::Debug for Accepting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Accepting({:?})", self.started.peer)
+    }
+}
+
+impl Pending {
+    /// Sets up the connection's resources and sends the accept reply without waiting (a bad
+    /// handshake is rejected with a reason, as [`finish`](Self::finish) does). RDMA CM only:
+    /// a connection taken from an [`OobListener`](super::OobListener) is refused.
+    pub fn start_accept(self) -> Result<Accepting> {
+        Ok(Accepting {
+            started: self.start()?,
+        })
+    }
+}
+
+impl Accepting {
+    /// The connection's own CM event channel fd (readable when the client completes it).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.started.id.as_fd()
+    }
+
+    /// The peer's address, when known.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.started.peer
+    }
+
+    /// Once the client's ESTABLISHED has come: the endpoint (`Ok(Ok)`). Until then
+    /// `Ok(Err(self))` to try again when [`fd`](Self::fd) is readable. Any other event fails.
+    pub fn try_finish(self) -> Result<std::result::Result<Endpoint, Accepting>> {
+        let Some(ev) = self.started.id.try_next_event()? else {
+            return Ok(Err(self));
+        };
+        match ev.kind() {
+            EventKind::Established if ev.status() == 0 => {}
+            EventKind::AddrChange => return Ok(Err(self)),
+            _ => return Err(ev.to_error("the client to complete the connection")),
+        }
+        drop(ev);
+        let s = self.started;
+        let peer = s.id.peer_addr();
+        Ok(Ok(s.parts.into_cm_endpoint(&s.opts, &s.hello, peer, s.id)))
+    }
+}
+
+/// A connection to a [`Listener`] being made without blocking ([`Connecting::start`]): call
+/// [`try_finish`](Self::try_finish) whenever [`fd`](Self::fd) is readable. Each step (address,
+/// route, connection) is bounded by the kernel's own timeouts (the options' timeout for
+/// address and route resolution); dropping it abandons the connection.
+pub struct Connecting {
+    dst: SocketAddr,
+    opts: EndpointOptions,
+    id: crate::cm::CmId,
+    stage: Stage,
+}
+
+enum Stage {
+    Address,
+    Route,
+    Reply(Box<Parts>),
+    Gone,
+}
+
+impl std::fmt::Debug for Connecting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connecting({})", self.dst)
+    }
+}
+
+impl Connecting {
+    /// Checks the options and starts resolving `dst` (as [`Endpoint::connect_cm`] does, without
+    /// waiting).
+    pub fn start(dst: SocketAddr, opts: &EndpointOptions) -> Result<Connecting> {
+        Ok(Connecting {
+            dst,
+            opts: opts.clone(),
+            id: start_connect(dst, opts)?,
+            stage: Stage::Address,
+        })
+    }
+
+    /// The connection's CM event channel fd: readable when the next step may be taken.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.id.as_fd()
+    }
+
+    /// Takes every step whose event has come: `Ok(Some(endpoint))` once connected, `Ok(None)`
+    /// to try again when [`fd`](Self::fd) is readable. Fails as
+    /// [`connect_cm`](Endpoint::connect_cm) would (rejected, unreachable, ...); after a
+    /// failure it is done.
+    pub fn try_finish(&mut self) -> Result<Option<Endpoint>> {
+        while let Some(ev) = self.id.try_next_event()? {
+            if let Some(ep) = self.step(ev)? {
+                return Ok(Some(ep));
+            }
+        }
+        Ok(None)
+    }
+
+    fn step(&mut self, ev: Event) -> Result<Option<Endpoint>> {
+        let want = match self.stage {
+            Stage::Address => Some((EventKind::AddrResolved, "resolving the server's address")),
+            Stage::Route => Some((
+                EventKind::RouteResolved,
+                "resolving the route to the server",
+            )),
+            Stage::Reply(_) => None,
+            Stage::Gone => {
+                return Err(Error::Connection(format!(
+                    "connecting to {} failed earlier",
+                    self.dst
+                )))
+            }
+        };
+        if let Some((kind, what)) = want {
+            if ev.kind() == EventKind::AddrChange {
+                return Ok(None);
+            }
+            if ev.kind() != kind || ev.status() != 0 {
+                self.stage = Stage::Gone;
+                return Err(ev.to_error(what));
+            }
+            drop(ev);
+            let next = match self.stage {
+                Stage::Address => self
+                    .id
+                    .resolve_route(self.opts.timeout)
+                    .map(|()| Stage::Route),
+                _ => {
+                    send_connect(&self.id, self.dst, &self.opts).map(|p| Stage::Reply(Box::new(p)))
+                }
+            };
+            match next {
+                Ok(s) => self.stage = s,
+                Err(e) => {
+                    self.stage = Stage::Gone;
+                    return Err(e);
+                }
+            }
+            return Ok(None);
+        }
+        let Stage::Reply(parts) = std::mem::replace(&mut self.stage, Stage::Gone) else {
+            unreachable!("checked above");
+        };
+        let id = self.id.clone();
+        connected(ev, self.dst, &self.opts, *parts, id).map(Some)
+    }
+}
