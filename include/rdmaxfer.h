@@ -763,6 +763,42 @@ enum rdmaxfer_status rdmaxfer_listener_shutdown(const struct rdmaxfer_listener *
 void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
 
 /**
+ * The descriptor to `poll`/`select`/epoll (`POLLIN`) for this connection: readable when a
+ * completion or a connection event (the peer's disconnect) may be pending. Needs a
+ * connection made in event mode (`rdmaxfer_config_set_event_mode(cfg, 1)` before
+ * `rdmaxfer_connect` / `rdmaxfer_listen`): `RDMAXFER_ERR_INVALID_STATE` otherwise. It belongs
+ * to the connection: do not read or close it; it stays valid until the connection is freed
+ * (take it out of the event loop first). Use: after getting it, and whenever it is readable,
+ * call `rdmaxfer_conn_try_recv` (or `_try_send`) until it returns `RDMAXFER_ERR_AGAIN`, then
+ * poll again; a blocking call on the connection in between is fine, as long as a try call
+ * ends the round. Over the out-of-band transport the first call switches the connection to
+ * rdmaxfer's flow control (one exchange with the peer, as `rdmaxfer_send` does).
+ */
+enum rdmaxfer_status rdmaxfer_conn_fd(struct rdmaxfer_conn *conn, int *out_fd);
+
+/**
+ * Sends `len` bytes at `data` as one message if that needs no wait (a flow-control credit and
+ * a send buffer are free now): `RDMAXFER_ERR_AGAIN` otherwise, with nothing sent (the credit
+ * comes back with the peer's next message or its credit return: wait for `rdmaxfer_conn_fd`).
+ * The message is posted, not yet acknowledged, when this returns.
+ */
+enum rdmaxfer_status rdmaxfer_conn_try_send(struct rdmaxfer_conn *conn,
+                                            const void *data,
+                                            size_t len);
+
+/**
+ * Takes the next message if one has arrived, as `rdmaxfer_recv` does (copied to `buf`,
+ * `cap` bytes; its length in `*out_len`; too long for `cap`: dropped, its length in
+ * `*out_len`, `RDMAXFER_ERR_BUFFER_TOO_SMALL`); `RDMAXFER_ERR_AGAIN` when none has, and
+ * `RDMAXFER_ERR_CONNECTION` once the peer has disconnected and every message it sent before
+ * was taken.
+ */
+enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
+                                            void *buf,
+                                            size_t cap,
+                                            size_t *out_len);
+
+/**
  * The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
  * `RDMAXFER_VERSION` to detect a header/library mismatch.
  */

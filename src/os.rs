@@ -3,7 +3,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// CPU time (user + system) this process has used so far (`getrusage(2)`, `RUSAGE_SELF`).
@@ -157,6 +157,53 @@ fn poll_in(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Option<usize>
     }
 }
 
+/// An epoll instance (`epoll(7)`) watching descriptors for reading, level-triggered: its own
+/// descriptor is readable while one of theirs is, so one descriptor can stand for several in a
+/// caller's `poll(2)` loop. A watched descriptor that is closed drops out by itself.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new instance watching nothing (`epoll_create1(2)`, close-on-exec).
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: no pointers; returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by epoll_create1 and is owned by nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for `EPOLLIN` (`epoll_ctl(2)`, `EPOLL_CTL_ADD`).
+    pub fn add(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd.as_raw_fd() as u64,
+        };
+        // SAFETY: `ev` is one readable epoll_event for the call; both descriptors are open
+        // (an OwnedFd and a BorrowedFd).
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut ev,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// Sets `O_NONBLOCK` on a descriptor the caller keeps open (`fcntl(2)`).
 pub(crate) fn set_nonblocking_raw(fd: RawFd) -> io::Result<()> {
     // That `fd` belongs to the caller, so no one else's flags change, is the crate-private
@@ -232,6 +279,24 @@ mod tests {
         b.write_all(b"x").unwrap();
         assert!(wait_readable(&a, Some(Duration::from_secs(5))).unwrap());
         assert!(wait_readable(&a, None).unwrap());
+    }
+
+    #[test]
+    fn epoll_is_readable_while_a_watched_fd_is() {
+        let (a, mut a2) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (b, _b2) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ep = Epoll::new().unwrap();
+        ep.add(a.as_fd()).unwrap();
+        ep.add(b.as_fd()).unwrap();
+        assert!(!wait_readable(&ep, Some(Duration::from_millis(10))).unwrap());
+        a2.write_all(b"x").unwrap();
+        assert!(wait_readable(&ep, Some(Duration::from_secs(5))).unwrap());
+        // Level-triggered: still readable while the byte is unread.
+        assert!(wait_readable(&ep, Some(Duration::ZERO)).unwrap());
+        assert!(
+            ep.add(a.as_fd()).is_err(),
+            "a second add of one fd is EEXIST"
+        );
     }
 
     #[test]

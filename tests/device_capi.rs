@@ -575,3 +575,66 @@ fn c_free_race_is_clean_natively_and_under_valgrind() {
         v.out
     );
 }
+
+/// The poll-loop example server (`poll_server`, one thread, under valgrind) on a port the system
+/// chooses (`-p 0`: it prints the real one, which both clients reach) serves two clients at
+/// once: the first is paused mid-session (after its first round trip) while the second
+/// connects, does all its round trips and leaves; then the first resumes and finishes. Every
+/// echo is checked by its client.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_poll_server_serves_two_clients_from_one_loop() {
+    need_rxe0();
+    let mut server = vg(
+        "poll_server",
+        &["-l", IP, "-p", "0", "-c", "2", "-T", TIMEOUT_MS],
+    );
+    let line = server.wait_for("listening on", T);
+    let port = line.rsplit(':').next().unwrap().trim().to_string();
+    assert!(
+        port.parse::<u16>().is_ok_and(|p| p != 0),
+        "port 0 must be reported as the real port: {line:?}"
+    );
+    let common = [
+        "-p",
+        port.as_str(),
+        "-n",
+        "20",
+        "-s",
+        "512",
+        "-T",
+        TIMEOUT_MS,
+    ];
+    let a_args: Vec<&str> = common.iter().copied().chain(["-P", IP]).collect();
+    let b_args: Vec<&str> = common.iter().copied().chain([IP]).collect();
+    let mut a = native("poll_server", &a_args);
+    a.wait_for("paused", T);
+    server.wait_for("client 1 connected", T);
+    let b = vg("poll_server", &b_args).finish(T);
+    vg_ok(
+        &b,
+        "second poll_server client (while the first is connected)",
+    );
+    assert!(
+        b.out.contains("20 round trips of 512 bytes ok"),
+        "{}",
+        b.out
+    );
+    server.wait_for("client 2 disconnected after 20 echoes", T);
+    a.signal("USR1");
+    let a = a.finish(T);
+    a.ok("paused poll_server client");
+    assert!(
+        a.out.contains("20 round trips of 512 bytes ok"),
+        "{}",
+        a.out
+    );
+    let s = server.finish(T);
+    vg_ok(&s, "poll_server");
+    assert!(s.out.contains("served 2 clients"), "{}", s.out);
+    assert!(
+        s.err.contains("client 1 disconnected after 20 echoes"),
+        "{}",
+        s.err
+    );
+}

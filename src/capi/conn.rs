@@ -8,6 +8,7 @@ use super::boundary::{self, out, CResult, Fail, Out};
 use super::config::{rdmaxfer_config, snapshot, Config};
 use super::handle::{free_handle, handle, impl_handle, into_handle, take_state, Slot};
 use super::status::rdmaxfer_status;
+use crate::os::Epoll;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::pingpong;
 use crate::xfer::session;
@@ -39,6 +40,8 @@ pub struct Conn {
     pub id: u64,
     /// File-transfer token (from the configuration).
     pub token: Option<Vec<u8>>,
+    /// What `rdmaxfer_conn_fd` gave out (made on its first call; see `super::poll`).
+    pub events: Option<Epoll>,
 }
 
 impl Conn {
@@ -65,6 +68,7 @@ pub(crate) fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mu
         plain_oob: oob,
         id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
         token: cfg.token.clone(),
+        events: None,
     })
 }
 

@@ -31,6 +31,7 @@ pub(crate) mod devices;
 pub(crate) mod file;
 pub(crate) mod handle;
 pub(crate) mod listener;
+pub(crate) mod poll;
 pub(crate) mod status;
 
 use buf::{rdmaxfer_buf, rdmaxfer_remote};
