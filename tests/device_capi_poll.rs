@@ -275,7 +275,13 @@ fn blocked_accept_returns_shutdown_within_a_second_of_the_cancel() {
             let t = thread::spawn(move || {
                 let lp = lp;
                 let mut c = ptr::null_mut();
-                let st = rdmaxfer_accept(lp.0, &mut c);
+                // BUSY while the main thread's rdmaxfer_listener_port (below) holds it: again.
+                let st = loop {
+                    match rdmaxfer_accept(lp.0, &mut c) {
+                        S::RDMAXFER_ERR_BUSY => thread::yield_now(),
+                        st => break st,
+                    }
+                };
                 (st, c.is_null(), last())
             });
             // Synchronise on state: once the accept holds the listener, other calls are BUSY.
