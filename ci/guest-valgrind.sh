@@ -2,8 +2,8 @@
 # ci/guest-valgrind.sh BIN... — runs INSIDE the guest: each Rust device test binary (--ignored
 # --test-threads=1) under valgrind memcheck (--error-exitcode=1); any memcheck error or
 # definitely-lost block fails it. rdma-core's caches are at most "possibly lost"/"still
-# reachable", which are not errors here; suppressions, each with its reason and only for
-# rdma-core/libc frames, would go in tests/valgrind.supp (none needed so far).
+# reachable", which are not errors here (tests/valgrind.supp covers the "possibly lost" ones for
+# the C examples, whose README command counts them; each entry has its reason).
 # Prints a cargo-style "test result:" line per binary for the memcheck verdict alone (the
 # binary's own line counts its tests), then "[guest-valgrind] exit status N".
 # ci/guest-valgrind.sh --report LOG — on the host: shows LOG (written by the phase above, which

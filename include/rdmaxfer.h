@@ -10,7 +10,9 @@
  *   the numeric values never change. rdmaxfer_strerror(status) describes a status (static
  *   text); rdmaxfer_last_error_message() gives the detail of the last failure on the calling
  *   thread (which call, and why), valid until the next failing call on that thread.
- *   Out-parameters are written only on success: on failure they keep what they held.
+ *   Out-parameters are written only on success: on failure they keep what they held. The one
+ *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv
+ *   writes the length the message needed to *out_len.
  *
  * Pointers. A handle argument is a pointer this library returned for a handle of that type
  *   (for one freed since, see Ownership). An out-parameter points to writable memory for one
@@ -45,7 +47,16 @@
  *   already inside finishes, and what the handle holds (connection, registered memory, ...)
  *   is released when the last such call returns. rdmaxfer_conn_close on a connection in
  *   another call returns RDMAXFER_ERR_BUSY and leaves it open. Calls block the calling thread
- *   until done or until the configured per-step timeout (rdmaxfer_accept waits without limit).
+ *   until done or until the configured per-step timeout (rdmaxfer_accept too: it returns
+ *   RDMAXFER_ERR_TIMEOUT when no peer came, and may be called again). A thread blocked in
+ *   rdmaxfer_accept is released by rdmaxfer_listener_shutdown (or rdmaxfer_listener_free) from
+ *   another thread: it returns RDMAXFER_ERR_SHUTDOWN.
+ *
+ * Event loops. rdmaxfer_listener_fd and rdmaxfer_conn_fd give a descriptor to poll for
+ *   POLLIN (owned by the handle: never read or close it); the rdmaxfer_*_try_* calls never
+ *   wait for the peer and return RDMAXFER_ERR_AGAIN when nothing is ready. Descriptors are
+ *   level-triggered: poll, then call the try_ function until it returns RDMAXFER_ERR_AGAIN.
+ *   examples/c/poll_server.c serves several clients from one poll loop.
  *
  * Panics. No Rust panic crosses into C: it becomes RDMAXFER_ERR_PANIC, and the handle it
  *   happened in is poisoned (every later call on it returns RDMAXFER_ERR_PANIC; free it).
@@ -95,6 +106,11 @@
  * The default port (RDMA CM port, or TCP port of the out-of-band exchange).
  */
 #define RDMAXFER_DEFAULT_PORT 18515
+
+/**
+ * The smallest (and default) message size (`rdmaxfer_config_set_msg_size`).
+ */
+#define RDMAXFER_MIN_MSG_SIZE 8192
 
 /**
  * `rdmaxfer_recv_file`: allow a sender to replace existing files that differ (it asks with
@@ -194,9 +210,21 @@ typedef enum rdmaxfer_status {
    */
   RDMAXFER_ERR_INVALID_STATE = 15,
   /**
-   * The caller's buffer is too small for the result.
+   * The caller's buffer is too small for the result (the needed length is in the call's
+   * length out-parameter, where it has one: see `rdmaxfer_recv`).
    */
   RDMAXFER_ERR_BUFFER_TOO_SMALL = 16,
+  /**
+   * A non-blocking call found nothing to do yet (no connection request, no message, no
+   * send credit): wait for the handle's descriptor (`rdmaxfer_listener_fd`,
+   * `rdmaxfer_conn_fd`) to become readable, then call again.
+   */
+  RDMAXFER_ERR_AGAIN = 17,
+  /**
+   * The listener was shut down (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`,
+   * possibly from another thread) before or while the call waited.
+   */
+  RDMAXFER_ERR_SHUTDOWN = 18,
 } rdmaxfer_status;
 
 /**
@@ -253,7 +281,12 @@ typedef struct rdmaxfer_expose_report {
   uint64_t read;
   /**
    * 1 when the peer ended the session saying every transfer succeeded; 0 when it reported a
-   * failure or vanished (the last error message then says why).
+   * failure or vanished (the last error message then says why). What counts as a failure is
+   * the peer's to say; an `rdmaxfer_remote_*` peer counts the RDMA READs and WRITEs that
+   * were posted and failed (a completion error such as a remote access error, a timeout, a
+   * lost connection), not the calls it refused before posting anything (a range outside
+   * the exposed buffer or its own, an access the exposure lacks, a closed session): those
+   * never reached this buffer, and the C caller already had their error status.
    */
   uint32_t ok;
   /**
@@ -511,8 +544,8 @@ enum rdmaxfer_status rdmaxfer_config_set_device(struct rdmaxfer_config *cfg, con
 enum rdmaxfer_status rdmaxfer_config_set_gid_index(struct rdmaxfer_config *cfg, int32_t index);
 
 /**
- * The port `rdmaxfer_listen` and `rdmaxfer_connect` use when their `port` argument is 0
- * (default 18515).
+ * The port `rdmaxfer_connect` uses when its `port` argument is 0 (default 18515).
+ * (`rdmaxfer_listen` takes its port as given: 0 lets the system choose.)
  */
 enum rdmaxfer_status rdmaxfer_config_set_port(struct rdmaxfer_config *cfg, uint16_t port);
 
@@ -529,8 +562,8 @@ enum rdmaxfer_status rdmaxfer_config_set_transport(struct rdmaxfer_config *cfg, 
 enum rdmaxfer_status rdmaxfer_config_set_mtu(struct rdmaxfer_config *cfg, uint32_t bytes);
 
 /**
- * Deadline of each step (resolve, connect, each message and completion), in milliseconds
- * (default 10000; must be positive).
+ * Deadline of each step (resolve, connect, accept's wait for a peer, each message and
+ * completion), in milliseconds (default 10000; must be positive).
  */
 enum rdmaxfer_status rdmaxfer_config_set_timeout_ms(struct rdmaxfer_config *cfg, uint32_t ms);
 
@@ -547,36 +580,11 @@ enum rdmaxfer_status rdmaxfer_config_set_event_mode(struct rdmaxfer_config *cfg,
 enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, const char *token);
 
 /**
- * Largest message `rdmaxfer_send` / ping-pong may use (default and minimum 8192 bytes).
+ * Largest message `rdmaxfer_send` / ping-pong may use: 8192 (`RDMAXFER_MIN_MSG_SIZE`, the
+ * default and the minimum, which the file and one-sided protocols need) to 1 GiB; a size
+ * outside that is `RDMAXFER_ERR_INVALID_ARGUMENT` and leaves the configuration as it was.
  */
 enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, size_t bytes);
-
-/**
- * Listens on `addr` (an IP address, "0.0.0.0" for all) and `port` (0: the configured port),
- * with RDMA CM or the out-of-band exchange as `cfg` says. The device, GID index and message
- * size are checked now.
- */
-enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
-                                     const char *addr,
-                                     uint16_t port,
-                                     struct rdmaxfer_listener **out_listener);
-
-/**
- * The port `listener` listens on.
- */
-enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *listener,
-                                            uint16_t *out_port);
-
-/**
- * Waits (without limit) for the next peer and sets the connection up.
- */
-enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
-                                     struct rdmaxfer_conn **out_conn);
-
-/**
- * Frees a listener (NULL: nothing); connections accepted from it stay usable.
- */
-void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
 
 /**
  * Connects to `host` (name or IP address) at `port` (0: the configured port).
@@ -616,8 +624,9 @@ enum rdmaxfer_status rdmaxfer_send(struct rdmaxfer_conn *conn, const void *data,
 /**
  * Waits (at most the timeout) for the next message and copies it to `buf` (`cap` bytes);
  * `*out_len` is its length. A message longer than `cap` is consumed and dropped, and
- * `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned: a buffer of `rdmaxfer_conn_max_msg_size` bytes
- * always suffices.
+ * `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned with its length in `*out_len` (the one exception to
+ * "out-parameters are written only on success"): a buffer of `rdmaxfer_conn_max_msg_size`
+ * bytes always suffices.
  */
 enum rdmaxfer_status rdmaxfer_recv(struct rdmaxfer_conn *conn,
                                    void *buf,
@@ -671,16 +680,123 @@ enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
                                         void *user);
 
 /**
- * Receives what one sender sends on `conn` into the existing directory `out_dir` (names are
- * confined to it; each file is verified by BLAKE3, fsynced and renamed into place). `flags`:
- * `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the configuration the
- * sender must know it. Files already here (same size and modification time) are skipped.
- * `RDMAXFER_OK` only when every entry arrived verified or was skipped.
+ * Receives what one sender sends on `conn` into the existing directory `out_dir`. The
+ * receiving side is the accepting one: `rdmaxfer_listen` + `rdmaxfer_accept`, then this call,
+ * while the sender connects (`rdmaxfer send PATH... HOST`, or `rdmaxfer_connect` +
+ * `rdmaxfer_send_file`); as with `rdmaxfer recv --out DIR`, one call serves one sender's
+ * session. Where files land: each entry at the relative name the sender gives it under
+ * `out_dir` (a sent file `a.bin` as `out_dir/a.bin`, a sent tree `photos/` as
+ * `out_dir/photos/...`), directories made as needed; names that would leave `out_dir` (`..`,
+ * absolute, control characters) and symlinks that would point out of it are refused. Each
+ * file is written to a temporary file in its directory, verified by BLAKE3, fsynced and only
+ * then renamed into place (a failed file leaves nothing, unless `RDMAXFER_RECV_RESUME`).
+ * `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the
+ * configuration the sender must know it. Files already here (same size and modification time)
+ * are skipped. `RDMAXFER_OK` only when every entry arrived verified or was skipped.
  */
 enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
                                         const char *out_dir,
                                         uint32_t flags,
                                         struct rdmaxfer_recv_summary *out_summary);
+
+/**
+ * Listens on `addr` (an IP address, "0.0.0.0" for all) and `port`, with RDMA CM or the
+ * out-of-band exchange as `cfg` says. Port 0 lets the system choose a free port, as bind(2)
+ * does: `rdmaxfer_listener_port` tells which (the configured port, `rdmaxfer_config_set_port`,
+ * is what `rdmaxfer_connect` uses; pass it here to listen on it). The device, GID index and
+ * message size are checked now.
+ */
+enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
+                                     const char *addr,
+                                     uint16_t port,
+                                     struct rdmaxfer_listener **out_listener);
+
+/**
+ * The port `listener` listens on (the one the system chose when listening on port 0).
+ */
+enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *listener,
+                                            uint16_t *out_port);
+
+/**
+ * Waits for the next peer, at most the configured timeout (`rdmaxfer_config_set_timeout_ms`,
+ * default 10 s: `RDMAXFER_ERR_TIMEOUT`, and the listener stays usable: call again to keep
+ * waiting), and sets the connection up (each step within the timeout too). A listener shut
+ * down before or during the wait (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`
+ * from another thread) makes it return `RDMAXFER_ERR_SHUTDOWN` at once.
+ */
+enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
+                                     struct rdmaxfer_conn **out_conn);
+
+/**
+ * The descriptor to `poll`/`select`/epoll for the next peer (`POLLIN`): readable when a
+ * connection request is pending (then `rdmaxfer_listener_try_accept`). It belongs to the
+ * listener: do not read, write or close it; it stays valid until `rdmaxfer_listener_free`
+ * (take it out of the event loop first). Level-triggered: it stays readable until the
+ * request is taken.
+ */
+enum rdmaxfer_status rdmaxfer_listener_fd(const struct rdmaxfer_listener *listener, int *out_fd);
+
+/**
+ * Accepts a pending peer without waiting for one: `RDMAXFER_ERR_AGAIN` when none is pending
+ * (wait for `rdmaxfer_listener_fd` to be readable). A peer that is pending is set up as
+ * `rdmaxfer_accept` does, which takes one round trip of the handshake (at most the configured
+ * timeout); a peer that fails its handshake gives that error and the listener stays usable.
+ */
+enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *listener,
+                                                  struct rdmaxfer_conn **out_conn);
+
+/**
+ * Shuts the listener down, from any thread, also while another thread is blocked in
+ * `rdmaxfer_accept` on it: that call returns `RDMAXFER_ERR_SHUTDOWN` at once (within one
+ * wake-up of its thread), as does every later accept. The listener still has to be freed;
+ * connections accepted from it are not affected. Shutting down again changes nothing. (It
+ * does not make `rdmaxfer_listener_fd` readable: an event loop that wants to be woken uses
+ * its own descriptor.)
+ */
+enum rdmaxfer_status rdmaxfer_listener_shutdown(const struct rdmaxfer_listener *listener);
+
+/**
+ * Frees a listener (NULL: nothing); connections accepted from it stay usable. It is shut down
+ * first, so an `rdmaxfer_accept` blocked in it on another thread returns
+ * `RDMAXFER_ERR_SHUTDOWN` at once (and the listener is released when that call has returned).
+ */
+void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
+
+/**
+ * The descriptor to `poll`/`select`/epoll (`POLLIN`) for this connection: readable when a
+ * completion or a connection event (the peer's disconnect) may be pending. Needs a
+ * connection made in event mode (`rdmaxfer_config_set_event_mode(cfg, 1)` before
+ * `rdmaxfer_connect` / `rdmaxfer_listen`): `RDMAXFER_ERR_INVALID_STATE` otherwise. It belongs
+ * to the connection: do not read or close it; it stays valid until the connection is freed
+ * (take it out of the event loop first). Use: after getting it, and whenever it is readable,
+ * call `rdmaxfer_conn_try_recv` (or `_try_send`) until it returns `RDMAXFER_ERR_AGAIN`, then
+ * poll again; a blocking call on the connection in between is fine, as long as a try call
+ * ends the round. Over the out-of-band transport the first call switches the connection to
+ * rdmaxfer's flow control (one exchange with the peer, as `rdmaxfer_send` does).
+ */
+enum rdmaxfer_status rdmaxfer_conn_fd(struct rdmaxfer_conn *conn, int *out_fd);
+
+/**
+ * Sends `len` bytes at `data` as one message if that needs no wait (a flow-control credit and
+ * a send buffer are free now): `RDMAXFER_ERR_AGAIN` otherwise, with nothing sent (the credit
+ * comes back with the peer's next message or its credit return: wait for `rdmaxfer_conn_fd`).
+ * The message is posted, not yet acknowledged, when this returns.
+ */
+enum rdmaxfer_status rdmaxfer_conn_try_send(struct rdmaxfer_conn *conn,
+                                            const void *data,
+                                            size_t len);
+
+/**
+ * Takes the next message if one has arrived, as `rdmaxfer_recv` does (copied to `buf`,
+ * `cap` bytes; its length in `*out_len`; too long for `cap`: dropped, its length in
+ * `*out_len`, `RDMAXFER_ERR_BUFFER_TOO_SMALL`); `RDMAXFER_ERR_AGAIN` when none has, and
+ * `RDMAXFER_ERR_CONNECTION` once the peer has disconnected and every message it sent before
+ * was taken.
+ */
+enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
+                                            void *buf,
+                                            size_t cap,
+                                            size_t *out_len);
 
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
@@ -690,9 +806,9 @@ const char *rdmaxfer_version(void);
 
 /**
  * A static, NUL-terminated description of `status` (never NULL; "unknown status" for a value
- * that is not an `rdmaxfer_status`).
+ * that is not an `rdmaxfer_status`, e.g. an integer cast to it).
  */
-const char *rdmaxfer_strerror(int status);
+const char *rdmaxfer_strerror(enum rdmaxfer_status status);
 
 #ifdef __cplusplus
 }  // extern "C"

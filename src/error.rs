@@ -44,6 +44,13 @@ pub enum Error {
         /// The deadline that passed.
         after: Duration,
     },
+    /// The object was shut down (e.g. a listener, by its shutdown handle from another thread)
+    /// before or while the call waited.
+    #[error("{what} was shut down")]
+    Shutdown {
+        /// What was shut down, e.g. "the listener on 10.0.0.1:18515".
+        what: String,
+    },
     /// A non-blocking call (`try_*`, see `xfer::endpoint::nonblock`) could not make progress
     /// without waiting: nothing was done; wait until the object's file descriptor is readable
     /// (after arming it) and call again. Like [`std::io::ErrorKind::WouldBlock`].

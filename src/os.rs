@@ -3,7 +3,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// CPU time (user + system) this process has used so far (`getrusage(2)`, `RUSAGE_SELF`).
@@ -103,7 +103,32 @@ pub fn wait_readable(fd: impl AsFd, timeout: Option<Duration>) -> io::Result<boo
 
 /// [`wait_readable`] on a raw descriptor the caller keeps open for the duration of the call.
 pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
+    Ok(poll_in(&[fd], timeout)?.is_some())
+}
+
+/// Waits until one of `fds` is readable (`poll(2)`, `POLLIN`; also an error or hang-up), for
+/// at most `timeout` (`None`: forever). Returns the index of the first ready one, `None` on
+/// timeout. `EINTR` is retried with the remaining time.
+pub fn wait_readable_any(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> io::Result<Option<usize>> {
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    poll_in(&raw, timeout)
+}
+
+fn poll_in(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Option<usize>> {
     let deadline = timeout.map(|t| Instant::now() + t);
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let n = libc::nfds_t::try_from(pfds.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     loop {
         let ms = match deadline {
             None => -1,
@@ -113,20 +138,15 @@ pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool>
                 left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
             }
         };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one writable pollfd and nfds is 1. poll(2) reports a descriptor that
-        // is not open as POLLNVAL, so no `fd` value makes this call unsafe.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // SAFETY: `pfds` is `n` writable pollfds. poll(2) reports a descriptor that is not open
+        // as POLLNVAL, so no `fd` value makes this call unsafe.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n, ms) };
         if rc > 0 {
-            return Ok(true);
+            return Ok(pfds.iter().position(|p| p.revents != 0));
         }
         if rc == 0 {
             if deadline.is_none_or(|d| Instant::now() >= d) {
-                return Ok(false);
+                return Ok(None);
             }
             continue;
         }
@@ -134,6 +154,53 @@ pub(crate) fn wait_raw(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool>
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
+    }
+}
+
+/// An epoll instance (`epoll(7)`) watching descriptors for reading, level-triggered: its own
+/// descriptor is readable while one of theirs is, so one descriptor can stand for several in a
+/// caller's `poll(2)` loop. A watched descriptor that is closed drops out by itself.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new instance watching nothing (`epoll_create1(2)`, close-on-exec).
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: no pointers; returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by epoll_create1 and is owned by nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for `EPOLLIN` (`epoll_ctl(2)`, `EPOLL_CTL_ADD`).
+    pub fn add(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd.as_raw_fd() as u64,
+        };
+        // SAFETY: `ev` is one readable epoll_event for the call; both descriptors are open
+        // (an OwnedFd and a BorrowedFd).
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut ev,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 
@@ -212,5 +279,36 @@ mod tests {
         b.write_all(b"x").unwrap();
         assert!(wait_readable(&a, Some(Duration::from_secs(5))).unwrap());
         assert!(wait_readable(&a, None).unwrap());
+    }
+
+    #[test]
+    fn epoll_is_readable_while_a_watched_fd_is() {
+        let (a, mut a2) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (b, _b2) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ep = Epoll::new().unwrap();
+        ep.add(a.as_fd()).unwrap();
+        ep.add(b.as_fd()).unwrap();
+        assert!(!wait_readable(&ep, Some(Duration::from_millis(10))).unwrap());
+        a2.write_all(b"x").unwrap();
+        assert!(wait_readable(&ep, Some(Duration::from_secs(5))).unwrap());
+        // Level-triggered: still readable while the byte is unread.
+        assert!(wait_readable(&ep, Some(Duration::ZERO)).unwrap());
+        assert!(
+            ep.add(a.as_fd()).is_err(),
+            "a second add of one fd is EEXIST"
+        );
+    }
+
+    #[test]
+    fn wait_readable_any_names_the_ready_one() {
+        let (a, _a2) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (b, mut b2) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fds = [a.as_fd(), b.as_fd()];
+        assert_eq!(
+            wait_readable_any(&fds, Some(Duration::from_millis(10))).unwrap(),
+            None
+        );
+        b2.write_all(b"x").unwrap();
+        assert_eq!(wait_readable_any(&fds, None).unwrap(), Some(1));
     }
 }

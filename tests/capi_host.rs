@@ -85,6 +85,8 @@ fn status_values_are_fixed_and_each_has_a_text() {
         (S::RDMAXFER_ERR_IO, 14),
         (S::RDMAXFER_ERR_INVALID_STATE, 15),
         (S::RDMAXFER_ERR_BUFFER_TOO_SMALL, 16),
+        (S::RDMAXFER_ERR_AGAIN, 17),
+        (S::RDMAXFER_ERR_SHUTDOWN, 18),
     ];
     let header = header_statuses();
     assert_eq!(
@@ -104,7 +106,7 @@ fn status_values_are_fixed_and_each_has_a_text() {
         assert!(texts.insert(t.clone()), "{s:?} shares its text {t:?}");
     }
     assert_eq!(strerror(0), "success");
-    for v in [-1, 17, 1000, i32::MIN, i32::MAX] {
+    for v in [-1, 19, 1000, i32::MIN, i32::MAX] {
         assert_eq!(strerror(v), "unknown status", "{v}");
     }
 }
@@ -239,6 +241,52 @@ fn free_of_null_is_a_no_op() {
         rdmaxfer_remote_free(ptr::null_mut());
         rdmaxfer_device_list_free(ptr::null_mut());
         assert_eq!(rdmaxfer_conn_close(ptr::null_mut()), S::RDMAXFER_OK);
+    }
+}
+
+/// The event-loop calls (descriptors, try_*, shutdown) check their pointers like the rest; the
+/// message size minimum the header names is enforced.
+#[test]
+fn event_loop_calls_and_the_msg_size_minimum_check_their_arguments() {
+    // SAFETY: every handle passed is NULL (what this test is about) or the live `cfg`; the
+    // out-parameters and buffers are writable locals; each call fails its NULL check first.
+    unsafe {
+        let n = S::RDMAXFER_ERR_NULL_ARGUMENT;
+        let mut fd: std::ffi::c_int = -7;
+        assert_eq!(rdmaxfer_listener_fd(ptr::null(), &mut fd), n);
+        assert_eq!(rdmaxfer_conn_fd(ptr::null_mut(), &mut fd), n);
+        assert_eq!(fd, -7, "out-parameter written on failure");
+        let mut c = sentinel::<rdmaxfer_conn>();
+        assert_eq!(rdmaxfer_listener_try_accept(ptr::null_mut(), &mut c), n);
+        assert_eq!(c, sentinel());
+        assert_eq!(rdmaxfer_listener_shutdown(ptr::null()), n);
+        assert!(
+            last().contains("rdmaxfer_listener_shutdown: listener is NULL"),
+            "{}",
+            last()
+        );
+        rdmaxfer_listener_free(ptr::null_mut());
+        assert_eq!(
+            rdmaxfer_conn_try_send(ptr::null_mut(), b"x".as_ptr().cast(), 1),
+            n
+        );
+        let mut b = [0u8; 4];
+        let mut len = 3usize;
+        assert_eq!(
+            rdmaxfer_conn_try_recv(ptr::null_mut(), b.as_mut_ptr().cast(), 4, &mut len),
+            n
+        );
+        assert_eq!(len, 3);
+
+        let i = S::RDMAXFER_ERR_INVALID_ARGUMENT;
+        let cfg = config();
+        for bad in [0, 100, 8191, (1 << 30) + 1] {
+            assert_eq!(rdmaxfer_config_set_msg_size(cfg, bad), i, "{bad}");
+            assert!(last().contains("at least 8192"), "{}", last());
+        }
+        assert_eq!(rdmaxfer_config_set_msg_size(cfg, 8192), S::RDMAXFER_OK);
+        assert_eq!(rdmaxfer_config_set_msg_size(cfg, 1 << 30), S::RDMAXFER_OK);
+        rdmaxfer_config_free(cfg);
     }
 }
 

@@ -143,6 +143,45 @@ fn install_puts_the_tool_library_header_completions_and_man_pages_under_prefix()
     let zsh =
         std::fs::read_to_string(prefix.path().join("share/zsh/site-functions/_rdmaxfer")).unwrap();
     assert!(zsh.starts_with("#compdef rdmaxfer"), "{zsh}");
+    // A C program built with the .pc runs without LD_LIBRARY_PATH (the .pc gives an rpath).
+    let src = prefix.path().join("v.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <rdmaxfer.h>\n\
+         int main(void) { printf(\"%s %s\\n\", rdmaxfer_version(), rdmaxfer_strerror(RDMAXFER_ERR_AGAIN)); return 0; }\n",
+    )
+    .unwrap();
+    let pc = prefix.path().join("lib/pkgconfig");
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "rdmaxfer"])
+        .env("PKG_CONFIG_PATH", &pc)
+        .output()
+        .unwrap();
+    let flags = text(&flags.stdout);
+    assert!(flags.contains("-Wl,-rpath,"), "{flags}");
+    let exe = prefix.path().join("v");
+    let cc = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cc -std=c11 -Wall -Wextra -Werror -o '{}' '{}' {flags}",
+            exe.display(),
+            src.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", text(&cc.stderr));
+    let run = Command::new(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        text(&run.stdout),
+        format!(
+            "{} nothing ready yet; try again when the descriptor is readable\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@
 /* Prints what failed, the status text and the library's detail, and exits 1. */
 static inline void die(const char *what, enum rdmaxfer_status st)
 {
-    fprintf(stderr, "error: %s: %s (status %d): %s\n", what, rdmaxfer_strerror((int)st), (int)st,
+    fprintf(stderr, "error: %s: %s (status %d): %s\n", what, rdmaxfer_strerror(st), (int)st,
             rdmaxfer_last_error_message());
     exit(1);
 }
@@ -70,7 +70,8 @@ static inline struct rdmaxfer_config *make_config(const struct conn_opts *o)
     CHECK(rdmaxfer_config_new(&cfg));
     if (o->port > 65535)
         die("-p", RDMAXFER_ERR_INVALID_ARGUMENT);
-    CHECK(rdmaxfer_config_set_port(cfg, (uint16_t)o->port));
+    if (o->port) /* -p 0: listen on a port the system chooses (the config keeps its default) */
+        CHECK(rdmaxfer_config_set_port(cfg, (uint16_t)o->port));
     CHECK(rdmaxfer_config_set_device(cfg, o->device));
     CHECK(rdmaxfer_config_set_gid_index(cfg, o->gid_index));
     CHECK(rdmaxfer_config_set_transport(cfg, o->oob ? RDMAXFER_TRANSPORT_OOB : RDMAXFER_TRANSPORT_CM));
@@ -81,16 +82,22 @@ static inline struct rdmaxfer_config *make_config(const struct conn_opts *o)
     return cfg;
 }
 
-/* Listens on `addr`, says so on stderr (tests wait for "listening on"), accepts one peer. */
-static inline struct rdmaxfer_conn *accept_one(const struct rdmaxfer_config *cfg, const char *addr)
+/* Listens on `addr` and `port` (0: the system chooses; the real port is printed), says so on
+ * stderr (tests wait for "listening on"), accepts one peer: rdmaxfer_accept waits at most the
+ * configured timeout, so it is called again until a peer comes. */
+static inline struct rdmaxfer_conn *accept_one(const struct rdmaxfer_config *cfg, const char *addr,
+                                               uint16_t port)
 {
     struct rdmaxfer_listener *l = NULL;
     struct rdmaxfer_conn *conn = NULL;
-    uint16_t port = 0;
-    CHECK(rdmaxfer_listen(cfg, addr, 0, &l));
+    CHECK(rdmaxfer_listen(cfg, addr, port, &l));
     CHECK(rdmaxfer_listener_port(l, &port));
     fprintf(stderr, "listening on %s:%u\n", addr, (unsigned)port);
-    CHECK(rdmaxfer_accept(l, &conn));
+    enum rdmaxfer_status st;
+    while ((st = rdmaxfer_accept(l, &conn)) == RDMAXFER_ERR_TIMEOUT && conn == NULL)
+        ;
+    if (st != RDMAXFER_OK)
+        die("rdmaxfer_accept", st);
     rdmaxfer_listener_free(l);
     return conn;
 }

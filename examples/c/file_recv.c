@@ -24,7 +24,7 @@ int main(int argc, char **argv)
         return 2;
     }
     struct rdmaxfer_config *cfg = make_config(&co);
-    struct rdmaxfer_conn *conn = accept_one(cfg, listen_addr);
+    struct rdmaxfer_conn *conn = accept_one(cfg, listen_addr, (uint16_t)co.port);
     rdmaxfer_config_free(cfg);
 
     struct rdmaxfer_recv_summary s;

@@ -35,7 +35,7 @@ int main(int argc, char **argv)
         CHECK(rdmaxfer_config_set_msg_size(cfg, size));
     struct rdmaxfer_conn *conn = NULL;
     if (listen_addr) {
-        conn = accept_one(cfg, listen_addr);
+        conn = accept_one(cfg, listen_addr, (uint16_t)co.port);
         fprintf(stderr, "connection accepted\n");
     } else {
         CHECK(rdmaxfer_connect(cfg, argv[optind], 0, &conn));

@@ -10,9 +10,9 @@ static void usage(void)
     exit(2);
 }
 
-static int serve(const struct rdmaxfer_config *cfg, const char *addr, size_t size)
+static int serve(const struct rdmaxfer_config *cfg, const char *addr, uint16_t port, size_t size)
 {
-    struct rdmaxfer_conn *conn = accept_one(cfg, addr);
+    struct rdmaxfer_conn *conn = accept_one(cfg, addr, port);
     unsigned char *data = calloc(size, 1);
     if (!data) {
         fprintf(stderr, "error: out of memory\n");
@@ -92,7 +92,7 @@ int main(int argc, char **argv)
     if ((listen_addr == NULL) == (optind >= argc) || size == 0 || msg[0] == '\0')
         usage();
     struct rdmaxfer_config *cfg = make_config(&co);
-    int rc = listen_addr ? serve(cfg, listen_addr, size) : client(cfg, argv[optind], msg, offset);
+    int rc = listen_addr ? serve(cfg, listen_addr, (uint16_t)co.port, size) : client(cfg, argv[optind], msg, offset);
     rdmaxfer_config_free(cfg);
     return rc;
 }

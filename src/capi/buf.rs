@@ -7,6 +7,7 @@ use super::boundary::{self, out, CResult, Fail};
 use super::conn::rdmaxfer_conn;
 use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
+use crate::error::Error;
 use crate::verbs::{LocalBuf, RemoteAccess};
 use crate::xfer::onesided::{self, Exposure};
 use crate::xfer::rdma_rw::{self, Direction};
@@ -270,7 +271,15 @@ fn rdma(
             }
             Err(e) => {
                 b.buf = e.buf;
-                r.failed = true;
+                // Refused by the range checks before anything was posted: the peer's buffer was
+                // never touched, so the session's report stays "ok" (rdmaxfer_expose_report).
+                let refused_locally = matches!(
+                    e.error,
+                    Error::InvalidArgument(_) | Error::OutOfBounds { .. }
+                );
+                if !refused_locally {
+                    r.failed = true;
+                }
                 Err(e.error.into())
             }
         }
@@ -361,7 +370,12 @@ pub struct rdmaxfer_expose_report {
     /// Bytes the peer said it read.
     pub read: u64,
     /// 1 when the peer ended the session saying every transfer succeeded; 0 when it reported a
-    /// failure or vanished (the last error message then says why).
+    /// failure or vanished (the last error message then says why). What counts as a failure is
+    /// the peer's to say; an `rdmaxfer_remote_*` peer counts the RDMA READs and WRITEs that
+    /// were posted and failed (a completion error such as a remote access error, a timeout, a
+    /// lost connection), not the calls it refused before posting anything (a range outside
+    /// the exposed buffer or its own, an access the exposure lacks, a closed session): those
+    /// never reached this buffer, and the C caller already had their error status.
     pub ok: u32,
     /// Changed byte ranges (gaps under 16 bytes merged).
     pub changed_ranges: u32,

@@ -19,6 +19,9 @@ pub const RDMAXFER_TRANSPORT_OOB: u32 = 1;
 /// The default port (RDMA CM port, or TCP port of the out-of-band exchange).
 pub const RDMAXFER_DEFAULT_PORT: u16 = 18515;
 const _: () = assert!(RDMAXFER_DEFAULT_PORT == DEFAULT_PORT);
+/// The smallest (and default) message size (`rdmaxfer_config_set_msg_size`).
+pub const RDMAXFER_MIN_MSG_SIZE: usize = 8192;
+const _: () = assert!(RDMAXFER_MIN_MSG_SIZE == MAX_MSG_LEN);
 
 /// Connection settings. Made by `rdmaxfer_config_new`, freed by `rdmaxfer_config_free`;
 /// `rdmaxfer_listen` and `rdmaxfer_connect` copy what they need, so it may be freed (or changed)
@@ -34,7 +37,7 @@ pub struct Config {
     pub device: Option<String>,
     /// GID index; `None`: the IPv4-mapped RoCE v2 GID.
     pub gid_index: Option<u32>,
-    /// Port used when a call's port argument is 0.
+    /// Port `rdmaxfer_connect` uses when its port argument is 0.
     pub port: u16,
     /// Out-of-band exchange instead of RDMA CM.
     pub oob: bool,
@@ -81,7 +84,7 @@ impl Config {
                 WaitMode::Poll
             },
             timeout: self.timeout,
-            msg_size: self.msg_size.max(MAX_MSG_LEN),
+            msg_size: self.msg_size,
             recv_depth: DEFAULT_SLOTS,
             send_depth: 4,
             extra_send_wr: DEFAULT_SLOTS,
@@ -168,8 +171,8 @@ pub extern "C" fn rdmaxfer_config_set_gid_index(
     })
 }
 
-/// The port `rdmaxfer_listen` and `rdmaxfer_connect` use when their `port` argument is 0
-/// (default 18515).
+/// The port `rdmaxfer_connect` uses when its `port` argument is 0 (default 18515).
+/// (`rdmaxfer_listen` takes its port as given: 0 lets the system choose.)
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_port(
     cfg: *mut rdmaxfer_config,
@@ -217,8 +220,8 @@ pub extern "C" fn rdmaxfer_config_set_mtu(
     })
 }
 
-/// Deadline of each step (resolve, connect, each message and completion), in milliseconds
-/// (default 10000; must be positive).
+/// Deadline of each step (resolve, connect, accept's wait for a peer, each message and
+/// completion), in milliseconds (default 10000; must be positive).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_timeout_ms(
     cfg: *mut rdmaxfer_config,
@@ -265,15 +268,19 @@ pub extern "C" fn rdmaxfer_config_set_token(
     })
 }
 
-/// Largest message `rdmaxfer_send` / ping-pong may use (default and minimum 8192 bytes).
+/// Largest message `rdmaxfer_send` / ping-pong may use: 8192 (`RDMAXFER_MIN_MSG_SIZE`, the
+/// default and the minimum, which the file and one-sided protocols need) to 1 GiB; a size
+/// outside that is `RDMAXFER_ERR_INVALID_ARGUMENT` and leaves the configuration as it was.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_msg_size(
     cfg: *mut rdmaxfer_config,
     bytes: usize,
 ) -> rdmaxfer_status {
     set("rdmaxfer_config_set_msg_size", cfg, |c| {
-        if bytes == 0 || bytes > 1 << 30 {
-            return Err(Fail::invalid(format!("message size {bytes} (1..=1 GiB)")));
+        if !(RDMAXFER_MIN_MSG_SIZE..=1 << 30).contains(&bytes) {
+            return Err(Fail::invalid(format!(
+                "message size {bytes} (at least {RDMAXFER_MIN_MSG_SIZE}, at most 1 GiB)"
+            )));
         }
         c.msg_size = bytes;
         Ok(())

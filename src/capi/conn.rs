@@ -1,30 +1,17 @@
-//! Listeners and connections: `rdmaxfer_listen`, `rdmaxfer_accept`, `rdmaxfer_connect`,
-//! messages, ping-pong, close and free.
+//! Connections: `rdmaxfer_connect` (listeners and accepting: `super::listener`), messages,
+//! ping-pong, close and free.
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::boundary::{self, out, CResult, Fail};
+use super::boundary::{self, out, CResult, Fail, Out};
 use super::config::{rdmaxfer_config, snapshot, Config};
 use super::handle::{free_handle, handle, impl_handle, into_handle, take_state, Slot};
 use super::status::rdmaxfer_status;
+use crate::os::Epoll;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::pingpong;
-use crate::xfer::session::{self, Server};
-
-/// A listening endpoint (RDMA CM or out-of-band TCP). Made by `rdmaxfer_listen`, freed by
-/// `rdmaxfer_listener_free`.
-pub struct rdmaxfer_listener {
-    slot: Slot<ListenerState>,
-}
-
-/// A listener's state.
-pub struct ListenerState {
-    server: Server,
-    cfg: Config,
-}
-
-impl_handle!(rdmaxfer_listener, ListenerState);
+use crate::xfer::session;
 
 /// A connected peer. Made by `rdmaxfer_accept` or `rdmaxfer_connect`; ended by
 /// `rdmaxfer_conn_close` (graceful) or `rdmaxfer_conn_free`.
@@ -53,6 +40,8 @@ pub struct Conn {
     pub id: u64,
     /// File-transfer token (from the configuration).
     pub token: Option<Vec<u8>>,
+    /// What `rdmaxfer_conn_fd` gave out (made on its first call; see `super::poll`).
+    pub events: Option<Epoll>,
 }
 
 impl Conn {
@@ -72,77 +61,15 @@ impl_handle!(rdmaxfer_conn, Conn);
 
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
-fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mut rdmaxfer_conn {
+pub(crate) fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mut rdmaxfer_conn {
     into_handle::<rdmaxfer_conn>(Conn {
         ep,
         role,
         plain_oob: oob,
         id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
         token: cfg.token.clone(),
+        events: None,
     })
-}
-
-/// Listens on `addr` (an IP address, "0.0.0.0" for all) and `port` (0: the configured port),
-/// with RDMA CM or the out-of-band exchange as `cfg` says. The device, GID index and message
-/// size are checked now.
-#[no_mangle]
-pub extern "C" fn rdmaxfer_listen(
-    cfg: *const rdmaxfer_config,
-    addr: *const c_char,
-    port: u16,
-    out_listener: *mut *mut rdmaxfer_listener,
-) -> rdmaxfer_status {
-    boundary::run("rdmaxfer_listen", || {
-        let cfg = snapshot(cfg)?;
-        let addr = boundary::arg_str(addr, "addr")?;
-        let o = out(out_listener, "out_listener")?;
-        let server = Server::bind(
-            addr,
-            cfg.port_or_default(port),
-            cfg.oob,
-            &cfg.endpoint_options(),
-        )?;
-        o.set(into_handle::<rdmaxfer_listener>(ListenerState {
-            server,
-            cfg,
-        }));
-        Ok(())
-    })
-}
-
-/// The port `listener` listens on.
-#[no_mangle]
-pub extern "C" fn rdmaxfer_listener_port(
-    listener: *const rdmaxfer_listener,
-    out_port: *mut u16,
-) -> rdmaxfer_status {
-    boundary::run("rdmaxfer_listener_port", || {
-        let l = handle(listener, "listener")?;
-        out(out_port, "out_port")?.set(l.server.local_addr().port());
-        Ok(())
-    })
-}
-
-/// Waits (without limit) for the next peer and sets the connection up.
-#[no_mangle]
-pub extern "C" fn rdmaxfer_accept(
-    listener: *mut rdmaxfer_listener,
-    out_conn: *mut *mut rdmaxfer_conn,
-) -> rdmaxfer_status {
-    boundary::run("rdmaxfer_accept", || {
-        let mut l = handle(listener, "listener")?;
-        let o = out(out_conn, "out_conn")?;
-        let oob = matches!(l.server, Server::Oob(_));
-        let ep = l.server.accept_plain(None)?;
-        o.set(new_conn(ep, Role::Server, oob, &l.cfg));
-        Ok(())
-    })
-}
-
-/// Frees a listener (NULL: nothing); connections accepted from it stay usable.
-#[no_mangle]
-pub extern "C" fn rdmaxfer_listener_free(listener: *mut rdmaxfer_listener) {
-    free_handle("rdmaxfer_listener_free", listener);
 }
 
 /// Connects to `host` (name or IP address) at `port` (0: the configured port).
@@ -226,8 +153,9 @@ pub extern "C" fn rdmaxfer_send(
 
 /// Waits (at most the timeout) for the next message and copies it to `buf` (`cap` bytes);
 /// `*out_len` is its length. A message longer than `cap` is consumed and dropped, and
-/// `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned: a buffer of `rdmaxfer_conn_max_msg_size` bytes
-/// always suffices.
+/// `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned with its length in `*out_len` (the one exception to
+/// "out-parameters are written only on success"): a buffer of `rdmaxfer_conn_max_msg_size`
+/// bytes always suffices.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv(
     conn: *mut rdmaxfer_conn,
@@ -239,22 +167,41 @@ pub extern "C" fn rdmaxfer_recv(
         let mut c = handle(conn, "conn")?;
         let dst = boundary::arg_bytes_mut(buf, cap, "buf")?;
         let o = out(out_len, "out_len")?;
-        let n = c.rdmaxfer_peer()?.recv_with(|m| {
-            let n = m.data.len();
-            match dst.get_mut(..n) {
-                Some(d) => {
-                    d.copy_from_slice(m.data);
-                    Ok(n)
-                }
-                None => Err(Fail::new(
-                    rdmaxfer_status::RDMAXFER_ERR_BUFFER_TOO_SMALL,
-                    format!("a {n}-byte message does not fit the {cap}-byte buffer (dropped)"),
-                )),
-            }
-        })??;
-        o.set(n);
-        Ok(())
+        let got = c
+            .rdmaxfer_peer()?
+            .recv_with(|m| copy_message(m.data, dst))?;
+        deliver(got, cap, o)
     })
+}
+
+/// Copies a received message to `dst`: `Ok(len)`, or `Err(len)` when it does not fit.
+pub(crate) fn copy_message(data: &[u8], dst: &mut [u8]) -> Result<usize, usize> {
+    let n = data.len();
+    match dst.get_mut(..n) {
+        Some(d) => {
+            d.copy_from_slice(data);
+            Ok(n)
+        }
+        None => Err(n),
+    }
+}
+
+/// Writes the length of a received message to `o` and turns one that did not fit the
+/// `cap`-byte buffer into `RDMAXFER_ERR_BUFFER_TOO_SMALL`.
+pub(crate) fn deliver(got: Result<usize, usize>, cap: usize, o: Out<usize>) -> CResult<()> {
+    match got {
+        Ok(n) => {
+            o.set(n);
+            Ok(())
+        }
+        Err(n) => {
+            o.set(n);
+            Err(Fail::new(
+                rdmaxfer_status::RDMAXFER_ERR_BUFFER_TOO_SMALL,
+                format!("a {n}-byte message does not fit the {cap}-byte buffer (dropped)"),
+            ))
+        }
+    }
 }
 
 /// Results of `rdmaxfer_pingpong` (times in microseconds unless named otherwise).

@@ -96,11 +96,19 @@ pub struct rdmaxfer_recv_summary {
     pub bytes: u64,
 }
 
-/// Receives what one sender sends on `conn` into the existing directory `out_dir` (names are
-/// confined to it; each file is verified by BLAKE3, fsynced and renamed into place). `flags`:
-/// `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the configuration the
-/// sender must know it. Files already here (same size and modification time) are skipped.
-/// `RDMAXFER_OK` only when every entry arrived verified or was skipped.
+/// Receives what one sender sends on `conn` into the existing directory `out_dir`. The
+/// receiving side is the accepting one: `rdmaxfer_listen` + `rdmaxfer_accept`, then this call,
+/// while the sender connects (`rdmaxfer send PATH... HOST`, or `rdmaxfer_connect` +
+/// `rdmaxfer_send_file`); as with `rdmaxfer recv --out DIR`, one call serves one sender's
+/// session. Where files land: each entry at the relative name the sender gives it under
+/// `out_dir` (a sent file `a.bin` as `out_dir/a.bin`, a sent tree `photos/` as
+/// `out_dir/photos/...`), directories made as needed; names that would leave `out_dir` (`..`,
+/// absolute, control characters) and symlinks that would point out of it are refused. Each
+/// file is written to a temporary file in its directory, verified by BLAKE3, fsynced and only
+/// then renamed into place (a failed file leaves nothing, unless `RDMAXFER_RECV_RESUME`).
+/// `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the
+/// configuration the sender must know it. Files already here (same size and modification time)
+/// are skipped. `RDMAXFER_OK` only when every entry arrived verified or was skipped.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_file(
     conn: *mut rdmaxfer_conn,

@@ -86,9 +86,11 @@ pub(crate) trait Handle: Sync + Sized + 'static {
     fn pool() -> &'static Pool<Self>;
 }
 
-/// Implements [`Handle`] for an opaque handle type whose only field is `slot: Slot<$state>`.
+/// Implements [`Handle`] for an opaque handle type whose only field is `slot: Slot<$state>`,
+/// or whose other fields (`$field`, made with `$init` for a new slot) live outside the state's
+/// lock: what a call may reach while another call holds the state (e.g. a listener's shutdown).
 macro_rules! impl_handle {
-    ($handle:ident, $state:ty) => {
+    ($handle:ident, $state:ty $(, $field:ident: $init:expr)*) => {
         impl $crate::capi::handle::Handle for $handle {
             type State = $state;
             const NAME: &'static str = stringify!($handle);
@@ -98,6 +100,7 @@ macro_rules! impl_handle {
             fn empty() -> Self {
                 $handle {
                     slot: $crate::capi::handle::Slot::new(),
+                    $($field: $init,)*
                 }
             }
             fn pool() -> &'static $crate::capi::handle::Pool<$handle> {
@@ -153,6 +156,13 @@ impl<H: Handle> Drop for Entered<H> {
             release_if_idle(self.0);
         }
     }
+}
+
+/// Counts a call in on handle `h` without locking its state (freed → `RDMAXFER_ERR_INVALID_STATE`):
+/// for the few calls that may run while another call holds the state (they touch only the
+/// handle's fields outside the state). The state is not released while the guard lives.
+pub(crate) fn enter<H: Handle>(h: &'static H) -> CResult<impl Drop> {
+    Entered::new(h)
 }
 
 /// Clears the open bit (false: it was not open) and releases the state if no call is inside.

@@ -30,12 +30,15 @@ pub(crate) mod conn;
 pub(crate) mod devices;
 pub(crate) mod file;
 pub(crate) mod handle;
+pub(crate) mod listener;
+pub(crate) mod poll;
 pub(crate) mod status;
 
 use buf::{rdmaxfer_buf, rdmaxfer_remote};
 use config::rdmaxfer_config;
-use conn::{rdmaxfer_conn, rdmaxfer_listener};
+use conn::rdmaxfer_conn;
 use devices::rdmaxfer_device_list;
+use listener::rdmaxfer_listener;
 
 #[cfg(test)]
 mod tests;

@@ -75,15 +75,23 @@ pub enum rdmaxfer_status {
     /// The object is not in a state that allows the call (e.g. a closed session), or the handle
     /// was freed.
     RDMAXFER_ERR_INVALID_STATE = 15,
-    /// The caller's buffer is too small for the result.
+    /// The caller's buffer is too small for the result (the needed length is in the call's
+    /// length out-parameter, where it has one: see `rdmaxfer_recv`).
     RDMAXFER_ERR_BUFFER_TOO_SMALL = 16,
+    /// A non-blocking call found nothing to do yet (no connection request, no message, no
+    /// send credit): wait for the handle's descriptor (`rdmaxfer_listener_fd`,
+    /// `rdmaxfer_conn_fd`) to become readable, then call again.
+    RDMAXFER_ERR_AGAIN = 17,
+    /// The listener was shut down (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`,
+    /// possibly from another thread) before or while the call waited.
+    RDMAXFER_ERR_SHUTDOWN = 18,
 }
 
 use rdmaxfer_status as S;
 
 impl rdmaxfer_status {
     /// Every status, in numeric order.
-    pub const ALL: [rdmaxfer_status; 17] = [
+    pub const ALL: [rdmaxfer_status; 19] = [
         S::RDMAXFER_OK,
         S::RDMAXFER_ERR_NULL_ARGUMENT,
         S::RDMAXFER_ERR_INVALID_ARGUMENT,
@@ -101,6 +109,8 @@ impl rdmaxfer_status {
         S::RDMAXFER_ERR_IO,
         S::RDMAXFER_ERR_INVALID_STATE,
         S::RDMAXFER_ERR_BUFFER_TOO_SMALL,
+        S::RDMAXFER_ERR_AGAIN,
+        S::RDMAXFER_ERR_SHUTDOWN,
     ];
 
     /// The status with numeric value `v`, if there is one.
@@ -128,6 +138,10 @@ impl rdmaxfer_status {
             S::RDMAXFER_ERR_IO => c"I/O error",
             S::RDMAXFER_ERR_INVALID_STATE => c"the object is not in a state that allows this",
             S::RDMAXFER_ERR_BUFFER_TOO_SMALL => c"the buffer is too small",
+            S::RDMAXFER_ERR_AGAIN => {
+                c"nothing ready yet; try again when the descriptor is readable"
+            }
+            S::RDMAXFER_ERR_SHUTDOWN => c"the listener was shut down",
         }
     }
 }
@@ -137,8 +151,8 @@ impl From<&Error> for rdmaxfer_status {
         match e {
             Error::Verb { .. } => S::RDMAXFER_ERR_VERBS,
             Error::Completion { .. } => S::RDMAXFER_ERR_COMPLETION,
-            // No C call is non-blocking yet: a WouldBlock would come from an expired wait.
-            Error::Timeout { .. } | Error::WouldBlock { .. } => S::RDMAXFER_ERR_TIMEOUT,
+            Error::Timeout { .. } => S::RDMAXFER_ERR_TIMEOUT,
+            Error::WouldBlock { .. } => S::RDMAXFER_ERR_AGAIN,
             Error::NoDevice { .. } => S::RDMAXFER_ERR_NO_DEVICE,
             Error::DeviceNotFound { .. } => S::RDMAXFER_ERR_DEVICE_NOT_FOUND,
             Error::InvalidArgument(_) | Error::TooLarge { .. } | Error::ContextMismatch { .. } => {
@@ -150,9 +164,15 @@ impl From<&Error> for rdmaxfer_status {
             Error::Connection(_) => S::RDMAXFER_ERR_CONNECTION,
             Error::Refused { .. } | Error::Incomplete { .. } => S::RDMAXFER_ERR_REFUSED,
             Error::Io { .. } => S::RDMAXFER_ERR_IO,
+            Error::Shutdown { .. } => S::RDMAXFER_ERR_SHUTDOWN,
         }
     }
 }
+
+/// A status passed in by C: `enum rdmaxfer_status` in the header, an integer here (any value).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct StatusArg(pub c_int);
 
 /// The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
 /// `RDMAXFER_VERSION` to detect a header/library mismatch.
@@ -162,9 +182,12 @@ pub extern "C" fn rdmaxfer_version() -> *const c_char {
 }
 
 /// A static, NUL-terminated description of `status` (never NULL; "unknown status" for a value
-/// that is not an `rdmaxfer_status`).
+/// that is not an `rdmaxfer_status`, e.g. an integer cast to it).
+// The header declares the parameter as `enum rdmaxfer_status` (cbindgen.toml renames
+// `StatusArg`); it is read as a plain integer, so any value C passes is defined behaviour here.
 #[no_mangle]
-pub extern "C" fn rdmaxfer_strerror(status: c_int) -> *const c_char {
+pub extern "C" fn rdmaxfer_strerror(status: StatusArg) -> *const c_char {
+    let status = status.0;
     rdmaxfer_status::from_raw(status)
         .map_or(c"unknown status", rdmaxfer_status::text)
         .as_ptr()

@@ -21,8 +21,9 @@ use std::ptr;
 
 use super::boundary::{self, last_error, Fail};
 use super::config::*;
-use super::conn::{rdmaxfer_conn, rdmaxfer_listen, rdmaxfer_listener};
+use super::conn::rdmaxfer_conn;
 use super::handle::{self, free_handle, impl_handle, into_handle, take_state, Slot};
+use super::listener::{rdmaxfer_listen, rdmaxfer_listener};
 use super::status::rdmaxfer_status as S;
 
 /// Arms a panic inside the next lock of a handle of type `name` on this thread.
@@ -255,10 +256,15 @@ fn invalid_settings_leave_the_config_unchanged() {
         rdmaxfer_config_set_port(cfg, 0),
         S::RDMAXFER_ERR_INVALID_ARGUMENT
     );
-    assert_eq!(
-        rdmaxfer_config_set_msg_size(cfg, 0),
-        S::RDMAXFER_ERR_INVALID_ARGUMENT
-    );
+    // The minimum the header names is enforced (8192 and up; 1 GiB at most).
+    for bad in [0, 100, RDMAXFER_MIN_MSG_SIZE - 1, (1 << 30) + 1] {
+        assert_eq!(
+            rdmaxfer_config_set_msg_size(cfg, bad),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT,
+            "{bad}"
+        );
+        assert!(last_error().contains("at least 8192"), "{}", last_error());
+    }
     assert_eq!(
         rdmaxfer_config_set_device(cfg, c"".as_ptr()),
         S::RDMAXFER_ERR_INVALID_ARGUMENT
@@ -278,6 +284,7 @@ fn invalid_settings_leave_the_config_unchanged() {
         assert_eq!(c.port, RDMAXFER_DEFAULT_PORT);
         assert_eq!(c.device, None);
         assert_eq!(c.token, None);
+        assert_eq!(c.msg_size, RDMAXFER_MIN_MSG_SIZE);
     }
     // Valid settings do apply.
     assert_eq!(
@@ -295,6 +302,11 @@ fn invalid_settings_leave_the_config_unchanged() {
         S::RDMAXFER_OK
     );
     assert_eq!(rdmaxfer_config_set_event_mode(cfg, 5), S::RDMAXFER_OK);
+    assert_eq!(
+        rdmaxfer_config_set_msg_size(cfg, RDMAXFER_MIN_MSG_SIZE),
+        S::RDMAXFER_OK
+    );
+    assert_eq!(rdmaxfer_config_set_msg_size(cfg, 1 << 20), S::RDMAXFER_OK);
     {
         let c = handle::handle(cfg, "cfg").unwrap();
         assert!(c.oob && c.event);
@@ -303,7 +315,7 @@ fn invalid_settings_leave_the_config_unchanged() {
         assert_eq!(c.device.as_deref(), Some("rxe0"));
         assert_eq!(c.token.as_deref(), Some(&b"t"[..]));
         let o = c.endpoint_options();
-        assert_eq!(o.msg_size, crate::xfer::file::proto::MAX_MSG_LEN);
+        assert_eq!(o.msg_size, 1 << 20);
         assert_eq!(o.wait, crate::verbs::WaitMode::Event);
     }
     rdmaxfer_config_free(cfg);

@@ -1,10 +1,13 @@
 //! Serving and connecting the same way for every command: RDMA CM or the out-of-band exchange.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::{self, Endpoint, EndpointOptions, Listener, OobListener, Pending};
+use crate::xfer::endpoint::{
+    self, Endpoint, EndpointOptions, Listener, OobListener, Pending, ShutdownHandle,
+};
 use crate::xfer::params::SessionParams;
 
 /// A listener of either kind.
@@ -60,6 +63,23 @@ impl Server {
         match self {
             Server::Cm(l) => l.local_addr(),
             Server::Oob(l) => l.local_addr(),
+        }
+    }
+
+    /// A handle that shuts the listener down from any thread (see [`ShutdownHandle`]).
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        match self {
+            Server::Cm(l) => l.shutdown_handle(),
+            Server::Oob(l) => l.shutdown_handle(),
+        }
+    }
+
+    /// The descriptor to watch for the next peer (non-blocking): readable when
+    /// [`take`](Self::take) with a zero wait may find one.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Server::Cm(l) => l.fd(),
+            Server::Oob(l) => l.fd(),
         }
     }
 

@@ -47,6 +47,8 @@ pub enum rdmaxfer_status {
     RDMAXFER_ERR_IO = 14,
     RDMAXFER_ERR_INVALID_STATE = 15,
     RDMAXFER_ERR_BUFFER_TOO_SMALL = 16,
+    RDMAXFER_ERR_AGAIN = 17,
+    RDMAXFER_ERR_SHUTDOWN = 18,
 }
 
 pub const RDMAXFER_ACCESS_READ: u32 = 1;
@@ -150,6 +152,27 @@ extern "C" {
         out_conn: *mut *mut rdmaxfer_conn,
     ) -> rdmaxfer_status;
     pub fn rdmaxfer_listener_free(listener: *mut rdmaxfer_listener);
+    pub fn rdmaxfer_listener_fd(
+        listener: *const rdmaxfer_listener,
+        out_fd: *mut c_int,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_listener_try_accept(
+        listener: *mut rdmaxfer_listener,
+        out_conn: *mut *mut rdmaxfer_conn,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_listener_shutdown(listener: *const rdmaxfer_listener) -> rdmaxfer_status;
+    pub fn rdmaxfer_conn_fd(conn: *mut rdmaxfer_conn, out_fd: *mut c_int) -> rdmaxfer_status;
+    pub fn rdmaxfer_conn_try_send(
+        conn: *mut rdmaxfer_conn,
+        data: *const c_void,
+        len: usize,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_conn_try_recv(
+        conn: *mut rdmaxfer_conn,
+        buf: *mut c_void,
+        cap: usize,
+        out_len: *mut usize,
+    ) -> rdmaxfer_status;
     pub fn rdmaxfer_connect(
         cfg: *const rdmaxfer_config,
         host: *const c_char,

@@ -7,6 +7,7 @@
 //! `accept` is `take` then `finish`.
 
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
 use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
@@ -142,8 +143,10 @@ impl Listener {
         self.take(wait)?.finish()
     }
 
-    /// Waits (at most `wait`; `None`: forever) for the next connection request and takes it,
-    /// without setting it up.
+    /// Waits (at most `wait`; `None`: forever; zero: only looks) for the next connection request
+    /// and takes it, without setting it up. A timeout is [`Error::Timeout`]; a listener shut
+    /// down ([`ShutdownHandle`](super::ShutdownHandle), before or during the wait) gives
+    /// [`Error::Shutdown`].
     pub fn take(&mut self, wait: Option<Duration>) -> Result<Pending> {
         if let Some(b) = &self.broken {
             return Err(Error::Connection(format!(
@@ -151,13 +154,27 @@ impl Listener {
                 self.addr
             )));
         }
-        let req = match self.id.get_request(wait) {
-            Ok(r) => r,
-            Err(e @ Error::Timeout { .. }) => return Err(e),
-            Err(e) => {
-                self.broken = Some(e.to_string());
-                return Err(e);
+        let deadline = wait.map(|w| Instant::now() + w);
+        let req = loop {
+            self.wake
+                .check(|| format!("the listener on {}", self.addr))?;
+            // Zero: only the events already queued (the channel is non-blocking).
+            match self.id.get_request(Some(Duration::ZERO)) {
+                Ok(r) => break r,
+                Err(Error::Timeout { .. }) => {}
+                Err(e) => {
+                    self.broken = Some(e.to_string());
+                    return Err(e);
+                }
             }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(Error::Timeout {
+                    what: "a connection request",
+                    after: wait.unwrap_or_default(),
+                });
+            }
+            self.wake.wait(self.id.as_fd(), left)?;
         };
         Ok(Pending {
             peer: req.id.peer_addr(),
@@ -247,7 +264,9 @@ impl OobListener {
 
     /// Waits (at most `wait`; `None`: forever) for the next TCP client and accepts its socket,
     /// without reading anything from it.
+    /// A shut-down listener gives [`Error::Shutdown`], as [`Listener::take`].
     pub fn take(&self, wait: Option<Duration>) -> Result<Pending> {
+        self.wake.check(|| self.shut_what())?;
         let deadline = wait.map(|w| Instant::now() + w);
         let (s, peer_addr) = loop {
             match self.tcp.accept() {
@@ -260,8 +279,8 @@ impl OobListener {
                             after: wait.unwrap_or_default(),
                         });
                     }
-                    crate::os::wait_readable(&self.tcp, left)
-                        .map_err(|e| Error::io("poll(TCP listener)", e))?;
+                    self.wake.wait(self.tcp.as_fd(), left)?;
+                    self.wake.check(|| self.shut_what())?;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::io("accepting a TCP client", e)),
@@ -272,6 +291,12 @@ impl OobListener {
             opts: self.opts.clone(),
             how: How::Oob(s),
         })
+    }
+}
+
+impl OobListener {
+    fn shut_what(&self) -> String {
+        format!("the listener on {} (TCP)", self.local_addr())
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`Listener`] (its accept is in [`super::accept`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cm::{CmId, ConnParam, Event, EventKind};
@@ -11,6 +12,7 @@ use crate::xfer::wire::{Hello, Reject};
 use super::conn::Endpoint;
 use super::options::{EndpointOptions, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY};
 use super::setup::{check_cm_device, check_msg_size, choose, gid_source, rd_atomic, Parts};
+use super::wake::{ShutdownHandle, Wake};
 
 impl Endpoint {
     /// Connects to an rdmaxfer [`Listener`] with RDMA CM: resolve address and route, create
@@ -118,6 +120,7 @@ pub struct Listener {
     pub(super) opts: EndpointOptions,
     pub(super) addr: SocketAddr,
     pub(super) broken: Option<String>,
+    pub(super) wake: Arc<Wake>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -159,12 +162,18 @@ impl Listener {
             opts: opts.clone(),
             addr: bound,
             broken: None,
+            wake: Wake::new()?,
         })
     }
 
-    /// The address listened on (with the real port when bound to port 0).
+    /// The address listened on (with the real port when bound to port 0: the OS chooses one).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// A handle that shuts this listener down from any thread (see [`ShutdownHandle`]).
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.wake.clone())
     }
 
     /// True once the listener itself failed (e.g. its device was removed); accept fails from

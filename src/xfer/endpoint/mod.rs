@@ -65,7 +65,8 @@
 //!
 //! # Files
 //! `options` (what an endpoint is made with), `conn` (the [`Endpoint`] and its accessors),
-//! `setup` (what every set-up shares), `cm` and `oob` (the two set-ups and their listeners),
+//! `setup` (what every set-up shares), `wake` (a listener's shutdown from another thread),
+//! `cm` and `oob` (the two set-ups and their listeners),
 //! `accept` (accepting in two steps), `flow` (the credit engine and the waits) and `messaging`
 //! (send, receive, the caller's own work requests), then `nonblock` (descriptors and `try_*`
 //! calls for event loops). Each imports only the ones listed before it.
@@ -81,6 +82,7 @@ mod nonblock;
 mod oob;
 mod options;
 mod setup;
+mod wake;
 
 pub use accept::Pending;
 pub use cm::Listener;
@@ -93,3 +95,4 @@ pub use options::{
     DEFAULT_TIMEOUT, RESERVED_WR_ID, RETRY_COUNT, RNR_RETRY,
 };
 pub use setup::resolve_host;
+pub use wake::ShutdownHandle;

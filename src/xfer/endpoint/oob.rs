@@ -3,6 +3,8 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd as _, BorrowedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -14,6 +16,7 @@ use super::options::{
     EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY,
 };
 use super::setup::{choose, rd_atomic, Choice, Parts};
+use super::wake::{ShutdownHandle, Wake};
 
 impl Endpoint {
     /// Connects to `dst` with ibv_rc_pingpong's out-of-band exchange (the peer may be
@@ -250,6 +253,7 @@ pub(super) fn read_msg(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<u8
 pub struct OobListener {
     pub(super) tcp: TcpListener,
     pub(super) opts: EndpointOptions,
+    pub(super) wake: Arc<Wake>,
 }
 
 impl std::fmt::Debug for OobListener {
@@ -280,7 +284,19 @@ impl OobListener {
         Ok(OobListener {
             tcp,
             opts: opts.clone(),
+            wake: Wake::new()?,
         })
+    }
+
+    /// A handle that shuts this listener down from any thread (see [`ShutdownHandle`]).
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.wake.clone())
+    }
+
+    /// The descriptor to watch for the next client (the TCP listening socket, non-blocking),
+    /// as [`Listener::fd`](super::Listener::fd).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.tcp.as_fd()
     }
 
     /// The TCP address listened on.

@@ -1,0 +1,329 @@
+//! Device tests (rxe0, in the guest) of the C API's listener and event-loop calls, through the
+//! C ABI as a C program calls them (`common/capi_ffi.rs`): port 0, the listener and connection
+//! descriptors with the try_* calls, the needed length on `RDMAXFER_ERR_BUFFER_TOO_SMALL`,
+//! the expose report's `ok` after a call refused by the local range check, accept's deadline,
+//! and a blocked accept released by `rdmaxfer_listener_shutdown` / `_free` from another
+//! thread. (The poll-loop example server is in `tests/device_capi.rs`.)
+
+#[path = "common/capi_ffi.rs"]
+mod capi_ffi;
+mod common;
+
+use std::ffi::{c_int, CStr};
+use std::ptr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use capi_ffi::{rdmaxfer_status as S, *};
+use common::{need_rxe0, wait_until};
+use rdmaxfer as _;
+
+const IP_C: &CStr = c"198.18.0.1";
+const RW: u32 = 3;
+
+/// A handle pointer handed to another thread (the C API allows any thread).
+struct Send_<T>(*mut T);
+// SAFETY: the library's handles may be used from any thread, one call at a time (the header's
+// threading rule); the tests never call on one handle from two threads except where that rule
+// is what is tested (busy, shutdown).
+unsafe impl<T> Send for Send_<T> {}
+
+fn last() -> String {
+    // SAFETY: no arguments; returns a NUL-terminated string valid until the next failure here.
+    unsafe { CStr::from_ptr(rdmaxfer_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn config(timeout_ms: u32, event: bool) -> *mut rdmaxfer_config {
+    let mut cfg = ptr::null_mut();
+    // SAFETY: `cfg` is a writable out-parameter, then a live handle.
+    unsafe {
+        assert_eq!(rdmaxfer_config_new(&mut cfg), S::RDMAXFER_OK);
+        assert_eq!(
+            rdmaxfer_config_set_timeout_ms(cfg, timeout_ms),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_config_set_event_mode(cfg, c_int::from(event)),
+            S::RDMAXFER_OK
+        );
+    }
+    cfg
+}
+
+/// Listens on rxe0's address and `port`; returns the listener and the port it reports.
+fn listen(cfg: *mut rdmaxfer_config, port: u16) -> (*mut rdmaxfer_listener, u16) {
+    let mut l = ptr::null_mut();
+    let mut got = 0u16;
+    // SAFETY: live config, NUL-terminated address, writable out-parameters.
+    unsafe {
+        assert_eq!(
+            rdmaxfer_listen(cfg, IP_C.as_ptr(), port, &mut l),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert_eq!(rdmaxfer_listener_port(l, &mut got), S::RDMAXFER_OK);
+    }
+    (l, got)
+}
+
+/// Waits (bounded) until `fd` is readable.
+fn readable(fd: c_int, what: &str) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one writable pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, 120_000) };
+    assert_eq!(n, 1, "{what}: not readable within 120 s");
+}
+
+/// The client side of [`port_zero_descriptors_try_calls_out_len_and_expose_ok`].
+fn client(port: u16) {
+    let cfg = config(120_000, false);
+    // SAFETY: live handles made here, NUL-terminated strings, writable locals; each handle is
+    // freed once, at the end.
+    unsafe {
+        let mut c = ptr::null_mut();
+        assert_eq!(
+            rdmaxfer_connect(cfg, IP_C.as_ptr(), port, &mut c),
+            S::RDMAXFER_OK,
+            "connecting to the port the listener reported: {}",
+            last()
+        );
+        rdmaxfer_config_free(cfg);
+        let big = [7u8; 100];
+        assert_eq!(rdmaxfer_send(c, big.as_ptr().cast(), 100), S::RDMAXFER_OK);
+        assert_eq!(rdmaxfer_send(c, b"abc".as_ptr().cast(), 3), S::RDMAXFER_OK);
+        let mut back = [0u8; 16];
+        let mut n = 0usize;
+        assert_eq!(
+            rdmaxfer_recv(c, back.as_mut_ptr().cast(), 16, &mut n),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert_eq!(&back[..n], b"abc", "the echo");
+        // One-sided: a write past the 16-byte exposure is refused locally; one inside works.
+        let mut r = ptr::null_mut();
+        assert_eq!(
+            rdmaxfer_remote_open(c, &mut r),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        let mut b = ptr::null_mut();
+        assert_eq!(rdmaxfer_buf_new(c, 8, &mut b), S::RDMAXFER_OK);
+        assert_eq!(
+            rdmaxfer_buf_write(b, 0, b"WXYZwxyz".as_ptr().cast(), 8),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_rdma_write(c, r, 10, b, 0, 8),
+            S::RDMAXFER_ERR_OUT_OF_BOUNDS
+        );
+        assert_eq!(
+            rdmaxfer_rdma_write(c, r, 0, b, 0, 4),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert_eq!(rdmaxfer_remote_close(c, r), S::RDMAXFER_OK, "{}", last());
+        rdmaxfer_remote_free(r);
+        rdmaxfer_buf_free(b);
+        assert_eq!(rdmaxfer_conn_close(c), S::RDMAXFER_OK, "{}", last());
+    }
+}
+
+/// Port 0 lets the system choose (two listeners get two ports) and the reported port is the one
+/// a client reaches; the listener descriptor wakes for it and try_accept takes it (AGAIN
+/// before); a connection's descriptor and try_recv/try_send; a message too long for the buffer
+/// gives BUFFER_TOO_SMALL with the needed length in `*out_len`; the expose report stays ok
+/// after a write the client's range check refused; the peer's disconnect wakes the descriptor
+/// and try_recv says CONNECTION.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn port_zero_descriptors_try_calls_out_len_and_expose_ok() {
+    need_rxe0();
+    let cfg = config(120_000, true);
+    let (l, port) = listen(cfg, 0);
+    let (l2, port2) = listen(cfg, 0);
+    assert_ne!(port, 0, "port 0 must report the port the system chose");
+    assert_ne!(port2, 0);
+    assert_ne!(port, port2, "two listeners on port 0 got the same port");
+    // SAFETY: live handles, writable locals; each handle freed once.
+    unsafe {
+        rdmaxfer_listener_free(l2);
+        rdmaxfer_config_free(cfg);
+        let mut conn = ptr::null_mut();
+        assert_eq!(
+            rdmaxfer_listener_try_accept(l, &mut conn),
+            S::RDMAXFER_ERR_AGAIN
+        );
+        assert!(conn.is_null(), "out-parameter written on AGAIN");
+        let mut lfd: c_int = -1;
+        assert_eq!(rdmaxfer_listener_fd(l, &mut lfd), S::RDMAXFER_OK);
+        assert!(lfd >= 0);
+
+        let peer = thread::spawn(move || client(port));
+        let t = Instant::now();
+        loop {
+            readable(lfd, "the listener");
+            match rdmaxfer_listener_try_accept(l, &mut conn) {
+                S::RDMAXFER_OK => break,
+                S::RDMAXFER_ERR_AGAIN => {
+                    assert!(t.elapsed() < Duration::from_secs(120), "no client came")
+                }
+                s => panic!("try_accept: {s:?}: {}", last()),
+            }
+        }
+        rdmaxfer_listener_free(l);
+
+        let mut cfd: c_int = -1;
+        assert_eq!(
+            rdmaxfer_conn_fd(conn, &mut cfd),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert!(cfd >= 0);
+        // Receives, by the rule: poll, then try until AGAIN.
+        let mut small = [0u8; 10];
+        let mut got: Vec<(S, usize, Vec<u8>)> = Vec::new();
+        while got.len() < 2 {
+            let mut n = 12345usize;
+            match rdmaxfer_conn_try_recv(conn, small.as_mut_ptr().cast(), 10, &mut n) {
+                S::RDMAXFER_ERR_AGAIN => readable(cfd, "the connection"),
+                s => got.push((s, n, small[..n.min(10)].to_vec())),
+            }
+        }
+        assert_eq!(got[0].0, S::RDMAXFER_ERR_BUFFER_TOO_SMALL);
+        assert_eq!(got[0].1, 100, "the needed length in *out_len");
+        assert!(last().contains("100-byte message"), "{}", last());
+        assert_eq!((got[1].0, got[1].1), (S::RDMAXFER_OK, 3));
+        assert_eq!(got[1].2, b"abc");
+        loop {
+            match rdmaxfer_conn_try_send(conn, b"abc".as_ptr().cast(), 3) {
+                S::RDMAXFER_OK => break,
+                S::RDMAXFER_ERR_AGAIN => readable(cfd, "send credit"),
+                s => panic!("try_send: {s:?}: {}", last()),
+            }
+        }
+
+        let mut data = [0u8; 16];
+        let mut rep = rdmaxfer_expose_report::default();
+        assert_eq!(
+            rdmaxfer_expose(conn, data.as_mut_ptr().cast(), 16, RW, &mut rep),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert_eq!(
+            rep.ok, 1,
+            "a call refused by the client's range check is not a failure"
+        );
+        assert_eq!(rep.written, 4);
+        assert_eq!(&data[..4], b"WXYZ");
+        assert!(data[4..].iter().all(|&b| b == 0));
+
+        // The client closes: the descriptor wakes and try_recv tells.
+        let st = loop {
+            let mut n = 0usize;
+            match rdmaxfer_conn_try_recv(conn, small.as_mut_ptr().cast(), 10, &mut n) {
+                S::RDMAXFER_ERR_AGAIN => readable(cfd, "the disconnect"),
+                s => break s,
+            }
+        };
+        assert_eq!(st, S::RDMAXFER_ERR_CONNECTION, "{}", last());
+        rdmaxfer_conn_free(conn);
+        peer.join().unwrap();
+    }
+}
+
+/// Accept waits at most the configured timeout (TIMEOUT, listener still usable); a thread
+/// blocked in accept returns SHUTDOWN within 1 s of rdmaxfer_listener_shutdown (or of
+/// rdmaxfer_listener_free) on another thread; a shut-down listener refuses every later accept.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn blocked_accept_returns_shutdown_within_a_second_of_the_cancel() {
+    need_rxe0();
+    // SAFETY: live handles made here, writable locals; the listener is used from two threads
+    // only as the header allows (shutdown/free while an accept is inside).
+    unsafe {
+        let cfg = config(300, false);
+        let (l, _) = listen(cfg, 0);
+        let mut c = ptr::null_mut();
+        assert_eq!(rdmaxfer_accept(l, &mut c), S::RDMAXFER_ERR_TIMEOUT);
+        assert!(last().contains("timed out"), "{}", last());
+        assert_eq!(
+            rdmaxfer_accept(l, &mut c),
+            S::RDMAXFER_ERR_TIMEOUT,
+            "usable again"
+        );
+        assert!(c.is_null());
+        rdmaxfer_listener_free(l);
+        rdmaxfer_config_free(cfg);
+
+        for free in [false, true] {
+            let cfg = config(600_000, false);
+            let (l, _) = listen(cfg, 0);
+            rdmaxfer_config_free(cfg);
+            let lp = Send_(l);
+            let t = thread::spawn(move || {
+                let lp = lp;
+                let mut c = ptr::null_mut();
+                // BUSY while the main thread's rdmaxfer_listener_port (below) holds it: again.
+                let st = loop {
+                    match rdmaxfer_accept(lp.0, &mut c) {
+                        S::RDMAXFER_ERR_BUSY => thread::yield_now(),
+                        st => break st,
+                    }
+                };
+                (st, c.is_null(), last())
+            });
+            // Synchronise on state: once the accept holds the listener, other calls are BUSY.
+            wait_until(
+                "the accept to hold the listener",
+                Duration::from_secs(60),
+                || {
+                    let mut p = 0u16;
+                    rdmaxfer_listener_port(l, &mut p) == S::RDMAXFER_ERR_BUSY
+                },
+            );
+            let t0 = Instant::now();
+            if free {
+                rdmaxfer_listener_free(l);
+            } else {
+                assert_eq!(rdmaxfer_listener_shutdown(l), S::RDMAXFER_OK);
+            }
+            let (st, untouched, msg) = t.join().unwrap();
+            let took = t0.elapsed();
+            assert_eq!(st, S::RDMAXFER_ERR_SHUTDOWN, "free={free}: {msg}");
+            assert!(msg.contains("was shut down"), "{msg}");
+            assert!(untouched, "out-parameter written on SHUTDOWN");
+            assert!(
+                took < Duration::from_secs(1),
+                "free={free}: the blocked accept returned {took:?} after the cancel"
+            );
+            let mut p = 0u16;
+            if free {
+                assert_eq!(
+                    rdmaxfer_listener_port(l, &mut p),
+                    S::RDMAXFER_ERR_INVALID_STATE
+                );
+            } else {
+                let mut c = ptr::null_mut();
+                assert_eq!(rdmaxfer_accept(l, &mut c), S::RDMAXFER_ERR_SHUTDOWN);
+                assert_eq!(
+                    rdmaxfer_listener_try_accept(l, &mut c),
+                    S::RDMAXFER_ERR_SHUTDOWN
+                );
+                assert_eq!(rdmaxfer_listener_shutdown(l), S::RDMAXFER_OK, "again");
+                rdmaxfer_listener_free(l);
+            }
+        }
+    }
+}
