@@ -46,7 +46,7 @@ pub struct Sink {
     leftovers: Registered,
 }
 
-fn write_err(what: String, e: std::io::Error) -> Error {
+pub(crate) fn write_err(what: String, e: std::io::Error) -> Error {
     let reason = if e.raw_os_error() == Some(libc::ENOSPC) {
         Reason::NoSpace
     } else {
@@ -231,6 +231,28 @@ impl Sink {
     pub fn commit(mut self, expected: &Digest) -> Result<Digest> {
         self.finished = true;
         let r = self.try_commit(expected);
+        self.removed_on_failure(r)
+    }
+
+    /// Striped receipt (`transfer::stripe`): another handle on the temporary file, for
+    /// positional writes of the byte ranges other streams receive.
+    pub fn temp_file(&self) -> Result<File> {
+        self.file
+            .try_clone()
+            .map_err(|e| Error::io(format!("dup {}", self.temp_name), e))
+    }
+
+    /// Striped receipt: commits a file whose bytes were written through
+    /// [`temp_file`](Sink::temp_file) and verified range by range by the caller (`digest` is
+    /// what it verified, returned as is); otherwise as [`commit`](Sink::commit).
+    pub fn commit_verified(mut self, digest: &Digest) -> Result<Digest> {
+        self.finished = true;
+        self.written = self.size;
+        let r = self.install().map(|()| *digest);
+        self.removed_on_failure(r)
+    }
+
+    fn removed_on_failure(&mut self, r: Result<Digest>) -> Result<Digest> {
         if r.is_err() {
             self.leftovers.set_keep(false);
             let _ = self.leftovers.remove();
@@ -257,6 +279,12 @@ impl Sink {
                 ),
             ));
         }
+        self.install()?;
+        Ok(*got.as_bytes())
+    }
+
+    /// Mode, mtime, fsync, rename onto the final name, directory fsync.
+    fn install(&mut self) -> Result<()> {
         let mode = self.opts.mode.map_or(0o600, |m| m & 0o777);
         let werr = |what: &str, e| write_err(format!("{what} {}", self.temp_name), e);
         self.file
@@ -270,8 +298,7 @@ impl Sink {
         self.file.sync_all().map_err(|e| werr("fsync", e))?;
         self.dir
             .rename(&self.temp_name, &self.final_name, self.opts.force)?;
-        self.dir.sync()?;
-        Ok(*got.as_bytes())
+        self.dir.sync()
     }
 
     /// Gives up on the file: removes the temporary file and the directories created only for

@@ -14,12 +14,17 @@ mod auth;
 mod hello;
 mod imm;
 mod reader;
+mod stream;
 #[cfg(test)]
 mod tests;
 
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_imm, encode_imm, Imm, MAX_SLOTS};
+pub use stream::{
+    new_session_id, plan_stripes, striped_digest, Join, Open, Session, SessionId, Stripe,
+    MAX_STREAMS, MAX_STRIPES, SESSION_ID_LEN,
+};
 use reader::{put_reason_text, Reader};
 
 /// `"RXFR"`: first four bytes of every control message.
@@ -53,6 +58,10 @@ const T_ACK: u16 = 7;
 const T_ERR: u16 = 8;
 const T_DONE: u16 = 9;
 const T_SKIP: u16 = 10;
+const T_OPEN: u16 = 11;
+const T_SESSION: u16 = 12;
+const T_JOIN: u16 = 13;
+const T_STRIPE: u16 = 14;
 
 pub use crate::error::Reason;
 
@@ -129,6 +138,14 @@ pub enum Msg {
         /// Human-readable detail.
         message: String,
     },
+    /// Sender → receiver, first connection of several (in place of the first HELLO).
+    Open(Open),
+    /// Receiver → sender: the session id and the streams granted (answers OPEN and JOIN).
+    Session(Session),
+    /// Sender → receiver, a further connection of an opened session.
+    Join(Join),
+    /// Sender → receiver: the next HELLO covers one byte range of its file.
+    Stripe(Stripe),
 }
 
 /// A parsed header (see [`header`]).
@@ -229,6 +246,10 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
             let (why, message) = hello::decode_skip(&mut r)?;
             Msg::Skip { why, message }
         }
+        T_OPEN => Msg::Open(stream::decode_open(&mut r)?),
+        T_SESSION => Msg::Session(stream::decode_session(&mut r)?),
+        T_JOIN => Msg::Join(stream::decode_join(&mut r)?),
+        T_STRIPE => Msg::Stripe(stream::decode_stripe(&mut r)?),
         _ => Msg::Done, // T_DONE: kind_name already refused unknown types
     };
     r.finish()?;
@@ -247,6 +268,10 @@ fn kind_name(kind: u16) -> Option<&'static str> {
         T_ERR => "ERR",
         T_DONE => "DONE",
         T_SKIP => "SKIP",
+        T_OPEN => "OPEN",
+        T_SESSION => "SESSION",
+        T_JOIN => "JOIN",
+        T_STRIPE => "STRIPE",
         _ => return None,
     })
 }
@@ -300,6 +325,22 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
         Msg::Skip { why, message } => {
             hello::encode_skip(&mut b, *why, message);
             T_SKIP
+        }
+        Msg::Open(o) => {
+            stream::encode_open(&mut b, o);
+            T_OPEN
+        }
+        Msg::Session(x) => {
+            stream::encode_session(&mut b, x);
+            T_SESSION
+        }
+        Msg::Join(j) => {
+            stream::encode_join(&mut b, j);
+            T_JOIN
+        }
+        Msg::Stripe(x) => {
+            stream::encode_stripe(&mut b, x);
+            T_STRIPE
         }
     };
     let body_len = u32::try_from(b.len()).expect("bodies are bounded by the field limits");

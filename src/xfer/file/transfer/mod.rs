@@ -25,10 +25,13 @@ use super::proto::{self, Digest, EntryKind, Msg, Reason};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 
+mod joint;
 mod receive;
 mod send;
+mod stripe;
 
-pub use receive::{receive, receive_leased};
+pub use joint::{Streams, DEFAULT_MAX_STREAMS};
+pub use receive::{receive, receive_leased, receive_streams, Role};
 pub use send::send;
 
 /// Default chunk (ring slot) size.

@@ -1,0 +1,290 @@
+//! Receiver: one stripe of a file received over several streams (STRIPE, HELLO, MR, data,
+//! FIN, ACK on this stream; see "Streams" in `docs/file-protocol.md`). Each stripe is written
+//! at its offset into the file's one temporary file and verified on its own (BLAKE3 of its
+//! range); the stream that ends the last stripe commits the file, or gives it up.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::joint::{Answer, FileState, Joint};
+use super::receive::{
+    admit, answer_refuse, answer_skip, ensure_ring, open_sink, receive_data, tell_peer,
+    ChunkTarget, Opened, StagingRing,
+};
+use super::{
+    detail, peer_err, reason_of, recv_ctl, send_msg, FileReport, ReceiverOptions, SessionReport,
+};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, Stripe};
+use crate::xfer::file::ring_budget::RingLease;
+use crate::xfer::file::sink::write_err;
+
+/// Writes one stripe's chunks at their offsets, in order within the stripe, hashing them.
+struct StripeWriter {
+    file: File,
+    end: u64,
+    next: u64,
+    hasher: blake3::Hasher,
+    /// Bytes written from the stripe's offset (also after a failure, for resume).
+    written: Arc<AtomicU64>,
+    start: u64,
+}
+
+impl StripeWriter {
+    /// A writer of stripe `s` continuing after `held` bytes, which it reads back and hashes.
+    fn new(file: File, s: &Stripe, held: u64) -> Result<StripeWriter> {
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; (1 << 20).min(held.max(1)) as usize];
+        let mut at = s.offset;
+        while at < s.offset + held {
+            let n = (s.offset + held - at).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], at)
+                .map_err(|e| Error::io("reading back a partial stripe", e))?;
+            hasher.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(StripeWriter {
+            file,
+            end: s.end(),
+            next: s.offset + held,
+            hasher,
+            written: Arc::new(AtomicU64::new(held)),
+            start: s.offset,
+        })
+    }
+}
+
+impl ChunkTarget for StripeWriter {
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset + data.len() as u64;
+        if offset != self.next || end > self.end {
+            return Err(Error::Protocol(format!(
+                "stripe write of {} bytes at {offset}, expected at {} up to {}",
+                data.len(),
+                self.next,
+                self.end
+            )));
+        }
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| write_err("write a stripe of the temporary file".into(), e))?;
+        self.hasher.update(data);
+        self.next = end;
+        self.written.store(end - self.start, Ordering::Release);
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends stripe `index` of `file` with `result`; when it was the last one, records the file's
+/// verdict in `report` and returns it.
+fn end_stripe(
+    file: &Mutex<FileState>,
+    s: &Stripe,
+    result: std::result::Result<Digest, (Reason, String)>,
+    written: u64,
+    report: &mut SessionReport,
+    name: &str,
+) -> Option<Result<Digest>> {
+    let mut st = lock(file);
+    let FileState::Open(a) = &mut *st else {
+        return None;
+    };
+    let size = a.size;
+    let verdict = a.end(s.index, result, written)?;
+    *st = FileState::Ended;
+    drop(st);
+    report.push(match &verdict {
+        Ok(d) => FileReport::ok(name, size, d),
+        Err(e) => FileReport::failed(name, size, reason_of(e), e.to_string()),
+    });
+    Some(verdict)
+}
+
+/// What a stripe's HELLO gets once the file is decided.
+enum Started {
+    Go(u64, File),
+    Answer(Msg),
+    Fail(Error),
+}
+
+/// Receives stripe `s` of the file `h` announces, on this stream of session `joint`.
+// The session's state, passed apart as in `receive_file`, plus the session and the stripe.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn receive_stripe(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+    ring: &mut Option<StagingRing>,
+    budget: &mut Budget,
+    nonce: &Digest,
+    joint: &Joint,
+    s: Stripe,
+    h: Hello,
+) -> Result<()> {
+    if h.kind != EntryKind::File || s.end() > h.size {
+        let e = Error::Protocol(format!(
+            "STRIPE ({} bytes at {}) before a HELLO of a {} of {} bytes",
+            s.len,
+            s.offset,
+            h.kind.as_str(),
+            h.size
+        ));
+        tell_peer(ep, &e);
+        return Err(e);
+    }
+    let file = joint.file(&h.name);
+    let mut st = lock(&file);
+    if matches!(*st, FileState::Undecided) {
+        // The first stripe to arrive decides for all: policy, size, space, the temporary file.
+        match admit(opts, nonce, &h).and_then(|rel| open_sink(opts, &rel, &h)) {
+            Ok(Opened::Sink(sink)) => {
+                let a = joint.assembly(&h.name, *sink, h.size, s.count, opts.resume);
+                *st = FileState::Open(Box::new(a));
+            }
+            Ok(Opened::Skip(why, message)) => {
+                *st = FileState::Answered(Answer::Skip(why, message.clone()));
+                drop(st);
+                return answer_skip(ep, report, budget, &h, why, message);
+            }
+            Ok(Opened::Made) => unreachable!("a file HELLO makes a sink or is skipped"),
+            Err(e) => {
+                *st = FileState::Answered(Answer::Refuse(reason_of(&e), detail(&e)));
+                drop(st);
+                return answer_refuse(ep, report, budget, &h, e);
+            }
+        }
+    } else if let Err(e) = admit(opts, nonce, &h) {
+        drop(st);
+        return answer_refuse(ep, report, budget, &h, e);
+    }
+    let started = match &mut *st {
+        FileState::Answered(Answer::Skip(why, message)) => Started::Answer(Msg::Skip {
+            why: *why,
+            message: proto::truncate_text(message),
+        }),
+        FileState::Answered(Answer::Refuse(reason, message)) => Started::Answer(Msg::Refuse {
+            reason: *reason,
+            message: proto::truncate_text(message),
+        }),
+        FileState::Open(a) => match a.start(&s).and_then(|()| {
+            let tmp = a.sink.as_ref().expect("open until ended").temp_file()?;
+            Ok((a.held_of(&s), tmp))
+        }) {
+            Ok((held, tmp)) => Started::Go(held, tmp),
+            Err(e) => Started::Fail(e),
+        },
+        FileState::Ended | FileState::Undecided => Started::Fail(Error::Protocol(format!(
+            "stripe {} of a file that has ended",
+            s.index
+        ))),
+    };
+    drop(st);
+    let (held, tmp) = match started {
+        Started::Go(held, tmp) => (held, tmp),
+        // Every later stripe of a skipped or refused file gets the first one's answer.
+        Started::Answer(answer) => return send_msg(ep, &answer),
+        Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
+    };
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len)
+        .and_then(|r| StripeWriter::new(tmp, &s, held).map(|w| (r, w)));
+    let (r, w) = match got {
+        Ok(x) => x,
+        Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
+    };
+    let hash_held = *w.hasher.clone().finalize().as_bytes();
+    send_msg(ep, &r.offer(held, hash_held))?;
+    let written = w.written.clone();
+    let (w, write_failure) = match receive_data(ep, r, budget, w, s.offset + held, s.end()) {
+        Ok(x) => x,
+        Err(e) => {
+            let n = written.load(Ordering::Acquire);
+            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+        }
+    };
+    report.bytes += s.len - held;
+    let hash = match budget.wait(ep, recv_ctl) {
+        Ok(Msg::Fin { bytes, hash }) if bytes == s.len => hash,
+        other => {
+            let n = written.load(Ordering::Acquire);
+            let e = match other {
+                Ok(Msg::Err { reason, message }) => peer_err(reason, &message),
+                Ok(Msg::Fin { bytes, .. }) => Error::Protocol(format!(
+                    "FIN of stripe {} announces {bytes} bytes, STRIPE announced {}",
+                    s.index, s.len
+                )),
+                Ok(m) => Error::Protocol(format!("expected FIN, got {m:?}")),
+                Err(e) => e,
+            };
+            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+        }
+    };
+    let got = w.hasher.finalize();
+    let n = written.load(Ordering::Acquire);
+    let (result, n) = match write_failure {
+        Some(e) => (Err((reason_of(&e), e.to_string())), n),
+        None if got == blake3::Hash::from(hash) => (Ok(*got.as_bytes()), n),
+        None => (
+            Err((
+                Reason::HashMismatch,
+                format!(
+                    "{}: stripe {} of {} ({} bytes at {}): received bytes hash to {}, the sender's hash is {}",
+                    proto::truncate_text(&h.name),
+                    s.index,
+                    s.count,
+                    s.len,
+                    s.offset,
+                    got.to_hex(),
+                    blake3::Hash::from(hash).to_hex()
+                ),
+            )),
+            0,
+        ),
+    };
+    let verdict = end_stripe(&file, &s, result.clone(), n, report, &h.name);
+    let (status, message) = match (&verdict, &result) {
+        (Some(Ok(_)), _) => (Reason::Ok, String::new()),
+        (Some(Err(e)), _) => (reason_of(e), e.to_string()),
+        (None, Ok(_)) => (Reason::Ok, format!("stripe {} verified", s.index)),
+        (None, Err((reason, message))) => (*reason, message.clone()),
+    };
+    send_msg(
+        ep,
+        &Msg::Ack {
+            status,
+            message: proto::truncate_text(&message),
+        },
+    )?;
+    match (verdict, result) {
+        (Some(Ok(_)), _) => {
+            budget.progress(FILE_CREDIT);
+            Ok(())
+        }
+        (Some(Err(_)), _) | (None, Err(_)) => budget.refused(),
+        (None, Ok(_)) => Ok(()),
+    }
+}
+
+/// A stripe that failed while being received: tells the sender why, ends the stripe (the file
+/// is then not committed; with `--resume` what it holds is kept) and returns the error.
+fn failed(
+    ep: &mut Endpoint,
+    file: &Mutex<FileState>,
+    s: &Stripe,
+    e: Error,
+    written: u64,
+    report: &mut SessionReport,
+    name: &str,
+) -> Error {
+    tell_peer(ep, &e);
+    end_stripe(file, s, Err((reason_of(&e), e.to_string())), written, report, name);
+    e
+}
