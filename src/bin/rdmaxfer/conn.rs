@@ -21,8 +21,10 @@ pub struct ConnArgs {
     #[arg(long)]
     pub oob: bool,
     /// RDMA device (default: the first with an active port; with CM, the one routing to HOST).
-    #[arg(short = 'd', long = "ib-dev")]
-    pub device: Option<String>,
+    /// `send --streams` takes several (`-d dev1,dev2` or `-d` repeated): streams are placed
+    /// on them in turn.
+    #[arg(short = 'd', long = "ib-dev", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub devices: Vec<String>,
     /// Port of the RDMA device (default: its first active port; with CM, the one routing to HOST).
     #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
     pub ib_port: Option<u8>,
@@ -78,12 +80,15 @@ impl ConnArgs {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
             bail!("--timeout must be a positive number of seconds");
         }
+        if self.devices.len() > 1 {
+            bail!("several devices (-d) are for send --streams; give one device here");
+        }
         let mtu = self.mtu.map(Mtu::from_bytes).transpose()?;
         if mtu.is_some() && !self.oob {
             bail!("-m sets the path MTU of the --oob exchange; with rdma_cm the MTU follows the route");
         }
         Ok(EndpointOptions {
-            device: self.device.clone(),
+            device: self.devices.first().cloned(),
             gid_index: self.gid_index,
             mtu,
             wait: self.wait_mode(default),
@@ -155,6 +160,7 @@ pub fn serve(
         max_sessions: 1,
         full: "it serves one peer at a time".into(),
         wait_turn: TURN_WAIT,
+        joins: false,
     };
     let refuse = |ep: &mut Endpoint, why: &str| {
         let msg = Msg::Refuse(format!("busy: {why}; retry later"));
@@ -165,7 +171,7 @@ pub fn serve(
     serve_concurrent(
         server,
         &limits,
-        || Ok(()),
+        |_| Ok(()),
         refuse,
         |_, ep, ()| {
             // One session at a time (max_sessions 1): the lock is never contended.

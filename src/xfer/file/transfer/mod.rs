@@ -28,11 +28,13 @@ use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 mod joint;
 mod receive;
 mod send;
+mod streams;
 mod stripe;
 
 pub use joint::{Streams, DEFAULT_MAX_STREAMS};
 pub use receive::{receive, receive_leased, receive_streams, Role};
 pub use send::send;
+pub use streams::{send_streams, STRIPE_MIN};
 
 /// Default chunk (ring slot) size.
 pub const DEFAULT_CHUNK: u32 = 1 << 20;
@@ -121,6 +123,8 @@ pub struct SenderOptions {
     pub checksum: bool,
     /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
     pub corrupt_chunk: Option<u64>,
+    /// Streams (connections) to ask the receiver for ([`send_streams`]); 1: one connection.
+    pub streams: u16,
 }
 
 impl Default for SenderOptions {
@@ -135,6 +139,7 @@ impl Default for SenderOptions {
             update: false,
             checksum: false,
             corrupt_chunk: None,
+            streams: 1,
         }
     }
 }
@@ -189,6 +194,13 @@ pub enum Progress<'a> {
     },
     /// A file's verdict (delivered, refused or failed), as recorded in the [`SessionReport`].
     FileDone(&'a FileReport),
+    /// Sender: the receiver granted this many streams of those asked for (fewer: its cap).
+    Streams {
+        /// Streams asked for (`--streams`).
+        asked: u16,
+        /// Streams granted.
+        granted: u16,
+    },
 }
 
 /// What happened to one entry (a file, a directory or a symlink).
@@ -338,6 +350,26 @@ impl SessionReport {
             if let Some(last) = &self.last {
                 progress(Progress::FileDone(last));
             }
+        }
+    }
+
+    /// Adds what another stream of the same session recorded (its files after these).
+    pub fn merge(&mut self, o: SessionReport) {
+        for f in o.files {
+            if self.files.len() < MAX_REPORTED_FILES {
+                self.files.push(f);
+            } else {
+                self.elided += 1;
+            }
+        }
+        self.elided += o.elided;
+        self.failed += o.failed;
+        self.skipped += o.skipped;
+        self.refused += o.refused;
+        self.bytes += o.bytes;
+        self.data_seconds += o.data_seconds;
+        if o.last.is_some() {
+            self.last = o.last;
         }
     }
 

@@ -14,8 +14,9 @@ use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::names;
 use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, HelloFlags, Msg, Reason};
 use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
+use super::streams::{RangeSource, StripeJob};
 
-struct SendRing {
+pub(super) struct SendRing {
     free: Vec<LocalBuf>,
     total: usize,
     slot_size: u32,
@@ -34,32 +35,65 @@ pub fn send(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
-    let nonce = match recv_ctl(ep)? {
-        Msg::Challenge { nonce, .. } => nonce,
+    let nonce = challenge(ep)?;
+    send_entries(ep, entries, opts, &nonce, report, progress)
+}
+
+/// Waits for the receiver's CHALLENGE and returns its nonce.
+pub(super) fn challenge(ep: &mut Endpoint) -> Result<Digest> {
+    match recv_ctl(ep)? {
+        Msg::Challenge { nonce, .. } => Ok(nonce),
         Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
-            return Err(peer_err(reason, &message))
+            Err(peer_err(reason, &message))
         }
-        other => {
-            return Err(Error::Protocol(format!(
-                "expected CHALLENGE from the receiver, got {other:?} (is the peer `rdmaxfer recv`?)"
-            )))
-        }
-    };
+        other => Err(Error::Protocol(format!(
+            "expected CHALLENGE from the receiver, got {other:?} (is the peer `rdmaxfer recv`?)"
+        ))),
+    }
+}
+
+/// Sends `entries` one after another on `ep`, then DONE (see [`send`]).
+pub(super) fn send_entries(
+    ep: &mut Endpoint,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    nonce: &Digest,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
     let mut ring: Option<SendRing> = None;
     for e in entries {
-        let before = report.file_count();
-        let r = send_one(ep, e, opts, &nonce, &mut ring, report, progress)
-            .map_err(|err| named_by_peer(ep, err));
-        report.announce_since(before, progress);
-        r?;
+        send_entry(ep, e, opts, nonce, &mut ring, report, progress)?;
     }
+    send_done(ep);
+    report.result("delivered")
+}
+
+/// Sends one entry and tells `progress` its verdict.
+pub(super) fn send_entry(
+    ep: &mut Endpoint,
+    e: &SourceEntry,
+    opts: &SenderOptions,
+    nonce: &Digest,
+    ring: &mut Option<SendRing>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    let before = report.file_count();
+    let r = send_one(ep, e, opts, nonce, ring, report, progress)
+        .map_err(|err| named_by_peer(ep, err));
+    report.announce_since(before, progress);
+    r
+}
+
+/// Ends the session with DONE.
+pub(super) fn send_done(ep: &mut Endpoint) {
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
     // failure to see DONE acknowledged does not undo what was delivered.
     if let Err(e) = send_msg(ep, &Msg::Done).and_then(|()| ep.flush()) {
         tracing::debug!("DONE not acknowledged ({e}); every file already has its verdict");
     }
-    report.result("delivered")
 }
 
 fn send_one(
@@ -72,19 +106,15 @@ fn send_one(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let name = e.name.as_str();
-    let flags = HelloFlags {
-        resume: opts.resume,
-        force: opts.force,
-        last: false,
-        ignore_existing: opts.ignore_existing,
-        update: opts.update,
-    };
+    let flags = hello_flags(opts);
     let (kind, target) = match &e.kind {
         SourceKind::Skipped(why) => {
             report.push(FileReport::skipped(name, "other", 0, why));
             return Ok(());
         }
-        SourceKind::File => return send_file(ep, e, opts, nonce, flags, ring, report, progress),
+        SourceKind::File => {
+            return send_file(ep, e, opts, nonce, flags, ring, report, progress, None)
+        }
         SourceKind::Dir => (EntryKind::Dir, String::new()),
         SourceKind::Symlink(t) => (EntryKind::Symlink, t.clone()),
     };
@@ -137,7 +167,96 @@ fn send_one(
     Ok(())
 }
 
-// The session's state, passed apart as in `send_one`, plus the flags made there.
+/// Sends one stripe of a file entry (a job of one stream of several) and tells `progress`
+/// the file's verdict if this stripe's was the last one.
+// The session's state, passed apart as in `send_one`, plus the stripe.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_stripe_entry(
+    ep: &mut Endpoint,
+    e: &SourceEntry,
+    opts: &SenderOptions,
+    nonce: &Digest,
+    ring: &mut Option<SendRing>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+    stripe: &StripeJob,
+) -> Result<()> {
+    let before = report.file_count();
+    let flags = hello_flags(opts);
+    let r = send_file(ep, e, opts, nonce, flags, ring, report, progress, Some(stripe))
+        .map_err(|err| named_by_peer(ep, err));
+    report.announce_since(before, progress);
+    r
+}
+
+fn hello_flags(opts: &SenderOptions) -> HelloFlags {
+    HelloFlags {
+        resume: opts.resume,
+        force: opts.force,
+        last: false,
+        ignore_existing: opts.ignore_existing,
+        update: opts.update,
+    }
+}
+
+/// Records a file's (or, striped, a stripe's) verdict: a stripe's goes to its file's tracker,
+/// which gives the file's verdict with the last stripe.
+fn record(
+    report: &mut SessionReport,
+    stripe: Option<&StripeJob>,
+    f: FileReport,
+    refused: bool,
+    digest: Option<Digest>,
+) {
+    let (f, refused) = match stripe {
+        None => (f, refused),
+        Some(s) => match s.track.end(&s.stripe, f, refused, digest) {
+            Some(done) => done,
+            None => return,
+        },
+    };
+    if refused {
+        report.push_refused(f);
+    } else {
+        report.push(f);
+    }
+}
+
+/// The file, or one stripe of it, as read for sending.
+enum Reading {
+    Whole(Source),
+    Range(RangeSource),
+}
+
+impl ChunkSource for Reading {
+    fn end(&self) -> u64 {
+        match self {
+            Reading::Whole(s) => ChunkSource::end(s),
+            Reading::Range(s) => s.end(),
+        }
+    }
+    fn offset(&self) -> u64 {
+        match self {
+            Reading::Whole(s) => ChunkSource::offset(s),
+            Reading::Range(s) => s.offset(),
+        }
+    }
+    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            Reading::Whole(s) => ChunkSource::read_chunk(s, buf),
+            Reading::Range(s) => s.read_chunk(buf),
+        }
+    }
+    fn finish(self) -> Result<Digest> {
+        match self {
+            Reading::Whole(s) => ChunkSource::finish(s),
+            Reading::Range(s) => s.finish(),
+        }
+    }
+}
+
+// The session's state, passed apart as in `send_one`, plus the flags made there and the
+// stripe (when this is one stripe of the file).
 #[allow(clippy::too_many_arguments)]
 fn send_file(
     ep: &mut Endpoint,
@@ -148,24 +267,33 @@ fn send_file(
     ring: &mut Option<SendRing>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress),
+    stripe: Option<&StripeJob>,
 ) -> Result<()> {
     let name = e.name.as_str();
     let opened = Source::open(&e.path).and_then(|src| {
-        let sum = match opts.checksum {
-            true => Some(source::hash_file(&e.path)?),
-            false => None,
+        let sum = match (stripe, opts.checksum) {
+            (Some(s), _) => s.track.checksum,
+            (None, true) => Some(source::hash_file(&e.path)?),
+            (None, false) => None,
         };
+        if let Some(s) = stripe.filter(|s| s.track.size != src.size()) {
+            return Err(Error::refused(
+                Reason::ReadError,
+                format!(
+                    "{}: size changed from {} to {} while being sent",
+                    e.path.display(),
+                    s.track.size,
+                    src.size()
+                ),
+            ));
+        }
         Ok((src, sum))
     });
-    let (mut src, checksum) = match opened {
+    let (src, checksum) = match opened {
         Ok(s) => s,
         Err(err) => {
-            report.push(FileReport::failed(
-                name,
-                0,
-                reason_of(&err),
-                err.to_string(),
-            ));
+            let f = FileReport::failed(name, 0, reason_of(&err), err.to_string());
+            record(report, stripe, f, false, None);
             return Ok(());
         }
     };
@@ -186,16 +314,20 @@ fn send_file(
         checksum,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
     };
+    if let Some(s) = stripe {
+        send_msg(ep, &Msg::Stripe(s.stripe))?;
+    }
     send_msg(ep, &Msg::Hello(hello))?;
     let mr = match recv_ctl(ep)? {
         Msg::Mr(r) => r,
         Msg::Skip { message, .. } => {
-            report.push(FileReport::skipped(name, "file", size, &message));
+            record(report, stripe, FileReport::skipped(name, "file", size, &message), false, None);
             return Ok(());
         }
         Msg::Refuse { reason, message } => {
             let err = peer_err(reason, &message);
-            report.push_refused(FileReport::failed(name, size, reason, message));
+            let f = FileReport::failed(name, size, reason, message);
+            record(report, stripe, f, true, None);
             if matches!(reason, Reason::AuthFailed | Reason::Version) {
                 return Err(err);
             }
@@ -225,23 +357,32 @@ fn send_file(
         rkey: mr.rkey,
         len: u64::from(mr.slot_size) * u64::from(mr.slot_count),
     };
-    if mr.resume_offset > 0 && !src.skip_verified(mr.resume_offset, &mr.resume_hash)? {
+    let (mut reading, what) = match stripe {
+        None => (Reading::Whole(src), "partial file"),
+        Some(s) => (
+            Reading::Range(RangeSource::open(&e.path, size, &s.stripe)?),
+            "partial stripe",
+        ),
+    };
+    let same = mr.resume_offset == 0
+        || match &mut reading {
+            Reading::Whole(src) => src.skip_verified(mr.resume_offset, &mr.resume_hash)?,
+            Reading::Range(src) => src.skip_verified(mr.resume_offset, &mr.resume_hash)?,
+        };
+    if !same {
         let err = Error::refused(
             Reason::ReadError,
             format!(
-                "{name}: the receiver's partial file ({} bytes) differs from this one; remove it there or send without --resume",
+                "{name}: the receiver's {what} ({} bytes) differs from this one; remove it there or send without --resume",
                 mr.resume_offset
             ),
         );
         send_err(ep, Reason::ReadError, &err);
-        report.push(FileReport::failed(
-            name,
-            size,
-            Reason::ReadError,
-            err.to_string(),
-        ));
+        let f = FileReport::failed(name, size, Reason::ReadError, err.to_string());
+        record(report, stripe, f, false, None);
         return Err(err);
     }
+    let len = stripe.map_or(size, |s| s.stripe.len);
 
     // Registered send buffers, re-made only if the slot size changes.
     let depth = opts.slots.min(mr.slot_count).max(1) as usize;
@@ -263,7 +404,7 @@ fn send_file(
     let hash = match send_data(
         ep,
         r,
-        src,
+        reading,
         &remote,
         mr.slot_count,
         opts.corrupt_chunk,
@@ -284,28 +425,27 @@ fn send_file(
             if err.reason() == Some(Reason::ReadError) {
                 send_err(ep, Reason::ReadError, &err);
             }
-            report.push(FileReport::failed(
-                name,
-                size,
-                reason_of(&err),
-                err.to_string(),
-            ));
+            let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
+            record(report, stripe, f, false, None);
             return Err(err);
         }
     };
-    send_msg(ep, &Msg::Fin { bytes: size, hash })?;
+    send_msg(ep, &Msg::Fin { bytes: len, hash })?;
     let verdict = recv_ctl(ep)?;
     report.data_seconds += data_start.elapsed().as_secs_f64();
     match verdict {
         Msg::Ack {
             status: Reason::Ok, ..
-        } => report.push(FileReport::ok(name, size, &hash)),
-        Msg::Ack { status, message } => report.push(FileReport::failed(
-            name,
-            size,
-            status,
-            format!("the receiver reports: {}", names::printable(&message)),
-        )),
+        } => record(report, stripe, FileReport::ok(name, size, &hash), false, Some(hash)),
+        Msg::Ack { status, message } => {
+            let f = FileReport::failed(
+                name,
+                size,
+                status,
+                format!("the receiver reports: {}", names::printable(&message)),
+            );
+            record(report, stripe, f, false, None);
+        }
         Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
         other => return Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
     }
@@ -316,16 +456,16 @@ fn send_file(
 /// into the registered buffers while this thread posts them and takes completed ones back, so
 /// disk, hash and network overlap. Returns the whole file's hash and the bytes written (also
 /// with an error).
-fn send_data(
+pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
     r: &mut SendRing,
-    src: Source,
+    src: S,
     remote: &RemoteRegion,
     slot_count: u32,
     corrupt_chunk: Option<u64>,
     progress: &mut dyn FnMut(u64),
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
-    let size = src.size();
+    let size = src.end();
     let slot = u64::from(r.slot_size);
     let chunks = (size - src.offset()).div_ceil(slot);
     let mut written = 0u64;
@@ -421,6 +561,33 @@ fn send_data(
     })
 }
 
+/// What [`send_data`] reads from: a whole file ([`Source`]) or one stripe of it.
+pub(super) trait ChunkSource: Send {
+    /// One past the last byte to send.
+    fn end(&self) -> u64;
+    /// Next offset to read.
+    fn offset(&self) -> u64;
+    /// Reads the next chunk (up to `buf`'s length, less only at the end).
+    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize>;
+    /// The BLAKE3 of what was sent (from the start, resumed part included), for FIN.
+    fn finish(self) -> Result<Digest>;
+}
+
+impl ChunkSource for Source {
+    fn end(&self) -> u64 {
+        self.size()
+    }
+    fn offset(&self) -> u64 {
+        Source::offset(self)
+    }
+    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize> {
+        Source::read_chunk(self, buf)
+    }
+    fn finish(self) -> Result<Digest> {
+        Source::finish(self)
+    }
+}
+
 /// Waits for at least one data-chunk completion and takes its buffers back.
 fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result<()> {
     let timeout = ep.timeout();
@@ -446,7 +613,7 @@ fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result
 /// A failure seen on this side (a lost connection, a withdrawn ring, a timeout) whose cause the
 /// receiver may have sent just before it ended the session (an ERR or REFUSE, e.g. a spent
 /// budget, while this sender was stopped): that message, if it arrived, names the cause.
-fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
+pub(super) fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
     if matches!(err, Error::Refused { .. }) {
         return err;
     }
