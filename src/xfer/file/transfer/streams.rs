@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, SendRing};
@@ -258,11 +258,17 @@ pub fn send_streams(
     }
     let jobs = Mutex::new(VecDeque::from(plan(entries, session.streams, opts)));
     let (tx, rx) = mpsc::channel::<Event>();
+    let ready = Barrier::new(usize::from(session.streams));
     let results = std::thread::scope(|sc| {
         let mut workers = Vec::new();
         let (jobs, first_nonce) = (&jobs, nonce);
+        // Jobs start once every stream has joined (or failed to): each takes its share.
+        let ready = &ready;
         let tx0 = tx.clone();
-        workers.push(sc.spawn(move || work(first, &first_nonce, jobs, entries, opts, &tx0)));
+        workers.push(sc.spawn(move || {
+            ready.wait();
+            work(first, &first_nonce, jobs, entries, opts, &tx0)
+        }));
         for i in 1..session.streams {
             let tx = tx.clone();
             workers.push(sc.spawn(move || {
@@ -270,6 +276,7 @@ pub fn send_streams(
                     let n = join(&mut ep, session.id, i, opts)?;
                     Ok((ep, n))
                 });
+                ready.wait();
                 match joined {
                     Ok((mut ep, n)) => {
                         let r = work(&mut ep, &n, jobs, entries, opts, &tx);
