@@ -435,7 +435,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         };
         let mut events = |p: Progress<'_>| {
             if let Progress::Streams { asked, granted } = p {
-                if granted < asked && show != Show::Quiet {
+                if granted < asked && !a.quiet {
                     eprintln!(
                         "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams); using {granted} of the {asked} asked for"
                     );

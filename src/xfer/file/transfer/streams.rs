@@ -20,6 +20,9 @@ use crate::xfer::file::source::{self, SourceEntry, SourceKind};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
+/// Stripes start at multiples of this (whatever the chunk size, so that a resumed transfer
+/// with another `--chunk` finds the same stripes).
+pub const STRIPE_ALIGN: u64 = 1 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -174,7 +177,7 @@ enum Job {
 }
 
 /// The jobs of `entries` over `streams` streams: files of at least [`STRIPE_MIN`] bytes in
-/// stripes of whole chunks, the rest whole, in order.
+/// stripes (one per stream, aligned to [`STRIPE_ALIGN`]), the rest whole, in order.
 fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (i, e) in entries.iter().enumerate() {
@@ -183,7 +186,7 @@ fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job>
             _ => 0,
         };
         let stripes = match size >= STRIPE_MIN {
-            true => proto::plan_stripes(size, streams, u64::from(opts.chunk)),
+            true => proto::plan_stripes(size, streams, STRIPE_ALIGN),
             false => Vec::new(),
         };
         let checksum = match opts.checksum && !stripes.is_empty() {
