@@ -65,6 +65,13 @@ pub fn check_file_proto(data: &[u8]) {
         if let proto::Msg::Skip { why, .. } = &msg {
             assert_eq!(proto::SkipWhy::from_code(why.code()), Some(*why));
         }
+        if let proto::Msg::Digests(d) = &msg {
+            assert!((1..=proto::MAX_DIGESTS).contains(&d.digests.len()));
+            assert!(d.first.checked_add(d.digests.len() as u64).is_some());
+            for x in &d.digests {
+                assert_eq!(x.as_bytes().len(), d.algo.digest_len());
+            }
+        }
     }
     // The immediate of a data chunk (any u32) against a ring of any size.
     let (value, slots) = (u32_at(data, 0), u32_at(data, 4));
@@ -306,6 +313,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         mtime_sec: 1_700_000_000,
         mtime_nsec: 123_456_789,
         chunk_size: 1 << 20,
+        verify: proto::Algo::Blake3,
         flags: proto::HelloFlags {
             resume: true,
             last: true,
@@ -416,6 +424,26 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             },
         ),
         ("done", proto::Msg::Done),
+        (
+            "digests_xxh3",
+            proto::Msg::Digests(proto::Digests {
+                algo: proto::Algo::Xxh3,
+                first: 0,
+                digests: (0..3u8)
+                    .map(|b| proto::ChunkDigest::from_bytes(proto::Algo::Xxh3, &[b; 16]).unwrap())
+                    .collect(),
+            }),
+        ),
+        (
+            "digests_blake3",
+            proto::Msg::Digests(proto::Digests {
+                algo: proto::Algo::Blake3,
+                first: 240,
+                digests: vec![
+                    proto::ChunkDigest::from_bytes(proto::Algo::Blake3, &digest(3)).unwrap(),
+                ],
+            }),
+        ),
     ];
     for (n, m) in file_msgs {
         out.push(("file_proto", n.to_string(), proto::encode(&m)));

@@ -75,6 +75,9 @@ pub struct RecvArgs {
     /// Keep partial files and continue them when the sender resumes.
     #[arg(long)]
     resume: bool,
+    /// Accept only this chunk verification (blake3 or xxh3); default: what the sender asks.
+    #[arg(long)]
+    verify: Option<rdmaxfer::xfer::file::digest::Algo>,
     /// Staging ring slots (chunks the sender may have in flight).
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
     slots: u32,
@@ -167,6 +170,10 @@ pub struct SendArgs {
     /// modification time.
     #[arg(long)]
     checksum: bool,
+    /// How each chunk is verified end to end: xxh3 (XXH3-128, fast, against corruption) or
+    /// blake3 (BLAKE3-256, cryptographic). The receiver may insist on one (recv --verify).
+    #[arg(long, default_value_t = rdmaxfer::xfer::file::digest::Algo::DEFAULT)]
+    verify: rdmaxfer::xfer::file::digest::Algo,
     /// In a tree, send the files symlinks point to instead of the symlinks.
     #[arg(long)]
     copy_links: bool,
@@ -244,6 +251,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         force: a.force,
         resume: a.resume,
         slots: a.slots,
+        verify: a.verify,
         budgets: Budgets {
             idle: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
             min_rate: a.min_rate,
@@ -383,6 +391,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         ignore_existing: a.ignore_existing,
         update: a.update,
         checksum: a.checksum,
+        verify: a.verify,
         corrupt_chunk,
         streams: a.streams,
     };

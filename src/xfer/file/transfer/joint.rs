@@ -185,7 +185,7 @@ impl Joint {
     ) -> Assembly {
         let previous = lock(&self.partials).remove(name);
         let held = match previous {
-            Some(p) if p.size == size && sink.resume_state().0 > 0 => p.stripes,
+            Some(p) if p.size == size && sink.held() > 0 => p.stripes,
             _ => Vec::new(),
         };
         Assembly {

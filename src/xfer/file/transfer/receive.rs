@@ -1,7 +1,7 @@
 //! The receiver: serves one sender, staging each file's chunks through an exposed ring (see the
 //! parent module's docs for the ring's flow control).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::{
@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::verbs::{ExposedRegion, RemoteAccess};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::digest;
 use crate::xfer::file::entry;
 use crate::xfer::file::names::{self, RelPath};
 use crate::xfer::file::policy::Decision;
@@ -30,7 +31,7 @@ pub(super) struct StagingRing {
 }
 
 impl StagingRing {
-    /// MR offering this ring, with the resume point (bytes held and their BLAKE3).
+    /// MR offering this ring, with the resume point (bytes held and their digest).
     pub(super) fn offer(&self, resume_offset: u64, resume_hash: Digest) -> Msg {
         let desc = self.region.descriptor();
         Msg::Mr(Ring {
@@ -41,6 +42,11 @@ impl StagingRing {
             resume_offset,
             resume_hash,
         })
+    }
+
+    /// Bytes per slot (the chunk size of what is received through it).
+    pub(super) fn slot_size(&self) -> u32 {
+        self.slot_size
     }
 }
 
@@ -245,6 +251,18 @@ fn refuse_session(ep: &mut Endpoint, e: Error) -> Error {
 /// The checks of every HELLO: authentication, then the name.
 pub(super) fn admit(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<RelPath> {
     check_auth(opts, nonce, h.auth.as_ref())?;
+    if let Some(only) = opts.verify {
+        if h.kind == EntryKind::File && h.verify != only {
+            return Err(Error::refused(
+                Reason::Protocol,
+                format!(
+                    "this receiver verifies with {only} only (recv --verify {only}); the sender \
+                     asks for {}: send with --verify {only}",
+                    h.verify
+                ),
+            ));
+        }
+    }
     names::sanitize(&h.name)
 }
 
@@ -317,15 +335,15 @@ fn receive_entry(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Result<ent
 }
 
 /// Where [`receive_data`] writes: a [`Sink`] (a whole file), or one stripe of a file received
-/// over several streams.
-pub(super) trait ChunkTarget: Send {
-    /// Writes `data` at `offset` of the file (in order within what this target receives).
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
+/// over several streams. Chunk `index` counts from the start of what it receives.
+pub(super) trait ChunkTarget: Sync {
+    /// Writes and hashes chunk `index`, from any thread, in any order.
+    fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()>;
 }
 
 impl ChunkTarget for Sink {
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        Sink::write_at(self, offset, data)
+    fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        Sink::write_chunk_at(self, index, data)
     }
 }
 
@@ -334,14 +352,15 @@ enum Chunk {
     Ctl(Result<Msg>),
 }
 
-/// Copy buffers between the receiving thread and the writer thread.
+/// Copy buffers between the receiving thread and the writer threads.
 const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
 
 /// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
-/// the slot's credit goes back), a writer thread writes and hashes it, so the network and the
-/// disk overlap. A write error does not stop the draining: it is returned with the sink for the
-/// ACK. Other errors (protocol, connection, an ERR from the sender) end the file (the sink is
-/// dropped, which removes or keeps the temporary file).
+/// the slot's credit goes back) into a private buffer; a pool of writer threads writes each
+/// buffer at its offset and hashes it (see [`Sink::write_chunk_at`]), so the network, the disk
+/// and hashing on every core overlap. A write error does not stop the draining: it is returned
+/// with the sink for the ACK. Other errors (protocol, connection, an ERR from the sender) end
+/// the file (the sink is dropped, which removes or keeps the temporary file).
 pub(super) fn receive_data<T: ChunkTarget>(
     ep: &mut Endpoint,
     r: &mut StagingRing,
@@ -351,40 +370,45 @@ pub(super) fn receive_data<T: ChunkTarget>(
     size: u64,
 ) -> Result<(T, Option<Error>)> {
     let slot = u64::from(r.slot_size);
+    let first = held / slot;
     let bufs = (size - held).div_ceil(slot).clamp(1, WRITE_BUFS as u64) as usize;
-    std::thread::scope(|sc| {
-        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(bufs);
-        let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        for _ in 0..bufs {
-            free_tx
-                .send(vec![0u8; r.slot_size as usize])
-                .expect("receiver alive");
-        }
-        let writer = sc.spawn(move || {
-            let mut sink = sink;
-            let mut failure: Option<Error> = None;
-            let mut off = held;
-            for (buf, n) in full_rx {
-                if failure.is_none() {
-                    if let Err(e) = sink.write_at(off, &buf[..n]) {
-                        failure = Some(e);
-                    }
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(bufs);
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    for _ in 0..bufs {
+        free_tx
+            .send(vec![0u8; r.slot_size as usize])
+            .expect("receiver alive");
+    }
+    let full_rx = Mutex::new(full_rx);
+    let res = std::thread::scope(|sc| {
+        let (sink, failure) = (&sink, &failure);
+        for _ in 0..digest::threads(bufs) {
+            let (full_rx, free_tx) = (&full_rx, free_tx.clone());
+            sc.spawn(move || loop {
+                let job = full_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((k, buf, n)) = job else { return };
+                if let Err(e) = sink.write_chunk_at(k, &buf[..n]) {
+                    failure
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
                 }
-                off += n as u64;
                 if free_tx.send(buf).is_err() {
-                    break;
+                    return;
                 }
-            }
-            (sink, failure)
-        });
+            });
+        }
+        drop(free_tx);
         let mut off = held;
+        let mut k = first;
         let mut seq: u16 = 0;
         let res: Result<()> = (|| {
             while off < size {
                 let want = (size - off).min(slot) as usize;
                 let mut buf = free_rx
                     .recv()
-                    .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
                 let StagingRing {
                     region, slot_count, ..
                 } = &*r;
@@ -420,26 +444,54 @@ pub(super) fn receive_data<T: ChunkTarget>(
                     Chunk::Ctl(Err(e)) => return Err(e),
                 };
                 full_tx
-                    .send((buf, n))
-                    .map_err(|_| Error::refused(Reason::Internal, "the writer thread ended"))?;
+                    .send((k, buf, n))
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
                 budget.progress(n as u64);
                 off += n as u64;
+                k += 1;
                 seq = seq.wrapping_add(1);
             }
             Ok(())
         })();
         drop(full_tx);
-        let (sink, failure) = writer
-            .join()
-            .map_err(|_| Error::refused(Reason::Internal, "the writer thread panicked"))?;
-        match res {
-            Ok(()) => Ok((sink, failure)),
-            Err(e) => {
-                drop(sink);
-                Err(e)
-            }
+        res
+    });
+    match res {
+        Ok(()) => Ok((
+            sink,
+            failure.into_inner().unwrap_or_else(|p| p.into_inner()),
+        )),
+        Err(e) => {
+            drop(sink);
+            Err(e)
         }
-    })
+    }
+}
+
+/// Reads DIGESTS up to FIN, comparing each batch with the chunks written; returns FIN's
+/// fields. A mismatch is recorded in the sink (and named by its commit).
+fn receive_digests(
+    ep: &mut Endpoint,
+    budget: &mut Budget,
+    sink: &mut Sink,
+    algo: proto::Algo,
+) -> Result<Msg> {
+    loop {
+        match budget.wait(ep, recv_ctl)? {
+            Msg::Digests(d) if d.algo == algo => {
+                if let Some(i) = sink.check_digests(d.first, &d.digests)? {
+                    tracing::debug!("chunk {i} differs from the sender's digest");
+                }
+            }
+            Msg::Digests(d) => {
+                return Err(Error::Protocol(format!(
+                    "DIGESTS by {}, HELLO asked for {algo}",
+                    d.algo
+                )))
+            }
+            m => return Ok(m),
+        }
+    }
 }
 
 /// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
@@ -513,17 +565,21 @@ fn receive_file(
         Ok(r) => r,
         Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
     };
-    let (held, held_hash) = sink.resume_state();
+    let mut sink = sink;
+    let (held, held_hash) = match sink.start(r.slot_size, h.verify) {
+        Ok(x) => x,
+        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
+    };
     send_msg(ep, &r.offer(held, held_hash))?;
 
     let size = h.size;
-    let (sink, write_failure) = match receive_data(ep, r, budget, sink, held, size) {
+    let (mut sink, write_failure) = match receive_data(ep, r, budget, sink, held, size) {
         Ok(x) => x,
         Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
     };
     report.bytes += size - held;
 
-    let fin = budget.wait(ep, recv_ctl);
+    let fin = receive_digests(ep, budget, &mut sink, h.verify);
     let (bytes, hash) = match fin {
         Ok(Msg::Fin { bytes, hash }) if bytes == size => (bytes, hash),
         Ok(Msg::Err { reason, message }) => {
@@ -549,7 +605,15 @@ fn receive_file(
             }
             Err(e)
         }
-        None => sink.commit(&hash),
+        None => {
+            let layout = sink.layout().copied();
+            sink.commit(&hash).and_then(|got| {
+                Ok((
+                    got,
+                    layout.ok_or_else(|| Error::refused(Reason::Internal, "no layout"))?,
+                ))
+            })
+        }
     };
     let (status, message) = match &result {
         Ok(_) => (Reason::Ok, String::new()),
@@ -558,7 +622,7 @@ fn receive_file(
     send_msg(ep, &Msg::Ack { status, message })?;
     let ok = result.is_ok();
     report.push(match result {
-        Ok(got) => FileReport::ok(&h.name, bytes, &got),
+        Ok((got, layout)) => FileReport::ok(&h.name, bytes, &got, &layout),
         Err(e) => FileReport::failed(&h.name, bytes, status, e.to_string()),
     });
     if ok {

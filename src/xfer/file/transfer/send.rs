@@ -1,7 +1,9 @@
 //! The sender: announces each file, writes its chunks into the receiver's ring, and records the
 //! receiver's verdict.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use super::{
@@ -11,10 +13,13 @@ use super::{
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::digest;
 use crate::xfer::file::names;
-use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, HelloFlags, Msg, Reason};
-use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
+use crate::xfer::file::proto::{
+    self, Digest, Digests, EntryKind, Hello, HelloFlags, Msg, Reason, MAX_DIGESTS,
+};
 use super::streams::{RangeSource, StripeJob};
+use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
 
 pub(super) struct SendRing {
     free: Vec<LocalBuf>,
@@ -138,6 +143,7 @@ fn send_one(
         mtime_sec: meta.mtime(),
         mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
         chunk_size: opts.chunk,
+        verify: opts.verify,
         flags,
         checksum: None,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
@@ -228,30 +234,28 @@ enum Reading {
     Range(RangeSource),
 }
 
+/// `$e` with `$s` bound to whichever source `$r` holds.
+macro_rules! either {
+    ($r:expr, $s:ident => $e:expr) => {
+        match $r {
+            Reading::Whole($s) => $e,
+            Reading::Range($s) => $e,
+        }
+    };
+}
+
 impl ChunkSource for Reading {
-    fn end(&self) -> u64 {
-        match self {
-            Reading::Whole(s) => ChunkSource::end(s),
-            Reading::Range(s) => s.end(),
-        }
+    fn size(&self) -> u64 {
+        either!(self, s => ChunkSource::size(s))
     }
-    fn offset(&self) -> u64 {
-        match self {
-            Reading::Whole(s) => ChunkSource::offset(s),
-            Reading::Range(s) => s.offset(),
-        }
+    fn first_chunk(&self) -> u64 {
+        either!(self, s => ChunkSource::first_chunk(s))
     }
-    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize> {
-        match self {
-            Reading::Whole(s) => ChunkSource::read_chunk(s, buf),
-            Reading::Range(s) => s.read_chunk(buf),
-        }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        either!(self, s => ChunkSource::read_chunk_at(s, index, buf))
     }
-    fn finish(self) -> Result<Digest> {
-        match self {
-            Reading::Whole(s) => ChunkSource::finish(s),
-            Reading::Range(s) => s.finish(),
-        }
+    fn finish(&self) -> Result<Digest> {
+        either!(self, s => ChunkSource::finish(s))
     }
 }
 
@@ -289,7 +293,7 @@ fn send_file(
         }
         Ok((src, sum))
     });
-    let (src, checksum) = match opened {
+    let (mut src, checksum) = match opened {
         Ok(s) => s,
         Err(err) => {
             let f = FileReport::failed(name, 0, reason_of(&err), err.to_string());
@@ -310,6 +314,7 @@ fn send_file(
         mtime_sec,
         mtime_nsec,
         chunk_size: opts.chunk,
+        verify: opts.verify,
         flags,
         checksum,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
@@ -321,7 +326,8 @@ fn send_file(
     let mr = match recv_ctl(ep)? {
         Msg::Mr(r) => r,
         Msg::Skip { message, .. } => {
-            record(report, stripe, FileReport::skipped(name, "file", size, &message), false, None);
+            let f = FileReport::skipped(name, "file", size, &message);
+            record(report, stripe, f, false, None);
             return Ok(());
         }
         Msg::Refuse { reason, message } => {
@@ -357,19 +363,22 @@ fn send_file(
         rkey: mr.rkey,
         len: u64::from(mr.slot_size) * u64::from(mr.slot_count),
     };
-    let (mut reading, what) = match stripe {
-        None => (Reading::Whole(src), "partial file"),
-        Some(s) => (
-            Reading::Range(RangeSource::open(&e.path, size, &s.stripe)?),
-            "partial stripe",
-        ),
+    let (reading, what) = match stripe {
+        None => {
+            src.start(mr.slot_size, opts.verify)?;
+            let same = mr.resume_offset == 0
+                || src.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            (same.then_some(Reading::Whole(src)), "partial file")
+        }
+        Some(s) => {
+            let mut r = RangeSource::open(&e.path, size, &s.stripe)?;
+            r.start(mr.slot_size, opts.verify)?;
+            let same =
+                mr.resume_offset == 0 || r.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            (same.then_some(Reading::Range(r)), "partial stripe")
+        }
     };
-    let same = mr.resume_offset == 0
-        || match &mut reading {
-            Reading::Whole(src) => src.skip_verified(mr.resume_offset, &mr.resume_hash)?,
-            Reading::Range(src) => src.skip_verified(mr.resume_offset, &mr.resume_hash)?,
-        };
-    if !same {
+    let Some(reading) = reading else {
         let err = Error::refused(
             Reason::ReadError,
             format!(
@@ -381,8 +390,7 @@ fn send_file(
         let f = FileReport::failed(name, size, Reason::ReadError, err.to_string());
         record(report, stripe, f, false, None);
         return Err(err);
-    }
-    let len = stripe.map_or(size, |s| s.stripe.len);
+    };
 
     // Registered send buffers, re-made only if the slot size changes.
     let depth = opts.slots.min(mr.slot_count).max(1) as usize;
@@ -404,7 +412,7 @@ fn send_file(
     let hash = match send_data(
         ep,
         r,
-        reading,
+        &reading,
         &remote,
         mr.slot_count,
         opts.corrupt_chunk,
@@ -430,13 +438,25 @@ fn send_file(
             return Err(err);
         }
     };
+    // A whole file's chunk digests go ahead of FIN (the receiver names the first bad chunk);
+    // a stripe is compared by its digest alone.
+    let (len, layout) = match &reading {
+        Reading::Whole(src) => {
+            send_digests(ep, src)?;
+            (size, *src.chunks()?.layout())
+        }
+        Reading::Range(r) => (r.len(), r.layout()?),
+    };
     send_msg(ep, &Msg::Fin { bytes: len, hash })?;
     let verdict = recv_ctl(ep)?;
     report.data_seconds += data_start.elapsed().as_secs_f64();
     match verdict {
         Msg::Ack {
             status: Reason::Ok, ..
-        } => record(report, stripe, FileReport::ok(name, size, &hash), false, Some(hash)),
+        } => {
+            let f = FileReport::ok(name, size, &hash, &layout);
+            record(report, stripe, f, false, Some(hash));
+        }
         Msg::Ack { status, message } => {
             let f = FileReport::failed(
                 name,
@@ -452,140 +472,178 @@ fn send_file(
     Ok(())
 }
 
-/// Sends the rest of `src` (from its current offset): a reader thread reads and hashes chunks
-/// into the registered buffers while this thread posts them and takes completed ones back, so
-/// disk, hash and network overlap. Returns the whole file's hash and the bytes written (also
-/// with an error).
+/// What [`send_data`] reads from: a whole file ([`Source`]) or one stripe of it. Chunk
+/// indices count from the start of what it covers.
+pub(super) trait ChunkSource: Sync {
+    /// Bytes it covers.
+    fn size(&self) -> u64;
+    /// The first chunk to send (after those the receiver holds).
+    fn first_chunk(&self) -> u64;
+    /// Reads and hashes chunk `index` into `buf`; returns its length.
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize>;
+    /// The digest of all it covers, once every chunk was read.
+    fn finish(&self) -> Result<Digest>;
+}
+
+impl ChunkSource for Source {
+    fn size(&self) -> u64 {
+        Source::size(self)
+    }
+    fn first_chunk(&self) -> u64 {
+        Source::first_chunk(self)
+    }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        Source::read_chunk_at(self, index, buf)
+    }
+    fn finish(&self) -> Result<Digest> {
+        Source::finish(self)
+    }
+}
+
+/// Sends DIGESTS: the digest of every chunk of the file, in order, in batches.
+fn send_digests(ep: &mut Endpoint, src: &Source) -> Result<()> {
+    let chunks = src.chunks()?;
+    let mut first = 0;
+    loop {
+        let digests = chunks.batch(first, MAX_DIGESTS);
+        if digests.is_empty() {
+            return Ok(());
+        }
+        let n = digests.len() as u64;
+        let algo = chunks.layout().algo;
+        send_msg(
+            ep,
+            &Msg::Digests(Digests {
+                algo,
+                first,
+                digests,
+            }),
+        )?;
+        first += n;
+    }
+}
+
+/// Sends the rest of `src` (after the chunks the receiver holds): a pool of reader threads
+/// reads and hashes chunks straight into the registered buffers, in any order, while this
+/// thread posts them in order and takes completed ones back, so disk, hashing (on every core)
+/// and network overlap. Returns the whole file's digest and the bytes written (also with an
+/// error).
 pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
     r: &mut SendRing,
-    src: S,
+    src: &S,
     remote: &RemoteRegion,
     slot_count: u32,
     corrupt_chunk: Option<u64>,
     progress: &mut dyn FnMut(u64),
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
-    let size = src.end();
     let slot = u64::from(r.slot_size);
-    let chunks = (size - src.offset()).div_ceil(slot);
+    let first = src.first_chunk();
+    let chunks = src.size().div_ceil(slot);
     let mut written = 0u64;
+    let threads = digest::threads(r.total);
+    let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, LocalBuf)>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, LocalBuf)>();
+    let job_rx = Mutex::new(job_rx);
     std::thread::scope(|sc| {
-        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<LocalBuf>();
-        let (full_tx, full_rx) = std::sync::mpsc::channel::<Result<(LocalBuf, usize)>>();
-        let reader = sc.spawn(move || {
-            let mut src = src;
-            let mut k = 0u64;
-            while src.offset() < size {
-                let Ok(mut buf) = empty_rx.recv() else { break };
-                let want = (size - src.offset()).min(slot) as usize;
-                let r = src.read_chunk(&mut buf[..want]).map(|n| {
+        for _ in 0..threads {
+            let (job_rx, done_tx) = (&job_rx, done_tx.clone());
+            sc.spawn(move || loop {
+                let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((k, mut buf)) = job else { return };
+                let got = src.read_chunk_at(k, &mut buf).inspect(|&n| {
                     if corrupt_chunk == Some(k) && n > 0 {
                         buf[0] ^= 0xff;
                     }
-                    (buf, n)
                 });
-                let failed = r.is_err();
-                if full_tx.send(r).is_err() || failed {
-                    break;
+                if done_tx.send((k, got, buf)).is_err() {
+                    return;
                 }
-                k += 1;
-            }
-            src
-        });
-        let mut at_reader = 0usize;
-        for b in r.free.drain(..) {
-            if empty_tx.send(b).is_ok() {
-                at_reader += 1;
-            }
+            });
         }
+        drop(done_tx);
+        let mut at_workers = 0usize;
+        let mut assigned = first;
+        let mut ready: BTreeMap<u64, (LocalBuf, usize)> = BTreeMap::new();
         let mut in_flight = 0usize;
         let res: Result<()> = (|| {
-            let mut k = 0u64;
+            let mut k = first;
             while k < chunks {
-                if at_reader == 0 {
-                    collect(ep, r, &mut in_flight)?;
-                    for b in r.free.drain(..) {
-                        if empty_tx.send(b).is_ok() {
-                            at_reader += 1;
+                if let Some((buf, n)) = ready.remove(&k) {
+                    let rel = k - first;
+                    let slot_idx = (rel % u64::from(slot_count)) as u16;
+                    let imm = proto::encode_imm(proto::Imm {
+                        slot: slot_idx,
+                        seq: rel as u16,
+                    });
+                    let target = match remote.slice(u64::from(slot_idx) * slot, n as u64) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            r.free.push(buf);
+                            return Err(e);
+                        }
+                    };
+                    let wr = SendRequest::new(
+                        rel,
+                        SendOp::WriteWithImm(target, imm),
+                        [Sge::range(buf, 0, n)],
+                    );
+                    if let Err(pe) = ep.post(wr) {
+                        r.free
+                            .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
+                        return Err(pe.error);
+                    }
+                    in_flight += 1;
+                    k += 1;
+                    written += n as u64;
+                    progress(written);
+                } else if assigned < chunks && !r.free.is_empty() {
+                    let buf = r.free.pop().expect("not empty");
+                    if let Err(e) = job_tx.send((assigned, buf)) {
+                        r.free.push(e.0 .1);
+                        return Err(Error::refused(Reason::Internal, "the reader threads ended"));
+                    }
+                    at_workers += 1;
+                    assigned += 1;
+                } else if at_workers > 0 {
+                    let (i, got, buf) = done_rx.recv().map_err(|_| {
+                        Error::refused(Reason::Internal, "the reader threads ended")
+                    })?;
+                    at_workers -= 1;
+                    match got {
+                        Ok(n) => {
+                            ready.insert(i, (buf, n));
+                        }
+                        Err(e) => {
+                            r.free.push(buf);
+                            return Err(e);
                         }
                     }
-                    continue;
+                } else {
+                    collect(ep, r, &mut in_flight)?;
                 }
-                let (buf, n) = full_rx
-                    .recv()
-                    .map_err(|_| Error::refused(Reason::Internal, "the reader thread ended"))??;
-                at_reader -= 1;
-                let slot_idx = (k % u64::from(slot_count)) as u16;
-                let imm = proto::encode_imm(proto::Imm {
-                    slot: slot_idx,
-                    seq: k as u16,
-                });
-                let target = remote.slice(u64::from(slot_idx) * slot, n as u64)?;
-                let wr = SendRequest::new(
-                    k,
-                    SendOp::WriteWithImm(target, imm),
-                    [Sge::range(buf, 0, n)],
-                );
-                if let Err(pe) = ep.post(wr) {
-                    r.free
-                        .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
-                    return Err(pe.error);
-                }
-                in_flight += 1;
-                k += 1;
-                written += n as u64;
-                progress(written);
             }
             while in_flight > 0 {
                 collect(ep, r, &mut in_flight)?;
             }
             Ok(())
         })();
-        drop(empty_tx);
-        let src = reader.join();
-        // Buffers the reader still held are dropped with the channel: make the ring whole again.
-        r.free
-            .extend(full_rx.try_iter().filter_map(|x| x.ok().map(|(b, _)| b)));
+        drop(job_tx);
+        // Buffers still at the workers or waiting to be posted: the ring is whole again.
+        for _ in 0..at_workers {
+            match done_rx.recv() {
+                Ok((_, _, buf)) => r.free.push(buf),
+                Err(_) => break,
+            }
+        }
+        r.free.extend(ready.into_values().map(|(b, _)| b));
         if r.free.len() + in_flight < r.total {
-            // Some buffers were lost (reader error path): re-made on the next file.
+            // Some buffers were lost (a worker panicked): re-made on the next file.
             r.total = usize::MAX;
         }
-        let src = src.map_err(|_| {
-            (
-                Error::refused(Reason::Internal, "the reader thread panicked"),
-                written,
-            )
-        })?;
         res.map_err(|e| (e, written))?;
         src.finish().map(|h| (h, written)).map_err(|e| (e, written))
     })
-}
-
-/// What [`send_data`] reads from: a whole file ([`Source`]) or one stripe of it.
-pub(super) trait ChunkSource: Send {
-    /// One past the last byte to send.
-    fn end(&self) -> u64;
-    /// Next offset to read.
-    fn offset(&self) -> u64;
-    /// Reads the next chunk (up to `buf`'s length, less only at the end).
-    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize>;
-    /// The BLAKE3 of what was sent (from the start, resumed part included), for FIN.
-    fn finish(self) -> Result<Digest>;
-}
-
-impl ChunkSource for Source {
-    fn end(&self) -> u64 {
-        self.size()
-    }
-    fn offset(&self) -> u64 {
-        Source::offset(self)
-    }
-    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize> {
-        Source::read_chunk(self, buf)
-    }
-    fn finish(self) -> Result<Digest> {
-        Source::finish(self)
-    }
 }
 
 /// Waits for at least one data-chunk completion and takes its buffers back.

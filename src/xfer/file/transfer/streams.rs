@@ -12,6 +12,8 @@ use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, SendRing};
+use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::proto::Algo;
 use super::{peer_err, recv_ctl, send_msg, FileReport, Progress, SenderOptions, SessionReport};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
@@ -91,14 +93,17 @@ impl FileTrack {
     }
 }
 
-/// Reads one stripe of a file (`[offset, offset + len)`), hashing it as it goes.
+/// Reads one stripe of a file (`[offset, offset + len)`), chunk by chunk from several
+/// threads, each chunk hashed as it is read: the stripe's digest is the file digest formula
+/// over the stripe's chunks (see [`digest`]).
 pub(super) struct RangeSource {
     file: File,
     path: PathBuf,
     size: u64,
-    end: u64,
-    offset: u64,
-    hasher: blake3::Hasher,
+    stripe: Stripe,
+    /// Bytes of the stripe the receiver holds (whole chunks), not sent.
+    held: u64,
+    chunks: Option<Chunks>,
 }
 
 fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -113,57 +118,88 @@ impl RangeSource {
             file,
             path: path.to_path_buf(),
             size,
-            end: s.end(),
-            offset: s.offset,
-            hasher: blake3::Hasher::new(),
+            stripe: *s,
+            held: 0,
+            chunks: None,
         })
     }
 
-    /// For `--resume`: hashes the stripe's first `held` bytes and continues after them if they
-    /// match the receiver's `hash`; false (unusable) otherwise.
+    /// Fixes how the stripe is cut (the receiver's slot size) and hashed. Once, before reading.
+    pub(super) fn start(&mut self, chunk: u32, algo: Algo) -> Result<()> {
+        let layout = Layout::new(algo, u64::from(chunk), self.stripe.len)?;
+        self.chunks = Some(Chunks::new(layout));
+        Ok(())
+    }
+
+    fn chunks(&self) -> Result<&Chunks> {
+        self.chunks
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the stripe source was not started".into()))
+    }
+
+    /// The stripe's length.
+    pub(super) fn len(&self) -> u64 {
+        self.stripe.len
+    }
+
+    /// How the stripe is cut and hashed.
+    pub(super) fn layout(&self) -> Result<Layout> {
+        self.chunks().map(|c| *c.layout())
+    }
+
+    /// For `--resume`: hashes the stripe's first `held` bytes (whole chunks) and continues
+    /// after them if their digest matches the receiver's `hash`; false otherwise.
     pub(super) fn skip_verified(&mut self, held: u64, hash: &Digest) -> Result<bool> {
-        let target = self.offset.saturating_add(held);
-        if target > self.end {
+        let layout = self.layout()?;
+        if held > self.stripe.len || layout.whole_chunks(held) != held {
             return Ok(false);
         }
-        let mut buf = vec![0u8; 1 << 20];
-        while self.offset < target {
-            let n = (target - self.offset).min(buf.len() as u64) as usize;
-            self.read_chunk(&mut buf[..n])?;
+        let mut buf = vec![0u8; layout.chunk as usize];
+        for i in 0..layout.prefix(held).chunks() {
+            self.read_chunk_at(i, &mut buf)?;
         }
-        Ok(blake3::Hash::from(*hash) == self.hasher.clone().finalize())
+        self.held = held;
+        Ok(self.chunks()?.prefix_digest(held).as_ref() == Some(hash))
     }
 }
 
 impl ChunkSource for RangeSource {
-    fn end(&self) -> u64 {
-        self.end
+    fn size(&self) -> u64 {
+        self.stripe.len
     }
-    fn offset(&self) -> u64 {
-        self.offset
+    fn first_chunk(&self) -> u64 {
+        self.chunks
+            .as_ref()
+            .map_or(0, |c| self.held.div_ceil(c.layout().chunk))
     }
-    fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let n = (self.end - self.offset).min(buf.len() as u64) as usize;
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        let chunks = self.chunks()?;
+        let (off, len) = chunks.layout().range(index).ok_or_else(|| {
+            Error::InvalidArgument(format!("no chunk {index} in stripe {}", self.stripe.index))
+        })?;
+        let have = buf.len();
+        let buf = buf.get_mut(..len).ok_or_else(|| {
+            Error::InvalidArgument(format!("a buffer of {have} bytes for a {len}-byte chunk"))
+        })?;
         self.file
-            .read_exact_at(&mut buf[..n], self.offset)
+            .read_exact_at(buf, self.stripe.offset + off)
             .map_err(|e| read_err(&self.path, e))?;
-        self.hasher.update(&buf[..n]);
-        self.offset += n as u64;
-        Ok(n)
+        chunks.hash(index, buf)?;
+        Ok(len)
     }
-    fn finish(self) -> Result<Digest> {
+    fn finish(&self) -> Result<Digest> {
         let now = self
             .file
             .metadata()
             .map_err(|e| read_err(&self.path, e))?
             .len();
-        if self.offset != self.end || now != self.size {
+        if now != self.size {
             return Err(read_err(
                 &self.path,
                 format_args!("size changed from {} to {now} while being sent", self.size),
             ));
         }
-        Ok(*self.hasher.finalize().as_bytes())
+        self.chunks()?.finish()
     }
 }
 

@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::joint::{Answer, FileState, Joint};
@@ -19,63 +18,64 @@ use super::{
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
-use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, Stripe};
+use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
 use crate::xfer::file::ring_budget::RingLease;
 use crate::xfer::file::sink::write_err;
 
-/// Writes one stripe's chunks at their offsets, in order within the stripe, hashing them.
+/// Writes one stripe's chunks at their offsets (from the pool of writer threads, in any
+/// order) and hashes each: the stripe's digest is the file digest formula over its chunks.
 struct StripeWriter {
     file: File,
-    end: u64,
-    next: u64,
-    hasher: blake3::Hasher,
-    /// Bytes written from the stripe's offset (also after a failure, for resume).
-    written: Arc<AtomicU64>,
-    start: u64,
+    offset: u64,
+    /// Bytes of the stripe held from an earlier attempt (whole chunks).
+    held: u64,
+    chunks: Arc<Chunks>,
 }
 
 impl StripeWriter {
-    /// A writer of stripe `s` continuing after `held` bytes, which it reads back and hashes.
-    fn new(file: File, s: &Stripe, held: u64) -> Result<StripeWriter> {
-        let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; (1 << 20).min(held.max(1)) as usize];
-        let mut at = s.offset;
-        while at < s.offset + held {
-            let n = (s.offset + held - at).min(buf.len() as u64) as usize;
-            file.read_exact_at(&mut buf[..n], at)
+    /// A writer of stripe `s` cut in `chunk`-byte chunks, continuing after the whole chunks of
+    /// `held` bytes, which it reads back and hashes.
+    fn new(file: File, s: &Stripe, held: u64, chunk: u32, algo: Algo) -> Result<StripeWriter> {
+        let layout = Layout::new(algo, u64::from(chunk), s.len)?;
+        let held = layout.whole_chunks(held);
+        let chunks = Arc::new(Chunks::new(layout));
+        let mut buf = vec![0u8; chunk as usize];
+        for i in 0..layout.prefix(held).chunks() {
+            let (off, len) = layout.range(i).expect("a chunk of the prefix");
+            file.read_exact_at(&mut buf[..len], s.offset + off)
                 .map_err(|e| Error::io("reading back a partial stripe", e))?;
-            hasher.update(&buf[..n]);
-            at += n as u64;
+            chunks.hash(i, &buf[..len])?;
         }
         Ok(StripeWriter {
             file,
-            end: s.end(),
-            next: s.offset + held,
-            hasher,
-            written: Arc::new(AtomicU64::new(held)),
-            start: s.offset,
+            offset: s.offset,
+            held,
+            chunks,
         })
+    }
+
+    /// Bytes from the stripe's start written (or held) without a gap.
+    fn contiguous(chunks: &Chunks) -> u64 {
+        let l = chunks.layout();
+        chunks
+            .first_missing()
+            .map_or(l.size, |i| i.saturating_mul(l.chunk).min(l.size))
     }
 }
 
 impl ChunkTarget for StripeWriter {
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        let end = offset + data.len() as u64;
-        if offset != self.next || end > self.end {
+    fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        let off = self.chunks.check(index, data.len())?;
+        if off < self.held {
             return Err(Error::Protocol(format!(
-                "stripe write of {} bytes at {offset}, expected at {} up to {}",
-                data.len(),
-                self.next,
-                self.end
+                "stripe chunk {index} is held from an earlier attempt"
             )));
         }
         self.file
-            .write_all_at(data, offset)
+            .write_all_at(data, self.offset + off)
             .map_err(|e| write_err("write a stripe of the temporary file".into(), e))?;
-        self.hasher.update(data);
-        self.next = end;
-        self.written.store(end - self.start, Ordering::Release);
-        Ok(())
+        self.chunks.hash(index, data).map(|_| ())
     }
 }
 
@@ -92,6 +92,7 @@ fn end_stripe(
     written: u64,
     report: &mut SessionReport,
     name: &str,
+    layout: Option<&Layout>,
 ) -> Option<Result<Digest>> {
     let mut st = lock(file);
     let FileState::Open(a) = &mut *st else {
@@ -101,9 +102,10 @@ fn end_stripe(
     let verdict = a.end(s.index, result, written)?;
     *st = FileState::Ended;
     drop(st);
-    report.push(match &verdict {
-        Ok(d) => FileReport::ok(name, size, d),
-        Err(e) => FileReport::failed(name, size, reason_of(e), e.to_string()),
+    report.push(match (&verdict, layout) {
+        (Ok(d), Some(l)) => FileReport::ok(name, size, d, l),
+        (Ok(_), None) => FileReport::failed(name, size, Reason::Internal, "no layout".into()),
+        (Err(e), _) => FileReport::failed(name, size, reason_of(e), e.to_string()),
     });
     Some(verdict)
 }
@@ -194,19 +196,24 @@ pub(super) fn receive_stripe(
         Started::Answer(answer) => return send_msg(ep, &answer),
         Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
     };
-    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len)
-        .and_then(|r| StripeWriter::new(tmp, &s, held).map(|w| (r, w)));
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len).and_then(|r| {
+        StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w))
+    });
     let (r, w) = match got {
         Ok(x) => x,
         Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
     };
-    let hash_held = *w.hasher.clone().finalize().as_bytes();
-    send_msg(ep, &r.offer(held, hash_held))?;
-    let written = w.written.clone();
-    let (w, write_failure) = match receive_data(ep, r, budget, w, s.offset + held, s.end()) {
+    let held = w.held;
+    let held_digest = w
+        .chunks
+        .prefix_digest(held)
+        .expect("the held chunks were hashed");
+    send_msg(ep, &r.offer(held, held_digest))?;
+    let chunks = w.chunks.clone();
+    let (w, write_failure) = match receive_data(ep, r, budget, w, held, s.len) {
         Ok(x) => x,
         Err(e) => {
-            let n = written.load(Ordering::Acquire);
+            let n = StripeWriter::contiguous(&chunks);
             return Err(failed(ep, &file, &s, e, n, report, &h.name));
         }
     };
@@ -214,7 +221,7 @@ pub(super) fn receive_stripe(
     let hash = match budget.wait(ep, recv_ctl) {
         Ok(Msg::Fin { bytes, hash }) if bytes == s.len => hash,
         other => {
-            let n = written.load(Ordering::Acquire);
+            let n = StripeWriter::contiguous(&chunks);
             let e = match other {
                 Ok(Msg::Err { reason, message }) => peer_err(reason, &message),
                 Ok(Msg::Fin { bytes, .. }) => Error::Protocol(format!(
@@ -227,29 +234,30 @@ pub(super) fn receive_stripe(
             return Err(failed(ep, &file, &s, e, n, report, &h.name));
         }
     };
-    let got = w.hasher.finalize();
-    let n = written.load(Ordering::Acquire);
-    let (result, n) = match write_failure {
-        Some(e) => (Err((reason_of(&e), e.to_string())), n),
-        None if got == blake3::Hash::from(hash) => (Ok(*got.as_bytes()), n),
-        None => (
+    let n = StripeWriter::contiguous(&chunks);
+    let got = w.chunks.finish();
+    let (result, n) = match (write_failure, got) {
+        (Some(e), _) | (None, Err(e)) => (Err((reason_of(&e), e.to_string())), n),
+        (None, Ok(got)) if got == hash => (Ok(got), n),
+        (None, Ok(got)) => (
             Err((
                 Reason::HashMismatch,
                 format!(
-                    "{}: stripe {} of {} ({} bytes at {}): received bytes hash to {}, the sender's hash is {}",
+                    "{}: stripe {} of {} ({} bytes at {}): received bytes have the digest {}, the sender's is {}",
                     proto::truncate_text(&h.name),
                     s.index,
                     s.count,
                     s.len,
                     s.offset,
-                    got.to_hex(),
+                    blake3::Hash::from(got).to_hex(),
                     blake3::Hash::from(hash).to_hex()
                 ),
             )),
             0,
         ),
     };
-    let verdict = end_stripe(&file, &s, result.clone(), n, report, &h.name);
+    let layout = *chunks.layout();
+    let verdict = end_stripe(&file, &s, result.clone(), n, report, &h.name, Some(&layout));
     let (status, message) = match (&verdict, &result) {
         (Some(Ok(_)), _) => (Reason::Ok, String::new()),
         (Some(Err(e)), _) => (reason_of(e), e.to_string()),
@@ -285,6 +293,14 @@ fn failed(
     name: &str,
 ) -> Error {
     tell_peer(ep, &e);
-    end_stripe(file, s, Err((reason_of(&e), e.to_string())), written, report, name);
+    end_stripe(
+        file,
+        s,
+        Err((reason_of(&e), e.to_string())),
+        written,
+        report,
+        name,
+        None,
+    );
     e
 }
