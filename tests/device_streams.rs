@@ -27,7 +27,15 @@ fn need_rxe1() {
 /// `recv --json` listening on every address (both rails), once it listens.
 fn recv_all(port: u16, out: &Path, extra: &[&str]) -> Proc {
     let p = port.to_string();
-    let mut args = vec!["recv", "--out", out.to_str().unwrap(), "--listen", "-p", &p, "--json"];
+    let mut args = vec![
+        "recv",
+        "--out",
+        out.to_str().unwrap(),
+        "--listen",
+        "-p",
+        &p,
+        "--json",
+    ];
     args.extend_from_slice(extra);
     let mut r = spawn("recv", &args);
     r.wait_for("listening on", T);
@@ -85,18 +93,27 @@ fn striped_file_over_three_streams_and_two_devices() {
     assert_eq!(j["files"].as_array().unwrap().len(), 1, "{j}");
     assert_eq!(j["files"][0]["result"], "ok", "{j}");
     assert_eq!(j["bytes"], data.len() as u64, "{j}");
-    assert!(std::fs::read(out.join("big.bin")).unwrap() == data, "bytes differ");
+    assert!(
+        std::fs::read(out.join("big.bin")).unwrap() == data,
+        "bytes differ"
+    );
     assert_eq!(listing(&out), ["big.bin"], "one final file, no temporary");
     // Three receiving connections (one per stream), one of which committed the file.
     let lines = rd.json_lines();
     assert_eq!(lines.len(), 3, "{}", rd.out);
-    let files: usize = lines.iter().map(|l| l["files"].as_array().unwrap().len()).sum();
+    let files: usize = lines
+        .iter()
+        .map(|l| l["files"].as_array().unwrap().len())
+        .sum();
     assert_eq!(files, 1, "the file is reported once: {}", rd.out);
     let after = (sent_pkts("rxe0"), sent_pkts("rxe1"));
     let (d0, d1) = (after.0 - before.0, after.1 - before.1);
     // A third of 32 MiB in packets of at most 4 KiB is over 2500 packets per rail.
     eprintln!("sent_pkts: rxe0 +{d0}, rxe1 +{d1}");
-    assert!(d0 > 2500 && d1 > 2500, "both rails carry data: rxe0 +{d0}, rxe1 +{d1}");
+    assert!(
+        d0 > 2500 && d1 > 2500,
+        "both rails carry data: rxe0 +{d0}, rxe1 +{d1}"
+    );
 }
 
 #[test]
@@ -128,7 +145,10 @@ fn tree_over_two_streams() {
     names.sort();
     assert_eq!(listing(&out), names);
     for (name, data) in &want {
-        assert!(std::fs::read(out.join(name)).unwrap() == *data, "{name} differs");
+        assert!(
+            std::fs::read(out.join(name)).unwrap() == *data,
+            "{name} differs"
+        );
     }
 }
 
@@ -143,7 +163,15 @@ fn striped_file_resumes_after_the_sender_is_killed() {
     let data = pseudo_random(32 << 20, 77);
     std::fs::write(&src, &data).unwrap();
     let mut r = common::recv(port, &out, &["--resume", "--timeout", "3"]);
-    let slow = ["--streams", "3", "--resume", "--chunk", "64K", "--slots", "2"];
+    let slow = [
+        "--streams",
+        "3",
+        "--resume",
+        "--chunk",
+        "64K",
+        "--slots",
+        "2",
+    ];
     let mut s = send(port, &[&src], &slow);
     for _ in 0..3 {
         r.wait_for("serving", T);
@@ -169,7 +197,10 @@ fn striped_file_resumes_after_the_sender_is_killed() {
         moved < data.len() as u64,
         "the resumed send moved {moved} bytes: what was held is not sent again: {j}"
     );
-    assert!(std::fs::read(out.join("big.bin")).unwrap() == data, "bytes differ");
+    assert!(
+        std::fs::read(out.join("big.bin")).unwrap() == data,
+        "bytes differ"
+    );
     assert!(!temp.exists());
     r.kill();
 }
@@ -227,12 +258,19 @@ fn more_streams_than_the_receiver_allows_are_capped() {
     let d = send(port, &[&src], &["--streams", "5"]).finish(T);
     d.ok("send --streams 5 to a receiver allowing 2");
     assert!(
-        d.err.contains("the receiver allows 2 streams per transfer (its --max-streams); using 2 of the 5"),
+        d.err.contains(
+            "the receiver allows 2 streams per transfer (its --max-streams); using 2 of the 5"
+        ),
         "{}",
         d.err
     );
     let rd = r.finish(T);
     rd.ok("recv --once --max-streams 2");
-    assert_eq!(rd.json_lines().len(), 2, "two connections served: {}", rd.out);
+    assert_eq!(
+        rd.json_lines().len(),
+        2,
+        "two connections served: {}",
+        rd.out
+    );
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
 }

@@ -412,7 +412,9 @@ pub fn send(a: SendArgs) -> Result<()> {
             .collect(),
     };
     if a.streams == 1 && (rails.len() > 1 || hosts.len() > 1) {
-        eprintln!("rdmaxfer: note: one stream uses the first device and address only (see --streams)");
+        eprintln!(
+            "rdmaxfer: note: one stream uses the first device and address only (see --streams)"
+        );
     }
     let place = |i: usize| -> Result<(ConnArgs, String, EndpointOptions)> {
         let mut c = rails[i % rails.len()].clone();

@@ -187,9 +187,8 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                             .0;
                     }
                     // Over `count`, only to join the session being served.
-                    let join_only = all_admitted(&g)
-                        && limits.joins
-                        && active_r.load(Ordering::Acquire) > 0;
+                    let join_only =
+                        all_admitted(&g) && limits.joins && active_r.load(Ordering::Acquire) > 0;
                     let r = if all_admitted(&g) && !join_only {
                         Err("it is finishing its last session".to_string())
                     } else if active_r.load(Ordering::Acquire) >= max {

@@ -22,11 +22,11 @@ mod verify;
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_imm, encode_imm, Imm, MAX_SLOTS};
+use reader::{put_reason_text, Reader};
 pub use stream::{
     new_session_id, plan_stripes, striped_digest, Join, Open, Session, SessionId, Stripe,
     MAX_STREAMS, MAX_STRIPES, SESSION_ID_LEN,
 };
-use reader::{put_reason_text, Reader};
 pub use verify::{Algo, ChunkDigest, Digests, MAX_CHUNK_DIGEST, MAX_DIGESTS};
 
 /// `"RXFR"`: first four bytes of every control message.

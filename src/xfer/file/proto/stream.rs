@@ -249,7 +249,10 @@ mod tests {
             assert_eq!(w[1].offset % (1 << 20), 0);
         }
         assert_eq!((s[0].len, s[2].len), (11 << 20, 10 << 20));
-        assert!(plan_stripes(1000, 4, 4096).is_empty(), "one block: no stripes");
+        assert!(
+            plan_stripes(1000, 4, 4096).is_empty(),
+            "one block: no stripes"
+        );
         assert_eq!(plan_stripes(5000, 4, 4096).len(), 2);
         assert_eq!(plan_stripes(5000, 4, 4096)[1].len, 5000 - 4096);
         assert!(plan_stripes(0, 4, 4096).is_empty());
@@ -260,30 +263,82 @@ mod tests {
         use super::super::{decode, encode, Msg};
         let id = [9u8; SESSION_ID_LEN];
         for m in [
-            Msg::Open(Open { streams: 3, auth: Some([1; 32]) }),
-            Msg::Open(Open { streams: 64, auth: None }),
-            Msg::Session(Session { id, streams: 2, index: 1 }),
-            Msg::Join(Join { id, index: 2, auth: Some([2; 32]) }),
-            Msg::Stripe(Stripe { index: 1, count: 3, offset: 1 << 20, len: 5 }),
+            Msg::Open(Open {
+                streams: 3,
+                auth: Some([1; 32]),
+            }),
+            Msg::Open(Open {
+                streams: 64,
+                auth: None,
+            }),
+            Msg::Session(Session {
+                id,
+                streams: 2,
+                index: 1,
+            }),
+            Msg::Join(Join {
+                id,
+                index: 2,
+                auth: Some([2; 32]),
+            }),
+            Msg::Stripe(Stripe {
+                index: 1,
+                count: 3,
+                offset: 1 << 20,
+                len: 5,
+            }),
         ] {
             let b = encode(&m);
             assert_eq!(decode(&b).unwrap(), m);
             assert!(decode(&b[..b.len() - 1]).is_err(), "truncated {m:?}");
         }
         let bad = [
-            Msg::Open(Open { streams: 1, auth: None }),
-            Msg::Open(Open { streams: 65, auth: None }),
-            Msg::Session(Session { id, streams: 2, index: 2 }),
-            Msg::Join(Join { id, index: 0, auth: None }),
-            Msg::Stripe(Stripe { index: 2, count: 2, offset: 0, len: 1 }),
-            Msg::Stripe(Stripe { index: 0, count: 1, offset: 0, len: 1 }),
-            Msg::Stripe(Stripe { index: 0, count: 2, offset: u64::MAX, len: 1 }),
+            Msg::Open(Open {
+                streams: 1,
+                auth: None,
+            }),
+            Msg::Open(Open {
+                streams: 65,
+                auth: None,
+            }),
+            Msg::Session(Session {
+                id,
+                streams: 2,
+                index: 2,
+            }),
+            Msg::Join(Join {
+                id,
+                index: 0,
+                auth: None,
+            }),
+            Msg::Stripe(Stripe {
+                index: 2,
+                count: 2,
+                offset: 0,
+                len: 1,
+            }),
+            Msg::Stripe(Stripe {
+                index: 0,
+                count: 1,
+                offset: 0,
+                len: 1,
+            }),
+            Msg::Stripe(Stripe {
+                index: 0,
+                count: 2,
+                offset: u64::MAX,
+                len: 1,
+            }),
         ];
         for m in bad {
             let e = decode(&encode(&m)).unwrap_err().to_string();
             assert!(e.contains("stream") || e.contains("STRIPE"), "{m:?}: {e}");
         }
-        let mut b = encode(&Msg::Join(Join { id, index: 1, auth: None }));
+        let mut b = encode(&Msg::Join(Join {
+            id,
+            index: 1,
+            auth: None,
+        }));
         let n = b.len();
         b[n - 1] = 2; // an unknown flag bit
         assert!(decode(&b).unwrap_err().to_string().contains("flag"));

@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use super::joint::{Joint, Streams};
+use super::stripe;
 use super::{
     decode_ctl, detail, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
     ReceiverOptions, SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
@@ -16,8 +18,6 @@ use crate::xfer::file::digest;
 use crate::xfer::file::entry;
 use crate::xfer::file::names::{self, RelPath};
 use crate::xfer::file::policy::Decision;
-use super::joint::{Joint, Streams};
-use super::stripe;
 use crate::xfer::file::proto::{
     self, Digest, EntryKind, Hello, Msg, Reason, Ring, Session, SkipWhy, Stripe,
 };
@@ -215,9 +215,7 @@ fn receive_session(
                     (Some(s), Some(j)) => stripe::receive_stripe(
                         ep, opts, st.lease, report, st.ring, st.budget, &nonce, j, s, h,
                     ),
-                    _ => receive_file(
-                        ep, opts, st.lease, report, st.ring, st.budget, &nonce, h,
-                    ),
+                    _ => receive_file(ep, opts, st.lease, report, st.ring, st.budget, &nonce, h),
                 };
                 report.announce_since(before, progress);
                 r?;

@@ -6,6 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use super::streams::{RangeSource, StripeJob};
 use super::{
     decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
     SenderOptions, SessionReport,
@@ -18,7 +19,6 @@ use crate::xfer::file::names;
 use crate::xfer::file::proto::{
     self, Digest, Digests, EntryKind, Hello, HelloFlags, Msg, Reason, MAX_DIGESTS,
 };
-use super::streams::{RangeSource, StripeJob};
 use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
 
 pub(super) struct SendRing {
@@ -85,8 +85,8 @@ pub(super) fn send_entry(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let before = report.file_count();
-    let r = send_one(ep, e, opts, nonce, ring, report, progress)
-        .map_err(|err| named_by_peer(ep, err));
+    let r =
+        send_one(ep, e, opts, nonce, ring, report, progress).map_err(|err| named_by_peer(ep, err));
     report.announce_since(before, progress);
     r
 }
@@ -189,8 +189,18 @@ pub(super) fn send_stripe_entry(
 ) -> Result<()> {
     let before = report.file_count();
     let flags = hello_flags(opts);
-    let r = send_file(ep, e, opts, nonce, flags, ring, report, progress, Some(stripe))
-        .map_err(|err| named_by_peer(ep, err));
+    let r = send_file(
+        ep,
+        e,
+        opts,
+        nonce,
+        flags,
+        ring,
+        report,
+        progress,
+        Some(stripe),
+    )
+    .map_err(|err| named_by_peer(ep, err));
     report.announce_since(before, progress);
     r
 }
@@ -366,8 +376,8 @@ fn send_file(
     let (reading, what) = match stripe {
         None => {
             src.start(mr.slot_size, opts.verify)?;
-            let same = mr.resume_offset == 0
-                || src.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            let same =
+                mr.resume_offset == 0 || src.skip_verified(mr.resume_offset, &mr.resume_hash)?;
             (same.then_some(Reading::Whole(src)), "partial file")
         }
         Some(s) => {

@@ -12,11 +12,11 @@ use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, SendRing};
-use crate::xfer::file::digest::{Chunks, Layout};
-use crate::xfer::file::proto::Algo;
 use super::{peer_err, recv_ctl, send_msg, FileReport, Progress, SenderOptions, SessionReport};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::proto::Algo;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason, Stripe};
 use crate::xfer::file::source::{self, SourceEntry, SourceKind};
 
@@ -282,11 +282,7 @@ pub fn send_streams(
         Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
             return Err(peer_err(reason, &message))
         }
-        other => {
-            return Err(Error::Protocol(format!(
-                "expected SESSION, got {other:?}"
-            )))
-        }
+        other => return Err(Error::Protocol(format!("expected SESSION, got {other:?}"))),
     };
     progress(Progress::Streams {
         asked: open.streams,
@@ -361,7 +357,12 @@ pub fn send_streams(
 }
 
 /// Joins the session on a further connection; returns its CHALLENGE nonce.
-fn join(ep: &mut Endpoint, id: proto::SessionId, index: u16, opts: &SenderOptions) -> Result<Digest> {
+fn join(
+    ep: &mut Endpoint,
+    id: proto::SessionId,
+    index: u16,
+    opts: &SenderOptions,
+) -> Result<Digest> {
     let nonce = challenge(ep)?;
     let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
     send_msg(ep, &Msg::Join(Join { id, index, auth }))?;

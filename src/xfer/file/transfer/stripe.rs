@@ -196,9 +196,8 @@ pub(super) fn receive_stripe(
         Started::Answer(answer) => return send_msg(ep, &answer),
         Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
     };
-    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len).and_then(|r| {
-        StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w))
-    });
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len)
+        .and_then(|r| StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w)));
     let (r, w) = match got {
         Ok(x) => x,
         Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
