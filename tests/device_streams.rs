@@ -179,7 +179,7 @@ fn striped_file_resumes_after_the_sender_is_killed() {
     let temp = out.join(".big.bin.rdmaxfer-part");
     // Some data in the (sparse) temporary file: its allocated bytes, not its length.
     wait_until("some data received", T, || {
-        std::fs::metadata(&temp).is_ok_and(|m| m.blocks() * 512 >= 2 << 20)
+        std::fs::metadata(&temp).is_ok_and(|m| m.blocks() * 512 >= 6 << 20)
     });
     s.kill(); // SIGKILL
     drop(s);
@@ -188,7 +188,9 @@ fn striped_file_resumes_after_the_sender_is_killed() {
         r.wait_for("\"result\":", T);
     }
     assert!(temp.exists(), "partial file kept: {:?}", listing(&out));
-    let d = send(port, &[&src], &["--streams", "3", "--resume"]).finish(T);
+    // The same command again (stripes resume in whole chunks of the same size).
+    let again = ["--streams", "3", "--resume", "--chunk", "64K"];
+    let d = send(port, &[&src], &again).finish(T);
     d.ok("resumed send --streams 3");
     let j = d.one_json();
     assert_eq!(j["files"][0]["result"], "ok", "{j}");
