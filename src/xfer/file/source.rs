@@ -220,7 +220,19 @@ pub struct Source {
     chunks: Option<Chunks>,
 }
 
-fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
+/// Refuses a file whose size is no longer `size` (it changed while being sent).
+pub(crate) fn unchanged(file: &File, path: &Path, size: u64) -> Result<()> {
+    let now = file.metadata().map_err(|e| read_err(path, e))?.len();
+    if now != size {
+        return Err(read_err(
+            path,
+            format_args!("size changed from {size} to {now} while being sent"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::refused(Reason::ReadError, format!("{}: {what}", path.display()))
 }
 
@@ -340,17 +352,7 @@ impl Source {
                 chunks.layout().chunks()
             )));
         }
-        let now = self
-            .file
-            .metadata()
-            .map_err(|e| read_err(&self.path, e))?
-            .len();
-        if now != self.size {
-            return Err(read_err(
-                &self.path,
-                format_args!("size changed from {} to {now} while being sent", self.size),
-            ));
-        }
+        unchanged(&self.file, &self.path, self.size)?;
         chunks.finish()
     }
 }

@@ -122,10 +122,10 @@ pub fn receive_streams(
 }
 
 /// A connection's state across its files.
-struct SessionState<'a, 'b> {
-    lease: &'a mut RingLease,
-    ring: &'a mut Option<StagingRing>,
-    budget: &'a mut Budget,
+pub(super) struct SessionState<'a, 'b> {
+    pub(super) lease: &'a mut RingLease,
+    pub(super) ring: &'a mut Option<StagingRing>,
+    pub(super) budget: &'a mut Budget,
     role: Role<'b>,
 }
 
@@ -212,10 +212,10 @@ fn receive_session(
                 let last = h.flags.last;
                 let before = report.file_count();
                 let r = match (stripe.take(), &joint) {
-                    (Some(s), Some(j)) => stripe::receive_stripe(
-                        ep, opts, st.lease, report, st.ring, st.budget, &nonce, j, s, h,
-                    ),
-                    _ => receive_file(ep, opts, st.lease, report, st.ring, st.budget, &nonce, h),
+                    (Some(s), Some(j)) => {
+                        stripe::receive_stripe(ep, opts, st, report, &nonce, j, s, h)
+                    }
+                    _ => receive_file(ep, opts, st, report, &nonce, h),
                 };
                 report.announce_since(before, progress);
                 r?;
@@ -519,18 +519,21 @@ pub(super) fn tell_peer(ep: &mut Endpoint, e: &Error) {
     }
 }
 
-// The session's state, passed apart: the ring and its lease (memory), the budget (time).
-#[allow(clippy::too_many_arguments)]
+/// One entry (a file, directory or symlink) announced by `h`.
 fn receive_file(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
-    lease: &mut RingLease,
+    st: &mut SessionState<'_, '_>,
     report: &mut SessionReport,
-    ring: &mut Option<StagingRing>,
-    budget: &mut Budget,
     nonce: &Digest,
     h: Hello,
 ) -> Result<()> {
+    let SessionState {
+        lease,
+        ring,
+        budget,
+        ..
+    } = st;
     let kind = h.kind;
     let opened = admit(opts, nonce, &h).and_then(|rel| {
         if kind == EntryKind::File {

@@ -68,13 +68,16 @@ pub(super) fn send_entries(
 ) -> Result<()> {
     let mut ring: Option<SendRing> = None;
     for e in entries {
-        send_entry(ep, e, opts, nonce, &mut ring, report, progress)?;
+        send_entry(ep, e, opts, nonce, &mut ring, report, progress, None)?;
     }
     send_done(ep);
     report.result("delivered")
 }
 
-/// Sends one entry and tells `progress` its verdict.
+/// Sends one entry (or, with `stripe`, one stripe of a file entry, a job of one stream of
+/// several) and tells `progress` its verdict (a striped file's with its last stripe).
+// The session's state, passed apart as in `send_one`, plus the stripe.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn send_entry(
     ep: &mut Endpoint,
     e: &SourceEntry,
@@ -83,10 +86,17 @@ pub(super) fn send_entry(
     ring: &mut Option<SendRing>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
+    stripe: Option<&StripeJob>,
 ) -> Result<()> {
     let before = report.file_count();
-    let r =
-        send_one(ep, e, opts, nonce, ring, report, progress).map_err(|err| named_by_peer(ep, err));
+    let r = match stripe {
+        None => send_one(ep, e, opts, nonce, ring, report, progress),
+        Some(s) => {
+            let flags = hello_flags(opts);
+            send_file(ep, e, opts, nonce, flags, ring, report, progress, Some(s))
+        }
+    }
+    .map_err(|err| named_by_peer(ep, err));
     report.announce_since(before, progress);
     r
 }
@@ -171,38 +181,6 @@ fn send_one(
         }
     }
     Ok(())
-}
-
-/// Sends one stripe of a file entry (a job of one stream of several) and tells `progress`
-/// the file's verdict if this stripe's was the last one.
-// The session's state, passed apart as in `send_one`, plus the stripe.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn send_stripe_entry(
-    ep: &mut Endpoint,
-    e: &SourceEntry,
-    opts: &SenderOptions,
-    nonce: &Digest,
-    ring: &mut Option<SendRing>,
-    report: &mut SessionReport,
-    progress: &mut dyn FnMut(Progress<'_>),
-    stripe: &StripeJob,
-) -> Result<()> {
-    let before = report.file_count();
-    let flags = hello_flags(opts);
-    let r = send_file(
-        ep,
-        e,
-        opts,
-        nonce,
-        flags,
-        ring,
-        report,
-        progress,
-        Some(stripe),
-    )
-    .map_err(|err| named_by_peer(ep, err));
-    report.announce_since(before, progress);
-    r
 }
 
 fn hello_flags(opts: &SenderOptions) -> HelloFlags {

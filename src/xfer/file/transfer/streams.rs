@@ -18,7 +18,7 @@ use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::digest::{Chunks, Layout};
 use crate::xfer::file::proto::Algo;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason, Stripe};
-use crate::xfer::file::source::{self, SourceEntry, SourceKind};
+use crate::xfer::file::source::{self, read_err, SourceEntry, SourceKind};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
@@ -106,10 +106,6 @@ pub(super) struct RangeSource {
     chunks: Option<Chunks>,
 }
 
-fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
-    Error::refused(Reason::ReadError, format!("{}: {what}", path.display()))
-}
-
 impl RangeSource {
     /// Opens `path` (of `size` bytes, as planned) for stripe `s`.
     pub(super) fn open(path: &Path, size: u64, s: &Stripe) -> Result<RangeSource> {
@@ -188,17 +184,7 @@ impl ChunkSource for RangeSource {
         Ok(len)
     }
     fn finish(&self) -> Result<Digest> {
-        let now = self
-            .file
-            .metadata()
-            .map_err(|e| read_err(&self.path, e))?
-            .len();
-        if now != self.size {
-            return Err(read_err(
-                &self.path,
-                format_args!("size changed from {} to {now} while being sent", self.size),
-            ));
-        }
+        source::unchanged(&self.file, &self.path, self.size)?;
         self.chunks()?.finish()
     }
 }
@@ -408,19 +394,17 @@ fn work(
                 let _ = tx.send(ev);
             };
             let e = &entries[i];
-            match &stripe {
-                None => send_entry(ep, e, opts, nonce, &mut ring, &mut report, &mut events)?,
-                Some(s) => super::send::send_stripe_entry(
-                    ep,
-                    e,
-                    opts,
-                    nonce,
-                    &mut ring,
-                    &mut report,
-                    &mut events,
-                    s,
-                )?,
-            }
+            let r = &mut report;
+            send_entry(
+                ep,
+                e,
+                opts,
+                nonce,
+                &mut ring,
+                r,
+                &mut events,
+                stripe.as_ref(),
+            )?;
         }
         send_done(ep);
         Ok(())

@@ -10,17 +10,16 @@ use std::sync::{Arc, Mutex};
 use super::joint::{Answer, FileState, Joint};
 use super::receive::{
     admit, answer_refuse, answer_skip, ensure_ring, open_sink, receive_data, tell_peer,
-    ChunkTarget, Opened, StagingRing,
+    ChunkTarget, Opened, SessionState,
 };
 use super::{
     detail, peer_err, reason_of, recv_ctl, send_msg, FileReport, ReceiverOptions, SessionReport,
 };
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::budget::FILE_CREDIT;
 use crate::xfer::file::digest::{Chunks, Layout};
 use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
-use crate::xfer::file::ring_budget::RingLease;
 use crate::xfer::file::sink::write_err;
 
 /// Writes one stripe's chunks at their offsets (from the pool of writer threads, in any
@@ -118,20 +117,24 @@ enum Started {
 }
 
 /// Receives stripe `s` of the file `h` announces, on this stream of session `joint`.
-// The session's state, passed apart as in `receive_file`, plus the session and the stripe.
+// The connection's state, plus the session and the stripe.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn receive_stripe(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
-    lease: &mut RingLease,
+    st: &mut SessionState<'_, '_>,
     report: &mut SessionReport,
-    ring: &mut Option<StagingRing>,
-    budget: &mut Budget,
     nonce: &Digest,
     joint: &Joint,
     s: Stripe,
     h: Hello,
 ) -> Result<()> {
+    let SessionState {
+        lease,
+        ring,
+        budget,
+        ..
+    } = st;
     if h.kind != EntryKind::File || s.end() > h.size {
         let e = Error::Protocol(format!(
             "STRIPE ({} bytes at {}) before a HELLO of a {} of {} bytes",
