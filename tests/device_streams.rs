@@ -10,7 +10,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{listing, need_rxe0, pseudo_random, send, spawn, wait_until, Proc, FILE_T as T, IP};
+use common::{
+    listing, need_rxe0, pseudo_random, send, send_args, spawn, spawn_env, wait_until, Proc,
+    FILE_T as T, IP,
+};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Join, Msg, Reason};
 use rdmaxfer::xfer::session;
@@ -275,4 +278,43 @@ fn more_streams_than_the_receiver_allows_are_capped() {
         rd.out
     );
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_corrupted_chunk_of_one_stripe_is_named_and_nothing_is_committed() {
+    need_rxe0();
+    let port = 7485;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = dir_with(tmp.path(), "out");
+    let src = tmp.path().join("f.bin");
+    std::fs::write(&src, pseudo_random(12 << 20, 9)).unwrap();
+    let r = common::recv(port, &out, &["--once"]);
+    // Stripes of 4 MiB; file chunk 70 (64 KiB chunks) is chunk 6 of stripe 1.
+    let args = send_args(port, &[&src], &["--streams", "3", "--chunk", "64K"]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = spawn_env("send", &a, &[("RDMAXFER_TEST_CORRUPT_CHUNK", "70")]).finish(T);
+    d.failed("send --streams 3 with a corrupted chunk");
+    let rd = r.finish(T);
+    rd.failed("recv of a corrupted striped file");
+    let want = "chunk 6 of stripe 1 of 3 (bytes 4587520..4653056) differs";
+    let sj = d.one_json();
+    assert_eq!(sj["files"][0]["result"], "hash mismatch", "{sj}");
+    assert!(
+        sj["files"][0]["message"].as_str().unwrap().contains(want),
+        "{sj}"
+    );
+    let lines = rd.json_lines();
+    let verdicts: Vec<&serde_json::Value> = lines
+        .iter()
+        .flat_map(|l| l["files"].as_array().unwrap())
+        .collect();
+    assert_eq!(verdicts.len(), 1, "one verdict for the file: {}", rd.out);
+    assert_eq!(verdicts[0]["result"], "hash mismatch", "{}", rd.out);
+    assert!(
+        verdicts[0]["message"].as_str().unwrap().contains(want),
+        "{}",
+        rd.out
+    );
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
 }

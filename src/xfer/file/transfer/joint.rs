@@ -315,3 +315,104 @@ impl Drop for Assembly {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xfer::file::names::sanitize;
+    use crate::xfer::file::sink::SinkOptions;
+    use std::os::unix::fs::FileExt;
+
+    fn stripe(index: u16, offset: u64, len: u64) -> Stripe {
+        Stripe {
+            index,
+            count: 2,
+            offset,
+            len,
+        }
+    }
+
+    fn assembly(streams: &Streams, out: &std::path::Path, keep: bool) -> Assembly {
+        let rel = sanitize("f").unwrap();
+        let sink = Sink::create(out, &rel, 8, SinkOptions::default()).unwrap();
+        streams.open(2).assembly("f", sink, 8, 2, keep)
+    }
+
+    #[test]
+    fn stripes_commit_once_all_are_verified_and_never_after_a_failure() {
+        let out = tempfile::tempdir().unwrap();
+        let streams = Streams::new(4);
+        let mut a = assembly(&streams, out.path(), false);
+        let (s0, s1) = (stripe(0, 0, 4), stripe(1, 4, 4));
+        a.start(&s1).unwrap();
+        a.start(&s0).unwrap();
+        assert!(a.start(&s0).is_err(), "a stripe twice");
+        let f = a.sink.as_ref().unwrap().temp_file().unwrap();
+        f.write_all_at(b"efgh", 4).unwrap();
+        f.write_all_at(b"abcd", 0).unwrap();
+        assert!(a.end(1, Ok([1; 32]), 4).is_none(), "stripe 0 still to come");
+        let d = a.end(0, Ok([0; 32]), 4).unwrap().unwrap();
+        assert_eq!(
+            d,
+            proto::striped_digest(&[(0, 4, [0; 32]), (4, 4, [1; 32])])
+        );
+        assert_eq!(std::fs::read(out.path().join("f")).unwrap(), b"abcdefgh");
+
+        let out2 = tempfile::tempdir().unwrap();
+        let mut a = assembly(&streams, out2.path(), false);
+        a.start(&s0).unwrap();
+        a.start(&s1).unwrap();
+        let fail = (Reason::HashMismatch, "stripe 0 differs".to_string());
+        assert!(a.end(0, Err(fail), 0).is_none());
+        let e = a.end(1, Ok([1; 32]), 4).unwrap().unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
+        drop(a);
+        assert_eq!(
+            std::fs::read_dir(out2.path()).unwrap().count(),
+            0,
+            "nothing left"
+        );
+    }
+
+    #[test]
+    fn an_abandoned_striped_file_is_resumed_stripe_by_stripe() {
+        let out = tempfile::tempdir().unwrap();
+        let streams = Streams::new(4);
+        let opts = SinkOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let rel = sanitize("f").unwrap();
+        let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
+        let mut a = streams.open(2).assembly("f", sink, 8, 2, true);
+        let (s0, s1) = (stripe(0, 0, 4), stripe(1, 4, 4));
+        a.start(&s0).unwrap();
+        a.start(&s1).unwrap();
+        let f = a.sink.as_ref().unwrap().temp_file().unwrap();
+        f.write_all_at(b"abcdef", 0).unwrap();
+        let lost = (Reason::Internal, "lost".to_string());
+        assert!(a.end(0, Err(lost.clone()), 4).is_none());
+        assert!(a.end(1, Err(lost), 2).unwrap().is_err());
+        drop(a);
+        // The next attempt finds what each stripe holds.
+        let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
+        let a = streams.open(2).assembly("f", sink, 8, 2, true);
+        assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2));
+        assert_eq!(a.held_of(&stripe(1, 3, 5)), 0, "another layout starts over");
+    }
+
+    #[test]
+    fn joins_need_a_live_session_and_a_free_index() {
+        let streams = Streams::new(3);
+        let j = streams.open(5);
+        assert_eq!(j.granted, 3, "capped");
+        let e = streams.join(&proto::new_session_id(), 1).unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::AuthFailed), "{e}");
+        streams.join(&j.id, 1).unwrap();
+        assert!(streams.join(&j.id, 1).is_err(), "joined already");
+        assert!(streams.join(&j.id, 3).is_err(), "beyond the grant");
+        let id = j.id;
+        drop(j);
+        assert!(streams.join(&id, 2).is_err(), "an ended session");
+    }
+}

@@ -14,7 +14,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::digest;
+use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::names;
 use crate::xfer::file::proto::{
     self, Digest, Digests, EntryKind, Hello, HelloFlags, Msg, Reason, MAX_DIGESTS,
@@ -403,7 +403,13 @@ fn send_file(
         &reading,
         &remote,
         mr.slot_count,
-        opts.corrupt_chunk,
+        // The test hook names a chunk of the file: a stripe's own chunks count from its offset.
+        match stripe {
+            None => opts.corrupt_chunk,
+            Some(s) => opts
+                .corrupt_chunk
+                .and_then(|c| c.checked_sub(s.stripe.offset / u64::from(mr.slot_size))),
+        },
         &mut |n| {
             progress(Progress::Bytes {
                 file_done: n,
@@ -426,15 +432,13 @@ fn send_file(
             return Err(err);
         }
     };
-    // A whole file's chunk digests go ahead of FIN (the receiver names the first bad chunk);
-    // a stripe is compared by its digest alone.
-    let (len, layout) = match &reading {
-        Reading::Whole(src) => {
-            send_digests(ep, src)?;
-            (size, *src.chunks()?.layout())
-        }
-        Reading::Range(r) => (r.len(), r.layout()?),
+    // The chunk digests go ahead of FIN (the receiver names the first bad chunk).
+    let (len, chunks) = match &reading {
+        Reading::Whole(src) => (size, src.chunks()?),
+        Reading::Range(r) => (r.len(), r.chunks()?),
     };
+    send_digests(ep, chunks)?;
+    let layout = *chunks.layout();
     send_msg(ep, &Msg::Fin { bytes: len, hash })?;
     let verdict = recv_ctl(ep)?;
     report.data_seconds += data_start.elapsed().as_secs_f64();
@@ -488,9 +492,8 @@ impl ChunkSource for Source {
     }
 }
 
-/// Sends DIGESTS: the digest of every chunk of the file, in order, in batches.
-fn send_digests(ep: &mut Endpoint, src: &Source) -> Result<()> {
-    let chunks = src.chunks()?;
+/// Sends DIGESTS: the digest of every chunk of the file (or stripe), in order, in batches.
+fn send_digests(ep: &mut Endpoint, chunks: &Chunks) -> Result<()> {
     let mut first = 0;
     loop {
         let digests = chunks.batch(first, MAX_DIGESTS);

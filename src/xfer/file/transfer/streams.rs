@@ -127,7 +127,8 @@ impl RangeSource {
         Ok(())
     }
 
-    fn chunks(&self) -> Result<&Chunks> {
+    /// The chunk digests so far (after [`start`](RangeSource::start)).
+    pub(super) fn chunks(&self) -> Result<&Chunks> {
         self.chunks
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("the stripe source was not started".into()))
@@ -456,5 +457,67 @@ fn relay(
             }
             Event::Done(f) => progress(Progress::FileDone(&f)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(result: &str) -> FileReport {
+        FileReport {
+            name: "f".into(),
+            kind: "file",
+            bytes: 8,
+            hash: None,
+            result: result.into(),
+            message: None,
+            verify: None,
+        }
+    }
+
+    #[test]
+    fn a_striped_file_has_one_verdict_when_every_stripe_has_one() {
+        let stripes = proto::plan_stripes(3 << 20, 3, STRIPE_ALIGN);
+        let track = || FileTrack {
+            size: 3 << 20,
+            checksum: None,
+            ends: Mutex::new(vec![None; 3]),
+            stripes: stripes.clone(),
+        };
+        let t = track();
+        assert!(t
+            .end(&stripes[2], report("ok"), false, Some([2; 32]))
+            .is_none());
+        assert!(t
+            .end(&stripes[0], report("ok"), false, Some([0; 32]))
+            .is_none());
+        let (f, refused) = t
+            .end(&stripes[1], report("ok"), false, Some([1; 32]))
+            .unwrap();
+        assert!(f.is_ok() && !refused);
+        let want = proto::striped_digest(&[
+            (0, 1 << 20, [0; 32]),
+            (1 << 20, 1 << 20, [1; 32]),
+            (2 << 20, 1 << 20, [2; 32]),
+        ]);
+        assert_eq!(
+            f.hash.unwrap(),
+            blake3::Hash::from(want).to_hex().to_string()
+        );
+        assert_eq!(f.bytes, 3 << 20);
+        // One failed stripe fails the file; a refusal is reported as one.
+        let t = track();
+        t.end(&stripes[0], report("ok"), false, Some([0; 32]));
+        t.end(&stripes[1], report("hash mismatch"), false, None);
+        let (f, refused) = t
+            .end(&stripes[2], report("ok"), false, Some([2; 32]))
+            .unwrap();
+        assert_eq!((f.result.as_str(), refused), ("hash mismatch", false));
+        let t = track();
+        t.end(&stripes[0], report("exists"), true, None);
+        t.end(&stripes[1], report("exists"), true, None);
+        let (f, refused) = t.end(&stripes[2], report("exists"), true, None).unwrap();
+        assert_eq!((f.result.as_str(), refused), ("exists", true));
     }
 }

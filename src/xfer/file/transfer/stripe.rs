@@ -220,7 +220,16 @@ pub(super) fn receive_stripe(
         }
     };
     report.bytes += s.len - held;
-    let hash = match budget.wait(ep, recv_ctl) {
+    let mut bad = None;
+    let fin = loop {
+        match budget.wait(ep, recv_ctl) {
+            Ok(Msg::Digests(d)) if d.algo == h.verify => {
+                bad = bad.or_else(|| w.chunks.first_mismatch(d.first, &d.digests));
+            }
+            other => break other,
+        }
+    };
+    let hash = match fin {
         Ok(Msg::Fin { bytes, hash }) if bytes == s.len => hash,
         other => {
             let n = StripeWriter::contiguous(&chunks);
@@ -240,7 +249,21 @@ pub(super) fn receive_stripe(
     let got = w.chunks.finish();
     let (result, n) = match (write_failure, got) {
         (Some(e), _) | (None, Err(e)) => (Err((reason_of(&e), e.to_string())), n),
-        (None, Ok(got)) if got == hash => (Ok(got), n),
+        (None, Ok(got)) if got == hash && bad.is_none() => (Ok(got), n),
+        (None, Ok(_)) if bad.is_some() => {
+            let i = bad.expect("checked");
+            let (off, len) = chunks.layout().range(i).unwrap_or((0, 0));
+            let from = s.offset + off;
+            let message = format!(
+                "{}: chunk {i} of stripe {} of {} (bytes {from}..{}) differs from the sender's {}",
+                proto::truncate_text(&h.name),
+                s.index,
+                s.count,
+                from + len as u64,
+                h.verify
+            );
+            (Err((Reason::HashMismatch, message)), 0)
+        }
         (None, Ok(got)) => (
             Err((
                 Reason::HashMismatch,
