@@ -165,7 +165,7 @@ fn striped_file_resumes_after_the_sender_is_killed() {
     let src = tmp.path().join("big.bin");
     let data = pseudo_random(32 << 20, 77);
     std::fs::write(&src, &data).unwrap();
-    let mut r = common::recv(port, &out, &["--resume", "--timeout", "3"]);
+    let mut r = common::recv(port, &out, &["--resume", "--timeout", "5"]);
     let slow = [
         "--streams",
         "3",

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, SendRing};
@@ -278,19 +278,21 @@ pub fn send_streams(
     if session.streams <= 1 {
         return send_entries(first, entries, opts, &nonce, report, progress);
     }
-    let jobs = Mutex::new(VecDeque::from(plan(entries, session.streams, opts)));
     let (tx, rx) = mpsc::channel::<Event>();
-    let ready = Barrier::new(usize::from(session.streams));
+    let queue = Queue {
+        jobs: Mutex::new((
+            VecDeque::from(plan(entries, session.streams, opts)),
+            Vec::new(),
+            1,
+        )),
+        settled: Condvar::new(),
+        streams: session.streams,
+    };
     let results = std::thread::scope(|sc| {
         let mut workers = Vec::new();
-        let (jobs, first_nonce) = (&jobs, nonce);
-        // Jobs start once every stream has joined (or failed to): each takes its share.
-        let ready = &ready;
+        let (queue, first_nonce) = (&queue, nonce);
         let tx0 = tx.clone();
-        workers.push(sc.spawn(move || {
-            ready.wait();
-            work(first, &first_nonce, jobs, entries, opts, &tx0)
-        }));
+        workers.push(sc.spawn(move || work(first, 0, &first_nonce, queue, entries, opts, &tx0)));
         for i in 1..session.streams {
             let tx = tx.clone();
             workers.push(sc.spawn(move || {
@@ -298,10 +300,10 @@ pub fn send_streams(
                     let n = join(&mut ep, session.id, i, opts)?;
                     Ok((ep, n))
                 });
-                ready.wait();
+                queue.settle(i, joined.is_ok());
                 match joined {
                     Ok((mut ep, n)) => {
-                        let r = work(&mut ep, &n, jobs, entries, opts, &tx);
+                        let r = work(&mut ep, i, &n, queue, entries, opts, &tx);
                         if let Err(e) = ep.close() {
                             tracing::debug!("closing stream {i}: {e}");
                         }
@@ -364,11 +366,66 @@ fn join(
     }
 }
 
+/// The streams' jobs: entries go to whichever stream is free; stripe *i* goes to stream
+/// *i* mod the streams (its home), so that each stream carries its share even while the others
+/// are still connecting, unless that stream could not join.
+struct Queue {
+    /// The jobs left, the streams that could not join, and the streams settled (joined or
+    /// failed to; stream 0 is).
+    jobs: Mutex<(VecDeque<Job>, Vec<u16>, u16)>,
+    settled: Condvar,
+    streams: u16,
+}
+
+impl Queue {
+    /// Stream `i` has joined (`ok`) or given up.
+    fn settle(&self, i: u16, ok: bool) {
+        let mut g = lock(&self.jobs);
+        if !ok {
+            g.1.push(i);
+        }
+        g.2 += 1;
+        drop(g);
+        self.settled.notify_all();
+    }
+
+    /// Stream `i` failed: the others take the stripes it has not taken.
+    fn fail(&self, i: u16) {
+        lock(&self.jobs).1.push(i);
+        self.settled.notify_all();
+    }
+
+    /// The next job for stream `me`: an entry, or one of its stripes; once it has none left
+    /// (and every stream has settled, so that the session outlives every JOIN), the stripes of
+    /// streams that could not join. `None`: nothing left for it.
+    fn next(&self, me: u16) -> Option<Job> {
+        let mine = |j: &Job, dead: &[u16]| match j {
+            Job::Whole(_) => true,
+            Job::Part(_, s) => {
+                let home = s.stripe.index % self.streams;
+                home == me || dead.contains(&home)
+            }
+        };
+        let mut g = lock(&self.jobs);
+        loop {
+            let (jobs, dead, _) = &mut *g;
+            if let Some(k) = jobs.iter().position(|j| mine(j, dead)) {
+                return jobs.remove(k);
+            }
+            if g.2 >= self.streams {
+                return None;
+            }
+            g = self.settled.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
 /// One stream: takes jobs until there are none, then DONE. Returns its report and result.
 fn work(
     ep: &mut Endpoint,
+    me: u16,
     nonce: &Digest,
-    jobs: &Mutex<VecDeque<Job>>,
+    queue: &Queue,
     entries: &[SourceEntry],
     opts: &SenderOptions,
     tx: &mpsc::Sender<Event>,
@@ -376,10 +433,7 @@ fn work(
     let mut report = SessionReport::default();
     let mut ring: Option<SendRing> = None;
     let res = (|| {
-        loop {
-            let Some(job) = lock(jobs).pop_front() else {
-                break;
-            };
+        while let Some(job) = queue.next(me) {
             let (i, stripe) = match job {
                 Job::Whole(i) => (i, None),
                 Job::Part(i, s) => (i, Some(s)),
@@ -412,7 +466,8 @@ fn work(
     })();
     if res.is_err() {
         // The other streams finish the queue; what this one held is not retried.
-        tracing::debug!("a stream ended early");
+        tracing::debug!("stream {me} ended early");
+        queue.fail(me);
     }
     (report, res)
 }
