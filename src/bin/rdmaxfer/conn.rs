@@ -21,10 +21,9 @@ pub struct ConnArgs {
     #[arg(long)]
     pub oob: bool,
     /// RDMA device (default: the first with an active port; with CM, the one routing to HOST).
-    /// `send --streams` takes several (`-d dev1,dev2` or `-d` repeated): streams are placed
-    /// on them in turn.
-    #[arg(short = 'd', long = "ib-dev", value_delimiter = ',', action = clap::ArgAction::Append)]
-    pub devices: Vec<String>,
+    /// `send --streams` takes several (`-d dev1,dev2`): streams are placed on them in turn.
+    #[arg(short = 'd', long = "ib-dev")]
+    pub device: Option<String>,
     /// Port of the RDMA device (default: its first active port; with CM, the one routing to HOST).
     #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
     pub ib_port: Option<u8>,
@@ -52,6 +51,15 @@ pub struct ConnArgs {
 }
 
 impl ConnArgs {
+    /// The devices of `-d` (a comma-separated list; empty without `-d`).
+    pub fn devices(&self) -> Vec<String> {
+        self.device
+            .iter()
+            .flat_map(|d| d.split(','))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Endpoint options with message buffers of `msg_size` bytes, `depth` deep, and `extra`
     /// send-queue slots for RDMA READ/WRITE.
     pub fn options(&self, msg_size: usize, depth: u32, extra: u32) -> Result<EndpointOptions> {
@@ -80,7 +88,7 @@ impl ConnArgs {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
             bail!("--timeout must be a positive number of seconds");
         }
-        if self.devices.len() > 1 {
+        if self.devices().len() > 1 {
             bail!("several devices (-d) are for send --streams; give one device here");
         }
         let mtu = self.mtu.map(Mtu::from_bytes).transpose()?;
@@ -88,7 +96,7 @@ impl ConnArgs {
             bail!("-m sets the path MTU of the --oob exchange; with rdma_cm the MTU follows the route");
         }
         Ok(EndpointOptions {
-            device: self.devices.first().cloned(),
+            device: self.device.clone(),
             gid_index: self.gid_index,
             mtu,
             wait: self.wait_mode(default),

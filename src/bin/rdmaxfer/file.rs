@@ -399,14 +399,12 @@ pub fn send(a: SendArgs) -> Result<()> {
         bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
     }
     // Stream i goes over device i mod the devices given, to receiver address i mod those given.
-    let rails: Vec<ConnArgs> = match a.conn.devices.len() {
-        0 => vec![a.conn.clone()],
-        _ => a
-            .conn
-            .devices
-            .iter()
+    let rails: Vec<ConnArgs> = match a.conn.devices() {
+        d if d.is_empty() => vec![a.conn.clone()],
+        d => d
+            .into_iter()
             .map(|d| ConnArgs {
-                devices: vec![d.clone()],
+                device: Some(d),
                 ..a.conn.clone()
             })
             .collect(),
