@@ -4,6 +4,8 @@
 # integrity check; cmp'd here) and ib_write_bw at the chunk size; prints the ratios.
 # Extra rdmaxfer flags for both sides in $FLAGS (e.g. FLAGS=--event); SPARSE=1 uses a sparse
 # source (peak RSS of big files without RAM); NO_ANCHOR=1 skips rcopy and ib_write_bw.
+# Streams: the aggregate rate of `send --streams N` for N in $STREAMS (default "1 2 4"; empty:
+# none), on rxe0 alone and, when rxe1 exists (ci/guest-init.sh), over both rails.
 set -euo pipefail
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
 mib="${1:-128}"
@@ -37,6 +39,42 @@ echo "receiver: $(cat "$work/recv.json")"; grep -h "peak RSS" "$work/recv.err" |
 # The data phase (first chunk to the verified ACK), timed like perftest's transfers.
 ours="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data_mib_s"])' "$work/send.json")"
 rm -f "$work/out/f.bin"
+
+# send --streams N: one transfer over N connections (stripes of the one file); rate of the whole
+# command and of the data phase. Both rails: stream i on rxe(i mod 2) to that rail's address.
+streams_run() { # LABEL N SEND-ARGS...
+  local label="$1" n="$2"; shift 2
+  local p=$((port + 10 + n))
+  "$bin" recv --out "$work/out" --listen -p "$p" --once --json ${FLAGS:-} >"$work/srecv.json" 2>"$work/srecv.err" &
+  local rp=$!
+  wait_line "$work/srecv.err" "$rp"
+  local a b
+  a="$(date +%s.%N)"
+  "$bin" send "$work/src/f.bin" "$@" --streams "$n" --chunk "$chunk" --json ${FLAGS:-} \
+    >"$work/ssend.json" 2>"$work/ssend.err" || { cat "$work/ssend.err" >&2; return 1; }
+  b="$(date +%s.%N)"
+  wait "$rp"
+  cmp "$work/src/f.bin" "$work/out/f.bin"
+  rm -f "$work/out/f.bin"
+  python3 - "$label" "$n" "$mib" "$a" "$b" "$work/ssend.json" <<'PY'
+import json, sys
+label, n, mib, a, b, f = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+j = json.load(open(f))
+print(f"streams {label:<10} N={n}: whole command {mib / (b - a):7.2f} MiB/s, data phase {j.get('data_mib_s', 0):7.2f} MiB/s")
+PY
+}
+for n in ${STREAMS-1 2 4}; do
+  streams_run rxe0 "$n" "$ip:$((port + 10 + n))"
+done
+if [[ -e /sys/class/infiniband/rxe1 ]]; then
+  for n in ${STREAMS-1 2 4}; do
+    [[ "$n" -ge 2 ]] || continue
+    c0="$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)"
+    c1="$(cat /sys/class/infiniband/rxe1/ports/1/hw_counters/sent_pkts)"
+    streams_run "rxe0+rxe1" "$n" "$ip:$((port + 10 + n)),198.18.1.1:$((port + 10 + n))" -d rxe0,rxe1
+    echo "  sent_pkts: rxe0 +$(($(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) - c0)), rxe1 +$(($(cat /sys/class/infiniband/rxe1/ports/1/hw_counters/sent_pkts) - c1))"
+  done
+fi
 [[ -n "${NO_ANCHOR:-}" ]] && exit 0
 
 # rcopy: the server keeps running after a copy; its rsocket listens through rdma_cm (not a TCP

@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 
-ALL_TESTS=(pingpong_cm pingpong_oob xfer_cm xfer_oob loss delay_reorder link_down wrong_token
+ALL_TESTS=(pingpong_cm pingpong_oob xfer_cm xfer_oob loss striped_loss delay_reorder link_down wrong_token
   wrong_gid mtu_mismatch multi_hostile soak bench receiver_killed sender_killed)
 TESTS=("${@:-${ALL_TESTS[@]}}")
 SOAK_N="${RIG_SOAK_N:-500}"
@@ -277,6 +277,17 @@ test_loss() {
   begin loss
   netem_both "loss 1%"
   xfer "1% loss" 32 180 "" ""
+  netem_both ""
+  end_test
+}
+
+# A 32 MiB file striped over 3 streams (three QPs on the one wire) with 1 % loss both ways: one
+# verified file, three connections served by the receiver.
+test_striped_loss() {
+  begin striped_loss
+  netem_both "loss 1%"
+  xfer "striped, 3 streams, 1% loss" 32 240 "" "--streams 3" || true
+  expect "the receiver served 3 streams" test "$(grep -c '"session"' "$(logf "$RID")")" -eq 3
   netem_both ""
   end_test
 }

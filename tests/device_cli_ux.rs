@@ -99,7 +99,7 @@ fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
     assert_a_frame_shows(&d.out, "progress-file.bin", "100%");
     assert!(
         d.out
-            .contains("ok      progress-file.bin (8388608 bytes, blake3 "),
+            .contains("ok      progress-file.bin (8388608 bytes, xxh3 "),
         "{:?}",
         d.out
     );

@@ -15,6 +15,7 @@ use common::{
     Done, IP,
 };
 use rdmaxfer::xfer::endpoint::EndpointOptions;
+use rdmaxfer::xfer::file::digest;
 use rdmaxfer::xfer::file::proto::{self, Hello, Msg, Reason};
 use rdmaxfer::xfer::session;
 
@@ -23,6 +24,16 @@ const CHUNK: usize = 65536;
 
 fn hex(b: &[u8]) -> String {
     blake3::hash(b).to_hex().to_string()
+}
+
+/// The file digest of `data` as a report's `verify` field (`"xxh3/65536"`) says it was made.
+fn digest_hex(f: &serde_json::Value, data: &[u8]) -> String {
+    let how = f["verify"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no verify in {f}"));
+    let (algo, chunk) = how.split_once('/').expect("algo/chunk");
+    let d = digest::digest_of(algo.parse().unwrap(), chunk.parse().unwrap(), data).unwrap();
+    blake3::Hash::from(d).to_hex().to_string()
 }
 
 fn one_json(d: &Done) -> serde_json::Value {
@@ -87,7 +98,7 @@ fn round_trip(port: u16, mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
         for (f, (name, data)) in fs.iter().zip(&expect) {
             assert_eq!(f["name"], name.as_str(), "{j}");
             assert_eq!(f["bytes"], data.len() as u64, "{j}");
-            assert_eq!(f["hash"], hex(data), "{j}");
+            assert_eq!(f["hash"], digest_hex(f, data), "{j}");
             assert_eq!(f["result"], "ok", "{j}");
         }
     }
@@ -157,6 +168,7 @@ fn raw_hello(version: u16, name: &[u8], auth: Option<proto::Digest>) -> Vec<u8> 
     b.extend_from_slice(&(if auth.is_some() { 8u16 } else { 0 }).to_be_bytes());
     b.extend_from_slice(&0u16.to_be_bytes()); // kind: file
     b.extend_from_slice(&(CHUNK as u32).to_be_bytes());
+    b.extend_from_slice(&proto::Algo::DEFAULT.code().to_be_bytes());
     b.extend_from_slice(&10u64.to_be_bytes());
     b.extend_from_slice(&0o644u32.to_be_bytes());
     b.extend_from_slice(&0i64.to_be_bytes());
@@ -353,19 +365,28 @@ fn corrupted_chunk_is_a_hash_mismatch_and_nothing_is_committed() {
     std::fs::create_dir_all(&out).unwrap();
     let src = tmp.path().join("c.bin");
     std::fs::write(&src, pseudo_random(3 * CHUNK + 5, 7)).unwrap();
-    let r = recv(port, &out, &["--once"]);
-    let args = send_args(port, &[&src], &["--chunk", "64K"]);
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = spawn_env("send", &a, &[("RDMAXFER_TEST_CORRUPT_CHUNK", "1")]).finish(T);
-    s.failed("send with a corrupted chunk");
-    let d = r.finish(T);
-    d.failed("recv of a corrupted file");
-    for j in [one_json(&s), one_json(&d)] {
-        assert_eq!(j["result"], "error", "{j}");
-        assert_eq!(j["files"][0]["result"], "hash mismatch", "{j}");
-        assert!(j["files"][0]["hash"].is_null(), "{j}");
+    // Each verification names the corrupted chunk (1 of 4, 64 KiB each).
+    for verify in ["xxh3", "blake3"] {
+        let r = recv(port, &out, &["--once"]);
+        let args = send_args(port, &[&src], &["--chunk", "64K", "--verify", verify]);
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let s = spawn_env("send", &a, &[("RDMAXFER_TEST_CORRUPT_CHUNK", "1")]).finish(T);
+        s.failed("send with a corrupted chunk");
+        let d = r.finish(T);
+        d.failed("recv of a corrupted file");
+        for j in [one_json(&s), one_json(&d)] {
+            assert_eq!(j["result"], "error", "{j}");
+            assert_eq!(j["files"][0]["result"], "hash mismatch", "{j}");
+            assert!(j["files"][0]["hash"].is_null(), "{j}");
+            let m = j["files"][0]["message"].as_str().unwrap_or_default();
+            assert!(
+                m.contains("chunk 1 (bytes 65536..131072) differs"),
+                "{verify}: {j}"
+            );
+            assert!(m.contains(&format!("sender's {verify}")), "{verify}: {j}");
+        }
+        assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
     }
-    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
 }
 
 #[test]
@@ -427,10 +448,19 @@ fn resume_after_a_killed_sender_completes_and_verifies() {
     let d = send(port, &[&src], &["--resume"]).finish(T);
     d.ok("resumed send");
     let j = one_json(&d);
-    assert_eq!(j["files"][0]["hash"], hex(&data), "{j}");
+    assert_eq!(
+        j["files"][0]["hash"],
+        digest_hex(&j["files"][0], &data),
+        "{j}"
+    );
+    // Resume is chunk-granular: the held bytes count in whole chunks of this attempt.
+    let how = j["files"][0]["verify"].as_str().unwrap();
+    let chunk: u64 = how.split_once('/').unwrap().1.parse().unwrap();
+    let whole = held / chunk * chunk;
+    assert!(whole > 0, "held {held}, chunks of {chunk}");
     assert!(
-        j["bytes"].as_u64().unwrap() <= data.len() as u64 - held,
-        "resumed send moved {} bytes, {held} were held: {j}",
+        j["bytes"].as_u64().unwrap() <= data.len() as u64 - whole,
+        "resumed send moved {} bytes, {held} were held ({whole} in whole chunks): {j}",
         j["bytes"]
     );
     assert!(std::fs::read(out.join("big.bin")).unwrap() == data);
@@ -547,10 +577,13 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
         nonce,
     }))
     .unwrap();
-    match ctl(&mut ep) {
-        Msg::Hello(h) => assert_eq!((h.name.as_str(), h.size), ("empty.bin", 0)),
+    let verify = match ctl(&mut ep) {
+        Msg::Hello(h) => {
+            assert_eq!((h.name.as_str(), h.size), ("empty.bin", 0));
+            h.verify
+        }
         m => panic!("expected HELLO, got {m:?}"),
-    }
+    };
     // An empty file needs no ring memory: nothing is written into it.
     ep.send(&proto::encode(&Msg::Mr(proto::Ring {
         addr: 0,
@@ -564,7 +597,8 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
     match ctl(&mut ep) {
         Msg::Fin { bytes, hash } => {
             assert_eq!(bytes, 0);
-            assert_eq!(hash, *blake3::hash(b"").as_bytes());
+            // No chunk, so no DIGESTS: the digest of the empty file in 4 KiB chunks.
+            assert_eq!(hash, digest::digest_of(verify, 4096, b"").unwrap());
         }
         m => panic!("expected FIN, got {m:?}"),
     }

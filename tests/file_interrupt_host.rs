@@ -1,6 +1,7 @@
 //! Host test of `cleanup::interrupt` (its own process: the interrupt is for the whole process).
 
 use rdmaxfer::xfer::file::cleanup;
+use rdmaxfer::xfer::file::digest::{self, Algo, Layout};
 use rdmaxfer::xfer::file::names::sanitize;
 use rdmaxfer::xfer::file::proto::Reason;
 use rdmaxfer::xfer::file::sink::{Sink, SinkOptions};
@@ -23,16 +24,27 @@ fn interrupt_removes_unfinished_files_keeps_resumable_ones_and_refuses_new_ones(
             resume,
             ..Default::default()
         };
-        Sink::create(out.path(), &sanitize(name).unwrap(), 8, opts).unwrap()
+        let mut s = Sink::create(out.path(), &sanitize(name).unwrap(), 8, opts).unwrap();
+        s.start(2, Algo::Blake3).unwrap();
+        s
     };
-    let mut a = open("old/new/a", false);
-    a.write_at(0, b"abcd").unwrap();
+    let a = open("old/new/a", false);
+    a.write_at(0, b"ab").unwrap();
+    a.write_at(2, b"cd").unwrap();
     let _b = open("b", false);
-    let mut k = open("kept/k", true);
+    let k = open("kept/k", true);
     k.write_at(0, b"ab").unwrap();
     let mut c = open("c", false);
-    c.write_at(0, b"12345678").unwrap();
-    c.commit(blake3::hash(b"12345678").as_bytes()).unwrap();
+    let theirs: Vec<_> = b"12345678"
+        .chunks(2)
+        .map(|x| digest::chunk_digest(Algo::Blake3, x))
+        .collect();
+    for (i, x) in b"12345678".chunks(2).enumerate() {
+        c.write_chunk_at(i as u64, x).unwrap();
+    }
+    c.check_digests(0, &theirs).unwrap();
+    let layout = Layout::new(Algo::Blake3, 2, 8).unwrap();
+    c.commit(&digest::combine(&layout, &theirs)).unwrap();
     assert_eq!(cleanup::pending(), 3, "a, b and k are unfinished");
 
     assert_eq!(cleanup::interrupt(), 2, "a and b removed, k kept");

@@ -62,10 +62,33 @@ pub fn check_file_proto(data: &[u8]) {
             check_name(&hello.name);
             check_hello_kind(hello);
         }
+        if let proto::Msg::Stripe(s) = &msg {
+            assert!(s.count >= 2 && s.index < s.count);
+            assert!(s.offset.checked_add(s.len).is_some());
+        }
+        if let proto::Msg::Session(s) = &msg {
+            assert!(s.index < s.streams);
+        }
         if let proto::Msg::Skip { why, .. } = &msg {
             assert_eq!(proto::SkipWhy::from_code(why.code()), Some(*why));
         }
+        if let proto::Msg::Digests(d) = &msg {
+            assert!((1..=proto::MAX_DIGESTS).contains(&d.digests.len()));
+            assert!(d.first.checked_add(d.digests.len() as u64).is_some());
+            for x in &d.digests {
+                assert_eq!(x.as_bytes().len(), d.algo.digest_len());
+            }
+        }
     }
+    // Stripes planned for a file of any size: contiguous, covering it exactly.
+    let (size, count) = (u64_at(data, 8) >> 20, (u32_at(data, 16) >> 26) as u16);
+    let stripes = proto::plan_stripes(size, count, 1 << 20);
+    let mut next = 0;
+    for s in &stripes {
+        assert_eq!((s.offset, usize::from(s.count)), (next, stripes.len()));
+        next = s.end();
+    }
+    assert!(stripes.is_empty() || next == size);
     // The immediate of a data chunk (any u32) against a ring of any size.
     let (value, slots) = (u32_at(data, 0), u32_at(data, 4));
     match proto::decode_imm(value, slots) {
@@ -306,6 +329,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         mtime_sec: 1_700_000_000,
         mtime_nsec: 123_456_789,
         chunk_size: 1 << 20,
+        verify: proto::Algo::Blake3,
         flags: proto::HelloFlags {
             resume: true,
             last: true,
@@ -416,6 +440,58 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             },
         ),
         ("done", proto::Msg::Done),
+        (
+            "digests_xxh3",
+            proto::Msg::Digests(proto::Digests {
+                algo: proto::Algo::Xxh3,
+                first: 0,
+                digests: (0..3u8)
+                    .map(|b| proto::ChunkDigest::from_bytes(proto::Algo::Xxh3, &[b; 16]).unwrap())
+                    .collect(),
+            }),
+        ),
+        (
+            "digests_blake3",
+            proto::Msg::Digests(proto::Digests {
+                algo: proto::Algo::Blake3,
+                first: 240,
+                digests: vec![
+                    proto::ChunkDigest::from_bytes(proto::Algo::Blake3, &digest(3)).unwrap(),
+                ],
+            }),
+        ),
+        (
+            "open",
+            proto::Msg::Open(proto::Open {
+                streams: 4,
+                auth: Some(digest(5)),
+            }),
+        ),
+        (
+            "session",
+            proto::Msg::Session(proto::Session {
+                id: [6; proto::SESSION_ID_LEN],
+                streams: 3,
+                index: 0,
+            }),
+        ),
+        (
+            "join",
+            proto::Msg::Join(proto::Join {
+                id: [6; proto::SESSION_ID_LEN],
+                index: 2,
+                auth: None,
+            }),
+        ),
+        (
+            "stripe",
+            proto::Msg::Stripe(proto::Stripe {
+                index: 1,
+                count: 3,
+                offset: 11 << 20,
+                len: 11 << 20,
+            }),
+        ),
     ];
     for (n, m) in file_msgs {
         out.push(("file_proto", n.to_string(), proto::encode(&m)));

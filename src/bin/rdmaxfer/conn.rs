@@ -21,6 +21,7 @@ pub struct ConnArgs {
     #[arg(long)]
     pub oob: bool,
     /// RDMA device (default: the first with an active port; with CM, the one routing to HOST).
+    /// `send --streams` takes several (`-d dev1,dev2`): streams are placed on them in turn.
     #[arg(short = 'd', long = "ib-dev")]
     pub device: Option<String>,
     /// Port of the RDMA device (default: its first active port; with CM, the one routing to HOST).
@@ -50,6 +51,15 @@ pub struct ConnArgs {
 }
 
 impl ConnArgs {
+    /// The devices of `-d` (a comma-separated list; empty without `-d`).
+    pub fn devices(&self) -> Vec<String> {
+        self.device
+            .iter()
+            .flat_map(|d| d.split(','))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Endpoint options with message buffers of `msg_size` bytes, `depth` deep, and `extra`
     /// send-queue slots for RDMA READ/WRITE.
     pub fn options(&self, msg_size: usize, depth: u32, extra: u32) -> Result<EndpointOptions> {
@@ -77,6 +87,9 @@ impl ConnArgs {
     ) -> Result<EndpointOptions> {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
             bail!("--timeout must be a positive number of seconds");
+        }
+        if self.devices().len() > 1 {
+            bail!("several devices (-d) are for send --streams; give one device here");
         }
         let mtu = self.mtu.map(Mtu::from_bytes).transpose()?;
         if mtu.is_some() && !self.oob {
@@ -155,6 +168,7 @@ pub fn serve(
         max_sessions: 1,
         full: "it serves one peer at a time".into(),
         wait_turn: TURN_WAIT,
+        joins: false,
     };
     let refuse = |ep: &mut Endpoint, why: &str| {
         let msg = Msg::Refuse(format!("busy: {why}; retry later"));
@@ -165,7 +179,7 @@ pub fn serve(
     serve_concurrent(
         server,
         &limits,
-        || Ok(()),
+        |_| Ok(()),
         refuse,
         |_, ep, ()| {
             // One session at a time (max_sessions 1): the lock is never contended.

@@ -5,14 +5,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::WaitMode;
+use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::budget::{
     Budgets, DEFAULT_IDLE, DEFAULT_MAX_REFUSALS, DEFAULT_MIN_RATE, DEFAULT_RATE_WINDOW,
 };
 use rdmaxfer::xfer::file::names::printable;
-use rdmaxfer::xfer::file::ring_budget::{self, RingBudget};
+use rdmaxfer::xfer::file::ring_budget::{self, RingBudget, RingLease};
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::transfer::{
-    self, ReceiverOptions, SenderOptions, SessionReport, DEFAULT_CHUNK, DEFAULT_SLOTS,
+    self, Progress, ReceiverOptions, Role, SenderOptions, SessionReport, Streams, DEFAULT_CHUNK,
+    DEFAULT_MAX_STREAMS, DEFAULT_SLOTS,
 };
 
 use crate::args::parse_size;
@@ -73,6 +75,9 @@ pub struct RecvArgs {
     /// Keep partial files and continue them when the sender resumes.
     #[arg(long)]
     resume: bool,
+    /// Accept only this chunk verification (blake3 or xxh3); default: what the sender asks.
+    #[arg(long)]
+    verify: Option<rdmaxfer::xfer::file::digest::Algo>,
     /// Staging ring slots (chunks the sender may have in flight).
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
     slots: u32,
@@ -96,6 +101,11 @@ pub struct RecvArgs {
     /// Print nothing but errors (no per-file lines, no summaries).
     #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
+    /// Streams (connections) one sender may open for a transfer (send --streams); a sender
+    /// asking for more gets this many. Each is served like a sender (--max-sessions,
+    /// --max-memory).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STREAMS, value_parser = clap::value_parser!(u16).range(1..=64))]
+    max_streams: u16,
     /// Senders served at once; one more is refused as busy (it may retry).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     max_sessions: u32,
@@ -139,6 +149,12 @@ pub struct SendArgs {
     /// Continue partial files the receiver kept (it must run with --resume).
     #[arg(long)]
     resume: bool,
+    /// Connections (streams) carrying the transfer: a tree's files are spread over them and
+    /// files of 8 MiB or more are striped across them. With several devices (-d a,b) or
+    /// receiver addresses (HOST1,HOST2: one per rail), streams are placed on them in turn.
+    /// The receiver may grant fewer (its --max-streams).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    streams: u16,
     /// Replace files that exist on the receiver and differ (the receiver must allow it with
     /// recv --force). Identical files are skipped either way.
     #[arg(long)]
@@ -154,6 +170,10 @@ pub struct SendArgs {
     /// modification time.
     #[arg(long)]
     checksum: bool,
+    /// How each chunk is verified end to end: xxh3 (XXH3-128, fast, against corruption) or
+    /// blake3 (BLAKE3-256, cryptographic). The receiver may insist on one (recv --verify).
+    #[arg(long, default_value_t = rdmaxfer::xfer::file::digest::Algo::DEFAULT)]
+    verify: rdmaxfer::xfer::file::digest::Algo,
     /// In a tree, send the files symlinks point to instead of the symlinks.
     #[arg(long)]
     copy_links: bool,
@@ -231,6 +251,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         force: a.force,
         resume: a.resume,
         slots: a.slots,
+        verify: a.verify,
         budgets: Budgets {
             idle: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
             min_rate: a.min_rate,
@@ -265,22 +286,31 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             a.max_sessions
         ),
         wait_turn: Duration::ZERO,
+        joins: true,
     };
-    let admit = || {
-        rings.reserve().ok_or_else(|| {
-            format!("its staging memory (--max-memory {max_memory}) is taken by other sessions")
-        })
+    let streams = Streams::new(a.max_streams);
+    let admit = |_join_only: bool| {
+        rings
+            .reserve()
+            .map(|lease| (lease, _join_only))
+            .ok_or_else(|| {
+                format!("its staging memory (--max-memory {max_memory}) is taken by other sessions")
+            })
     };
     let refuse = |ep: &mut _, why: &str| {
         if let Err(e) = ring_budget::refuse_busy(ep, why) {
             tracing::debug!("telling a sender the receiver is busy: {e}");
         }
     };
-    serve_concurrent(&mut server, &limits, admit, refuse, |id, ep, mut lease| {
+    let serve_one = |id: u64, ep: &mut Endpoint, (mut lease, join_only): (RingLease, bool)| {
         let start = Instant::now();
         let mut report = SessionReport::default();
         let mut lines = progress::recv_observer(show);
-        let r = transfer::receive_leased(ep, &ropts, &mut lease, &mut report, &mut lines)
+        let role = Role {
+            streams: Some(&streams),
+            join_only,
+        };
+        let r = transfer::receive_streams(ep, &ropts, &mut lease, role, &mut report, &mut lines)
             .map_err(anyhow::Error::from);
         let secs = start.elapsed().as_secs_f64();
         if a.json {
@@ -296,7 +326,8 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             print_summary(&report, secs, "received");
         }
         r
-    })
+    };
+    serve_concurrent(&mut server, &limits, admit, refuse, serve_one)
 }
 
 fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
@@ -324,7 +355,10 @@ fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
 /// `rdmaxfer send`.
 pub fn send(a: SendArgs) -> Result<()> {
     let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
-    let (host, port) = split_host(dest, a.conn.port)?;
+    let hosts = dest
+        .split(',')
+        .map(|h| split_host(h, a.conn.port))
+        .collect::<Result<Vec<_>>>()?;
     let roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
     let walk = source::WalkOptions {
         copy_links: a.copy_links,
@@ -357,15 +391,38 @@ pub fn send(a: SendArgs) -> Result<()> {
         ignore_existing: a.ignore_existing,
         update: a.update,
         checksum: a.checksum,
+        verify: a.verify,
         corrupt_chunk,
+        streams: a.streams,
     };
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
         bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
     }
-    let opts = sopts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
+    // Stream i goes over device i mod the devices given, to receiver address i mod those given.
+    let rails: Vec<ConnArgs> = match a.conn.devices() {
+        d if d.is_empty() => vec![a.conn.clone()],
+        d => d
+            .into_iter()
+            .map(|d| ConnArgs {
+                device: Some(d),
+                ..a.conn.clone()
+            })
+            .collect(),
+    };
+    if a.streams == 1 && (rails.len() > 1 || hosts.len() > 1) {
+        eprintln!(
+            "rdmaxfer: note: one stream uses the first device and address only (see --streams)"
+        );
+    }
+    let place = |i: usize| -> Result<(ConnArgs, String, EndpointOptions)> {
+        let mut c = rails[i % rails.len()].clone();
+        let (host, port) = &hosts[i % hosts.len()];
+        c.port = *port;
+        let opts = sopts.endpoint_options(&c.options_waiting(WaitMode::Event, 4096, 16, 0)?);
+        Ok((c, host.clone(), opts))
+    };
+    let (conn, host, opts) = place(0)?;
     signals::exit_cleanly_on_interrupt()?;
-    let mut conn = a.conn.clone();
-    conn.port = port;
     let total: u64 = entries
         .iter()
         .filter(|e| e.kind == source::SourceKind::File)
@@ -379,10 +436,24 @@ pub fn send(a: SendArgs) -> Result<()> {
     let r = conn.connect(&host, &opts).and_then(|mut ep| {
         connected = true;
         let mut display = SendDisplay::new(show, entries.len(), total);
-        let r = transfer::send(&mut ep, &entries, &sopts, &mut report, &mut |p| {
+        let more = |i: u16| -> rdmaxfer::Result<Endpoint> {
+            let (c, host, opts) = place(usize::from(i))
+                .map_err(|e| rdmaxfer::Error::InvalidArgument(format!("{e:#}")))?;
+            c.connect(&host, &opts)
+                .map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
+        };
+        let mut events = |p: Progress<'_>| {
+            if let Progress::Streams { asked, granted } = p {
+                if granted < asked && !a.quiet {
+                    eprintln!(
+                        "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams); using {granted} of the {asked} asked for"
+                    );
+                }
+            }
             display.event(p)
-        })
-        .map_err(anyhow::Error::from);
+        };
+        let r = transfer::send_streams(&mut ep, &more, &entries, &sopts, &mut report, &mut events)
+            .map_err(anyhow::Error::from);
         display.finish();
         if let Err(e) = ep.close() {
             tracing::debug!("closing: {e}");

@@ -33,14 +33,19 @@ impl Show {
     }
 }
 
-/// One entry's result line: `ok      NAME (N bytes, blake3 H)`, `ok      NAME (symlink)`,
+/// One entry's result line: `ok      NAME (N bytes, xxh3 H)` (the verification and the
+/// file digest), `ok      NAME (symlink)`,
 /// `skipped  NAME (identical)` or `FAILED  NAME: why`.
 pub fn file_line(f: &FileReport) -> String {
     // The library escapes what the peer sent; escaping again changes nothing (defence in
     // depth: one line per file, whatever the names).
     let name = printable(&f.name);
     match (&f.hash, f.message.as_deref()) {
-        (Some(h), _) if f.is_ok() => format!("ok      {name} ({} bytes, blake3 {h})", f.bytes),
+        (Some(h), _) if f.is_ok() => {
+            let how = f.verify.as_deref().unwrap_or("digest");
+            let algo = how.split('/').next().unwrap_or(how);
+            format!("ok      {name} ({} bytes, {algo} {h})", f.bytes)
+        }
         (None, _) if f.is_ok() => format!("ok      {name} ({})", f.kind),
         (_, m) if f.is_skipped() => format!("skipped  {name} ({})", printable(m.unwrap_or(""))),
         (_, Some(m)) if !m.is_empty() => {
@@ -221,6 +226,7 @@ mod tests {
             kind: "file",
             bytes: 5,
             hash: None,
+            verify: None,
             result: result.into(),
             message: message.map(String::from),
         }
@@ -245,6 +251,7 @@ mod tests {
         assert_eq!(file_line(&report("busy", None)), "FAILED  d/f\\u{a} (busy)");
         let ok = FileReport {
             hash: Some("ab".into()),
+            verify: Some("blake3/4096".into()),
             ..report("ok", None)
         };
         assert_eq!(file_line(&ok), "ok      d/f\\u{a} (5 bytes, blake3 ab)");

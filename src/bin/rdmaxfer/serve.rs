@@ -42,6 +42,9 @@ pub struct Limits {
     /// `recv`, whose senders are refused at once; a one-at-a-time server lets the next peer
     /// wait a little for the current one to finish).
     pub wait_turn: Duration,
+    /// While an admitted session is being served, a connection over `count` is still admitted
+    /// to join it (its `admit` is told so: `recv --once` with `send --streams`).
+    pub joins: bool,
 }
 
 impl Limits {
@@ -66,7 +69,7 @@ struct Gate<A> {
 /// sessions do not stop the server; the result is an error at the end if any failed:
 /// [`rdmaxfer::Error::Incomplete`] (counting files) when every failed session did end, but with
 /// some of its files refused or failed.
-pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + Send>(
+pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String> + Send>(
     server: &mut Server,
     limits: &Limits,
     admit: A,
@@ -183,15 +186,20 @@ pub fn serve_concurrent<T: Send, A: FnMut() -> std::result::Result<T, String> + 
                             .unwrap_or_else(|p| p.into_inner())
                             .0;
                     }
-                    let r = if all_admitted(&g) {
+                    // Over `count`, only to join the session being served.
+                    let join_only =
+                        all_admitted(&g) && limits.joins && active_r.load(Ordering::Acquire) > 0;
+                    let r = if all_admitted(&g) && !join_only {
                         Err("it is finishing its last session".to_string())
                     } else if active_r.load(Ordering::Acquire) >= max {
                         Err(full.clone())
                     } else {
-                        (g.admit)()
+                        (g.admit)(join_only)
                     };
                     r.map(|ticket| {
-                        g.admitted += 1;
+                        if !join_only {
+                            g.admitted += 1;
+                        }
                         active_r.fetch_add(1, Ordering::AcqRel);
                         (g.admitted, ticket)
                     })

@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod cleanup;
+pub mod digest;
 pub mod entry;
 pub mod names;
 pub mod policy;

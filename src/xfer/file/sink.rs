@@ -1,17 +1,21 @@
 //! The receiver's file commit logic, independent of RDMA: checks before accepting, a temporary
-//! file in the target directory, in-order BLAKE3 of the bytes written, then fsync, verify,
-//! rename and directory fsync. See "Commit" in `docs/file-protocol.md`.
+//! file in the target directory, chunks written at their offsets in any order (from any
+//! thread) and hashed per chunk, then the sender's chunk digests compared, fsync, verify,
+//! rename and directory fsync. See "Commit" and "Verification" in `docs/file-protocol.md`.
 
 use std::fs::{File, Permissions};
-use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
 use super::cleanup::{self, Leftovers, Registered};
+use super::digest::{self, Algo, ChunkDigest, Chunks, Layout};
 use super::names::{self, ConfinedDir, RelPath};
 use super::proto::{Digest, Reason};
 use crate::{Error, Result};
+
+/// Most threads hashing a resumed prefix.
+const RESUME_THREADS: usize = 16;
 
 /// How a [`Sink`] treats existing files and what it accepts.
 #[derive(Clone, Debug, Default)]
@@ -36,17 +40,21 @@ pub struct Sink {
     temp_name: String,
     file: File,
     size: u64,
+    /// Bytes of the temporary file from an earlier attempt (whole chunks once started).
     held: u64,
-    held_hash: Digest,
-    written: u64,
-    hasher: blake3::Hasher,
+    /// The chunk digests, once [`start`](Sink::start)ed.
+    chunks: Option<Chunks>,
+    /// The sender's digests compared so far: chunks `0 .. theirs`.
+    theirs: u64,
+    /// The first chunk whose digests differ: index, ours, theirs.
+    bad: Option<(u64, Option<ChunkDigest>, ChunkDigest)>,
     opts: SinkOptions,
     finished: bool,
     /// The temporary file and the directories made for it, for [`cleanup::interrupt`].
     leftovers: Registered,
 }
 
-fn write_err(what: String, e: std::io::Error) -> Error {
+pub(crate) fn write_err(what: String, e: std::io::Error) -> Error {
     let reason = if e.raw_os_error() == Some(libc::ENOSPC) {
         Reason::NoSpace
     } else {
@@ -146,17 +154,6 @@ impl Sink {
             created,
             keep: opts.resume,
         });
-        let mut hasher = blake3::Hasher::new();
-        if held > 0 {
-            let n = std::io::copy(&mut (&file).take(held), &mut hasher)
-                .map_err(|e| Error::io(format!("read {temp_name}"), e))?;
-            if n != held {
-                return Err(Error::refused(
-                    Reason::Internal,
-                    format!("{temp_name} shrank while being read"),
-                ));
-            }
-        }
         Ok(Sink {
             dir,
             final_name,
@@ -164,19 +161,42 @@ impl Sink {
             file,
             size,
             held,
-            held_hash: *hasher.clone().finalize().as_bytes(),
-            written: held,
-            hasher,
+            chunks: None,
+            theirs: 0,
+            bad: None,
             opts,
             finished: false,
             leftovers,
         })
     }
 
-    /// Bytes already held from an earlier attempt (0 without resume) and their BLAKE3: what
-    /// MR's resume offset and hash carry. Writing continues at that offset.
-    pub fn resume_state(&self) -> (u64, Digest) {
-        (self.held, self.held_hash)
+    /// Fixes how the file is cut and hashed (the ring's slot size and the negotiated
+    /// algorithm) and returns what MR's resume fields carry: the bytes already held from an
+    /// earlier attempt, cut down to whole chunks (0 without resume), and their digest (hashed
+    /// on a pool of threads). Writing fills the remaining chunks. Called once, before any write.
+    pub fn start(&mut self, chunk: u32, algo: Algo) -> Result<(u64, Digest)> {
+        if self.chunks.is_some() {
+            return Err(Error::InvalidArgument("sink started twice".into()));
+        }
+        let layout = Layout::new(algo, u64::from(chunk), self.size)?;
+        let held = layout.whole_chunks(self.held);
+        let chunks = Chunks::new(layout);
+        let n = layout.prefix(held).chunks();
+        let file = &self.file;
+        let temp = &self.temp_name;
+        digest::par_for(0..n, digest::threads(RESUME_THREADS), |i| {
+            let (off, len) = layout.range(i).expect("a chunk of the prefix");
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, off)
+                .map_err(|e| Error::io(format!("read {temp}"), e))?;
+            chunks.hash(i, &buf).map(|_| ())
+        })?;
+        let hash = chunks
+            .prefix_digest(held)
+            .expect("every chunk of the prefix was hashed");
+        self.held = held;
+        self.chunks = Some(chunks);
+        Ok((held, hash))
     }
 
     /// Whether [`abort`](Sink::abort) (or drop) keeps the temporary file for a later resume
@@ -192,45 +212,126 @@ impl Sink {
         self.size
     }
 
-    /// Bytes written so far (including those held from an earlier attempt).
-    pub fn written(&self) -> u64 {
-        self.written
+    fn started(&self) -> Result<&Chunks> {
+        self.chunks
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the sink was not started".into()))
     }
 
-    /// Writes `data` at `offset`. Writes must be contiguous and in order (the hash is computed
-    /// as they arrive) and stay within the announced size.
-    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        if offset != self.written {
+    /// How the file is cut and hashed, once started.
+    pub fn layout(&self) -> Option<&Layout> {
+        self.chunks.as_ref().map(Chunks::layout)
+    }
+
+    /// Bytes held from an earlier attempt (whole chunks once started).
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Chunks written or held so far.
+    pub fn chunks_done(&self) -> u64 {
+        self.chunks.as_ref().map_or(0, Chunks::count)
+    }
+
+    /// Writes chunk `index` (at `index × chunk size`; every chunk whole, the last one shorter)
+    /// and hashes it. Chunks may come in any order and from several threads at once; each at
+    /// most once (a held chunk counts as written).
+    pub fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        let chunks = self.started()?;
+        let off = chunks.check(index, data.len())?;
+        if off < self.held {
             return Err(Error::Protocol(format!(
-                "write at offset {offset}, expected {} (writes must be in order)",
-                self.written
+                "chunk {index} is held from an earlier attempt (resume at {})",
+                self.held
             )));
         }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= self.size)
-            .ok_or_else(|| {
-                Error::Protocol(format!(
-                    "write of {} bytes at {offset} goes past the announced size {}",
-                    data.len(),
-                    self.size
-                ))
-            })?;
         self.file
-            .write_all_at(data, offset)
+            .write_all_at(data, off)
             .map_err(|e| write_err(format!("write {}", self.temp_name), e))?;
-        self.hasher.update(data);
-        self.written = end;
-        Ok(())
+        chunks.hash(index, data).map(|_| ())
     }
 
-    /// Finishes the file: all bytes must be there; fsync, compare the BLAKE3 with `expected`,
-    /// apply mode and mtime, rename onto the final name (refusing an existing one unless
-    /// `force`), fsync the directory. Returns the hash. On failure the temporary file is removed
-    /// and nothing is left under the final name.
+    /// Compares the sender's digests of chunks `first ..` (DIGESTS, in order from chunk 0) with
+    /// the chunks written; the first that differs is named by [`commit`](Sink::commit).
+    /// Returns that chunk's index when this batch holds the first difference.
+    pub fn check_digests(&mut self, first: u64, theirs: &[ChunkDigest]) -> Result<Option<u64>> {
+        let chunks = self
+            .chunks
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the sink was not started".into()))?;
+        if first != self.theirs {
+            return Err(Error::Protocol(format!(
+                "DIGESTS from chunk {first}, expected chunk {}",
+                self.theirs
+            )));
+        }
+        let end = first + theirs.len() as u64;
+        if end > chunks.layout().chunks() {
+            return Err(Error::Protocol(format!(
+                "DIGESTS up to chunk {end} of a file of {} chunks",
+                chunks.layout().chunks()
+            )));
+        }
+        if let Some(d) = theirs.first() {
+            if d.as_bytes().len() != chunks.layout().algo.digest_len() {
+                return Err(Error::Protocol("DIGESTS of another algorithm".into()));
+            }
+        }
+        self.theirs = end;
+        if self.bad.is_some() {
+            return Ok(None);
+        }
+        let found = chunks.first_mismatch(first, theirs);
+        if let Some(i) = found {
+            let t = theirs[(i - first) as usize];
+            self.bad = Some((i, chunks.get(i), t));
+        }
+        Ok(found)
+    }
+
+    /// Writes `data` at `offset`, which must be the start of a chunk with `data` the whole
+    /// chunk ([`write_chunk_at`](Sink::write_chunk_at) by offset).
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let chunk = self.started()?.layout().chunk;
+        if offset % chunk != 0 {
+            return Err(Error::Protocol(format!(
+                "write at offset {offset}, not at a chunk boundary ({chunk}-byte chunks)"
+            )));
+        }
+        self.write_chunk_at(offset / chunk, data)
+    }
+
+    /// Finishes the file: every chunk must be there and the sender's digests of all of them
+    /// compared equal (else [`Reason::HashMismatch`] naming the first chunk that differs); the
+    /// file digest must equal `expected`; then fsync, apply mode and mtime, rename onto the
+    /// final name (refusing an existing one unless `force`), fsync the directory. Returns the
+    /// file digest. On failure the temporary file is removed and nothing is left under the
+    /// final name.
     pub fn commit(mut self, expected: &Digest) -> Result<Digest> {
         self.finished = true;
         let r = self.try_commit(expected);
+        self.removed_on_failure(r)
+    }
+
+    /// Striped receipt (`transfer::stripe`, never [`start`](Sink::start)ed): another handle on
+    /// the temporary file, for positional writes of the byte ranges other streams receive. A
+    /// kept partial file of an unstarted sink is kept whole (its stripes say what is there).
+    pub fn temp_file(&self) -> Result<File> {
+        self.file
+            .try_clone()
+            .map_err(|e| Error::io(format!("dup {}", self.temp_name), e))
+    }
+
+    /// Striped receipt: commits a file whose bytes were written through
+    /// [`temp_file`](Sink::temp_file) and verified range by range by the caller (`digest` is
+    /// what it verified, returned as is); otherwise as [`commit`](Sink::commit).
+    pub fn commit_verified(mut self, digest: &Digest) -> Result<Digest> {
+        self.finished = true;
+        let r = self.install().map(|()| *digest);
+        self.removed_on_failure(r)
+    }
+
+    fn removed_on_failure(&mut self, r: Result<Digest>) -> Result<Digest> {
         if r.is_err() {
             self.leftovers.set_keep(false);
             let _ = self.leftovers.remove();
@@ -239,24 +340,55 @@ impl Sink {
     }
 
     fn try_commit(&mut self, expected: &Digest) -> Result<Digest> {
-        if self.written != self.size {
+        let chunks = self.started()?;
+        let layout = *chunks.layout();
+        if let Some(i) = chunks.first_missing() {
+            let (off, _) = layout.range(i).expect("a missing chunk exists");
             return Err(Error::Protocol(format!(
-                "FIN after {} of {} bytes",
-                self.written, self.size
+                "FIN before chunk {i} (at byte {off}) of {} arrived",
+                layout.chunks()
             )));
         }
-        let got = self.hasher.finalize();
-        if got != blake3::Hash::from(*expected) {
+        if let Some((i, ours, theirs)) = self.bad {
+            let (off, len) = layout.range(i).expect("compared chunks exist");
             return Err(Error::refused(
                 Reason::HashMismatch,
                 format!(
-                    "{}: received bytes hash to {}, the sender's hash is {}",
+                    "{}: chunk {i} (bytes {off}..{}) differs: received bytes hash to {}, the \
+                     sender's {} is {}",
                     self.final_name,
-                    got.to_hex(),
+                    off + len as u64,
+                    ours.map_or_else(|| "nothing".into(), |d| d.to_hex()),
+                    layout.algo,
+                    theirs.to_hex()
+                ),
+            ));
+        }
+        if self.theirs != layout.chunks() {
+            return Err(Error::Protocol(format!(
+                "FIN after the digests of {} of {} chunks",
+                self.theirs,
+                layout.chunks()
+            )));
+        }
+        let got = chunks.finish()?;
+        if got != *expected {
+            return Err(Error::refused(
+                Reason::HashMismatch,
+                format!(
+                    "{}: received file digest {}, the sender's is {}",
+                    self.final_name,
+                    blake3::Hash::from(got).to_hex(),
                     blake3::Hash::from(*expected).to_hex()
                 ),
             ));
         }
+        self.install()?;
+        Ok(got)
+    }
+
+    /// Mode, mtime, fsync, rename onto the final name, directory fsync.
+    fn install(&mut self) -> Result<()> {
         let mode = self.opts.mode.map_or(0o600, |m| m & 0o777);
         let werr = |what: &str, e| write_err(format!("{what} {}", self.temp_name), e);
         self.file
@@ -270,8 +402,7 @@ impl Sink {
         self.file.sync_all().map_err(|e| werr("fsync", e))?;
         self.dir
             .rename(&self.temp_name, &self.final_name, self.opts.force)?;
-        self.dir.sync()?;
-        Ok(*got.as_bytes())
+        self.dir.sync()
     }
 
     /// Gives up on the file: removes the temporary file and the directories created only for
@@ -285,11 +416,37 @@ impl Sink {
             return Ok(());
         }
         self.finished = true;
-        if self.opts.resume && self.file.sync_all().is_ok() {
+        if self.opts.resume && self.keep_prefix().is_ok() {
             return Ok(());
         }
         self.leftovers.set_keep(false);
         self.leftovers.remove()
+    }
+}
+
+impl Sink {
+    /// For a kept temporary file: cuts it to the chunks written without a gap (chunks arrive
+    /// in any order, so a later one may be there without an earlier one: a resume trusts the
+    /// length), then syncs it.
+    fn keep_prefix(&self) -> Result<()> {
+        if let Some(chunks) = &self.chunks {
+            if let Some(i) = chunks.first_missing() {
+                let keep = i.saturating_mul(chunks.layout().chunk);
+                let len = self
+                    .file
+                    .metadata()
+                    .map_err(|e| Error::io(format!("stat {}", self.temp_name), e))?
+                    .len();
+                if len > keep {
+                    self.file
+                        .set_len(keep)
+                        .map_err(|e| write_err(format!("truncate {}", self.temp_name), e))?;
+                }
+            }
+        }
+        self.file
+            .sync_all()
+            .map_err(|e| write_err(format!("fsync {}", self.temp_name), e))
     }
 }
 
@@ -300,224 +457,4 @@ impl Drop for Sink {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::xfer::file::names::sanitize;
-    use std::os::unix::fs::MetadataExt;
-
-    fn hash(b: &[u8]) -> Digest {
-        *blake3::hash(b).as_bytes()
-    }
-
-    fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    }
-
-    fn sink(out: &Path, name: &str, size: u64, opts: SinkOptions) -> Result<Sink> {
-        Sink::create(out, &sanitize(name).unwrap(), size, opts)
-    }
-
-    #[test]
-    fn commit_ok() {
-        let out = tempfile::tempdir().unwrap();
-        let data = b"hello, rdma world";
-        let mtime = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-        let opts = SinkOptions {
-            mode: Some(0o4755), // setuid is dropped
-            mtime: Some(mtime),
-            ..Default::default()
-        };
-        let mut s = sink(out.path(), "d/e/f.bin", data.len() as u64, opts).unwrap();
-        assert_eq!(s.resume_state(), (0, hash(b"")));
-        s.write_at(0, &data[..5]).unwrap();
-        s.write_at(5, &data[5..]).unwrap();
-        assert_eq!(s.written(), data.len() as u64);
-        assert_eq!(s.commit(&hash(data)).unwrap(), hash(data));
-        let f = out.path().join("d/e/f.bin");
-        assert_eq!(std::fs::read(&f).unwrap(), data);
-        let meta = std::fs::metadata(&f).unwrap();
-        assert_eq!(meta.mode() & 0o7777, 0o755);
-        assert_eq!(meta.modified().unwrap(), mtime);
-        assert_eq!(entries(&out.path().join("d/e")), ["f.bin"]);
-    }
-
-    #[test]
-    fn empty_file_commits() {
-        let out = tempfile::tempdir().unwrap();
-        let s = sink(out.path(), "empty", 0, SinkOptions::default()).unwrap();
-        s.commit(&hash(b"")).unwrap();
-        assert_eq!(std::fs::read(out.path().join("empty")).unwrap(), b"");
-    }
-
-    #[test]
-    fn hash_mismatch_leaves_nothing() {
-        let out = tempfile::tempdir().unwrap();
-        for resume in [false, true] {
-            let opts = SinkOptions {
-                resume,
-                ..Default::default()
-            };
-            let mut s = sink(out.path(), "x", 3, opts).unwrap();
-            s.write_at(0, b"abc").unwrap();
-            let e = s.commit(&hash(b"abd")).unwrap_err();
-            assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
-            assert!(entries(out.path()).is_empty(), "{:?}", entries(out.path()));
-        }
-    }
-
-    #[test]
-    fn existing_file_refused_unless_force() {
-        let out = tempfile::tempdir().unwrap();
-        let f = out.path().join("x");
-        std::fs::write(&f, b"old").unwrap();
-        let e = sink(out.path(), "x", 3, SinkOptions::default()).unwrap_err();
-        assert_eq!(e.reason(), Some(Reason::Exists), "{e}");
-        assert_eq!(std::fs::read(&f).unwrap(), b"old");
-        assert_eq!(entries(out.path()), ["x"], "no temp file");
-        let opts = SinkOptions {
-            force: true,
-            ..Default::default()
-        };
-        let mut s = sink(out.path(), "x", 3, opts).unwrap();
-        s.write_at(0, b"new").unwrap();
-        s.commit(&hash(b"new")).unwrap();
-        assert_eq!(std::fs::read(&f).unwrap(), b"new");
-    }
-
-    #[test]
-    fn directory_in_the_way_refused_even_with_force() {
-        let out = tempfile::tempdir().unwrap();
-        std::fs::create_dir(out.path().join("x")).unwrap();
-        let opts = SinkOptions {
-            force: true,
-            ..Default::default()
-        };
-        let e = sink(out.path(), "x", 0, opts).unwrap_err();
-        assert!(e.to_string().contains("is a directory"), "{e}");
-    }
-
-    #[test]
-    fn file_appearing_before_commit_is_not_overwritten() {
-        let out = tempfile::tempdir().unwrap();
-        let mut s = sink(out.path(), "x", 1, SinkOptions::default()).unwrap();
-        s.write_at(0, b"n").unwrap();
-        std::fs::write(out.path().join("x"), b"raced").unwrap();
-        let e = s.commit(&hash(b"n")).unwrap_err();
-        assert_eq!(e.reason(), Some(Reason::Exists));
-        assert_eq!(std::fs::read(out.path().join("x")).unwrap(), b"raced");
-        assert_eq!(entries(out.path()), ["x"]);
-    }
-
-    #[test]
-    fn abort_and_drop_remove_temp() {
-        let out = tempfile::tempdir().unwrap();
-        let mut s = sink(out.path(), "a", 4, SinkOptions::default()).unwrap();
-        s.write_at(0, b"ab").unwrap();
-        assert_eq!(entries(out.path()), [".a.rdmaxfer-part"]);
-        s.abort().unwrap();
-        assert!(entries(out.path()).is_empty());
-        let mut s = sink(out.path(), "b", 4, SinkOptions::default()).unwrap();
-        s.write_at(0, b"ab").unwrap();
-        drop(s);
-        assert!(entries(out.path()).is_empty());
-    }
-
-    #[test]
-    fn failed_file_removes_only_the_directories_made_for_it() {
-        let out = tempfile::tempdir().unwrap();
-        std::fs::create_dir(out.path().join("had")).unwrap();
-        // Abort (an ERR mid-file): the new directories go, the existing one stays.
-        let mut s = sink(out.path(), "had/new/deeper/x", 4, SinkOptions::default()).unwrap();
-        s.write_at(0, b"ab").unwrap();
-        drop(s);
-        assert_eq!(entries(out.path()), ["had"]);
-        assert!(entries(&out.path().join("had")).is_empty());
-        // Commit failure: the same.
-        let mut s = sink(out.path(), "n1/n2/y", 1, SinkOptions::default()).unwrap();
-        s.write_at(0, b"y").unwrap();
-        s.commit(&hash(b"z")).unwrap_err();
-        assert_eq!(entries(out.path()), ["had"]);
-        // A directory another file of the session committed into stays.
-        let mut a = sink(out.path(), "shared/a", 1, SinkOptions::default()).unwrap();
-        a.write_at(0, b"a").unwrap();
-        a.commit(&hash(b"a")).unwrap();
-        let b = sink(out.path(), "shared/b", 1, SinkOptions::default()).unwrap();
-        b.abort().unwrap();
-        assert_eq!(entries(&out.path().join("shared")), ["a"]);
-        // Kept for resume: temp and directories stay.
-        let opts = SinkOptions {
-            resume: true,
-            ..Default::default()
-        };
-        let mut r = sink(out.path(), "keep/me", 4, opts).unwrap();
-        r.write_at(0, b"ab").unwrap();
-        drop(r);
-        assert_eq!(entries(&out.path().join("keep")), [".me.rdmaxfer-part"]);
-    }
-
-    #[test]
-    fn resume_continues_a_partial_file() {
-        let out = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
-        let opts = SinkOptions {
-            resume: true,
-            ..Default::default()
-        };
-        let mut s = sink(out.path(), "r", data.len() as u64, opts.clone()).unwrap();
-        s.write_at(0, &data[..4096]).unwrap();
-        drop(s); // kept with resume
-        assert_eq!(entries(out.path()), [".r.rdmaxfer-part"]);
-        let mut s = sink(out.path(), "r", data.len() as u64, opts.clone()).unwrap();
-        assert_eq!(s.resume_state(), (4096, hash(&data[..4096])));
-        assert!(s.write_at(0, &data[..1]).is_err(), "must continue at 4096");
-        s.write_at(4096, &data[4096..]).unwrap();
-        s.commit(&hash(&data)).unwrap();
-        assert_eq!(std::fs::read(out.path().join("r")).unwrap(), data);
-        assert_eq!(entries(out.path()), ["r"]);
-        // Without resume a leftover temp is discarded.
-        std::fs::write(out.path().join(".q.rdmaxfer-part"), b"stale").unwrap();
-        let s = sink(out.path(), "q", 9, SinkOptions::default()).unwrap();
-        assert_eq!(s.resume_state(), (0, hash(b"")));
-        // A leftover longer than the new size is not resumable.
-        drop(s);
-        std::fs::write(out.path().join(".q.rdmaxfer-part"), b"too long!!").unwrap();
-        let s = sink(out.path(), "q", 9, opts).unwrap();
-        assert_eq!(s.resume_state().0, 0);
-    }
-
-    #[test]
-    fn writes_checked_against_order_and_size() {
-        let out = tempfile::tempdir().unwrap();
-        let mut s = sink(out.path(), "w", 4, SinkOptions::default()).unwrap();
-        let e = s.write_at(1, b"a").unwrap_err();
-        assert!(e.to_string().contains("expected 0"), "{e}");
-        let e = s.write_at(0, b"abcde").unwrap_err();
-        assert!(e.to_string().contains("past the announced size"), "{e}");
-        s.write_at(0, b"ab").unwrap();
-        let e = s.commit(&hash(b"ab")).unwrap_err();
-        assert!(e.to_string().contains("FIN after 2 of 4"), "{e}");
-        assert!(entries(out.path()).is_empty());
-    }
-
-    #[test]
-    fn size_limits_checked_before_creating_anything() {
-        let out = tempfile::tempdir().unwrap();
-        let opts = SinkOptions {
-            max_size: Some(100),
-            ..Default::default()
-        };
-        let e = sink(out.path(), "p/x", 101, opts).unwrap_err();
-        assert_eq!(e.reason(), Some(Reason::TooLarge), "{e}");
-        let e = sink(out.path(), "p/x", u64::MAX / 2, SinkOptions::default()).unwrap_err();
-        assert_eq!(e.reason(), Some(Reason::NoSpace), "{e}");
-        assert!(
-            entries(out.path()).is_empty(),
-            "no directory or temp created"
-        );
-    }
-}
+mod tests;

@@ -1,10 +1,11 @@
 //! The sender's side, independent of RDMA: listing the files to send ([`walk`]) and reading
-//! one in chunks with a running BLAKE3 ([`Source`]).
+//! one in chunks at their offsets, from any thread, each chunk hashed ([`Source`]).
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::digest::{self, Algo, Chunks, Layout};
 use super::names::{sanitize, RelPath};
 use super::proto::{Digest, Reason, MAX_TARGET_LEN};
 use crate::{Error, Result};
@@ -202,7 +203,11 @@ pub fn hash_file(path: &Path) -> Result<Digest> {
     Ok(*h.finalize().as_bytes())
 }
 
-/// One file being read for sending: chunks in order, hashed as they are read.
+/// Most threads hashing a resumed prefix.
+const RESUME_THREADS: usize = 16;
+
+/// One file being read for sending: chunks at their offsets, in any order and from several
+/// threads, each hashed as it is read (see [`digest`]).
 #[derive(Debug)]
 pub struct Source {
     file: File,
@@ -210,11 +215,24 @@ pub struct Source {
     size: u64,
     mode: u32,
     mtime: (i64, u32),
-    offset: u64,
-    hasher: blake3::Hasher,
+    /// Bytes the receiver holds already (whole chunks), not sent.
+    held: u64,
+    chunks: Option<Chunks>,
 }
 
-fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
+/// Refuses a file whose size is no longer `size` (it changed while being sent).
+pub(crate) fn unchanged(file: &File, path: &Path, size: u64) -> Result<()> {
+    let now = file.metadata().map_err(|e| read_err(path, e))?.len();
+    if now != size {
+        return Err(read_err(
+            path,
+            format_args!("size changed from {size} to {now} while being sent"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::refused(Reason::ReadError, format!("{}: {what}", path.display()))
 }
 
@@ -232,8 +250,8 @@ impl Source {
             size: meta.len(),
             mode: meta.mode() & 0o7777,
             mtime: (meta.mtime(), meta.mtime_nsec().clamp(0, 999_999_999) as u32),
-            offset: 0,
-            hasher: blake3::Hasher::new(),
+            held: 0,
+            chunks: None,
         })
     }
 
@@ -252,73 +270,90 @@ impl Source {
         self.mtime
     }
 
-    /// Next offset to read.
-    pub fn offset(&self) -> u64 {
-        self.offset
+    /// Fixes how the file is cut (the receiver's slot size) and hashed. Once, before reading.
+    pub fn start(&mut self, chunk: u32, algo: Algo) -> Result<()> {
+        if self.chunks.is_some() {
+            return Err(invalid("source started twice".into()));
+        }
+        self.chunks = Some(Chunks::new(Layout::new(algo, u64::from(chunk), self.size)?));
+        Ok(())
     }
 
-    /// For `--resume`: hashes the first `held` bytes and, if they match the receiver's `hash`,
-    /// continues from `held` and returns true. On a mismatch (or `held` beyond the size) returns
-    /// false and the source is unusable for this file. Must be called before any read.
+    /// The chunk digests so far (after [`start`](Source::start)).
+    pub fn chunks(&self) -> Result<&Chunks> {
+        self.chunks
+            .as_ref()
+            .ok_or_else(|| invalid("the source was not started".into()))
+    }
+
+    /// The first chunk to send: the one after those the receiver holds.
+    pub fn first_chunk(&self) -> u64 {
+        self.chunks
+            .as_ref()
+            .map_or(0, |c| self.held.div_ceil(c.layout().chunk))
+    }
+
+    /// For `--resume`: hashes the first `held` bytes (whole chunks, or the whole file) on a pool
+    /// of threads and, if their digest matches the receiver's `hash`, continues after them and
+    /// returns true. On a mismatch (or `held` not a prefix of whole chunks) returns false and
+    /// the source is unusable for this file. Must be called before any read.
     pub fn skip_verified(&mut self, held: u64, hash: &Digest) -> Result<bool> {
-        if self.offset != 0 {
+        let chunks = self.chunks()?;
+        let layout = *chunks.layout();
+        if chunks.count() != 0 {
             return Err(invalid("skip_verified after reading".into()));
         }
-        if held > self.size {
+        if held > self.size || layout.whole_chunks(held) != held {
             return Ok(false);
         }
-        let mut buf = vec![0u8; 1 << 20];
-        while self.offset < held {
-            let n = (held - self.offset).min(buf.len() as u64) as usize;
-            self.read_into(&mut buf[..n])?;
-        }
-        Ok(blake3::Hash::from(*hash) == self.hasher.clone().finalize())
+        let n = layout.prefix(held).chunks();
+        digest::par_for(0..n, digest::threads(RESUME_THREADS), |i| {
+            let (_, len) = layout.range(i).expect("a chunk of the prefix");
+            self.read_chunk_at(i, &mut vec![0u8; len]).map(|_| ())
+        })?;
+        self.held = held;
+        Ok(self.chunks()?.prefix_digest(held).as_ref() == Some(hash))
     }
 
-    /// Reads the next chunk into `buf` (up to its length, less only at the end of the file) and
-    /// returns the bytes read; 0 when the whole file has been read.
-    pub fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let n = (self.size - self.offset).min(buf.len() as u64) as usize;
-        self.read_into(&mut buf[..n])?;
-        Ok(n)
-    }
-
-    fn read_into(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.file.read_exact_at(buf, self.offset).map_err(|e| {
+    /// Reads chunk `index` into the start of `buf` (which must hold it), hashes it and returns
+    /// its length. Each chunk is read at most once.
+    pub fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        let chunks = self.chunks()?;
+        let (off, len) = chunks.layout().range(index).ok_or_else(|| {
+            invalid(format!(
+                "{}: no chunk {index} in {} bytes",
+                self.path.display(),
+                self.size
+            ))
+        })?;
+        let have = buf.len();
+        let buf = buf
+            .get_mut(..len)
+            .ok_or_else(|| invalid(format!("a buffer of {have} bytes for a {len}-byte chunk")))?;
+        self.file.read_exact_at(buf, off).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 read_err(&self.path, "file shrank while being sent")
             } else {
                 read_err(&self.path, e)
             }
         })?;
-        self.hasher.update(buf);
-        self.offset += buf.len() as u64;
-        Ok(())
+        chunks.hash(index, buf)?;
+        Ok(len)
     }
 
-    /// The BLAKE3 of the whole file, for FIN. Refuses if not all was read or the file's size
-    /// changed meanwhile.
-    pub fn finish(self) -> Result<Digest> {
-        if self.offset != self.size {
+    /// The file digest, for FIN. Refuses if a chunk was not read or the file's size changed
+    /// meanwhile.
+    pub fn finish(&self) -> Result<Digest> {
+        let chunks = self.chunks()?;
+        if let Some(i) = chunks.first_missing() {
             return Err(invalid(format!(
-                "{}: finish after {} of {} bytes",
+                "{}: finish before chunk {i} of {} was read",
                 self.path.display(),
-                self.offset,
-                self.size
+                chunks.layout().chunks()
             )));
         }
-        let now = self
-            .file
-            .metadata()
-            .map_err(|e| read_err(&self.path, e))?
-            .len();
-        if now != self.size {
-            return Err(read_err(
-                &self.path,
-                format_args!("size changed from {} to {now} while being sent", self.size),
-            ));
-        }
-        Ok(*self.hasher.finalize().as_bytes())
+        unchanged(&self.file, &self.path, self.size)?;
+        chunks.finish()
     }
 }
 
@@ -425,50 +460,71 @@ mod tests {
         assert!(walk(&[t.path().join("missing")]).is_err());
     }
 
+    fn file_digest(data: &[u8], chunk: u64) -> Digest {
+        let layout = Layout::new(Algo::Xxh3, chunk, data.len() as u64).unwrap();
+        let ds: Vec<_> = data
+            .chunks(chunk as usize)
+            .map(|c| digest::chunk_digest(Algo::Xxh3, c))
+            .collect();
+        digest::combine(&layout, &ds)
+    }
+
     #[test]
-    fn chunks_and_hash() {
+    fn chunks_in_any_order_and_digest() {
         let t = tempfile::tempdir().unwrap();
         let p = t.path().join("f");
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&p, &data).unwrap();
         let mut s = Source::open(&p).unwrap();
         assert_eq!(s.size(), 10_000);
-        let mut buf = vec![0u8; 4096];
-        let mut got = Vec::new();
+        assert!(s.read_chunk_at(0, &mut [0u8; 4096]).is_err(), "not started");
+        s.start(4096, Algo::Xxh3).unwrap();
+        let mut got = vec![0u8; 10_000];
         let mut sizes = Vec::new();
-        loop {
-            let n = s.read_chunk(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
+        for i in [2u64, 0, 1] {
+            let mut buf = vec![0u8; 4096];
+            let n = s.read_chunk_at(i, &mut buf).unwrap();
             sizes.push(n);
-            got.extend_from_slice(&buf[..n]);
+            got[i as usize * 4096..][..n].copy_from_slice(&buf[..n]);
+            if i == 2 {
+                let e = s.finish().unwrap_err();
+                assert!(e.to_string().contains("before chunk 0"), "{e}");
+            }
         }
-        assert_eq!(sizes, [4096, 4096, 1808]);
+        assert_eq!(sizes, [1808, 4096, 4096]);
         assert_eq!(got, data);
-        assert_eq!(s.finish().unwrap(), *blake3::hash(&data).as_bytes());
+        assert!(s.read_chunk_at(3, &mut [0u8; 4096]).is_err());
+        assert!(s.read_chunk_at(1, &mut [0u8; 4096]).is_err(), "read twice");
+        assert_eq!(s.finish().unwrap(), file_digest(&data, 4096));
     }
 
     #[test]
-    fn resume_skips_only_verified_bytes() {
+    fn resume_skips_only_verified_whole_chunks() {
         let t = tempfile::tempdir().unwrap();
         let p = t.path().join("f");
         std::fs::write(&p, b"0123456789").unwrap();
         let mut s = Source::open(&p).unwrap();
-        assert!(s
-            .skip_verified(4, blake3::hash(b"0123").as_bytes())
-            .unwrap());
-        assert_eq!(s.offset(), 4);
-        let mut buf = [0u8; 16];
-        assert_eq!(s.read_chunk(&mut buf).unwrap(), 6);
-        assert_eq!(&buf[..6], b"456789");
-        assert_eq!(s.finish().unwrap(), *blake3::hash(b"0123456789").as_bytes());
+        s.start(4, Algo::Xxh3).unwrap();
+        assert!(s.skip_verified(4, &file_digest(b"0123", 4)).unwrap());
+        assert_eq!(s.first_chunk(), 1);
+        let mut buf = [0u8; 4];
+        assert_eq!(s.read_chunk_at(1, &mut buf).unwrap(), 4);
+        assert_eq!(s.read_chunk_at(2, &mut buf).unwrap(), 2);
+        assert_eq!(s.finish().unwrap(), file_digest(b"0123456789", 4));
         let mut s = Source::open(&p).unwrap();
-        assert!(!s
-            .skip_verified(4, blake3::hash(b"XXXX").as_bytes())
-            .unwrap());
+        s.start(4, Algo::Xxh3).unwrap();
+        assert!(!s.skip_verified(4, &file_digest(b"XXXX", 4)).unwrap());
+        for (held, why) in [(11, "beyond the size"), (5, "not whole chunks")] {
+            let mut s = Source::open(&p).unwrap();
+            s.start(4, Algo::Xxh3).unwrap();
+            assert!(!s.skip_verified(held, &[0; 32]).unwrap(), "{why}");
+        }
+        // The whole file held: nothing left to send.
         let mut s = Source::open(&p).unwrap();
-        assert!(!s.skip_verified(11, &[0; 32]).unwrap());
+        s.start(4, Algo::Xxh3).unwrap();
+        assert!(s.skip_verified(10, &file_digest(b"0123456789", 4)).unwrap());
+        assert_eq!(s.first_chunk(), 3);
+        s.finish().unwrap();
     }
 
     #[test]
@@ -477,12 +533,15 @@ mod tests {
         let p = t.path().join("f");
         std::fs::write(&p, b"0123456789").unwrap();
         let mut s = Source::open(&p).unwrap();
+        s.start(16, Algo::Xxh3).unwrap();
         std::fs::write(&p, b"01").unwrap();
-        let e = s.read_chunk(&mut [0u8; 16]).unwrap_err();
+        let e = s.read_chunk_at(0, &mut [0u8; 16]).unwrap_err();
         assert_eq!(e.reason(), Some(Reason::ReadError));
         assert!(e.to_string().contains("shrank"), "{e}");
         let mut s = Source::open(&p).unwrap();
-        s.read_chunk(&mut [0u8; 16]).unwrap();
+        s.start(16, Algo::Xxh3).unwrap();
+        std::fs::write(&p, b"0123456789").unwrap();
+        s.read_chunk_at(0, &mut [0u8; 16]).unwrap();
         std::fs::write(&p, b"0123").unwrap();
         assert!(s.finish().unwrap_err().to_string().contains("size changed"));
     }

@@ -1,6 +1,7 @@
 //! HELLO (one entry announced by the sender) and SKIP (the receiver already has it).
 
 use super::reader::{put_text, Reader};
+use super::verify::{decode_algo, Algo};
 use super::{proto, Digest, MAX_NAME_LEN, MAX_TARGET_LEN, MAX_TEXT_LEN};
 use crate::Result;
 
@@ -85,6 +86,8 @@ pub struct Hello {
     pub mtime_nsec: u32,
     /// Bytes per data chunk (RDMA WRITE).
     pub chunk_size: u32,
+    /// How chunks are verified (the receiver accepts it or refuses the entry).
+    pub verify: Algo,
     /// Options.
     pub flags: HelloFlags,
     /// BLAKE3 of the whole file (`send --checksum`, files only): the receiver compares it with
@@ -141,6 +144,7 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
     let kind = EntryKind::from_code(code)
         .ok_or_else(|| proto(format!("HELLO has unknown entry kind {code}")))?;
     let chunk_size = r.u32()?;
+    let verify = decode_algo(r, "HELLO")?;
     let size = r.u64()?;
     let mode = r.u32()?;
     let mtime_sec = r.u64()? as i64;
@@ -191,6 +195,7 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
         mtime_sec,
         mtime_nsec,
         chunk_size,
+        verify,
         flags: HelloFlags {
             resume: bits & F_RESUME != 0,
             force: bits & F_FORCE != 0,
@@ -222,6 +227,7 @@ pub(super) fn encode_hello(b: &mut Vec<u8>, h: &Hello) {
     b.extend_from_slice(&bits.to_be_bytes());
     b.extend_from_slice(&h.kind.code().to_be_bytes());
     b.extend_from_slice(&h.chunk_size.to_be_bytes());
+    b.extend_from_slice(&h.verify.code().to_be_bytes());
     b.extend_from_slice(&h.size.to_be_bytes());
     b.extend_from_slice(&h.mode.to_be_bytes());
     b.extend_from_slice(&h.mtime_sec.to_be_bytes());

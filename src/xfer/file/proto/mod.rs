@@ -5,8 +5,8 @@
 //! truncated, oversized, trailing, unknown and malformed messages with distinct errors.
 //!
 //! Per concern: `hello` (HELLO and SKIP, the entry announcement and the "already there"
-//! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `reader`
-//! (field codecs); this file holds the header, the message enum and the dispatch.
+//! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `verify` (the
+//! verification algorithm and DIGESTS), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
 
 use crate::{Error, Result};
 
@@ -14,17 +14,25 @@ mod auth;
 mod hello;
 mod imm;
 mod reader;
+mod stream;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_imm, encode_imm, Imm, MAX_SLOTS};
 use reader::{put_reason_text, Reader};
+pub use stream::{
+    new_session_id, plan_stripes, striped_digest, Join, Open, Session, SessionId, Stripe,
+    MAX_STREAMS, MAX_STRIPES, SESSION_ID_LEN,
+};
+pub use verify::{Algo, ChunkDigest, Digests, MAX_CHUNK_DIGEST, MAX_DIGESTS};
 
 /// `"RXFR"`: first four bytes of every control message.
 pub const MAGIC: u32 = 0x5258_4652;
-/// The protocol version this build speaks (2: entry kinds, SKIP, existing-file policies).
+/// The protocol version this build speaks (2: entry kinds, SKIP, existing-file policies,
+/// per-chunk verification).
 pub const VERSION: u16 = 2;
 /// Header size: magic u32, version u16, type u16, body length u32.
 pub const HEADER_LEN: usize = 12;
@@ -53,6 +61,11 @@ const T_ACK: u16 = 7;
 const T_ERR: u16 = 8;
 const T_DONE: u16 = 9;
 const T_SKIP: u16 = 10;
+const T_DIGESTS: u16 = 11;
+const T_OPEN: u16 = 12;
+const T_SESSION: u16 = 13;
+const T_JOIN: u16 = 14;
+const T_STRIPE: u16 = 15;
 
 pub use crate::error::Reason;
 
@@ -67,9 +80,10 @@ pub struct Ring {
     pub slot_size: u32,
     /// Number of slots.
     pub slot_count: u32,
-    /// Bytes of the file the receiver already holds (0 without resume).
+    /// Bytes of the file the receiver already holds (0 without resume): whole chunks of
+    /// `slot_size` bytes, or the whole file.
     pub resume_offset: u64,
-    /// BLAKE3 of those bytes (the hash of the empty input when `resume_offset` is 0).
+    /// The file digest of those bytes as a file of their own (see `digest::combine`).
     pub resume_hash: Digest,
 }
 
@@ -103,9 +117,11 @@ pub enum Msg {
     Fin {
         /// Total file size.
         bytes: u64,
-        /// BLAKE3 of the whole file.
+        /// The file digest (see `digest::combine`).
         hash: Digest,
     },
+    /// Sender → receiver, after the data and before FIN: its chunk digests, in batches.
+    Digests(Digests),
     /// Receiver → sender: the file's verdict.
     Ack {
         /// [`Reason::Ok`] when verified and committed.
@@ -129,6 +145,14 @@ pub enum Msg {
         /// Human-readable detail.
         message: String,
     },
+    /// Sender → receiver, first connection of several (in place of the first HELLO).
+    Open(Open),
+    /// Receiver → sender: the session id and the streams granted (answers OPEN and JOIN).
+    Session(Session),
+    /// Sender → receiver, a further connection of an opened session.
+    Join(Join),
+    /// Sender → receiver: the next HELLO covers one byte range of its file.
+    Stripe(Stripe),
 }
 
 /// A parsed header (see [`header`]).
@@ -229,6 +253,11 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
             let (why, message) = hello::decode_skip(&mut r)?;
             Msg::Skip { why, message }
         }
+        T_DIGESTS => Msg::Digests(verify::decode_digests(&mut r)?),
+        T_OPEN => Msg::Open(stream::decode_open(&mut r)?),
+        T_SESSION => Msg::Session(stream::decode_session(&mut r)?),
+        T_JOIN => Msg::Join(stream::decode_join(&mut r)?),
+        T_STRIPE => Msg::Stripe(stream::decode_stripe(&mut r)?),
         _ => Msg::Done, // T_DONE: kind_name already refused unknown types
     };
     r.finish()?;
@@ -247,6 +276,11 @@ fn kind_name(kind: u16) -> Option<&'static str> {
         T_ERR => "ERR",
         T_DONE => "DONE",
         T_SKIP => "SKIP",
+        T_DIGESTS => "DIGESTS",
+        T_OPEN => "OPEN",
+        T_SESSION => "SESSION",
+        T_JOIN => "JOIN",
+        T_STRIPE => "STRIPE",
         _ => return None,
     })
 }
@@ -300,6 +334,26 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
         Msg::Skip { why, message } => {
             hello::encode_skip(&mut b, *why, message);
             T_SKIP
+        }
+        Msg::Digests(d) => {
+            verify::encode_digests(&mut b, d);
+            T_DIGESTS
+        }
+        Msg::Open(o) => {
+            stream::encode_open(&mut b, o);
+            T_OPEN
+        }
+        Msg::Session(x) => {
+            stream::encode_session(&mut b, x);
+            T_SESSION
+        }
+        Msg::Join(j) => {
+            stream::encode_join(&mut b, j);
+            T_JOIN
+        }
+        Msg::Stripe(x) => {
+            stream::encode_stripe(&mut b, x);
+            T_STRIPE
         }
     };
     let body_len = u32::try_from(b.len()).expect("bodies are bounded by the field limits");

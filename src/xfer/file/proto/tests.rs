@@ -12,6 +12,7 @@ fn hello() -> Hello {
         mtime_sec: -2,
         mtime_nsec: 999_999_999,
         chunk_size: 1 << 20,
+        verify: Algo::Blake3,
         flags: HelloFlags {
             resume: true,
             last: true,
@@ -45,11 +46,12 @@ fn err(buf: &[u8]) -> String {
 
 #[test]
 fn hello_layout() {
-    let mut b = hdr(1, 2 + 2 + 2 + 4 + 8 + 4 + 8 + 4 + 2 + 7 + 2 + 32);
+    let mut b = hdr(1, 2 + 2 + 2 + 4 + 2 + 8 + 4 + 8 + 4 + 2 + 7 + 2 + 32);
     b.extend_from_slice(&[0, 2]); // version
     b.extend_from_slice(&[0, 0b1101]); // resume | last | auth
     b.extend_from_slice(&[0, 0]); // kind: file
     b.extend_from_slice(&[0, 0x10, 0, 0]); // chunk 1 MiB
+    b.extend_from_slice(&[0, 1]); // verify: blake3
     b.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]); // size
     b.extend_from_slice(&[0, 0, 0x01, 0xA4]); // 0o644
     b.extend_from_slice(&[0xFF; 7]);
@@ -281,17 +283,22 @@ fn field_checks() {
     h[HEADER_LEN + 2] = 0x80; // unknown flag
     assert!(err(&h).contains("unknown flag"));
     let mut h = encode(&Msg::Hello(hello()));
-    h[HEADER_LEN + 30..HEADER_LEN + 34].copy_from_slice(&1_000_000_000u32.to_be_bytes());
+    h[HEADER_LEN + 32..HEADER_LEN + 36].copy_from_slice(&1_000_000_000u32.to_be_bytes());
     assert!(err(&h).contains("nanoseconds"));
     let mut h = encode(&Msg::Hello(hello()));
-    h[HEADER_LEN + 36] = 0xff; // name byte 0 -> invalid UTF-8
+    h[HEADER_LEN + 38] = 0xff; // name byte 0 -> invalid UTF-8
     assert!(err(&h).contains("not UTF-8"));
+    let mut h = encode(&Msg::Hello(hello()));
+    h[HEADER_LEN + 11] = 9; // verification code
+    assert!(err(&h).contains("HELLO has unknown verification 9"));
     let mut b = hdr(8, 4);
     b.extend_from_slice(&[0, 200, 0, 0]);
     assert!(err(&b).contains("unknown reason code 200"));
     // Name length over the limit, even with the bytes present.
-    let mut b = hdr(1, 34 + 2 + 4097);
-    b.extend_from_slice(&[0; 34]);
+    let mut b = hdr(1, 36 + 2 + 4097);
+    b.extend_from_slice(&[0; 10]);
+    b.extend_from_slice(&Algo::Xxh3.code().to_be_bytes());
+    b.extend_from_slice(&[0; 24]);
     b.extend_from_slice(&4097u16.to_be_bytes());
     b.resize(b.len() + 4097, b'a');
     let full = b;
@@ -319,6 +326,49 @@ fn largest_messages_fit() {
         message: "é".repeat(MAX_TEXT_LEN / 2),
     };
     assert_eq!(decode(&encode(&e)).unwrap(), e);
+}
+
+#[test]
+fn digests_layout_and_checks() {
+    let d = |b: u8| ChunkDigest::from_bytes(Algo::Xxh3, &[b; 16]).unwrap();
+    let m = Msg::Digests(Digests {
+        algo: Algo::Xxh3,
+        first: 0x0102_0304_0506_0708,
+        digests: vec![d(0xAB), d(0xCD)],
+    });
+    let mut b = hdr(11, 2 + 8 + 2 + 32);
+    b.extend_from_slice(&[0, 2]); // xxh3
+    b.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    b.extend_from_slice(&[0, 2]); // two digests
+    b.extend_from_slice(&[0xAB; 16]);
+    b.extend_from_slice(&[0xCD; 16]);
+    exact(m, b.clone());
+    // A BLAKE3 digest is 32 bytes: the same body is one BLAKE3 digest, not two.
+    let mut one = b.clone();
+    one[HEADER_LEN + 1] = 1;
+    assert!(err(&one).contains("truncated DIGESTS") || err(&one).contains("trailing"));
+    let mut zero = hdr(11, 12);
+    zero.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(err(&zero).contains("carries 0 digests"));
+    let mut many = hdr(11, 12);
+    many.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    many.extend_from_slice(&(MAX_DIGESTS as u16 + 1).to_be_bytes());
+    assert!(err(&many).contains("carries 241 digests"));
+    let mut unknown = b.clone();
+    unknown[HEADER_LEN + 1] = 7;
+    assert!(err(&unknown).contains("DIGESTS has unknown verification 7"));
+    let mut wrap = b;
+    wrap[HEADER_LEN + 2..HEADER_LEN + 10].copy_from_slice(&u64::MAX.to_be_bytes());
+    assert!(err(&wrap).contains("overflows"));
+    // The largest batch fits.
+    let full = Msg::Digests(Digests {
+        algo: Algo::Blake3,
+        first: 0,
+        digests: vec![ChunkDigest::from_bytes(Algo::Blake3, &[7; 32]).unwrap(); MAX_DIGESTS],
+    });
+    let enc = encode(&full);
+    assert!(enc.len() <= MAX_MSG_LEN, "{}", enc.len());
+    assert_eq!(decode(&enc).unwrap(), full);
 }
 
 #[test]
@@ -405,13 +455,23 @@ fn msg() -> impl Strategy<Value = Msg> {
         any::<u32>(),
         any::<i64>(),
         0..1_000_000_000u32,
-        any::<u32>(),
+        (any::<u32>(), prop::sample::select(Algo::ALL.to_vec())),
         any::<[bool; 5]>(),
         any::<Option<Digest>>(),
         any::<Option<Digest>>(),
     )
         .prop_map(
-            |((version, kind, name, target), size, mode, s, ns, chunk_size, f, sum, auth)| {
+            |(
+                (version, kind, name, target),
+                size,
+                mode,
+                s,
+                ns,
+                (chunk_size, verify),
+                f,
+                sum,
+                auth,
+            )| {
                 let kind = EntryKind::from_code(kind).expect("0..3");
                 let file = kind == EntryKind::File;
                 let target = match (kind, target.is_empty()) {
@@ -429,6 +489,7 @@ fn msg() -> impl Strategy<Value = Msg> {
                     mtime_sec: s,
                     mtime_nsec: ns,
                     chunk_size,
+                    verify,
                     flags: HelloFlags {
                         resume: f[0],
                         force: f[1],
@@ -445,8 +506,25 @@ fn msg() -> impl Strategy<Value = Msg> {
         why: SkipWhy::ALL[i],
         message,
     });
+    let digests = (
+        prop::sample::select(Algo::ALL.to_vec()),
+        any::<u64>(),
+        prop::collection::vec(any::<[u8; 32]>(), 1..=MAX_DIGESTS),
+    )
+        .prop_map(|(algo, first, ds)| {
+            let first = first.min(u64::MAX - ds.len() as u64);
+            Msg::Digests(Digests {
+                algo,
+                first,
+                digests: ds
+                    .iter()
+                    .map(|d| ChunkDigest::from_bytes(algo, &d[..algo.digest_len()]).unwrap())
+                    .collect(),
+            })
+        });
     prop_oneof![
         hello,
+        digests,
         (any::<u16>(), any::<Digest>())
             .prop_map(|(version, nonce)| Msg::Challenge { version, nonce }),
         any::<(u64, u32, u32, u32, u64, Digest)>().prop_map(|t| Msg::Mr(Ring {

@@ -20,16 +20,22 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::budget::Budgets;
+use super::digest::{Algo, Layout};
 use super::names;
 use super::proto::{self, Digest, EntryKind, Msg, Reason};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 
+mod joint;
 mod receive;
 mod send;
+mod streams;
+mod stripe;
 
-pub use receive::{receive, receive_leased};
+pub use joint::{Streams, DEFAULT_MAX_STREAMS};
+pub use receive::{receive, receive_leased, receive_streams, Role};
 pub use send::send;
+pub use streams::{send_streams, STRIPE_MIN};
 
 /// Default chunk (ring slot) size.
 pub const DEFAULT_CHUNK: u32 = 1 << 20;
@@ -69,6 +75,8 @@ pub struct ReceiverOptions {
     pub slots: u32,
     /// Per-session limits (idle time, rate floor, refusals).
     pub budgets: Budgets,
+    /// The only chunk verification accepted (`recv --verify`); `None` accepts any.
+    pub verify: Option<Algo>,
 }
 
 impl ReceiverOptions {
@@ -82,6 +90,7 @@ impl ReceiverOptions {
             resume: false,
             slots: DEFAULT_SLOTS,
             budgets: Budgets::default(),
+            verify: None,
         }
     }
 
@@ -116,8 +125,12 @@ pub struct SenderOptions {
     pub update: bool,
     /// Compare existing files by BLAKE3 (hashed on both sides) instead of size and mtime.
     pub checksum: bool,
+    /// How chunks are verified (`send --verify`; the receiver may refuse it).
+    pub verify: Algo,
     /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
     pub corrupt_chunk: Option<u64>,
+    /// Streams (connections) to ask the receiver for ([`send_streams`]); 1: one connection.
+    pub streams: u16,
 }
 
 impl Default for SenderOptions {
@@ -131,7 +144,9 @@ impl Default for SenderOptions {
             ignore_existing: false,
             update: false,
             checksum: false,
+            verify: Algo::DEFAULT,
             corrupt_chunk: None,
+            streams: 1,
         }
     }
 }
@@ -186,6 +201,13 @@ pub enum Progress<'a> {
     },
     /// A file's verdict (delivered, refused or failed), as recorded in the [`SessionReport`].
     FileDone(&'a FileReport),
+    /// Sender: the receiver granted this many streams of those asked for (fewer: its cap).
+    Streams {
+        /// Streams asked for (`--streams`).
+        asked: u16,
+        /// Streams granted.
+        granted: u16,
+    },
 }
 
 /// What happened to one entry (a file, a directory or a symlink).
@@ -198,8 +220,12 @@ pub struct FileReport {
     pub kind: &'static str,
     /// File size.
     pub bytes: u64,
-    /// BLAKE3 (hex) of the verified file, when verified.
+    /// The verified file's digest (hex; see "Verification" in `docs/file-protocol.md`), when
+    /// verified.
     pub hash: Option<String>,
+    /// How it was verified: the chunk hash and the chunk size, e.g. `"xxh3/1048576"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
     /// `"ok"`, `"skipped"` (nothing to do: identical, or as the options say) or the reason
     /// (e.g. `"hash mismatch"`).
     pub result: String,
@@ -212,12 +238,13 @@ pub struct FileReport {
 pub const SKIPPED: &str = "skipped";
 
 impl FileReport {
-    fn ok(name: &str, bytes: u64, hash: &Digest) -> FileReport {
+    fn ok(name: &str, bytes: u64, hash: &Digest, layout: &Layout) -> FileReport {
         FileReport {
             name: clip(&names::printable(name)),
             kind: EntryKind::File.as_str(),
             bytes,
             hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
+            verify: Some(format!("{}/{}", layout.algo, layout.chunk)),
             result: "ok".into(),
             message: None,
         }
@@ -230,6 +257,7 @@ impl FileReport {
             kind: kind.as_str(),
             bytes: 0,
             hash: None,
+            verify: None,
             result: "ok".into(),
             message: None,
         }
@@ -241,6 +269,7 @@ impl FileReport {
             kind,
             bytes,
             hash: None,
+            verify: None,
             result: SKIPPED.into(),
             message: Some(clip(&names::printable(why))),
         }
@@ -252,6 +281,7 @@ impl FileReport {
             kind: EntryKind::File.as_str(),
             bytes,
             hash: None,
+            verify: None,
             result: reason.as_str().to_string(),
             // The reason is `result`: the message says the rest, without naming it again.
             message: Some(clip(&names::printable(reason.strip_label(&message)))),
@@ -335,6 +365,26 @@ impl SessionReport {
             if let Some(last) = &self.last {
                 progress(Progress::FileDone(last));
             }
+        }
+    }
+
+    /// Adds what another stream of the same session recorded (its files after these).
+    pub fn merge(&mut self, o: SessionReport) {
+        for f in o.files {
+            if self.files.len() < MAX_REPORTED_FILES {
+                self.files.push(f);
+            } else {
+                self.elided += 1;
+            }
+        }
+        self.elided += o.elided;
+        self.failed += o.failed;
+        self.skipped += o.skipped;
+        self.refused += o.refused;
+        self.bytes += o.bytes;
+        self.data_seconds += o.data_seconds;
+        if o.last.is_some() {
+            self.last = o.last;
         }
     }
 
@@ -449,7 +499,12 @@ mod tests {
             if i % 2 == 0 {
                 r.push(FileReport::failed(&long, 1, Reason::BadName, long.clone()));
             } else {
-                r.push(FileReport::ok(&long, 1, &[0; 32]));
+                r.push(FileReport::ok(
+                    &long,
+                    1,
+                    &[0; 32],
+                    &Layout::new(Algo::Xxh3, 4096, 1).unwrap(),
+                ));
             }
         }
         assert_eq!(r.files.len(), MAX_REPORTED_FILES);

@@ -1,9 +1,12 @@
 //! The sender: announces each file, writes its chunks into the receiver's ring, and records the
 //! receiver's verdict.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
 use std::time::Instant;
 
+use super::streams::{RangeSource, StripeJob};
 use super::{
     decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
     SenderOptions, SessionReport,
@@ -11,11 +14,14 @@ use super::{
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::names;
-use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, HelloFlags, Msg, Reason};
+use crate::xfer::file::proto::{
+    self, Digest, Digests, EntryKind, Hello, HelloFlags, Msg, Reason, MAX_DIGESTS,
+};
 use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
 
-struct SendRing {
+pub(super) struct SendRing {
     free: Vec<LocalBuf>,
     total: usize,
     slot_size: u32,
@@ -34,32 +40,75 @@ pub fn send(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
-    let nonce = match recv_ctl(ep)? {
-        Msg::Challenge { nonce, .. } => nonce,
+    let nonce = challenge(ep)?;
+    send_entries(ep, entries, opts, &nonce, report, progress)
+}
+
+/// Waits for the receiver's CHALLENGE and returns its nonce.
+pub(super) fn challenge(ep: &mut Endpoint) -> Result<Digest> {
+    match recv_ctl(ep)? {
+        Msg::Challenge { nonce, .. } => Ok(nonce),
         Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
-            return Err(peer_err(reason, &message))
+            Err(peer_err(reason, &message))
         }
-        other => {
-            return Err(Error::Protocol(format!(
-                "expected CHALLENGE from the receiver, got {other:?} (is the peer `rdmaxfer recv`?)"
-            )))
-        }
-    };
+        other => Err(Error::Protocol(format!(
+            "expected CHALLENGE from the receiver, got {other:?} (is the peer `rdmaxfer recv`?)"
+        ))),
+    }
+}
+
+/// Sends `entries` one after another on `ep`, then DONE (see [`send`]).
+pub(super) fn send_entries(
+    ep: &mut Endpoint,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    nonce: &Digest,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
     let mut ring: Option<SendRing> = None;
     for e in entries {
-        let before = report.file_count();
-        let r = send_one(ep, e, opts, &nonce, &mut ring, report, progress)
-            .map_err(|err| named_by_peer(ep, err));
-        report.announce_since(before, progress);
-        r?;
+        send_entry(ep, e, opts, nonce, &mut ring, report, progress, None)?;
     }
+    send_done(ep);
+    report.result("delivered")
+}
+
+/// Sends one entry (or, with `stripe`, one stripe of a file entry, a job of one stream of
+/// several) and tells `progress` its verdict (a striped file's with its last stripe).
+// The session's state, passed apart as in `send_one`, plus the stripe.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_entry(
+    ep: &mut Endpoint,
+    e: &SourceEntry,
+    opts: &SenderOptions,
+    nonce: &Digest,
+    ring: &mut Option<SendRing>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+    stripe: Option<&StripeJob>,
+) -> Result<()> {
+    let before = report.file_count();
+    let r = match stripe {
+        None => send_one(ep, e, opts, nonce, ring, report, progress),
+        Some(s) => {
+            let flags = hello_flags(opts);
+            send_file(ep, e, opts, nonce, flags, ring, report, progress, Some(s))
+        }
+    }
+    .map_err(|err| named_by_peer(ep, err));
+    report.announce_since(before, progress);
+    r
+}
+
+/// Ends the session with DONE.
+pub(super) fn send_done(ep: &mut Endpoint) {
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
     // failure to see DONE acknowledged does not undo what was delivered.
     if let Err(e) = send_msg(ep, &Msg::Done).and_then(|()| ep.flush()) {
         tracing::debug!("DONE not acknowledged ({e}); every file already has its verdict");
     }
-    report.result("delivered")
 }
 
 fn send_one(
@@ -72,19 +121,15 @@ fn send_one(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let name = e.name.as_str();
-    let flags = HelloFlags {
-        resume: opts.resume,
-        force: opts.force,
-        last: false,
-        ignore_existing: opts.ignore_existing,
-        update: opts.update,
-    };
+    let flags = hello_flags(opts);
     let (kind, target) = match &e.kind {
         SourceKind::Skipped(why) => {
             report.push(FileReport::skipped(name, "other", 0, why));
             return Ok(());
         }
-        SourceKind::File => return send_file(ep, e, opts, nonce, flags, ring, report, progress),
+        SourceKind::File => {
+            return send_file(ep, e, opts, nonce, flags, ring, report, progress, None)
+        }
         SourceKind::Dir => (EntryKind::Dir, String::new()),
         SourceKind::Symlink(t) => (EntryKind::Symlink, t.clone()),
     };
@@ -108,6 +153,7 @@ fn send_one(
         mtime_sec: meta.mtime(),
         mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
         chunk_size: opts.chunk,
+        verify: opts.verify,
         flags,
         checksum: None,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
@@ -137,7 +183,72 @@ fn send_one(
     Ok(())
 }
 
-// The session's state, passed apart as in `send_one`, plus the flags made there.
+fn hello_flags(opts: &SenderOptions) -> HelloFlags {
+    HelloFlags {
+        resume: opts.resume,
+        force: opts.force,
+        last: false,
+        ignore_existing: opts.ignore_existing,
+        update: opts.update,
+    }
+}
+
+/// Records a file's (or, striped, a stripe's) verdict: a stripe's goes to its file's tracker,
+/// which gives the file's verdict with the last stripe.
+fn record(
+    report: &mut SessionReport,
+    stripe: Option<&StripeJob>,
+    f: FileReport,
+    refused: bool,
+    digest: Option<Digest>,
+) {
+    let (f, refused) = match stripe {
+        None => (f, refused),
+        Some(s) => match s.track.end(&s.stripe, f, refused, digest) {
+            Some(done) => done,
+            None => return,
+        },
+    };
+    if refused {
+        report.push_refused(f);
+    } else {
+        report.push(f);
+    }
+}
+
+/// The file, or one stripe of it, as read for sending.
+enum Reading {
+    Whole(Source),
+    Range(RangeSource),
+}
+
+/// `$e` with `$s` bound to whichever source `$r` holds.
+macro_rules! either {
+    ($r:expr, $s:ident => $e:expr) => {
+        match $r {
+            Reading::Whole($s) => $e,
+            Reading::Range($s) => $e,
+        }
+    };
+}
+
+impl ChunkSource for Reading {
+    fn size(&self) -> u64 {
+        either!(self, s => ChunkSource::size(s))
+    }
+    fn first_chunk(&self) -> u64 {
+        either!(self, s => ChunkSource::first_chunk(s))
+    }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        either!(self, s => ChunkSource::read_chunk_at(s, index, buf))
+    }
+    fn finish(&self) -> Result<Digest> {
+        either!(self, s => ChunkSource::finish(s))
+    }
+}
+
+// The session's state, passed apart as in `send_one`, plus the flags made there and the
+// stripe (when this is one stripe of the file).
 #[allow(clippy::too_many_arguments)]
 fn send_file(
     ep: &mut Endpoint,
@@ -148,24 +259,33 @@ fn send_file(
     ring: &mut Option<SendRing>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress),
+    stripe: Option<&StripeJob>,
 ) -> Result<()> {
     let name = e.name.as_str();
     let opened = Source::open(&e.path).and_then(|src| {
-        let sum = match opts.checksum {
-            true => Some(source::hash_file(&e.path)?),
-            false => None,
+        let sum = match (stripe, opts.checksum) {
+            (Some(s), _) => s.track.checksum,
+            (None, true) => Some(source::hash_file(&e.path)?),
+            (None, false) => None,
         };
+        if let Some(s) = stripe.filter(|s| s.track.size != src.size()) {
+            return Err(Error::refused(
+                Reason::ReadError,
+                format!(
+                    "{}: size changed from {} to {} while being sent",
+                    e.path.display(),
+                    s.track.size,
+                    src.size()
+                ),
+            ));
+        }
         Ok((src, sum))
     });
     let (mut src, checksum) = match opened {
         Ok(s) => s,
         Err(err) => {
-            report.push(FileReport::failed(
-                name,
-                0,
-                reason_of(&err),
-                err.to_string(),
-            ));
+            let f = FileReport::failed(name, 0, reason_of(&err), err.to_string());
+            record(report, stripe, f, false, None);
             return Ok(());
         }
     };
@@ -182,20 +302,26 @@ fn send_file(
         mtime_sec,
         mtime_nsec,
         chunk_size: opts.chunk,
+        verify: opts.verify,
         flags,
         checksum,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
     };
+    if let Some(s) = stripe {
+        send_msg(ep, &Msg::Stripe(s.stripe))?;
+    }
     send_msg(ep, &Msg::Hello(hello))?;
     let mr = match recv_ctl(ep)? {
         Msg::Mr(r) => r,
         Msg::Skip { message, .. } => {
-            report.push(FileReport::skipped(name, "file", size, &message));
+            let f = FileReport::skipped(name, "file", size, &message);
+            record(report, stripe, f, false, None);
             return Ok(());
         }
         Msg::Refuse { reason, message } => {
             let err = peer_err(reason, &message);
-            report.push_refused(FileReport::failed(name, size, reason, message));
+            let f = FileReport::failed(name, size, reason, message);
+            record(report, stripe, f, true, None);
             if matches!(reason, Reason::AuthFailed | Reason::Version) {
                 return Err(err);
             }
@@ -225,23 +351,34 @@ fn send_file(
         rkey: mr.rkey,
         len: u64::from(mr.slot_size) * u64::from(mr.slot_count),
     };
-    if mr.resume_offset > 0 && !src.skip_verified(mr.resume_offset, &mr.resume_hash)? {
+    let (reading, what) = match stripe {
+        None => {
+            src.start(mr.slot_size, opts.verify)?;
+            let same =
+                mr.resume_offset == 0 || src.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            (same.then_some(Reading::Whole(src)), "partial file")
+        }
+        Some(s) => {
+            let mut r = RangeSource::open(&e.path, size, &s.stripe)?;
+            r.start(mr.slot_size, opts.verify)?;
+            let same =
+                mr.resume_offset == 0 || r.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            (same.then_some(Reading::Range(r)), "partial stripe")
+        }
+    };
+    let Some(reading) = reading else {
         let err = Error::refused(
             Reason::ReadError,
             format!(
-                "{name}: the receiver's partial file ({} bytes) differs from this one; remove it there or send without --resume",
+                "{name}: the receiver's {what} ({} bytes) differs from this one; remove it there or send without --resume",
                 mr.resume_offset
             ),
         );
         send_err(ep, Reason::ReadError, &err);
-        report.push(FileReport::failed(
-            name,
-            size,
-            Reason::ReadError,
-            err.to_string(),
-        ));
+        let f = FileReport::failed(name, size, Reason::ReadError, err.to_string());
+        record(report, stripe, f, false, None);
         return Err(err);
-    }
+    };
 
     // Registered send buffers, re-made only if the slot size changes.
     let depth = opts.slots.min(mr.slot_count).max(1) as usize;
@@ -263,10 +400,16 @@ fn send_file(
     let hash = match send_data(
         ep,
         r,
-        src,
+        &reading,
         &remote,
         mr.slot_count,
-        opts.corrupt_chunk,
+        // The test hook names a chunk of the file: a stripe's own chunks count from its offset.
+        match stripe {
+            None => opts.corrupt_chunk,
+            Some(s) => opts
+                .corrupt_chunk
+                .and_then(|c| c.checked_sub(s.stripe.offset / u64::from(mr.slot_size))),
+        },
         &mut |n| {
             progress(Progress::Bytes {
                 file_done: n,
@@ -284,138 +427,211 @@ fn send_file(
             if err.reason() == Some(Reason::ReadError) {
                 send_err(ep, Reason::ReadError, &err);
             }
-            report.push(FileReport::failed(
-                name,
-                size,
-                reason_of(&err),
-                err.to_string(),
-            ));
+            let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
+            record(report, stripe, f, false, None);
             return Err(err);
         }
     };
-    send_msg(ep, &Msg::Fin { bytes: size, hash })?;
+    // The chunk digests go ahead of FIN (the receiver names the first bad chunk).
+    let (len, chunks) = match &reading {
+        Reading::Whole(src) => (size, src.chunks()?),
+        Reading::Range(r) => (r.len(), r.chunks()?),
+    };
+    send_digests(ep, chunks)?;
+    let layout = *chunks.layout();
+    send_msg(ep, &Msg::Fin { bytes: len, hash })?;
     let verdict = recv_ctl(ep)?;
     report.data_seconds += data_start.elapsed().as_secs_f64();
     match verdict {
         Msg::Ack {
             status: Reason::Ok, ..
-        } => report.push(FileReport::ok(name, size, &hash)),
-        Msg::Ack { status, message } => report.push(FileReport::failed(
-            name,
-            size,
-            status,
-            format!("the receiver reports: {}", names::printable(&message)),
-        )),
+        } => {
+            let f = FileReport::ok(name, size, &hash, &layout);
+            record(report, stripe, f, false, Some(hash));
+        }
+        Msg::Ack { status, message } => {
+            let f = FileReport::failed(
+                name,
+                size,
+                status,
+                format!("the receiver reports: {}", names::printable(&message)),
+            );
+            record(report, stripe, f, false, None);
+        }
         Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
         other => return Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
     }
     Ok(())
 }
 
-/// Sends the rest of `src` (from its current offset): a reader thread reads and hashes chunks
-/// into the registered buffers while this thread posts them and takes completed ones back, so
-/// disk, hash and network overlap. Returns the whole file's hash and the bytes written (also
-/// with an error).
-fn send_data(
+/// What [`send_data`] reads from: a whole file ([`Source`]) or one stripe of it. Chunk
+/// indices count from the start of what it covers.
+pub(super) trait ChunkSource: Sync {
+    /// Bytes it covers.
+    fn size(&self) -> u64;
+    /// The first chunk to send (after those the receiver holds).
+    fn first_chunk(&self) -> u64;
+    /// Reads and hashes chunk `index` into `buf`; returns its length.
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize>;
+    /// The digest of all it covers, once every chunk was read.
+    fn finish(&self) -> Result<Digest>;
+}
+
+impl ChunkSource for Source {
+    fn size(&self) -> u64 {
+        Source::size(self)
+    }
+    fn first_chunk(&self) -> u64 {
+        Source::first_chunk(self)
+    }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        Source::read_chunk_at(self, index, buf)
+    }
+    fn finish(&self) -> Result<Digest> {
+        Source::finish(self)
+    }
+}
+
+/// Sends DIGESTS: the digest of every chunk of the file (or stripe), in order, in batches.
+fn send_digests(ep: &mut Endpoint, chunks: &Chunks) -> Result<()> {
+    let mut first = 0;
+    loop {
+        let digests = chunks.batch(first, MAX_DIGESTS);
+        if digests.is_empty() {
+            return Ok(());
+        }
+        let n = digests.len() as u64;
+        let algo = chunks.layout().algo;
+        send_msg(
+            ep,
+            &Msg::Digests(Digests {
+                algo,
+                first,
+                digests,
+            }),
+        )?;
+        first += n;
+    }
+}
+
+/// Sends the rest of `src` (after the chunks the receiver holds): a pool of reader threads
+/// reads and hashes chunks straight into the registered buffers, in any order, while this
+/// thread posts them in order and takes completed ones back, so disk, hashing (on every core)
+/// and network overlap. Returns the whole file's digest and the bytes written (also with an
+/// error).
+pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
     r: &mut SendRing,
-    src: Source,
+    src: &S,
     remote: &RemoteRegion,
     slot_count: u32,
     corrupt_chunk: Option<u64>,
     progress: &mut dyn FnMut(u64),
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
-    let size = src.size();
     let slot = u64::from(r.slot_size);
-    let chunks = (size - src.offset()).div_ceil(slot);
+    let first = src.first_chunk();
+    let chunks = src.size().div_ceil(slot);
     let mut written = 0u64;
+    let threads = digest::threads(r.total);
+    let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, LocalBuf)>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, LocalBuf)>();
+    let job_rx = Mutex::new(job_rx);
     std::thread::scope(|sc| {
-        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<LocalBuf>();
-        let (full_tx, full_rx) = std::sync::mpsc::channel::<Result<(LocalBuf, usize)>>();
-        let reader = sc.spawn(move || {
-            let mut src = src;
-            let mut k = 0u64;
-            while src.offset() < size {
-                let Ok(mut buf) = empty_rx.recv() else { break };
-                let want = (size - src.offset()).min(slot) as usize;
-                let r = src.read_chunk(&mut buf[..want]).map(|n| {
+        for _ in 0..threads {
+            let (job_rx, done_tx) = (&job_rx, done_tx.clone());
+            sc.spawn(move || loop {
+                let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((k, mut buf)) = job else { return };
+                let got = src.read_chunk_at(k, &mut buf).inspect(|&n| {
                     if corrupt_chunk == Some(k) && n > 0 {
                         buf[0] ^= 0xff;
                     }
-                    (buf, n)
                 });
-                let failed = r.is_err();
-                if full_tx.send(r).is_err() || failed {
-                    break;
+                if done_tx.send((k, got, buf)).is_err() {
+                    return;
                 }
-                k += 1;
-            }
-            src
-        });
-        let mut at_reader = 0usize;
-        for b in r.free.drain(..) {
-            if empty_tx.send(b).is_ok() {
-                at_reader += 1;
-            }
+            });
         }
+        drop(done_tx);
+        let mut at_workers = 0usize;
+        let mut assigned = first;
+        let mut ready: BTreeMap<u64, (LocalBuf, usize)> = BTreeMap::new();
         let mut in_flight = 0usize;
         let res: Result<()> = (|| {
-            let mut k = 0u64;
+            let mut k = first;
             while k < chunks {
-                if at_reader == 0 {
-                    collect(ep, r, &mut in_flight)?;
-                    for b in r.free.drain(..) {
-                        if empty_tx.send(b).is_ok() {
-                            at_reader += 1;
+                if let Some((buf, n)) = ready.remove(&k) {
+                    let rel = k - first;
+                    let slot_idx = (rel % u64::from(slot_count)) as u16;
+                    let imm = proto::encode_imm(proto::Imm {
+                        slot: slot_idx,
+                        seq: rel as u16,
+                    });
+                    let target = match remote.slice(u64::from(slot_idx) * slot, n as u64) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            r.free.push(buf);
+                            return Err(e);
+                        }
+                    };
+                    let wr = SendRequest::new(
+                        rel,
+                        SendOp::WriteWithImm(target, imm),
+                        [Sge::range(buf, 0, n)],
+                    );
+                    if let Err(pe) = ep.post(wr) {
+                        r.free
+                            .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
+                        return Err(pe.error);
+                    }
+                    in_flight += 1;
+                    k += 1;
+                    written += n as u64;
+                    progress(written);
+                } else if assigned < chunks && !r.free.is_empty() {
+                    let buf = r.free.pop().expect("not empty");
+                    if let Err(e) = job_tx.send((assigned, buf)) {
+                        r.free.push(e.0 .1);
+                        return Err(Error::refused(Reason::Internal, "the reader threads ended"));
+                    }
+                    at_workers += 1;
+                    assigned += 1;
+                } else if at_workers > 0 {
+                    let (i, got, buf) = done_rx.recv().map_err(|_| {
+                        Error::refused(Reason::Internal, "the reader threads ended")
+                    })?;
+                    at_workers -= 1;
+                    match got {
+                        Ok(n) => {
+                            ready.insert(i, (buf, n));
+                        }
+                        Err(e) => {
+                            r.free.push(buf);
+                            return Err(e);
                         }
                     }
-                    continue;
+                } else {
+                    collect(ep, r, &mut in_flight)?;
                 }
-                let (buf, n) = full_rx
-                    .recv()
-                    .map_err(|_| Error::refused(Reason::Internal, "the reader thread ended"))??;
-                at_reader -= 1;
-                let slot_idx = (k % u64::from(slot_count)) as u16;
-                let imm = proto::encode_imm(proto::Imm {
-                    slot: slot_idx,
-                    seq: k as u16,
-                });
-                let target = remote.slice(u64::from(slot_idx) * slot, n as u64)?;
-                let wr = SendRequest::new(
-                    k,
-                    SendOp::WriteWithImm(target, imm),
-                    [Sge::range(buf, 0, n)],
-                );
-                if let Err(pe) = ep.post(wr) {
-                    r.free
-                        .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
-                    return Err(pe.error);
-                }
-                in_flight += 1;
-                k += 1;
-                written += n as u64;
-                progress(written);
             }
             while in_flight > 0 {
                 collect(ep, r, &mut in_flight)?;
             }
             Ok(())
         })();
-        drop(empty_tx);
-        let src = reader.join();
-        // Buffers the reader still held are dropped with the channel: make the ring whole again.
-        r.free
-            .extend(full_rx.try_iter().filter_map(|x| x.ok().map(|(b, _)| b)));
+        drop(job_tx);
+        // Buffers still at the workers or waiting to be posted: the ring is whole again.
+        for _ in 0..at_workers {
+            match done_rx.recv() {
+                Ok((_, _, buf)) => r.free.push(buf),
+                Err(_) => break,
+            }
+        }
+        r.free.extend(ready.into_values().map(|(b, _)| b));
         if r.free.len() + in_flight < r.total {
-            // Some buffers were lost (reader error path): re-made on the next file.
+            // Some buffers were lost (a worker panicked): re-made on the next file.
             r.total = usize::MAX;
         }
-        let src = src.map_err(|_| {
-            (
-                Error::refused(Reason::Internal, "the reader thread panicked"),
-                written,
-            )
-        })?;
         res.map_err(|e| (e, written))?;
         src.finish().map(|h| (h, written)).map_err(|e| (e, written))
     })
@@ -446,7 +662,7 @@ fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result
 /// A failure seen on this side (a lost connection, a withdrawn ring, a timeout) whose cause the
 /// receiver may have sent just before it ended the session (an ERR or REFUSE, e.g. a spent
 /// budget, while this sender was stopped): that message, if it arrived, names the cause.
-fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
+pub(super) fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
     if matches!(err, Error::Refused { .. }) {
         return err;
     }

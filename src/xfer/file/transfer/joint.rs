@@ -1,0 +1,418 @@
+//! Receiver: sessions carried by several streams (OPEN, JOIN) and the files striped over them.
+//!
+//! A [`Streams`] registry lives as long as the receiver; each OPEN makes a [`Joint`] (the
+//! session's shared state: its random id, the streams granted and joined, the striped files
+//! being assembled) that the registry holds weakly, so it goes when its last stream ends.
+//! Every stream is still its own connection, admitted (`--max-sessions`) and given its ring
+//! (`--max-memory`) like any sender; a session has at most `--max-streams` of them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::error::{Error, Result};
+use crate::xfer::file::proto::{self, Reason, SessionId, Stripe, MAX_STREAMS};
+use crate::xfer::file::sink::Sink;
+
+/// Default `recv --max-streams`: streams one session may open.
+pub const DEFAULT_MAX_STREAMS: u16 = 8;
+
+/// What a receiver keeps of striped files abandoned with `--resume`: for each file name, the
+/// stripe layout and how many bytes of each stripe are in its temporary file, so a resumed
+/// transfer continues every stripe where it stopped. Kept in memory: a restarted receiver
+/// starts such a file over.
+#[derive(Clone, Debug)]
+struct Partial {
+    size: u64,
+    /// (offset, length, bytes held from the offset) per stripe.
+    stripes: Vec<(u64, u64, u64)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The receiver's registry of sessions with several streams.
+#[derive(Debug)]
+pub struct Streams {
+    max: u16,
+    sessions: Mutex<HashMap<SessionId, Weak<Joint>>>,
+    partials: Arc<Mutex<HashMap<String, Partial>>>,
+}
+
+impl Streams {
+    /// A registry granting each session at most `max_streams` streams (1..=[`MAX_STREAMS`]).
+    pub fn new(max_streams: u16) -> Streams {
+        Streams {
+            max: max_streams.clamp(1, MAX_STREAMS),
+            sessions: Mutex::new(HashMap::new()),
+            partials: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The cap on streams per session.
+    pub fn max_streams(&self) -> u16 {
+        self.max
+    }
+
+    /// A new session asking for `asked` streams: granted at most the cap.
+    pub(super) fn open(&self, asked: u16) -> Arc<Joint> {
+        let granted = asked.clamp(1, self.max);
+        let mut joined = vec![false; usize::from(granted)];
+        joined[0] = true;
+        let j = Arc::new(Joint {
+            id: proto::new_session_id(),
+            granted,
+            joined: Mutex::new(joined),
+            files: Mutex::new(HashMap::new()),
+            partials: self.partials.clone(),
+        });
+        let mut s = lock(&self.sessions);
+        s.retain(|_, w| w.strong_count() > 0);
+        s.insert(j.id, Arc::downgrade(&j));
+        j
+    }
+
+    /// Stream `index` joining session `id`: refused (authentication failed) for an id that is
+    /// not a live session, an index beyond the streams granted or one already joined.
+    pub(super) fn join(&self, id: &SessionId, index: u16) -> Result<Arc<Joint>> {
+        let j = lock(&self.sessions)
+            .get(id)
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| {
+                Error::refused(
+                    Reason::AuthFailed,
+                    "JOIN names no session of this receiver (unknown or ended session id)",
+                )
+            })?;
+        let mut joined = lock(&j.joined);
+        match joined.get_mut(usize::from(index)) {
+            Some(slot) if !*slot => *slot = true,
+            Some(_) => {
+                return Err(Error::refused(
+                    Reason::Protocol,
+                    format!("stream {index} of this session has joined already"),
+                ))
+            }
+            None => {
+                return Err(Error::refused(
+                    Reason::Protocol,
+                    format!(
+                        "stream {index} is beyond the {} streams this session was granted",
+                        j.granted
+                    ),
+                ))
+            }
+        }
+        drop(joined);
+        Ok(j)
+    }
+}
+
+/// One session's state shared by its streams.
+#[derive(Debug)]
+pub(super) struct Joint {
+    pub(super) id: SessionId,
+    pub(super) granted: u16,
+    joined: Mutex<Vec<bool>>,
+    files: Mutex<HashMap<String, Arc<Mutex<FileState>>>>,
+    partials: Arc<Mutex<HashMap<String, Partial>>>,
+}
+
+/// How the receiver answered a striped file's first HELLO: every later stripe gets the same.
+#[derive(Clone, Debug)]
+pub(super) enum Answer {
+    Skip(proto::SkipWhy, String),
+    Refuse(Reason, String),
+}
+
+/// A striped file of a session.
+#[derive(Debug)]
+pub(super) enum FileState {
+    /// No stripe has been decided on yet.
+    Undecided,
+    /// Skipped or refused (by the first stripe's HELLO).
+    Answered(Answer),
+    /// Being received.
+    Open(Box<Assembly>),
+    /// Committed or failed: later stripes of it are a protocol error.
+    Ended,
+}
+
+/// A striped file being assembled: one temporary file, each stripe written at its offset by its
+/// own stream and verified apart; committed once, when every stripe is verified.
+#[derive(Debug)]
+pub(super) struct Assembly {
+    pub(super) name: String,
+    pub(super) sink: Option<Sink>,
+    pub(super) size: u64,
+    /// Per stripe: the range announced, whether it started, its verified digest, the bytes
+    /// written from its offset so far (for resume), and whether it ended.
+    pub(super) stripes: Vec<StripeState>,
+    /// The first failure of a stripe (the file is then not committed).
+    pub(super) failure: Option<(Reason, String)>,
+    /// Bytes held per stripe from an earlier, abandoned attempt (resume).
+    pub(super) held: Vec<(u64, u64, u64)>,
+    keep: bool,
+    partials: Arc<Mutex<HashMap<String, Partial>>>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct StripeState {
+    pub(super) range: Option<(u64, u64)>,
+    pub(super) digest: Option<proto::Digest>,
+    pub(super) written: u64,
+    pub(super) ended: bool,
+}
+
+impl Joint {
+    /// The shared state of the striped file `name` (made undecided on first sight).
+    pub(super) fn file(&self, name: &str) -> Arc<Mutex<FileState>> {
+        lock(&self.files)
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Mutex::new(FileState::Undecided)))
+            .clone()
+    }
+
+    /// An assembly for `name` received into `sink`, continuing what an abandoned attempt with
+    /// the same size left (when `sink` continued its temporary file).
+    pub(super) fn assembly(
+        &self,
+        name: &str,
+        sink: Sink,
+        size: u64,
+        count: u16,
+        keep: bool,
+    ) -> Assembly {
+        let previous = lock(&self.partials).remove(name);
+        let held = match previous {
+            Some(p) if p.size == size && sink.held() > 0 => p.stripes,
+            _ => Vec::new(),
+        };
+        Assembly {
+            name: name.to_string(),
+            sink: Some(sink),
+            size,
+            stripes: vec![StripeState::default(); usize::from(count)],
+            failure: None,
+            held,
+            keep,
+            partials: self.partials.clone(),
+        }
+    }
+}
+
+impl Assembly {
+    /// Bytes of stripe `s` held from an earlier attempt (0 unless its layout is the same).
+    pub(super) fn held_of(&self, s: &Stripe) -> u64 {
+        self.held
+            .get(usize::from(s.index))
+            .filter(|h| (h.0, h.1) == (s.offset, s.len))
+            .map_or(0, |h| h.2.min(s.len))
+    }
+
+    /// Checks `s` against the file and the stripes seen, and marks it started.
+    pub(super) fn start(&mut self, s: &Stripe) -> Result<()> {
+        if usize::from(s.count) != self.stripes.len() || s.end() > self.size {
+            return Err(Error::Protocol(format!(
+                "STRIPE {} of {} ({} bytes at {}) does not fit this file of {} bytes in {} stripes",
+                s.index,
+                s.count,
+                s.len,
+                s.offset,
+                self.size,
+                self.stripes.len()
+            )));
+        }
+        let st = &mut self.stripes[usize::from(s.index)];
+        if st.range.is_some() {
+            return Err(Error::Protocol(format!(
+                "stripe {} of this file was sent twice",
+                s.index
+            )));
+        }
+        st.range = Some((s.offset, s.len));
+        Ok(())
+    }
+
+    /// Records the end of stripe `index` (verified with `digest`, or failed). When every stripe
+    /// has ended, commits the file (all verified, ranges covering it) or gives it up, and
+    /// returns the file's verdict: its digest or the failure.
+    pub(super) fn end(
+        &mut self,
+        index: u16,
+        result: std::result::Result<proto::Digest, (Reason, String)>,
+        written: u64,
+    ) -> Option<Result<proto::Digest>> {
+        let st = &mut self.stripes[usize::from(index)];
+        st.ended = true;
+        st.written = written;
+        match result {
+            Ok(d) => st.digest = Some(d),
+            Err(f) => {
+                self.failure.get_or_insert(f);
+            }
+        }
+        if !self.stripes.iter().all(|s| s.ended) {
+            return None;
+        }
+        let sink = self.sink.take()?;
+        let mut parts = Vec::with_capacity(self.stripes.len());
+        let mut next = 0u64;
+        for s in &self.stripes {
+            match (s.range, s.digest) {
+                (Some((off, len)), Some(d)) if off == next => {
+                    parts.push((off, len, d));
+                    next = off + len;
+                }
+                _ => break,
+            }
+        }
+        if self.failure.is_none() && (parts.len() != self.stripes.len() || next != self.size) {
+            self.failure = Some((
+                Reason::Protocol,
+                "the stripes do not cover the file exactly".into(),
+            ));
+        }
+        Some(match self.failure.clone() {
+            None => sink.commit_verified(&proto::striped_digest(&parts)),
+            Some((reason, message)) => {
+                self.record_partial();
+                drop(sink);
+                Err(Error::refused(reason, message))
+            }
+        })
+    }
+
+    /// With `--resume`, what each stripe holds, for the next attempt.
+    fn record_partial(&self) {
+        if !self.keep {
+            return;
+        }
+        let stripes = self
+            .stripes
+            .iter()
+            .map(|s| {
+                let (off, len) = s.range.unwrap_or((0, 0));
+                let held = if s.digest.is_some() { len } else { s.written };
+                (off, len, held.min(len))
+            })
+            .collect();
+        lock(&self.partials).insert(
+            self.name.clone(),
+            Partial {
+                size: self.size,
+                stripes,
+            },
+        );
+    }
+}
+
+impl Drop for Assembly {
+    fn drop(&mut self) {
+        // A session that ended before every stripe did: keep what is there for a resume.
+        if self.sink.is_some() {
+            self.record_partial();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xfer::file::names::sanitize;
+    use crate::xfer::file::sink::SinkOptions;
+    use std::os::unix::fs::FileExt;
+
+    fn stripe(index: u16, offset: u64, len: u64) -> Stripe {
+        Stripe {
+            index,
+            count: 2,
+            offset,
+            len,
+        }
+    }
+
+    fn assembly(streams: &Streams, out: &std::path::Path, keep: bool) -> Assembly {
+        let rel = sanitize("f").unwrap();
+        let sink = Sink::create(out, &rel, 8, SinkOptions::default()).unwrap();
+        streams.open(2).assembly("f", sink, 8, 2, keep)
+    }
+
+    #[test]
+    fn stripes_commit_once_all_are_verified_and_never_after_a_failure() {
+        let out = tempfile::tempdir().unwrap();
+        let streams = Streams::new(4);
+        let mut a = assembly(&streams, out.path(), false);
+        let (s0, s1) = (stripe(0, 0, 4), stripe(1, 4, 4));
+        a.start(&s1).unwrap();
+        a.start(&s0).unwrap();
+        assert!(a.start(&s0).is_err(), "a stripe twice");
+        let f = a.sink.as_ref().unwrap().temp_file().unwrap();
+        f.write_all_at(b"efgh", 4).unwrap();
+        f.write_all_at(b"abcd", 0).unwrap();
+        assert!(a.end(1, Ok([1; 32]), 4).is_none(), "stripe 0 still to come");
+        let d = a.end(0, Ok([0; 32]), 4).unwrap().unwrap();
+        assert_eq!(
+            d,
+            proto::striped_digest(&[(0, 4, [0; 32]), (4, 4, [1; 32])])
+        );
+        assert_eq!(std::fs::read(out.path().join("f")).unwrap(), b"abcdefgh");
+
+        let out2 = tempfile::tempdir().unwrap();
+        let mut a = assembly(&streams, out2.path(), false);
+        a.start(&s0).unwrap();
+        a.start(&s1).unwrap();
+        let fail = (Reason::HashMismatch, "stripe 0 differs".to_string());
+        assert!(a.end(0, Err(fail), 0).is_none());
+        let e = a.end(1, Ok([1; 32]), 4).unwrap().unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
+        drop(a);
+        assert_eq!(
+            std::fs::read_dir(out2.path()).unwrap().count(),
+            0,
+            "nothing left"
+        );
+    }
+
+    #[test]
+    fn an_abandoned_striped_file_is_resumed_stripe_by_stripe() {
+        let out = tempfile::tempdir().unwrap();
+        let streams = Streams::new(4);
+        let opts = SinkOptions {
+            resume: true,
+            ..Default::default()
+        };
+        let rel = sanitize("f").unwrap();
+        let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
+        let mut a = streams.open(2).assembly("f", sink, 8, 2, true);
+        let (s0, s1) = (stripe(0, 0, 4), stripe(1, 4, 4));
+        a.start(&s0).unwrap();
+        a.start(&s1).unwrap();
+        let f = a.sink.as_ref().unwrap().temp_file().unwrap();
+        f.write_all_at(b"abcdef", 0).unwrap();
+        let lost = (Reason::Internal, "lost".to_string());
+        assert!(a.end(0, Err(lost.clone()), 4).is_none());
+        assert!(a.end(1, Err(lost), 2).unwrap().is_err());
+        drop(a);
+        // The next attempt finds what each stripe holds.
+        let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
+        let a = streams.open(2).assembly("f", sink, 8, 2, true);
+        assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2));
+        assert_eq!(a.held_of(&stripe(1, 3, 5)), 0, "another layout starts over");
+    }
+
+    #[test]
+    fn joins_need_a_live_session_and_a_free_index() {
+        let streams = Streams::new(3);
+        let j = streams.open(5);
+        assert_eq!(j.granted, 3, "capped");
+        let e = streams.join(&proto::new_session_id(), 1).unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::AuthFailed), "{e}");
+        streams.join(&j.id, 1).unwrap();
+        assert!(streams.join(&j.id, 1).is_err(), "joined already");
+        assert!(streams.join(&j.id, 3).is_err(), "beyond the grant");
+        let id = j.id;
+        drop(j);
+        assert!(streams.join(&id, 2).is_err(), "an ended session");
+    }
+}

@@ -1,0 +1,578 @@
+//! Sender: one transfer over several streams (connections, possibly on several devices). The
+//! first stream opens the session (OPEN → SESSION: an id and the streams granted), the others
+//! join it (JOIN); a tree's entries are spread over the streams, and a large file is split into
+//! stripes (byte ranges, one per stream), each sent on whichever stream takes it next. See
+//! "Streams" in `docs/file-protocol.md`.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, SendRing};
+use super::{peer_err, recv_ctl, send_msg, FileReport, Progress, SenderOptions, SessionReport};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::proto::Algo;
+use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason, Stripe};
+use crate::xfer::file::source::{self, read_err, SourceEntry, SourceKind};
+
+/// Files at least this large are striped over the streams (smaller ones go whole).
+pub const STRIPE_MIN: u64 = 8 << 20;
+/// Stripes start at multiples of this (whatever the chunk size, so that a resumed transfer
+/// with another `--chunk` finds the same stripes).
+pub const STRIPE_ALIGN: u64 = 1 << 20;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One stripe of a file, as a job of some stream.
+#[derive(Debug, Clone)]
+pub(super) struct StripeJob {
+    pub(super) stripe: Stripe,
+    pub(super) track: Arc<FileTrack>,
+}
+
+/// A stripe's verdict as the sender records it.
+type StripeEnd = (FileReport, bool, Option<Digest>);
+
+/// The sender's view of a striped file: the stripes' verdicts, merged into the file's when the
+/// last one arrives.
+#[derive(Debug)]
+pub(super) struct FileTrack {
+    pub(super) size: u64,
+    /// `send --checksum`: the file's BLAKE3, computed once for every stripe's HELLO.
+    pub(super) checksum: Option<Digest>,
+    stripes: Vec<Stripe>,
+    ends: Mutex<Vec<Option<StripeEnd>>>,
+}
+
+impl FileTrack {
+    /// Records stripe `s`'s verdict (`refused`: before any data; `digest`: verified); returns
+    /// the file's verdict (and whether refused) once every stripe has one.
+    pub(super) fn end(
+        &self,
+        s: &Stripe,
+        f: FileReport,
+        refused: bool,
+        digest: Option<Digest>,
+    ) -> Option<(FileReport, bool)> {
+        let mut ends = lock(&self.ends);
+        ends[usize::from(s.index)] = Some((f, refused, digest));
+        let all: Vec<&StripeEnd> = ends.iter().flatten().collect();
+        if all.len() < self.stripes.len() {
+            return None;
+        }
+        if let Some(e) = all.iter().find(|e| e.1) {
+            return Some((e.0.clone(), true));
+        }
+        if let Some(e) = all.iter().find(|e| !e.0.is_ok() && !e.0.is_skipped()) {
+            return Some((e.0.clone(), false));
+        }
+        let mut f = all[0].0.clone();
+        if all.iter().any(|e| e.0.is_skipped()) {
+            return Some((f, false));
+        }
+        let parts: Vec<(u64, u64, Digest)> = self
+            .stripes
+            .iter()
+            .zip(&all)
+            .map(|(s, e)| (s.offset, s.len, e.2.unwrap_or_default()))
+            .collect();
+        f.bytes = self.size;
+        f.hash = Some(
+            blake3::Hash::from(proto::striped_digest(&parts))
+                .to_hex()
+                .to_string(),
+        );
+        Some((f, false))
+    }
+}
+
+/// Reads one stripe of a file (`[offset, offset + len)`), chunk by chunk from several
+/// threads, each chunk hashed as it is read: the stripe's digest is the file digest formula
+/// over the stripe's chunks (see [`digest`]).
+pub(super) struct RangeSource {
+    file: File,
+    path: PathBuf,
+    size: u64,
+    stripe: Stripe,
+    /// Bytes of the stripe the receiver holds (whole chunks), not sent.
+    held: u64,
+    chunks: Option<Chunks>,
+}
+
+impl RangeSource {
+    /// Opens `path` (of `size` bytes, as planned) for stripe `s`.
+    pub(super) fn open(path: &Path, size: u64, s: &Stripe) -> Result<RangeSource> {
+        let file = File::open(path).map_err(|e| read_err(path, e))?;
+        Ok(RangeSource {
+            file,
+            path: path.to_path_buf(),
+            size,
+            stripe: *s,
+            held: 0,
+            chunks: None,
+        })
+    }
+
+    /// Fixes how the stripe is cut (the receiver's slot size) and hashed. Once, before reading.
+    pub(super) fn start(&mut self, chunk: u32, algo: Algo) -> Result<()> {
+        let layout = Layout::new(algo, u64::from(chunk), self.stripe.len)?;
+        self.chunks = Some(Chunks::new(layout));
+        Ok(())
+    }
+
+    /// The chunk digests so far (after [`start`](RangeSource::start)).
+    pub(super) fn chunks(&self) -> Result<&Chunks> {
+        self.chunks
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the stripe source was not started".into()))
+    }
+
+    /// The stripe's length.
+    pub(super) fn len(&self) -> u64 {
+        self.stripe.len
+    }
+
+    /// How the stripe is cut and hashed.
+    pub(super) fn layout(&self) -> Result<Layout> {
+        self.chunks().map(|c| *c.layout())
+    }
+
+    /// For `--resume`: hashes the stripe's first `held` bytes (whole chunks) and continues
+    /// after them if their digest matches the receiver's `hash`; false otherwise.
+    pub(super) fn skip_verified(&mut self, held: u64, hash: &Digest) -> Result<bool> {
+        let layout = self.layout()?;
+        if held > self.stripe.len || layout.whole_chunks(held) != held {
+            return Ok(false);
+        }
+        let mut buf = vec![0u8; layout.chunk as usize];
+        for i in 0..layout.prefix(held).chunks() {
+            self.read_chunk_at(i, &mut buf)?;
+        }
+        self.held = held;
+        Ok(self.chunks()?.prefix_digest(held).as_ref() == Some(hash))
+    }
+}
+
+impl ChunkSource for RangeSource {
+    fn size(&self) -> u64 {
+        self.stripe.len
+    }
+    fn first_chunk(&self) -> u64 {
+        self.chunks
+            .as_ref()
+            .map_or(0, |c| self.held.div_ceil(c.layout().chunk))
+    }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        let chunks = self.chunks()?;
+        let (off, len) = chunks.layout().range(index).ok_or_else(|| {
+            Error::InvalidArgument(format!("no chunk {index} in stripe {}", self.stripe.index))
+        })?;
+        let have = buf.len();
+        let buf = buf.get_mut(..len).ok_or_else(|| {
+            Error::InvalidArgument(format!("a buffer of {have} bytes for a {len}-byte chunk"))
+        })?;
+        self.file
+            .read_exact_at(buf, self.stripe.offset + off)
+            .map_err(|e| read_err(&self.path, e))?;
+        chunks.hash(index, buf)?;
+        Ok(len)
+    }
+    fn finish(&self) -> Result<Digest> {
+        source::unchanged(&self.file, &self.path, self.size)?;
+        self.chunks()?.finish()
+    }
+}
+
+/// A stream's unit of work.
+#[derive(Debug, Clone)]
+enum Job {
+    /// A whole entry (index into the entries).
+    Whole(usize),
+    /// One stripe of a file entry.
+    Part(usize, StripeJob),
+}
+
+/// The jobs of `entries` over `streams` streams: files of at least [`STRIPE_MIN`] bytes in
+/// stripes (one per stream, aligned to [`STRIPE_ALIGN`]), the rest whole, in order.
+fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let size = match (&e.kind, std::fs::metadata(&e.path)) {
+            (SourceKind::File, Ok(m)) => m.len(),
+            _ => 0,
+        };
+        let stripes = match size >= STRIPE_MIN {
+            true => proto::plan_stripes(size, streams, STRIPE_ALIGN),
+            false => Vec::new(),
+        };
+        let checksum = match opts.checksum && !stripes.is_empty() {
+            true => source::hash_file(&e.path).ok(),
+            false => None,
+        };
+        if stripes.is_empty() || (opts.checksum && checksum.is_none()) {
+            jobs.push(Job::Whole(i));
+            continue;
+        }
+        let track = Arc::new(FileTrack {
+            size,
+            checksum,
+            ends: Mutex::new(vec![None; stripes.len()]),
+            stripes: stripes.clone(),
+        });
+        for stripe in stripes {
+            let track = track.clone();
+            jobs.push(Job::Part(i, StripeJob { stripe, track }));
+        }
+    }
+    jobs
+}
+
+/// What a stream tells the thread that reports progress.
+enum Event {
+    Start(usize),
+    Bytes(usize, u16, u64),
+    Done(FileReport),
+}
+
+/// Sends `entries` over up to `opts.streams` streams: `first` opens the session, `connect(i)`
+/// makes the connection of stream `i` (1..), which joins it. With one stream (asked or granted)
+/// this is [`send`](super::send). The result and `report` are as for `send`; a stream that
+/// fails ends the transfer with its error once the other streams have finished their jobs.
+pub fn send_streams(
+    first: &mut Endpoint,
+    connect: &(dyn Fn(u16) -> Result<Endpoint> + Sync),
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    opts.check()?;
+    let nonce = challenge(first)?;
+    if opts.streams <= 1 {
+        return send_entries(first, entries, opts, &nonce, report, progress);
+    }
+    let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
+    let open = Open {
+        streams: opts.streams.min(proto::MAX_STREAMS),
+        auth,
+    };
+    send_msg(first, &Msg::Open(open.clone()))?;
+    let session = match recv_ctl(first)? {
+        Msg::Session(s) if s.index == 0 => s,
+        Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
+            return Err(peer_err(reason, &message))
+        }
+        other => return Err(Error::Protocol(format!("expected SESSION, got {other:?}"))),
+    };
+    progress(Progress::Streams {
+        asked: open.streams,
+        granted: session.streams,
+    });
+    if session.streams <= 1 {
+        return send_entries(first, entries, opts, &nonce, report, progress);
+    }
+    let (tx, rx) = mpsc::channel::<Event>();
+    let queue = Queue {
+        jobs: Mutex::new((
+            VecDeque::from(plan(entries, session.streams, opts)),
+            Vec::new(),
+            1,
+        )),
+        settled: Condvar::new(),
+        streams: session.streams,
+    };
+    let results = std::thread::scope(|sc| {
+        let mut workers = Vec::new();
+        let (queue, first_nonce) = (&queue, nonce);
+        let tx0 = tx.clone();
+        workers.push(sc.spawn(move || work(first, 0, &first_nonce, queue, entries, opts, &tx0)));
+        for i in 1..session.streams {
+            let tx = tx.clone();
+            workers.push(sc.spawn(move || {
+                let joined = connect(i).and_then(|mut ep| {
+                    let n = join(&mut ep, session.id, i, opts)?;
+                    Ok((ep, n))
+                });
+                queue.settle(i, joined.is_ok());
+                match joined {
+                    Ok((mut ep, n)) => {
+                        let r = work(&mut ep, i, &n, queue, entries, opts, &tx);
+                        if let Err(e) = ep.close() {
+                            tracing::debug!("closing stream {i}: {e}");
+                        }
+                        r
+                    }
+                    // The other streams take its jobs: the transfer goes on with fewer.
+                    Err(e) => {
+                        tracing::warn!("stream {i} could not join the session: {e}");
+                        (SessionReport::default(), Ok(()))
+                    }
+                }
+            }));
+        }
+        drop(tx);
+        relay(&rx, entries, progress);
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    let e = Error::refused(Reason::Internal, "a stream's thread panicked");
+                    (SessionReport::default(), Err(e))
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut first_err = None;
+    let mut data = 0f64;
+    for (r, res) in results {
+        data = data.max(r.data_seconds);
+        report.merge(r);
+        if let Err(e) = res {
+            first_err.get_or_insert(e);
+        }
+    }
+    report.data_seconds = data;
+    match first_err {
+        Some(e) => Err(e),
+        None => report.result("delivered"),
+    }
+}
+
+/// Joins the session on a further connection; returns its CHALLENGE nonce.
+fn join(
+    ep: &mut Endpoint,
+    id: proto::SessionId,
+    index: u16,
+    opts: &SenderOptions,
+) -> Result<Digest> {
+    let nonce = challenge(ep)?;
+    let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
+    send_msg(ep, &Msg::Join(Join { id, index, auth }))?;
+    match recv_ctl(ep)? {
+        Msg::Session(s) if s.id == id && s.index == index => Ok(nonce),
+        Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
+            Err(peer_err(reason, &message))
+        }
+        other => Err(Error::Protocol(format!(
+            "expected SESSION answering JOIN, got {other:?}"
+        ))),
+    }
+}
+
+/// The streams' jobs: entries go to whichever stream is free; stripe *i* goes to stream
+/// *i* mod the streams (its home), so that each stream carries its share even while the others
+/// are still connecting, unless that stream could not join.
+struct Queue {
+    /// The jobs left, the streams that could not join, and the streams settled (joined or
+    /// failed to; stream 0 is).
+    jobs: Mutex<(VecDeque<Job>, Vec<u16>, u16)>,
+    settled: Condvar,
+    streams: u16,
+}
+
+impl Queue {
+    /// Stream `i` has joined (`ok`) or given up.
+    fn settle(&self, i: u16, ok: bool) {
+        let mut g = lock(&self.jobs);
+        if !ok {
+            g.1.push(i);
+        }
+        g.2 += 1;
+        drop(g);
+        self.settled.notify_all();
+    }
+
+    /// Stream `i` failed: the others take the stripes it has not taken.
+    fn fail(&self, i: u16) {
+        lock(&self.jobs).1.push(i);
+        self.settled.notify_all();
+    }
+
+    /// The next job for stream `me`: an entry, or one of its stripes; once it has none left
+    /// (and every stream has settled, so that the session outlives every JOIN), the stripes of
+    /// streams that could not join. `None`: nothing left for it.
+    fn next(&self, me: u16) -> Option<Job> {
+        let mine = |j: &Job, dead: &[u16]| match j {
+            Job::Whole(_) => true,
+            Job::Part(_, s) => {
+                let home = s.stripe.index % self.streams;
+                home == me || dead.contains(&home)
+            }
+        };
+        let mut g = lock(&self.jobs);
+        loop {
+            let (jobs, dead, _) = &mut *g;
+            if let Some(k) = jobs.iter().position(|j| mine(j, dead)) {
+                return jobs.remove(k);
+            }
+            if g.2 >= self.streams {
+                return None;
+            }
+            g = self.settled.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// One stream: takes jobs until there are none, then DONE. Returns its report and result.
+fn work(
+    ep: &mut Endpoint,
+    me: u16,
+    nonce: &Digest,
+    queue: &Queue,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    tx: &mpsc::Sender<Event>,
+) -> (SessionReport, Result<()>) {
+    let mut report = SessionReport::default();
+    let mut ring: Option<SendRing> = None;
+    let res = (|| {
+        while let Some(job) = queue.next(me) {
+            let (i, stripe) = match job {
+                Job::Whole(i) => (i, None),
+                Job::Part(i, s) => (i, Some(s)),
+            };
+            let index = stripe.as_ref().map_or(0, |s| s.stripe.index);
+            let mut events = |p: Progress<'_>| {
+                let ev = match p {
+                    Progress::FileStart { .. } => Event::Start(i),
+                    Progress::Bytes { file_done, .. } => Event::Bytes(i, index, file_done),
+                    Progress::FileDone(f) => Event::Done(f.clone()),
+                    _ => return,
+                };
+                let _ = tx.send(ev);
+            };
+            let e = &entries[i];
+            let r = &mut report;
+            send_entry(
+                ep,
+                e,
+                opts,
+                nonce,
+                &mut ring,
+                r,
+                &mut events,
+                stripe.as_ref(),
+            )?;
+        }
+        send_done(ep);
+        Ok(())
+    })();
+    if res.is_err() {
+        // The other streams finish the queue; what this one held is not retried.
+        tracing::debug!("stream {me} ended early");
+        queue.fail(me);
+    }
+    (report, res)
+}
+
+/// Turns the streams' events into `progress` calls on this thread until every stream ended.
+fn relay(
+    rx: &mpsc::Receiver<Event>,
+    entries: &[SourceEntry],
+    progress: &mut dyn FnMut(Progress<'_>),
+) {
+    let mut started = vec![false; entries.len()];
+    let mut done: HashMap<(usize, u16), u64> = HashMap::new();
+    let mut total = 0u64;
+    loop {
+        let ev = match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(ev) => ev,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        match ev {
+            Event::Start(i) => {
+                if !std::mem::replace(&mut started[i], true) {
+                    let size = std::fs::metadata(&entries[i].path).map_or(0, |m| m.len());
+                    progress(Progress::FileStart {
+                        name: entries[i].name.as_str(),
+                        size,
+                    });
+                }
+            }
+            Event::Bytes(i, s, n) => {
+                let before = done.insert((i, s), n).unwrap_or(0);
+                total += n.saturating_sub(before);
+                let file_done = done
+                    .iter()
+                    .filter(|((j, _), _)| *j == i)
+                    .map(|(_, n)| n)
+                    .sum();
+                progress(Progress::Bytes {
+                    file_done,
+                    total_done: total,
+                });
+            }
+            Event::Done(f) => progress(Progress::FileDone(&f)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(result: &str) -> FileReport {
+        FileReport {
+            name: "f".into(),
+            kind: "file",
+            bytes: 8,
+            hash: None,
+            result: result.into(),
+            message: None,
+            verify: None,
+        }
+    }
+
+    #[test]
+    fn a_striped_file_has_one_verdict_when_every_stripe_has_one() {
+        let stripes = proto::plan_stripes(3 << 20, 3, STRIPE_ALIGN);
+        let track = || FileTrack {
+            size: 3 << 20,
+            checksum: None,
+            ends: Mutex::new(vec![None; 3]),
+            stripes: stripes.clone(),
+        };
+        let t = track();
+        assert!(t
+            .end(&stripes[2], report("ok"), false, Some([2; 32]))
+            .is_none());
+        assert!(t
+            .end(&stripes[0], report("ok"), false, Some([0; 32]))
+            .is_none());
+        let (f, refused) = t
+            .end(&stripes[1], report("ok"), false, Some([1; 32]))
+            .unwrap();
+        assert!(f.is_ok() && !refused);
+        let want = proto::striped_digest(&[
+            (0, 1 << 20, [0; 32]),
+            (1 << 20, 1 << 20, [1; 32]),
+            (2 << 20, 1 << 20, [2; 32]),
+        ]);
+        assert_eq!(
+            f.hash.unwrap(),
+            blake3::Hash::from(want).to_hex().to_string()
+        );
+        assert_eq!(f.bytes, 3 << 20);
+        // One failed stripe fails the file; a refusal is reported as one.
+        let t = track();
+        t.end(&stripes[0], report("ok"), false, Some([0; 32]));
+        t.end(&stripes[1], report("hash mismatch"), false, None);
+        let (f, refused) = t
+            .end(&stripes[2], report("ok"), false, Some([2; 32]))
+            .unwrap();
+        assert_eq!((f.result.as_str(), refused), ("hash mismatch", false));
+        let t = track();
+        t.end(&stripes[0], report("exists"), true, None);
+        t.end(&stripes[1], report("exists"), true, None);
+        let (f, refused) = t.end(&stripes[2], report("exists"), true, None).unwrap();
+        assert_eq!((f.result.as_str(), refused), ("exists", true));
+    }
+}

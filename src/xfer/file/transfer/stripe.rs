@@ -1,0 +1,331 @@
+//! Receiver: one stripe of a file received over several streams (STRIPE, HELLO, MR, data,
+//! FIN, ACK on this stream; see "Streams" in `docs/file-protocol.md`). Each stripe is written
+//! at its offset into the file's one temporary file and verified on its own (BLAKE3 of its
+//! range); the stream that ends the last stripe commits the file, or gives it up.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+
+use super::joint::{Answer, FileState, Joint};
+use super::receive::{
+    admit, answer_refuse, answer_skip, ensure_ring, open_sink, receive_data, tell_peer,
+    ChunkTarget, Opened, SessionState,
+};
+use super::{
+    detail, peer_err, reason_of, recv_ctl, send_msg, FileReport, ReceiverOptions, SessionReport,
+};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::FILE_CREDIT;
+use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
+use crate::xfer::file::sink::write_err;
+
+/// Writes one stripe's chunks at their offsets (from the pool of writer threads, in any
+/// order) and hashes each: the stripe's digest is the file digest formula over its chunks.
+struct StripeWriter {
+    file: File,
+    offset: u64,
+    /// Bytes of the stripe held from an earlier attempt (whole chunks).
+    held: u64,
+    chunks: Arc<Chunks>,
+}
+
+impl StripeWriter {
+    /// A writer of stripe `s` cut in `chunk`-byte chunks, continuing after the whole chunks of
+    /// `held` bytes, which it reads back and hashes.
+    fn new(file: File, s: &Stripe, held: u64, chunk: u32, algo: Algo) -> Result<StripeWriter> {
+        let layout = Layout::new(algo, u64::from(chunk), s.len)?;
+        let held = layout.whole_chunks(held);
+        let chunks = Arc::new(Chunks::new(layout));
+        let mut buf = vec![0u8; chunk as usize];
+        for i in 0..layout.prefix(held).chunks() {
+            let (off, len) = layout.range(i).expect("a chunk of the prefix");
+            file.read_exact_at(&mut buf[..len], s.offset + off)
+                .map_err(|e| Error::io("reading back a partial stripe", e))?;
+            chunks.hash(i, &buf[..len])?;
+        }
+        Ok(StripeWriter {
+            file,
+            offset: s.offset,
+            held,
+            chunks,
+        })
+    }
+
+    /// Bytes from the stripe's start written (or held) without a gap.
+    fn contiguous(chunks: &Chunks) -> u64 {
+        let l = chunks.layout();
+        chunks
+            .first_missing()
+            .map_or(l.size, |i| i.saturating_mul(l.chunk).min(l.size))
+    }
+}
+
+impl ChunkTarget for StripeWriter {
+    fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        let off = self.chunks.check(index, data.len())?;
+        if off < self.held {
+            return Err(Error::Protocol(format!(
+                "stripe chunk {index} is held from an earlier attempt"
+            )));
+        }
+        self.file
+            .write_all_at(data, self.offset + off)
+            .map_err(|e| write_err("write a stripe of the temporary file".into(), e))?;
+        self.chunks.hash(index, data).map(|_| ())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends stripe `index` of `file` with `result`; when it was the last one, records the file's
+/// verdict in `report` and returns it.
+fn end_stripe(
+    file: &Mutex<FileState>,
+    s: &Stripe,
+    result: std::result::Result<Digest, (Reason, String)>,
+    written: u64,
+    report: &mut SessionReport,
+    name: &str,
+    layout: Option<&Layout>,
+) -> Option<Result<Digest>> {
+    let mut st = lock(file);
+    let FileState::Open(a) = &mut *st else {
+        return None;
+    };
+    let size = a.size;
+    let verdict = a.end(s.index, result, written)?;
+    *st = FileState::Ended;
+    drop(st);
+    report.push(match (&verdict, layout) {
+        (Ok(d), Some(l)) => FileReport::ok(name, size, d, l),
+        (Ok(_), None) => FileReport::failed(name, size, Reason::Internal, "no layout".into()),
+        (Err(e), _) => FileReport::failed(name, size, reason_of(e), e.to_string()),
+    });
+    Some(verdict)
+}
+
+/// What a stripe's HELLO gets once the file is decided.
+enum Started {
+    Go(u64, File),
+    Answer(Msg),
+    Fail(Error),
+}
+
+/// Receives stripe `s` of the file `h` announces, on this stream of session `joint`.
+// The connection's state, plus the session and the stripe.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn receive_stripe(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    st: &mut SessionState<'_, '_>,
+    report: &mut SessionReport,
+    nonce: &Digest,
+    joint: &Joint,
+    s: Stripe,
+    h: Hello,
+) -> Result<()> {
+    let SessionState {
+        lease,
+        ring,
+        budget,
+        ..
+    } = st;
+    if h.kind != EntryKind::File || s.end() > h.size {
+        let e = Error::Protocol(format!(
+            "STRIPE ({} bytes at {}) before a HELLO of a {} of {} bytes",
+            s.len,
+            s.offset,
+            h.kind.as_str(),
+            h.size
+        ));
+        tell_peer(ep, &e);
+        return Err(e);
+    }
+    let file = joint.file(&h.name);
+    let mut st = lock(&file);
+    if matches!(*st, FileState::Undecided) {
+        // The first stripe to arrive decides for all: policy, size, space, the temporary file.
+        match admit(opts, nonce, &h).and_then(|rel| open_sink(opts, &rel, &h)) {
+            Ok(Opened::Sink(sink)) => {
+                let a = joint.assembly(&h.name, *sink, h.size, s.count, opts.resume);
+                *st = FileState::Open(Box::new(a));
+            }
+            Ok(Opened::Skip(why, message)) => {
+                *st = FileState::Answered(Answer::Skip(why, message.clone()));
+                drop(st);
+                return answer_skip(ep, report, budget, &h, why, message);
+            }
+            Ok(Opened::Made) => unreachable!("a file HELLO makes a sink or is skipped"),
+            Err(e) => {
+                *st = FileState::Answered(Answer::Refuse(reason_of(&e), detail(&e)));
+                drop(st);
+                return answer_refuse(ep, report, budget, &h, e);
+            }
+        }
+    } else if let Err(e) = admit(opts, nonce, &h) {
+        drop(st);
+        return answer_refuse(ep, report, budget, &h, e);
+    }
+    let started = match &mut *st {
+        FileState::Answered(Answer::Skip(why, message)) => Started::Answer(Msg::Skip {
+            why: *why,
+            message: proto::truncate_text(message),
+        }),
+        FileState::Answered(Answer::Refuse(reason, message)) => Started::Answer(Msg::Refuse {
+            reason: *reason,
+            message: proto::truncate_text(message),
+        }),
+        FileState::Open(a) => match a.start(&s).and_then(|()| {
+            let tmp = a.sink.as_ref().expect("open until ended").temp_file()?;
+            Ok((a.held_of(&s), tmp))
+        }) {
+            Ok((held, tmp)) => Started::Go(held, tmp),
+            Err(e) => Started::Fail(e),
+        },
+        FileState::Ended | FileState::Undecided => Started::Fail(Error::Protocol(format!(
+            "stripe {} of a file that has ended",
+            s.index
+        ))),
+    };
+    drop(st);
+    let (held, tmp) = match started {
+        Started::Go(held, tmp) => (held, tmp),
+        // Every later stripe of a skipped or refused file gets the first one's answer.
+        Started::Answer(answer) => return send_msg(ep, &answer),
+        Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
+    };
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len)
+        .and_then(|r| StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w)));
+    let (r, w) = match got {
+        Ok(x) => x,
+        Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
+    };
+    let held = w.held;
+    let held_digest = w
+        .chunks
+        .prefix_digest(held)
+        .expect("the held chunks were hashed");
+    send_msg(ep, &r.offer(held, held_digest))?;
+    let chunks = w.chunks.clone();
+    let (w, write_failure) = match receive_data(ep, r, budget, w, held, s.len) {
+        Ok(x) => x,
+        Err(e) => {
+            let n = StripeWriter::contiguous(&chunks);
+            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+        }
+    };
+    report.bytes += s.len - held;
+    let mut bad = None;
+    let fin = loop {
+        match budget.wait(ep, recv_ctl) {
+            Ok(Msg::Digests(d)) if d.algo == h.verify => {
+                bad = bad.or_else(|| w.chunks.first_mismatch(d.first, &d.digests));
+            }
+            other => break other,
+        }
+    };
+    let hash = match fin {
+        Ok(Msg::Fin { bytes, hash }) if bytes == s.len => hash,
+        other => {
+            let n = StripeWriter::contiguous(&chunks);
+            let e = match other {
+                Ok(Msg::Err { reason, message }) => peer_err(reason, &message),
+                Ok(Msg::Fin { bytes, .. }) => Error::Protocol(format!(
+                    "FIN of stripe {} announces {bytes} bytes, STRIPE announced {}",
+                    s.index, s.len
+                )),
+                Ok(m) => Error::Protocol(format!("expected FIN, got {m:?}")),
+                Err(e) => e,
+            };
+            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+        }
+    };
+    let n = StripeWriter::contiguous(&chunks);
+    let got = w.chunks.finish();
+    let (result, n) = match (write_failure, got) {
+        (Some(e), _) | (None, Err(e)) => (Err((reason_of(&e), e.to_string())), n),
+        (None, Ok(got)) if got == hash && bad.is_none() => (Ok(got), n),
+        (None, Ok(_)) if bad.is_some() => {
+            let i = bad.expect("checked");
+            let (off, len) = chunks.layout().range(i).unwrap_or((0, 0));
+            let from = s.offset + off;
+            let message = format!(
+                "{}: chunk {i} of stripe {} of {} (bytes {from}..{}) differs from the sender's {}",
+                proto::truncate_text(&h.name),
+                s.index,
+                s.count,
+                from + len as u64,
+                h.verify
+            );
+            (Err((Reason::HashMismatch, message)), 0)
+        }
+        (None, Ok(got)) => (
+            Err((
+                Reason::HashMismatch,
+                format!(
+                    "{}: stripe {} of {} ({} bytes at {}): received bytes have the digest {}, the sender's is {}",
+                    proto::truncate_text(&h.name),
+                    s.index,
+                    s.count,
+                    s.len,
+                    s.offset,
+                    blake3::Hash::from(got).to_hex(),
+                    blake3::Hash::from(hash).to_hex()
+                ),
+            )),
+            0,
+        ),
+    };
+    let layout = *chunks.layout();
+    let verdict = end_stripe(&file, &s, result.clone(), n, report, &h.name, Some(&layout));
+    let (status, message) = match (&verdict, &result) {
+        (Some(Ok(_)), _) => (Reason::Ok, String::new()),
+        (Some(Err(e)), _) => (reason_of(e), e.to_string()),
+        (None, Ok(_)) => (Reason::Ok, format!("stripe {} verified", s.index)),
+        (None, Err((reason, message))) => (*reason, message.clone()),
+    };
+    send_msg(
+        ep,
+        &Msg::Ack {
+            status,
+            message: proto::truncate_text(&message),
+        },
+    )?;
+    match (verdict, result) {
+        (Some(Ok(_)), _) => {
+            budget.progress(FILE_CREDIT);
+            Ok(())
+        }
+        (Some(Err(_)), _) | (None, Err(_)) => budget.refused(),
+        (None, Ok(_)) => Ok(()),
+    }
+}
+
+/// A stripe that failed while being received: tells the sender why, ends the stripe (the file
+/// is then not committed; with `--resume` what it holds is kept) and returns the error.
+fn failed(
+    ep: &mut Endpoint,
+    file: &Mutex<FileState>,
+    s: &Stripe,
+    e: Error,
+    written: u64,
+    report: &mut SessionReport,
+    name: &str,
+) -> Error {
+    tell_peer(ep, &e);
+    end_stripe(
+        file,
+        s,
+        Err((reason_of(&e), e.to_string())),
+        written,
+        report,
+        name,
+        None,
+    );
+    e
+}
