@@ -58,9 +58,7 @@ fn main() {
                 let cpu0 = cpu_seconds();
                 digest::par_for(0..layout.chunks(), t, |i| {
                     let (off, len) = layout.range(i).expect("in range");
-                    chunks
-                        .hash(i, &data[off as usize..][..len])
-                        .map(|_| ())
+                    chunks.hash(i, &data[off as usize..][..len]).map(|_| ())
                 })
                 .expect("hashing");
                 let d = chunks.finish().expect("all chunks");
