@@ -306,15 +306,19 @@ impl Table {
         None
     }
 
+    /// The slot a raw completion names, if it is in use by that work request of that QP.
+    #[inline(always)]
+    fn slot_of(&self, wc: &sys::ibv_wc) -> Option<(u32, &Slot)> {
+        let i = (wc.wr_id & INDEX_MASK) as u32;
+        let s = self.slots.get(i as usize)?;
+        (wc.wr_id != 0 && s.id == wc.wr_id && s.qpn == wc.qp_num).then_some((i, s))
+    }
+
     /// [`complete`](Self::complete), as a [`Done`] when the work request held one exclusive
     /// buffer, succeeded and retires nothing.
     #[inline(always)]
     pub(super) fn complete_lean(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
-        let i = (wc.wr_id & INDEX_MASK) as u32;
-        let s = self.slots.get(i as usize)?;
-        if wc.wr_id == 0 || s.id != wc.wr_id || s.qpn != wc.qp_num {
-            return None;
-        }
+        let (i, s) = self.slot_of(wc)?;
         let one_local = matches!(
             s.entry.as_ref().map(|e| e.bufs.as_slice()),
             Some([Buf::Local(_)])
@@ -365,11 +369,7 @@ impl Table {
     /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
     #[inline(always)]
     pub(super) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
-        let i = (wc.wr_id & INDEX_MASK) as u32;
-        let s = self.slots.get(i as usize)?;
-        if wc.wr_id == 0 || s.id != wc.wr_id || s.qpn != wc.qp_num {
-            return None;
-        }
+        let (i, _) = self.slot_of(wc)?;
         let mut retired = Vec::new();
         if wc.wr_id & RECV_BIT == 0 {
             let c = self.sq.get_mut(wc.qp_num)?;
