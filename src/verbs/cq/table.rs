@@ -510,6 +510,37 @@ mod tests {
     }
 
     #[test]
+    fn lean_path_falls_back_to_full_completions_and_keeps_stash_order() {
+        let mut t = Table::default();
+        // No buffer (a credit message's SEND), an error, an unsignaled predecessor: all full.
+        let a = t.push(4, false, 1, Bufs::new(), "SEND").unwrap();
+        let b = t.push(4, false, 2, Bufs::new(), "SEND").unwrap();
+        let r = t.push(4, true, 3, Bufs::new(), "RECV").unwrap();
+        assert!(
+            t.complete_lean(&wc(a ^ (1 << 40), 4, 0)).is_none(),
+            "stale id"
+        );
+        match t.complete_lean(&wc(b, 4, 0)) {
+            Some(Polled::Full(c)) => {
+                assert_eq!((c.wr_id, c.retired.len()), (2, 1));
+                assert_eq!(c.retired[0].wr_id, 1);
+            }
+            _ => panic!("a completion that retires another is a full one"),
+        }
+        // Stashed completions come out in order, skipping unknown ones, before new polls.
+        let r2 = t.push(4, true, 4, Bufs::new(), "RECV").unwrap();
+        t.stash[0] = wc(0, 4, 0);
+        t.stash[1] = wc(r, 4, 12);
+        t.stash[2] = wc(r2, 4, 0);
+        (t.stash_at, t.stash_len) = (0, 3);
+        let first = t.take_polled().map(Polled::into_completion).unwrap();
+        assert_eq!((first.wr_id, first.is_success()), (3, false));
+        assert_eq!(t.take_polled().map(|p| p.into_completion().wr_id), Some(4));
+        assert!(t.take_polled().is_none());
+        assert!(!t.has_entries(4));
+    }
+
+    #[test]
     fn slab_reuses_slots_and_stale_ids_never_match() {
         let mut t = Table::with_capacity(4);
         let old = t.push(1, true, 10, Bufs::new(), "RECV").unwrap();
