@@ -6,240 +6,26 @@
 //! posted memory stays out of reach of safe code (and survives `mem::forget` of any handle).
 
 use std::cell::UnsafeCell;
-use std::ffi::CStr;
-use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::sys;
 use crate::verbs::device::Context;
-use crate::verbs::mr::{LocalBuf, SharedBuf};
 
-/// The buffers of one work request: inline for the usual one (no allocation per message).
-pub type Bufs = smallvec::SmallVec<[Buf; 1]>;
-
-/// A posted buffer: exclusive or shared read-only.
-#[derive(Debug)]
-pub enum Buf {
-    /// An exclusive buffer (any operation).
-    Local(LocalBuf),
-    /// A frozen buffer (sources only: SEND, RDMA WRITE).
-    Shared(SharedBuf),
-}
-
-impl Buf {
-    /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            Buf::Local(b) => b,
-            Buf::Shared(b) => b,
-        }
-    }
-
-    /// The exclusive buffer, if it is one.
-    pub fn into_local(self) -> Option<LocalBuf> {
-        match self {
-            Buf::Local(b) => Some(b),
-            Buf::Shared(_) => None,
-        }
-    }
-
-    pub(crate) fn lkey(&self) -> u32 {
-        match self {
-            Buf::Local(b) => b.lkey(),
-            Buf::Shared(b) => b.lkey(),
-        }
-    }
-
-    pub(crate) fn addr(&self) -> u64 {
-        match self {
-            Buf::Local(b) => b.addr(),
-            Buf::Shared(b) => b.addr(),
-        }
-    }
-
-    /// The device context the buffer is registered in.
-    #[inline(always)]
-    pub(crate) fn ctx(&self) -> *mut sys::ibv_context {
-        match self {
-            Buf::Local(b) => b.ctx(),
-            Buf::Shared(b) => b.ctx(),
-        }
-    }
-}
-
-impl From<LocalBuf> for Buf {
-    fn from(b: LocalBuf) -> Buf {
-        Buf::Local(b)
-    }
-}
-
-impl From<SharedBuf> for Buf {
-    fn from(b: SharedBuf) -> Buf {
-        Buf::Shared(b)
-    }
-}
-
-/// How [`CompletionQueue::wait`] waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WaitMode {
-    /// Busy-poll the CQ (lowest latency, one core busy).
-    #[default]
-    Poll,
-    /// Sleep on the completion channel (`ibv_req_notify_cq` + poll(2) on its fd).
-    Event,
-}
-
-/// Opcode of a successful completion (`enum ibv_wc_opcode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WcOpcode {
-    /// SEND or SEND_WITH_IMM finished.
-    Send,
-    /// RDMA WRITE (with or without immediate) finished.
-    RdmaWrite,
-    /// RDMA READ finished.
-    RdmaRead,
-    /// A SEND arrived in a posted receive.
-    Recv,
-    /// An RDMA WRITE_WITH_IMM arrived (consumed a posted receive).
-    RecvRdmaWithImm,
-    /// Anything else.
-    Other(u32),
-}
-
-impl WcOpcode {
-    fn from_raw(v: u32) -> WcOpcode {
-        match v {
-            sys::IBV_WC_SEND => WcOpcode::Send,
-            sys::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
-            sys::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
-            sys::IBV_WC_RECV => WcOpcode::Recv,
-            sys::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
-            x => WcOpcode::Other(x),
-        }
-    }
-}
-
-/// `ibv_wc_status_str(3)`.
-pub fn wc_status_str(status: u32) -> &'static str {
-    // SAFETY: returns a pointer to a static string for any value.
-    let p = unsafe { sys::ibv_wc_status_str(status) };
-    if p.is_null() {
-        return "unknown";
-    }
-    // SAFETY: non-null, NUL-terminated, static.
-    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("unknown")
-}
-
-/// A polled work completion, with the buffers the work request held.
-#[derive(Debug)]
-pub struct Completion {
-    /// The caller's wr_id.
-    pub wr_id: u64,
-    /// `ibv_wc_status` (0 = success).
-    pub status: u32,
-    /// Provider error detail.
-    pub vendor_err: u32,
-    /// Opcode (meaningful only on success).
-    pub opcode: WcOpcode,
-    /// Bytes received (receives) or transferred.
-    pub byte_len: u32,
-    /// Immediate data, host order, if the peer sent any.
-    pub imm: Option<u32>,
-    /// QP number the work request was posted on.
-    pub qp_num: u32,
-    /// This work request's buffers, given back.
-    pub bufs: Bufs,
-    /// Earlier unsignaled work requests of the same send queue that this completion retired
-    /// (they finished too), with their buffers.
-    pub retired: Vec<Retired>,
-    op: &'static str,
-}
-
-/// An unsignaled work request retired by a later completion.
-#[derive(Debug)]
-pub struct Retired {
-    /// The caller's wr_id.
-    pub wr_id: u64,
-    /// Its buffers.
-    pub bufs: Bufs,
-}
-
-impl Completion {
-    /// True if the work request succeeded.
-    pub fn is_success(&self) -> bool {
-        self.status == sys::IBV_WC_SUCCESS
-    }
-
-    /// The kind of work request that was posted ("SEND", "RDMA WRITE", "RECV", ...), known even
-    /// when the completion is an error.
-    pub fn op(&self) -> &'static str {
-        self.op
-    }
-
-    /// `ibv_wc_status_str` of the status.
-    pub fn status_str(&self) -> &'static str {
-        wc_status_str(self.status)
-    }
-
-    /// `Ok(self)` on success, else [`Error::Completion`] (the buffers are dropped).
-    pub fn result(self) -> Result<Completion> {
-        if self.is_success() {
-            Ok(self)
-        } else {
-            Err(self.to_error())
-        }
-    }
-
-    /// The error this completion represents (meaningful when not successful).
-    pub fn to_error(&self) -> Error {
-        Error::Completion {
-            op: self.op,
-            wr_id: self.wr_id,
-            status: self.status,
-            status_str: self.status_str().to_string(),
-            vendor_err: self.vendor_err,
-        }
-    }
-
-    /// The first exclusive buffer of this work request (a receive has exactly one).
-    #[inline(always)]
-    pub fn take_local(&mut self) -> Option<LocalBuf> {
-        if self.bufs.len() == 1 {
-            return self.bufs.pop().and_then(Buf::into_local);
-        }
-        let i = self.bufs.iter().position(|b| matches!(b, Buf::Local(_)))?;
-        self.bufs.remove(i).into_local()
-    }
-
-    /// This work request's exclusive buffers, in order (shared ones are dropped).
-    pub fn into_local_bufs(self) -> Vec<LocalBuf> {
-        self.bufs.into_iter().filter_map(Buf::into_local).collect()
-    }
-
-    /// The exclusive buffers of this and of every retired work request.
-    pub fn into_all_local_bufs(self) -> Vec<LocalBuf> {
-        let retired = self.retired.into_iter().flat_map(|r| r.bufs);
-        self.bufs
-            .into_iter()
-            .chain(retired)
-            .filter_map(Buf::into_local)
-            .collect()
-    }
-}
-
-/// `IBV_WC_REM_ACCESS_ERR`: the peer refused an RDMA access (bad rkey, rights, bounds).
-pub const REM_ACCESS_ERR: u32 = sys::IBV_WC_REM_ACCESS_ERR;
-/// `IBV_WC_WR_FLUSH_ERR`: flushed because the QP went to the error state.
-pub const WR_FLUSH_ERR: u32 = sys::IBV_WC_WR_FLUSH_ERR;
-
+mod completion;
 mod notify;
-pub use notify::CqChannel;
 mod table;
-pub(crate) use table::Table;
+pub use completion::{
+    wc_status_str, Buf, Bufs, Completion, Retired, WaitMode, WcOpcode, REM_ACCESS_ERR, WR_FLUSH_ERR,
+};
+pub use notify::CqChannel;
+pub(crate) use table::{Done, Polled, Table};
+
+/// Completion events read per `ibv_ack_cq_events(3)` call.
+const ACK_BATCH: u32 = 64;
 
 struct Channel(NonNull<sys::ibv_comp_channel>);
 
@@ -259,38 +45,46 @@ impl Drop for Channel {
 enum TableCell {
     /// A shared CQ ([`CompletionQueue::new`]): every access locks.
     Shared(Mutex<Table>),
-    /// A single-owner CQ ([`SoloQueue`](crate::verbs::SoloQueue)): reached only through the
-    /// queue's `&mut self` and the drop of its one QP (`claimed`), without a lock.
+    /// A single-owner CQ ([`SoloQueue`](crate::verbs::SoloQueue)): reached only through its one
+    /// [`SoloCq`] (by `&mut`), without a lock; one QP may use it (`claimed`).
     Solo {
         table: UnsafeCell<Table>,
         claimed: AtomicBool,
     },
 }
 
-/// A CQ's table, locked (shared CQ) or borrowed exclusively (single-owner CQ).
-pub(crate) enum TableRef<'a> {
-    Locked(MutexGuard<'a, Table>),
-    Solo(&'a mut Table),
+/// The one handle that reaches a single-owner CQ's in-flight table, without a lock.
+///
+/// Only [`CompletionQueue::new_solo`] makes one, one per such CQ, and it is not `Clone`. Nothing
+/// else in this module touches a single-owner table while the CQ lives: the `&self` posts and
+/// polls refuse it ([`CompletionQueue::lock`]), and a QP's drop leaves it alone (its buffers are
+/// dropped with the table, after the QP is destroyed, or leaked: see `CqInner::leak`). So a
+/// `&mut SoloCq` is exclusive access to the table, which is all [`table`](Self::table) needs.
+pub(crate) struct SoloCq {
+    table: NonNull<Table>,
+    cq: CompletionQueue,
 }
 
-impl Deref for TableRef<'_> {
-    type Target = Table;
+// SAFETY: the table pointer is reached only through `&mut self` (`table`, `split`), so moving the
+// handle to another thread moves that exclusive access with it; `&SoloCq` gives only the
+// (thread-safe) `CompletionQueue`.
+unsafe impl Send for SoloCq {}
+// SAFETY: as above: a shared reference cannot reach the table.
+unsafe impl Sync for SoloCq {}
+
+impl SoloCq {
+    /// The CQ.
     #[inline(always)]
-    fn deref(&self) -> &Table {
-        match self {
-            TableRef::Locked(g) => g,
-            TableRef::Solo(t) => t,
-        }
+    pub(crate) fn cq(&self) -> &CompletionQueue {
+        &self.cq
     }
-}
 
-impl DerefMut for TableRef<'_> {
+    /// The CQ and its table, borrowed exclusively.
     #[inline(always)]
-    fn deref_mut(&mut self) -> &mut Table {
-        match self {
-            TableRef::Locked(g) => g,
-            TableRef::Solo(t) => t,
-        }
+    pub(crate) fn split(&mut self) -> (&CompletionQueue, &mut Table) {
+        // SAFETY: `table` points into the `CqInner` that `self.cq` keeps alive; `&mut self` is
+        // exclusive access to it (see the type's docs).
+        (&self.cq, unsafe { self.table.as_mut() })
     }
 }
 
@@ -309,35 +103,47 @@ pub(crate) struct CqInner {
     cq: NonNull<sys::ibv_cq>,
     channel: Option<Channel>,
     table: TableCell,
+    /// A QP of this CQ could not be destroyed: the device may still reach buffers in the table,
+    /// so its drop leaks them.
+    leak: AtomicBool,
+    /// Completion events read but not acknowledged yet (`ibv_ack_cq_events(3)` in batches, and
+    /// before the CQ is destroyed).
+    unacked: AtomicU32,
     wait_lock: Mutex<()>,
     mode: WaitMode,
     ctx: Context,
 }
 
 // SAFETY: the CQ and channel are only used through thread-safe verbs; a shared CQ's table is
-// behind a Mutex; a single-owner CQ's table is reached only through `CompletionQueue::table`,
-// whose callers hold exclusive access (a `&mut SoloQueue`, or the drop of the one QP that
-// claimed it), and every `&self` path refuses it (`lock`); event waiting is serialised by
-// `wait_lock`.
+// behind a Mutex; a single-owner CQ's table is reached only through its one `SoloCq`, by `&mut`
+// (see there), and every `&self` path refuses it (`lock`); event waiting on a shared CQ is
+// serialised by `wait_lock`.
 unsafe impl Send for CqInner {}
 // SAFETY: as above.
 unsafe impl Sync for CqInner {}
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        // Every CQ event was acked as it was read, so ibv_destroy_cq cannot block.
+        let unacked = *self.unacked.get_mut();
+        if unacked > 0 {
+            // SAFETY: valid CQ; exactly `unacked` of its events were read and not acked, so
+            // ibv_destroy_cq below cannot block on them.
+            unsafe { sys::ibv_ack_cq_events(self.cq.as_ptr(), unacked) };
+        }
         // SAFETY: every QueuePair using this CQ holds a CompletionQueue clone (an Arc of this
         // CqInner), so none is left; destroyed once, here.
         let rc = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!("ibv_destroy_cq failed: {rc}; leaking its in-flight buffers");
+        if rc != 0 || *self.leak.get_mut() {
+            tracing::warn!("ibv_destroy_cq: {rc}; leaking its in-flight buffers");
             let t = match &mut self.table {
                 TableCell::Shared(m) => m.get_mut().unwrap_or_else(|p| p.into_inner()),
                 TableCell::Solo { table, .. } => table.get_mut(),
             };
             std::mem::forget(std::mem::take(t));
-            if let Some(ch) = self.channel.take() {
-                std::mem::forget(ch);
+            if rc != 0 {
+                if let Some(ch) = self.channel.take() {
+                    std::mem::forget(ch);
+                }
             }
         }
     }
@@ -357,8 +163,13 @@ impl CompletionQueue {
     }
 
     /// A CQ for a [`SoloQueue`](crate::verbs::SoloQueue): one QP may claim it.
-    pub(crate) fn new_solo(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<CompletionQueue> {
-        Self::create(ctx, cqe, mode, true)
+    pub(crate) fn new_solo(ctx: &Context, cqe: u32, mode: WaitMode) -> Result<SoloCq> {
+        let cq = Self::create(ctx, cqe, mode, true)?;
+        let TableCell::Solo { table, .. } = &cq.inner.table else {
+            unreachable!("made single-owner above")
+        };
+        let table = NonNull::new(table.get()).expect("UnsafeCell::get is never null");
+        Ok(SoloCq { table, cq })
     }
 
     fn create(ctx: &Context, cqe: u32, mode: WaitMode, solo: bool) -> Result<CompletionQueue> {
@@ -405,6 +216,8 @@ impl CompletionQueue {
                 cq,
                 channel,
                 table,
+                leak: AtomicBool::new(false),
+                unacked: AtomicU32::new(0),
                 wait_lock: Mutex::new(()),
                 mode,
                 ctx: ctx.clone(),
@@ -465,21 +278,6 @@ impl CompletionQueue {
         }
     }
 
-    /// The table: locked for a shared CQ, borrowed without a lock for a single-owner one.
-    ///
-    /// # Safety
-    /// For a single-owner CQ the caller must have exclusive access to its table until the
-    /// returned value is dropped: it holds the `&mut SoloQueue` that owns the CQ, or it is the
-    /// drop of the one QP that claimed it.
-    #[inline(always)]
-    pub(crate) unsafe fn table(&self) -> TableRef<'_> {
-        match &self.inner.table {
-            TableCell::Shared(m) => TableRef::Locked(m.lock().unwrap_or_else(|p| p.into_inner())),
-            // SAFETY: exclusive access is this function's contract (above).
-            TableCell::Solo { table, .. } => TableRef::Solo(unsafe { &mut *table.get() }),
-        }
-    }
-
     /// How [`wait`](Self::wait) waits.
     pub fn mode(&self) -> WaitMode {
         self.inner.mode
@@ -493,8 +291,8 @@ impl CompletionQueue {
         out: &mut Vec<Completion>,
     ) -> Result<()> {
         while out.len() < max {
-            match t.pending.pop_front() {
-                Some(c) => out.push(c),
+            match t.take_polled() {
+                Some(c) => out.push(c.into_completion()),
                 None => break,
             }
         }
@@ -532,8 +330,8 @@ impl CompletionQueue {
     /// [`poll_one`](Self::poll_one) on a table the caller holds.
     #[inline(always)]
     pub(crate) fn poll_one_in(&self, t: &mut Table) -> Result<Option<Completion>> {
-        if let Some(c) = t.pending.pop_front() {
-            return Ok(Some(c));
+        if let Some(c) = t.take_polled() {
+            return Ok(Some(c.into_completion()));
         }
         loop {
             let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
@@ -558,25 +356,32 @@ impl CompletionQueue {
     /// [`SoloQueue::spin_one`](crate::verbs::SoloQueue::spin_one)).
     #[inline(always)]
     pub(crate) fn spin_one_in(&self, t: &mut Table, spins: u32) -> Result<Option<Completion>> {
-        if let Some(c) = t.pending.pop_front() {
+        Ok(self.spin_in(t, spins)?.map(Polled::into_completion))
+    }
+
+    /// [`spin_one_in`](Self::spin_one_in), the completion as the per-message path takes it.
+    #[inline(always)]
+    pub(crate) fn spin_in(&self, t: &mut Table, spins: u32) -> Result<Option<Polled>> {
+        if let Some(c) = t.take_polled() {
             return Ok(Some(c));
         }
         let cq = self.as_ptr();
-        let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
         let mut i = 0u32;
         while i < spins {
             i += 1;
-            // SAFETY: valid CQ; `wc` has room for one entry.
-            let n = unsafe { sys::shim_ibv_poll_cq(cq, 1, wc.as_mut_ptr()) };
+            // Up to STASH at once (a send's and a receive's completion often come together);
+            // the ones after the first wait in the stash for the next look.
+            // SAFETY: valid CQ; the stash has room for STASH entries.
+            let n = unsafe { sys::shim_ibv_poll_cq(cq, table::STASH as i32, t.stash.as_mut_ptr()) };
             if n != 0 {
                 if n < 0 {
                     return Err(Error::verb("ibv_poll_cq", libc::EIO));
                 }
-                // SAFETY: ibv_poll_cq initialised the entry.
-                if let Some(c) = t.complete(unsafe { wc.assume_init_ref() }) {
+                (t.stash_at, t.stash_len) = (0, n as usize);
+                if let Some(c) = t.take_polled() {
                     return Ok(Some(c));
                 }
-                // A destroyed QP's completion: look again.
+                // Only a destroyed QP's completions: look again.
                 continue;
             }
             // No spin_loop() hint: PAUSE makes an emulated (TCG) vCPU leave its translated code
@@ -686,6 +491,13 @@ impl CompletionQueue {
     }
 
     fn sleep_on_channel(&self, ch: &Channel, left: Duration) -> Result<()> {
+        self.sleep_in(ch, left).map(|_| ())
+    }
+
+    /// Sleeps on the channel for at most `left`: `Some(true)` if the CQ's event came and was
+    /// read (the notification is used up), `Some(false)` if the sleep was cut short without one
+    /// (a signal, a spurious wake-up), `None` if `left` passed.
+    fn sleep_in(&self, ch: &Channel, left: Duration) -> Result<Option<bool>> {
         // SAFETY: the channel is valid while the CQ lives.
         let fd = unsafe { (*ch.0.as_ptr()).fd };
         let mut pfd = libc::pollfd {
@@ -699,37 +511,67 @@ impl CompletionQueue {
         if rc < 0 {
             let e = crate::error::last_errno();
             return if e == libc::EINTR {
-                Ok(())
+                Ok(Some(false))
             } else {
                 Err(Error::verb("poll(comp_channel)", e))
             };
         }
         if rc == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
         let mut ctx: *mut libc::c_void = std::ptr::null_mut();
         // SAFETY: valid channel and out-pointers; the fd is non-blocking.
         let rc = unsafe { sys::ibv_get_cq_event(ch.0.as_ptr(), &mut cq, &mut ctx) };
-        if rc == 0 {
-            // SAFETY: the channel serves only this CQ, so `cq` is it; acked at once so
-            // ibv_destroy_cq never waits for an unacked event (ibv_get_cq_event(3)).
-            unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        if rc != 0 {
+            return Ok(Some(false));
+        }
+        // Acknowledged in batches (each ack takes a lock in libibverbs), and the rest before
+        // the CQ is destroyed (CqInner::drop), so ibv_destroy_cq never waits for one.
+        if self.inner.unacked.fetch_add(1, Ordering::AcqRel) + 1 >= ACK_BATCH {
+            let n = self.inner.unacked.swap(0, Ordering::AcqRel);
+            if n > 0 {
+                // SAFETY: the channel serves only this CQ, so every event read is this CQ's;
+                // `n` of them were read and not acked yet (the counter).
+                unsafe { sys::ibv_ack_cq_events(self.as_ptr(), n) };
+            }
+        }
+        Ok(Some(true))
+    }
+
+    /// Arms the CQ's notification (`ibv_req_notify_cq(3)`, next completion): the next completion
+    /// added wakes [`sleep_once`](Self::sleep_once).
+    #[inline(always)]
+    pub(crate) fn notify_next(&self) -> Result<()> {
+        // SAFETY: valid CQ.
+        let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
+        if rc != 0 {
+            return Err(Error::verb("ibv_req_notify_cq", rc));
         }
         Ok(())
     }
 
+    /// One sleep on the completion channel of an event-mode CQ armed with [`notify_next`](Self::notify_next),
+    /// as `sleep_in`: `Some(true)` if its event came (arm again before the next sleep). A
+    /// polling CQ has no channel: `None` at once.
+    pub(crate) fn sleep_once(&self, left: Duration) -> Result<Option<bool>> {
+        match &self.inner.channel {
+            Some(ch) => self.sleep_in(ch, left),
+            None => Ok(None),
+        }
+    }
+
     /// Polls away completions of QP `qpn` (moved to ERR) until it has none in flight or the
-    /// deadline passes; completions of other QPs are kept for the next poll.
-    ///
-    /// # Safety
-    /// As [`table`](Self::table): called from the drop of QP `qpn`, the one QP a single-owner
-    /// CQ takes.
-    pub(crate) unsafe fn drain_qp(&self, qpn: u32, deadline: Instant) {
+    /// deadline passes; completions of other QPs are kept for the next poll. A single-owner CQ
+    /// is left alone: its one QP's buffers go with its table (see [`SoloCq`]).
+    pub(crate) fn drain_qp(&self, qpn: u32, deadline: Instant) {
         let mut wcs: [sys::ibv_wc; 16] = Default::default();
         loop {
-            // SAFETY: this function's contract.
-            let mut t = unsafe { self.table() };
+            let TableCell::Shared(m) = &self.inner.table else {
+                return;
+            };
+            let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
+            t.unstash();
             if !t.has_entries(qpn) || Instant::now() >= deadline {
                 return;
             }
@@ -752,14 +594,18 @@ impl CompletionQueue {
         }
     }
 
-    /// Drops what a destroyed QP still had in flight (the device can no longer reach it).
-    ///
-    /// # Safety
-    /// As [`drain_qp`](Self::drain_qp).
-    pub(crate) unsafe fn purge_qp(&self, qpn: u32) {
-        // SAFETY: this function's contract.
-        let gone = unsafe { self.table() }.purge(qpn);
-        drop(gone);
+    /// Drops what a destroyed QP still had in flight (the device can no longer reach it); a
+    /// single-owner CQ's go with its table.
+    pub(crate) fn purge_qp(&self, qpn: u32) {
+        if let TableCell::Shared(m) = &self.inner.table {
+            let gone = m.lock().unwrap_or_else(|p| p.into_inner()).purge(qpn);
+            drop(gone);
+        }
+    }
+
+    /// A QP of this CQ could not be destroyed: never free the buffers in its table.
+    pub(crate) fn leak_table(&self) {
+        self.inner.leak.store(true, Ordering::Release);
     }
 }
 

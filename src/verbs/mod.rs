@@ -17,6 +17,7 @@ mod wr;
 pub use cq::{
     wc_status_str, Buf, Bufs, Completion, CompletionQueue, CqChannel, Retired, WaitMode, WcOpcode,
 };
+pub(crate) use cq::{Done, Polled};
 pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, PortAttr, PortInfo};
 pub use gid::{select_gid, Gid, GidEntry, GidType};
 pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};
@@ -25,3 +26,4 @@ pub use qp::{
     InitAttr, PostError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
 };
 pub use solo::SoloQueue;
+pub(crate) use solo::Waited;

@@ -519,11 +519,8 @@ impl Drop for QueuePair {
                 tracing::debug!("moving QP {:#x} to ERR on drop: {e}", self.qpn);
             }
             let deadline = Instant::now() + Duration::from_secs(2);
-            // SAFETY: this is the drop of the QP; a single-owner CQ takes one QP (claimed in
-            // `wrap`), so nothing else reaches its table now.
-            unsafe { self.send_cq.drain_qp(self.qpn, deadline) };
-            // SAFETY: as above.
-            unsafe { self.recv_cq.drain_qp(self.qpn, deadline) };
+            self.send_cq.drain_qp(self.qpn, deadline);
+            self.recv_cq.drain_qp(self.qpn, deadline);
         }
         let rc = match self.destroy.take() {
             Some(d) => d(self.qp),
@@ -536,11 +533,11 @@ impl Drop for QueuePair {
                 self.qpn,
                 std::io::Error::from_raw_os_error(rc)
             );
+            self.send_cq.leak_table();
+            self.recv_cq.leak_table();
             return;
         }
-        // SAFETY: as for drain_qp above.
-        unsafe { self.send_cq.purge_qp(self.qpn) };
-        // SAFETY: as above.
-        unsafe { self.recv_cq.purge_qp(self.qpn) };
+        self.send_cq.purge_qp(self.qpn);
+        self.recv_cq.purge_qp(self.qpn);
     }
 }

@@ -10,21 +10,33 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::verbs::cq::{Completion, CompletionQueue, WaitMode};
+use crate::verbs::cq::{Completion, CompletionQueue, Polled, SoloCq, WaitMode};
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::qp::{PostError, QueuePair, SendOp, SendRequest, Sge};
 
 /// One QP and its own CQ, used by one owner at a time (see the [module docs](self)).
 pub struct SoloQueue {
-    // Field order is drop order: the QP first (ERR, drain, destroy), then the CQ.
+    // Field order is drop order: the QP first (ERR, destroy), then the CQ with its table.
     qp: QueuePair,
-    cq: CompletionQueue,
+    cq: SoloCq,
+    /// Event mode: the CQ's notification is armed and its event not read yet.
+    armed: bool,
+}
+
+/// What one [`SoloQueue::wait_one`] found.
+pub(crate) enum Waited {
+    /// A completion.
+    Got(Polled),
+    /// The CQ's event came (or the sleep was interrupted) but no completion with it.
+    Woke,
+    /// Nothing within the time given (or a polling CQ found nothing).
+    Quiet,
 }
 
 impl std::fmt::Debug for SoloQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SoloQueue({:?}, {:?})", self.qp, self.cq)
+        write!(f, "SoloQueue({:?}, {:?})", self.qp, self.cq.cq())
     }
 }
 
@@ -39,13 +51,17 @@ impl SoloQueue {
         make_qp: impl FnOnce(&CompletionQueue) -> Result<QueuePair>,
     ) -> Result<SoloQueue> {
         let cq = CompletionQueue::new_solo(ctx, cqe, mode)?;
-        let qp = make_qp(&cq)?;
-        if !(qp.send_cq().same_as(&cq) && qp.recv_cq().same_as(&cq)) {
+        let qp = make_qp(cq.cq())?;
+        if !(qp.send_cq().same_as(cq.cq()) && qp.recv_cq().same_as(cq.cq())) {
             return Err(Error::InvalidArgument(
                 "a single-owner queue's QP must use its CQ for both queues".into(),
             ));
         }
-        Ok(SoloQueue { qp, cq })
+        Ok(SoloQueue {
+            qp,
+            cq,
+            armed: false,
+        })
     }
 
     /// The queue pair (state changes, attributes; its `&self` posts refuse this queue's CQ:
@@ -56,19 +72,18 @@ impl SoloQueue {
 
     /// The completion queue (its `&self` polls refuse: poll through the queue).
     pub fn cq(&self) -> &CompletionQueue {
-        &self.cq
+        self.cq.cq()
     }
 
     /// How [`wait`](Self::wait) waits.
     pub fn mode(&self) -> WaitMode {
-        self.cq.mode()
+        self.cq.cq().mode()
     }
 
     /// [`QueuePair::post_send`], without a lock.
     pub fn post_send(&mut self, wr: SendRequest) -> std::result::Result<(), PostError> {
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
-        self.qp.post_send_into(&mut t, wr)
+        let (_, t) = self.cq.split();
+        self.qp.post_send_into(t, wr)
     }
 
     /// [`QueuePair::post_send_buf`], without a lock.
@@ -84,10 +99,9 @@ impl SoloQueue {
         signaled: bool,
         inline: bool,
     ) -> std::result::Result<(), PostError> {
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
+        let (_, t) = self.cq.split();
         self.qp
-            .post_send_buf_into(&mut t, wr_id, op, buf, off, len, signaled, inline)
+            .post_send_buf_into(t, wr_id, op, buf, off, len, signaled, inline)
     }
 
     /// [`QueuePair::post_recv`], without a lock.
@@ -96,9 +110,8 @@ impl SoloQueue {
         wr_id: u64,
         sges: impl IntoIterator<Item = Sge>,
     ) -> std::result::Result<(), PostError> {
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
-        self.qp.post_recv_into(&mut t, wr_id, sges)
+        let (_, t) = self.cq.split();
+        self.qp.post_recv_into(t, wr_id, sges)
     }
 
     /// [`QueuePair::post_recv_buf`], without a lock.
@@ -108,17 +121,15 @@ impl SoloQueue {
         wr_id: u64,
         buf: LocalBuf,
     ) -> std::result::Result<(), PostError> {
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
-        self.qp.post_recv_buf_into(&mut t, wr_id, buf)
+        let (_, t) = self.cq.split();
+        self.qp.post_recv_buf_into(t, wr_id, buf)
     }
 
     /// [`CompletionQueue::poll_one`], without a lock.
     #[inline(always)]
     pub fn poll_one(&mut self) -> Result<Option<Completion>> {
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
-        self.cq.poll_one_in(&mut t)
+        let (cq, t) = self.cq.split();
+        cq.poll_one_in(t)
     }
 
     /// Busy-polls up to `spins` times for one completion (one-entry `ibv_poll_cq(3)` calls,
@@ -126,9 +137,15 @@ impl SoloQueue {
     /// the loop. `Ok(None)` if none came.
     #[inline(always)]
     pub fn spin_one(&mut self, spins: u32) -> Result<Option<Completion>> {
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
-        self.cq.spin_one_in(&mut t, spins)
+        let (cq, t) = self.cq.split();
+        cq.spin_one_in(t, spins)
+    }
+
+    /// [`spin_one`](Self::spin_one), the completion as the per-message path takes it.
+    #[inline(always)]
+    pub(crate) fn spin(&mut self, spins: u32) -> Result<Option<Polled>> {
+        let (cq, t) = self.cq.split();
+        cq.spin_in(t, spins)
     }
 
     /// [`CompletionQueue::poll_into`], without a lock: up to `max` completions in one
@@ -136,9 +153,8 @@ impl SoloQueue {
     #[inline(always)]
     pub fn poll_into(&mut self, max: usize, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
-        // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-        let mut t = unsafe { self.cq.table() };
-        self.cq.poll_raw(&mut t, before + max, out)?;
+        let (cq, t) = self.cq.split();
+        cq.poll_raw(t, before + max, out)?;
         Ok(out.len() - before)
     }
 
@@ -158,17 +174,16 @@ impl SoloQueue {
         out: &mut Vec<Completion>,
     ) -> Result<usize> {
         let base = out.len();
-        if self.cq.mode() == WaitMode::Poll {
+        if self.mode() == WaitMode::Poll {
             // Busy-poll with nothing but the poll in the loop; the clock is read once per 256
             // looks (it can cost microseconds in an emulated guest), and not at all if the first
             // 256 find something.
             let mut deadline = None;
             loop {
-                // SAFETY: `&mut self` is the only access to this CQ's table (module docs).
-                let mut t = unsafe { self.cq.table() };
-                if let Some(c) = self.cq.spin_one_in(&mut t, 256)? {
+                let (cq, t) = self.cq.split();
+                if let Some(c) = cq.spin_one_in(t, 256)? {
                     out.push(c);
-                    self.cq.poll_raw(&mut t, base + max.max(1), out)?;
+                    cq.poll_raw(t, base + max.max(1), out)?;
                     return Ok(out.len() - base);
                 }
                 let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
@@ -180,12 +195,49 @@ impl SoloQueue {
                 }
             }
         }
-        let cq = &self.cq;
-        cq.wait_with(max, timeout, out, |max, out| {
-            // SAFETY: `&mut self` (borrowed for this call) is the only access to the table.
-            let mut t = unsafe { cq.table() };
-            cq.poll_raw(&mut t, max, out)
-        })?;
+        // The shared wait arms and reads events on its own: arm again before the next sleep.
+        self.armed = false;
+        let (cq, t) = self.cq.split();
+        cq.wait_with(max, timeout, out, |max, out| cq.poll_raw(t, max, out))?;
         Ok(out.len() - base)
+    }
+
+    /// The per-message wait: one look at the CQ and, in event mode, at most two sleeps of at
+    /// most `slice` each, with no clock read. The notification stays armed between calls (armed
+    /// again as soon as its event is read, as `ibv_rc_pingpong -e` does), so a wait that finds
+    /// nothing costs one poll before the sleep, and a wake-up one acknowledgement in 64.
+    #[inline(always)]
+    pub(crate) fn wait_one(&mut self, slice: Duration) -> Result<Waited> {
+        let event = self.mode() == WaitMode::Event;
+        let (cq, t) = self.cq.split();
+        if let Some(c) = cq.spin_in(t, 1)? {
+            return Ok(Waited::Got(c));
+        }
+        if !event {
+            return Ok(Waited::Quiet);
+        }
+        if !self.armed {
+            cq.notify_next()?;
+            self.armed = true;
+            // A completion may have landed before the notification was armed.
+            if let Some(c) = cq.spin_in(t, 1)? {
+                return Ok(Waited::Got(c));
+            }
+        }
+        // An event whose completion an earlier look already took (it fired after that look armed
+        // the CQ) ends the first sleep at once, with nothing new: then one more sleep.
+        for _ in 0..2 {
+            match cq.sleep_once(slice)? {
+                None => return Ok(Waited::Quiet),
+                Some(false) => return Ok(Waited::Woke),
+                Some(true) => {
+                    cq.notify_next()?;
+                    if let Some(c) = cq.spin_in(t, 1)? {
+                        return Ok(Waited::Got(c));
+                    }
+                }
+            }
+        }
+        Ok(Waited::Woke)
     }
 }

@@ -4,7 +4,8 @@
 use std::collections::VecDeque;
 
 use crate::sys;
-use crate::verbs::cq::{Bufs, Completion, Retired, WcOpcode};
+use crate::verbs::cq::{Buf, Bufs, Completion, Retired, WcOpcode};
+use crate::verbs::mr::LocalBuf;
 
 pub(crate) const RECV_BIT: u64 = 1 << 63;
 
@@ -12,6 +13,53 @@ pub(crate) struct Entry {
     pub(crate) wr_id: u64,
     pub(crate) bufs: Bufs,
     pub(crate) op: &'static str,
+}
+
+/// A successful completion of a work request that held exactly one exclusive buffer and retired
+/// nothing: the per-message case, small enough to move cheaply (no buffer list, no retired list).
+pub(crate) struct Done {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) byte_len: u32,
+    pub(crate) imm: Option<u32>,
+    pub(crate) qp_num: u32,
+    pub(crate) buf: LocalBuf,
+    op: &'static str,
+}
+
+impl Done {
+    /// The same as a [`Completion`].
+    pub(crate) fn into_completion(self) -> Completion {
+        Completion {
+            wr_id: self.wr_id,
+            status: sys::IBV_WC_SUCCESS,
+            vendor_err: 0,
+            opcode: self.opcode,
+            byte_len: self.byte_len,
+            imm: self.imm,
+            qp_num: self.qp_num,
+            bufs: smallvec::smallvec![Buf::Local(self.buf)],
+            retired: Vec::new(),
+            op: self.op,
+        }
+    }
+}
+
+/// A completion as the per-message path takes it: [`Done`] when it can, else in full.
+pub(crate) enum Polled {
+    Done(Done),
+    Full(Completion),
+}
+
+impl Polled {
+    /// As a [`Completion`].
+    #[inline(always)]
+    pub(crate) fn into_completion(self) -> Completion {
+        match self {
+            Polled::Done(d) => d.into_completion(),
+            Polled::Full(c) => c,
+        }
+    }
 }
 
 /// Work queues by QP number: a short list scanned linearly (a CQ serves few QPs; hashing, and
@@ -95,7 +143,15 @@ pub(crate) struct Table {
     gen: u64,
     sq: QpMap<SendChain>,
     pub(super) pending: VecDeque<Completion>,
+    /// Raw completions polled in one `ibv_poll_cq` call and not matched yet
+    /// (`stash[stash_at..stash_len]`): a busy-poll takes up to [`STASH`] at once.
+    pub(super) stash: [sys::ibv_wc; STASH],
+    pub(super) stash_at: usize,
+    pub(super) stash_len: usize,
 }
+
+/// Completions a busy-poll asks `ibv_poll_cq(3)` for at once.
+pub(super) const STASH: usize = 4;
 
 /// Frees slot `i` (in use) and returns its entry.
 #[inline(always)]
@@ -122,6 +178,9 @@ impl Table {
             gen: 0,
             sq: QpMap::default(),
             pending: VecDeque::new(),
+            stash: Default::default(),
+            stash_at: 0,
+            stash_len: 0,
         }
     }
 
@@ -227,18 +286,90 @@ impl Table {
         }
         self.sq.remove(qpn);
         self.pending.retain(|c| c.qp_num != qpn);
+        // Stashed completions of this QP would find no entry: nothing to drop there.
         out
+    }
+
+    /// The next completion already taken from the CQ: polled for someone else, or stashed.
+    #[inline(always)]
+    pub(super) fn take_polled(&mut self) -> Option<Polled> {
+        if let Some(c) = self.pending.pop_front() {
+            return Some(Polled::Full(c));
+        }
+        while self.stash_at < self.stash_len {
+            let wc = self.stash[self.stash_at];
+            self.stash_at += 1;
+            if let Some(c) = self.complete_lean(&wc) {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// The slot a raw completion names, if it is in use by that work request of that QP.
+    #[inline(always)]
+    fn slot_of(&self, wc: &sys::ibv_wc) -> Option<(u32, &Slot)> {
+        let i = (wc.wr_id & INDEX_MASK) as u32;
+        let s = self.slots.get(i as usize)?;
+        (wc.wr_id != 0 && s.id == wc.wr_id && s.qpn == wc.qp_num).then_some((i, s))
+    }
+
+    /// [`complete`](Self::complete), as a [`Done`] when the work request held one exclusive
+    /// buffer, succeeded and retires nothing.
+    #[inline(always)]
+    pub(super) fn complete_lean(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
+        let (i, s) = self.slot_of(wc)?;
+        let one_local = matches!(
+            s.entry.as_ref().map(|e| e.bufs.as_slice()),
+            Some([Buf::Local(_)])
+        );
+        if wc.status != sys::IBV_WC_SUCCESS || !one_local {
+            return self.complete(wc).map(Polled::Full);
+        }
+        if wc.wr_id & RECV_BIT == 0 {
+            let c = self.sq.get_mut(wc.qp_num)?;
+            if c.head != i {
+                // Earlier unsignaled sends retire with it.
+                return self.complete(wc).map(Polled::Full);
+            }
+            c.head = self.slots[i as usize].next;
+            if c.head == NIL {
+                c.tail = NIL;
+            }
+        }
+        let mut e = release(&mut self.slots, &mut self.free, i)?;
+        let Some(Buf::Local(buf)) = e.bufs.pop() else {
+            unreachable!("checked above: one exclusive buffer");
+        };
+        let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
+        Some(Polled::Done(Done {
+            wr_id: e.wr_id,
+            opcode: WcOpcode::from_raw(wc.opcode),
+            byte_len: wc.byte_len,
+            // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
+            imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
+            qp_num: wc.qp_num,
+            buf,
+            op: e.op,
+        }))
+    }
+
+    /// Moves the stashed completions to `pending` (matched, in order).
+    pub(super) fn unstash(&mut self) {
+        while self.stash_at < self.stash_len {
+            let wc = self.stash[self.stash_at];
+            self.stash_at += 1;
+            if let Some(c) = self.complete(&wc) {
+                self.pending.push_back(c);
+            }
+        }
     }
 
     /// Matches a raw completion to its entry; work queues complete in order, so entries before
     /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
     #[inline(always)]
     pub(super) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
-        let i = (wc.wr_id & INDEX_MASK) as u32;
-        let s = self.slots.get(i as usize)?;
-        if wc.wr_id == 0 || s.id != wc.wr_id || s.qpn != wc.qp_num {
-            return None;
-        }
+        let (i, _) = self.slot_of(wc)?;
         let mut retired = Vec::new();
         if wc.wr_id & RECV_BIT == 0 {
             let c = self.sq.get_mut(wc.qp_num)?;
@@ -376,6 +507,37 @@ mod tests {
         t.push(3, false, 5, Bufs::new(), "SEND").unwrap();
         assert_eq!(t.purge(3).len(), 1);
         assert!(!t.has_entries(3));
+    }
+
+    #[test]
+    fn lean_path_falls_back_to_full_completions_and_keeps_stash_order() {
+        let mut t = Table::default();
+        // No buffer (a credit message's SEND), an error, an unsignaled predecessor: all full.
+        let a = t.push(4, false, 1, Bufs::new(), "SEND").unwrap();
+        let b = t.push(4, false, 2, Bufs::new(), "SEND").unwrap();
+        let r = t.push(4, true, 3, Bufs::new(), "RECV").unwrap();
+        assert!(
+            t.complete_lean(&wc(a ^ (1 << 40), 4, 0)).is_none(),
+            "stale id"
+        );
+        match t.complete_lean(&wc(b, 4, 0)) {
+            Some(Polled::Full(c)) => {
+                assert_eq!((c.wr_id, c.retired.len()), (2, 1));
+                assert_eq!(c.retired[0].wr_id, 1);
+            }
+            _ => panic!("a completion that retires another is a full one"),
+        }
+        // Stashed completions come out in order, skipping unknown ones, before new polls.
+        let r2 = t.push(4, true, 4, Bufs::new(), "RECV").unwrap();
+        t.stash[0] = wc(0, 4, 0);
+        t.stash[1] = wc(r, 4, 12);
+        t.stash[2] = wc(r2, 4, 0);
+        (t.stash_at, t.stash_len) = (0, 3);
+        let first = t.take_polled().map(Polled::into_completion).unwrap();
+        assert_eq!((first.wr_id, first.is_success()), (3, false));
+        assert_eq!(t.take_polled().map(|p| p.into_completion().wr_id), Some(4));
+        assert!(t.take_polled().is_none());
+        assert!(!t.has_entries(4));
     }
 
     #[test]

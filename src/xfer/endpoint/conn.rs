@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, LocalBuf, ProtectionDomain, QueuePair, Retired,
+    Completion, CompletionQueue, Context, Done, LocalBuf, ProtectionDomain, QueuePair, Retired,
     SoloQueue, WcOpcode,
 };
 
@@ -28,6 +28,16 @@ pub(super) struct Ready {
 }
 
 impl Ready {
+    #[inline(always)]
+    pub(super) fn of_done(d: Done) -> Ready {
+        Ready {
+            len: d.byte_len,
+            imm: d.imm,
+            write_imm: d.opcode == WcOpcode::RecvRdmaWithImm,
+            buf: d.buf,
+        }
+    }
+
     #[inline(always)]
     pub(super) fn of(mut c: Completion) -> Result<Ready> {
         let (len, imm) = (c.byte_len, c.imm);

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
-use crate::verbs::{Completion, LocalBuf, SendOp, SendRequest, WaitMode, WcOpcode};
+use crate::verbs::{
+    Completion, Done, LocalBuf, Polled, SendOp, SendRequest, WaitMode, Waited, WcOpcode,
+};
 use crate::xfer::wire::{self, ImmKind};
 
 use super::conn::{credit_flow, Deadline, Endpoint, Flow, Ready, WR_CREDIT, WR_DATA, WR_RECV};
@@ -47,6 +49,51 @@ impl Endpoint {
         self.peer.recv_depth = Some(h.recv_depth);
         self.peer.msg_size = Some(h.msg_size);
         Ok(())
+    }
+
+    /// Handles one completion as the per-message path takes it.
+    #[inline(always)]
+    pub(super) fn handle_polled(&mut self, p: Polled) -> Result<()> {
+        match p {
+            Polled::Done(d) => self.handle_done(d),
+            Polled::Full(c) => self.handle(c),
+        }
+    }
+
+    /// [`handle`](Self::handle) for the usual completion: a data SEND's or a receive's (anything
+    /// else goes to `handle`).
+    #[inline(always)]
+    fn handle_done(&mut self, d: Done) -> Result<()> {
+        match d.wr_id {
+            WR_DATA => {
+                self.sends_posted = self.sends_posted.saturating_sub(1);
+                self.send_pool.push(d.buf);
+                if let Flow::Credits {
+                    credit_msg_pending: true,
+                    ..
+                } = self.flow
+                {
+                    self.send_credit_msg()?;
+                }
+                Ok(())
+            }
+            WR_RECV => {
+                if let (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) =
+                    (&mut self.flow, d.opcode, d.imm)
+                {
+                    let (kind, n) = wire::decode_imm(imm)?;
+                    *credits = credits.saturating_add(n);
+                    if kind == ImmKind::Credit {
+                        // Credit messages are not counted in the window: re-post at once.
+                        self.q.post_recv_buf(WR_RECV, d.buf)?;
+                        return Ok(());
+                    }
+                }
+                self.ready.push_back(Ready::of_done(d));
+                Ok(())
+            }
+            _ => self.handle(d.into_completion()),
+        }
     }
 
     /// Handles one completion: returns send buffers, applies credits, queues messages.
@@ -143,15 +190,29 @@ impl Endpoint {
             return self.settle(true);
         }
         if !self.disconnected && deadline.at.is_none() {
-            // No clock read for what arrives soon (see Deadline): poll first, busy-polling for
-            // a while in poll mode.
-            let spins = match self.q.mode() {
-                WaitMode::Poll => SPIN_POLLS,
-                WaitMode::Event => 1,
-            };
-            // The spin stays inside the queue: nothing but the poll itself per empty look.
-            if let Some(c) = self.q.spin_one(spins)? {
-                return self.handle(c);
+            // No clock read for what arrives soon (see Deadline).
+            match self.q.mode() {
+                WaitMode::Poll => {
+                    // Busy-poll for a while: nothing but the poll itself per empty look.
+                    if let Some(c) = self.q.spin(SPIN_POLLS)? {
+                        return self.handle_polled(c);
+                    }
+                }
+                WaitMode::Event => {
+                    // One look and at most two sleeps of at most CM_CHECK: the deadline starts
+                    // counting after them (at most 100 ms late).
+                    let slice = deadline.timeout.min(CM_CHECK);
+                    match self.q.wait_one(slice)? {
+                        Waited::Got(c) => return self.handle_polled(c),
+                        Waited::Woke => {}
+                        Waited::Quiet => {
+                            // `slice` of the deadline has passed.
+                            let left = deadline.timeout.saturating_sub(slice);
+                            deadline.at = Some(Instant::now() + left);
+                            self.check_cm()?;
+                        }
+                    }
+                }
             }
         }
         let after = deadline.timeout;
