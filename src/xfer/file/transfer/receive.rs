@@ -515,6 +515,7 @@ fn receive_file(
         Ok(x) => x,
         Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
     };
+    let layout = *sink.layout().expect("started above");
     send_msg(
         ep,
         &Msg::Mr(Ring {
@@ -560,15 +561,7 @@ fn receive_file(
             }
             Err(e)
         }
-        None => {
-            let layout = sink.layout().copied();
-            sink.commit(&hash).and_then(|got| {
-                Ok((
-                    got,
-                    layout.ok_or_else(|| Error::refused(Reason::Internal, "no layout"))?,
-                ))
-            })
-        }
+        None => sink.commit(&hash).map(|got| (got, layout)),
     };
     let (status, message) = match &result {
         Ok(_) => (Reason::Ok, String::new()),
