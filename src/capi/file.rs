@@ -49,8 +49,9 @@ fn with_files(e: crate::Error, report: &SessionReport) -> Fail {
 }
 
 /// Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
-/// peer, verified by BLAKE3, with the configuration's token. `progress` (may be NULL) is called
-/// with the bytes sent so far; `user` is passed to it untouched. Inside a tree, symlinks are
+/// peer, verified per chunk (XXH3-128, the protocol's default), with the configuration's
+/// token. `progress` (may be NULL) is called with the bytes sent so far; `user` is passed to it
+/// untouched. Inside a tree, symlinks are
 /// sent as symlinks and empty directories as directories; files the receiver already has
 /// (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
 /// delivered (verified and committed) or skipped.
@@ -104,7 +105,7 @@ pub struct rdmaxfer_recv_summary {
 /// `out_dir` (a sent file `a.bin` as `out_dir/a.bin`, a sent tree `photos/` as
 /// `out_dir/photos/...`), directories made as needed; names that would leave `out_dir` (`..`,
 /// absolute, control characters) and symlinks that would point out of it are refused. Each
-/// file is written to a temporary file in its directory, verified by BLAKE3, fsynced and only
+/// file is written to a temporary file in its directory, verified per chunk, fsynced and only
 /// then renamed into place (a failed file leaves nothing, unless `RDMAXFER_RECV_RESUME`).
 /// `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the
 /// configuration the sender must know it. Files already here (same size and modification time)
