@@ -71,7 +71,7 @@ impl From<SharedBuf> for Buf {
     }
 }
 
-/// How [`CompletionQueue::wait`] waits.
+/// How [`CompletionQueue::wait`](super::CompletionQueue::wait) waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WaitMode {
     /// Busy-poll the CQ (lowest latency, one core busy).
