@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two-host benchmark table from one ci/rig.sh run: ib_write_bw vs `rdmaxfer bench write` vs
 `rdmaxfer send` at 1 MiB, clean, with 1 % loss and with 5 ms ± 2 ms delay + 25 % reordering
-(ci/rig.sh REORDER_NETEM) (MB = 2^20 bytes, as perftest prints)."""
+(ci/rig.sh REORDER_NETEM) (MB = 2^20 bytes, as perftest prints); then `send --streams N` for
+N = 1, 2, 4 (clean): aggregate rates and N / N=1 (goal >= 0.95)."""
 import json
 import pathlib
 import sys
@@ -78,3 +79,17 @@ for m in MODES:
     for t in ("write bench", "send file"):
         v = vals[(t, m)]
         print(f"{t} {m} ratio: {v / a:.3f}" if v is not None and a else f"{t} {m} ratio: missing")
+
+print("== streams (clean): send --streams N, one file over N connections")
+base = last_json("rdx_streams1.clean", "data_mib_s")
+for n in (1, 2, 4):
+    d, w = last_json(f"rdx_streams{n}.clean", "data_mib_s"), last_json(f"rdx_streams{n}.clean", "mib_s")
+    line = f"streams N={n}: data phase {fmt(d)} MiB/s, whole command {fmt(w)} MiB/s"
+    if d is not None and anchor:
+        line += f", data / ib_write_bw clean {d / anchor:5.3f}"
+    if n > 1:
+        if d is not None and base:
+            line += f", N/N=1 {d / base:5.3f} (goal >= 0.95: {'met' if d / base >= 0.95 else 'NOT met'})"
+        else:
+            line += ", N/N=1 missing"
+    print(line)
