@@ -173,9 +173,9 @@ done
 
 # Peak RSS against file size: 16 MiB vs 1 GiB sparse sources, every N (once: RSS is not noisy).
 if [[ -z "${NO_RSS:-}" ]]; then
-  echo "== peak RSS, 16 MiB vs 1 GiB sparse ($(date +%T))"
-  truncate -s 16M "$work/src/s16.bin"
   big="${RSS_BIG_MIB:-1024}"
+  echo "== peak RSS, 16 MiB vs $big MiB sparse ($(date +%T))"
+  truncate -s 16M "$work/src/s16.bin"
   truncate -s "${big}M" "$work/src/s$big.bin"
   for n in 1 2 4; do
     for m in 16 "$big"; do
