@@ -14,6 +14,10 @@
 # Env: FLAGS (extra rdmaxfer flags for both sides), NO_RSS=1 (skip the RSS part), RSS_BIG_MIB (1024:
 # the big sparse source), ROWS (a subset of the steps, e.g. ROWS="n1 n2 rcopy ibw").
 set -euo pipefail
+if [[ "${1:-}" =~ ^[0-9]+$ ]]; then # the former interface was [MIB] [CHUNK]
+  echo "!! usage: ci/guest-file-bench.sh [OUTDIR] [ROUNDS] [MIB] [CHUNK] (or ci/file-bench.sh [ROUNDS] [MIB] on the host)" >&2
+  exit 2
+fi
 out="$(realpath -m "${1:-target/bench/file}")"
 rounds="${2:-3}"
 mib="${3:-128}"
