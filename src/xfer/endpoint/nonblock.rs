@@ -82,9 +82,12 @@ impl Endpoint {
         self.try_recv_with(|m| m.data.to_vec())
     }
 
-    /// Ok once every message sent so far has completed; else [`Error::WouldBlock`].
+    /// Ok once every message sent so far has completed, or the peer has disconnected (as
+    /// [`flush`](Self::flush)); else [`Error::WouldBlock`].
     pub fn try_flush(&mut self) -> Result<()> {
-        self.try_until("the last sends to complete", |e| e.sends_posted == 0)
+        self.try_until("the last sends to complete", |e| {
+            e.sends_posted == 0 || e.disconnected
+        })
     }
 
     /// Posts the caller's work request like [`post`](Self::post), except that an RDMA
