@@ -31,7 +31,9 @@ impl Endpoint {
         self.cm.as_ref().map(AsFd::as_fd)
     }
 
-    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    /// A handle of the connection's CM id (for registering its channel with a reactor: the
+    /// `aio` module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> Option<CmId> {
         self.cm.clone()
     }
@@ -186,7 +188,9 @@ impl Listener {
         self.id.as_fd()
     }
 
-    /// A handle of the listening CM id (for registering its channel with a reactor).
+    /// A handle of the listening CM id (for registering its channel with a reactor: the `aio`
+    /// module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> CmId {
         self.id.clone()
     }
@@ -242,7 +246,9 @@ impl Accepting {
         self.peer
     }
 
-    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    /// A handle of the connection's CM id (for registering its channel with a reactor: the
+    /// `aio` module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> CmId {
         self.id.clone()
     }
@@ -316,7 +322,9 @@ impl Connecting {
         self.id.as_fd()
     }
 
-    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    /// A handle of the connection's CM id (for registering its channel with a reactor: the
+    /// `aio` module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> CmId {
         self.id.clone()
     }
