@@ -36,17 +36,22 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::new("198.18.0.1".parse().unwrap(), port)
 }
 
+/// Small messages and windows: cheap connections, for tests that make many.
+fn small_options() -> EndpointOptions {
+    EndpointOptions {
+        msg_size: 64,
+        recv_depth: 4,
+        send_depth: 2,
+        ..Default::default()
+    }
+}
+
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
     need_rxe0();
     const N: usize = 200;
-    let opts = EndpointOptions {
-        msg_size: 64,
-        recv_depth: 4,
-        send_depth: 2,
-        ..Default::default()
-    };
+    let opts = small_options();
     let mut l = Listener::bind(addr(7201), &opts).unwrap();
     let server = thread::spawn(move || {
         let mut ok = 0;
@@ -394,12 +399,7 @@ fn a_peer_disconnect_ends_a_flush_and_close_in_order() {
 fn a_peer_that_closes_right_after_its_last_receive_lets_our_close_succeed() {
     need_rxe0();
     const N: usize = 30;
-    let opts = EndpointOptions {
-        msg_size: 64,
-        recv_depth: 4,
-        send_depth: 2,
-        ..Default::default()
-    };
+    let opts = small_options();
     let mut l = Listener::bind(addr(7227), &opts).unwrap();
     let server = thread::spawn(move || {
         for i in 0..N {
