@@ -23,21 +23,7 @@ fn send_text(port: u16, paths: &[&Path], extra: &[&str]) -> common::Proc {
 
 /// `rdmaxfer recv --once` in text mode on `port` into `out`, once it listens.
 fn recv_text(port: u16, out: &Path, extra: &[&str]) -> common::Proc {
-    let p = port.to_string();
-    let mut args = vec![
-        "recv",
-        "--out",
-        out.to_str().unwrap(),
-        "--listen",
-        IP,
-        "-p",
-        &p,
-        "--once",
-    ];
-    args.extend_from_slice(extra);
-    let mut r = spawn("recv", &args);
-    r.wait_for("listening on", FILE_T);
-    r
+    common::recv_on(Some(IP), port, out, &[&["--once"], extra].concat())
 }
 
 /// A tree `src/tree` with `files` (relative name, contents) below a temporary directory, and an

@@ -1,7 +1,8 @@
 //! Device tests of the `Endpoint` library API (need rxe0 at 198.18.0.1; run inside the guest by
 //! ci/test.sh): many connections against one listener without leaks, handshake rejection, credit
-//! flow control under one-way streams, a corrupted pong caught at its sequence number, and
-//! one-sided WRITE_WITH_IMM / READ through an endpoint.
+//! flow control under one-way streams, a corrupted pong caught at its sequence number,
+//! one-sided WRITE_WITH_IMM / READ through an endpoint, and a peer's disconnect ending a flush
+//! and close in order.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -9,6 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use rdmaxfer::cm::{CmId, ConnParam, EventKind, MAX_REJECT_PRIVATE_DATA};
+use rdmaxfer::os::wait_readable;
 use rdmaxfer::verbs::{
     Context, ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge,
     WaitMode,
@@ -34,17 +36,22 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::new("198.18.0.1".parse().unwrap(), port)
 }
 
+/// Small messages and windows: cheap connections, for tests that make many.
+fn small_options() -> EndpointOptions {
+    EndpointOptions {
+        msg_size: 64,
+        recv_depth: 4,
+        send_depth: 2,
+        ..Default::default()
+    }
+}
+
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
     need_rxe0();
     const N: usize = 200;
-    let opts = EndpointOptions {
-        msg_size: 64,
-        recv_depth: 4,
-        send_depth: 2,
-        ..Default::default()
-    };
+    let opts = small_options();
     let mut l = Listener::bind(addr(7201), &opts).unwrap();
     let server = thread::spawn(move || {
         let mut ok = 0;
@@ -340,4 +347,74 @@ fn write_with_imm_and_read_through_an_endpoint() {
     let data = s.join().unwrap();
     assert_eq!(&data[100..4196], &want[..]);
     assert!(data[..100].iter().all(|&b| b == 0));
+}
+
+/// The interleaving behind a flake of the 200-connection test, made deterministic: the peer
+/// disconnects (its QP in the error state, so it acknowledges nothing more) while our last
+/// message is still unacknowledged. The disconnect ends our flush and close without an error;
+/// a wait for something from the peer still fails on it.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_peer_disconnect_ends_a_flush_and_close_in_order() {
+    need_rxe0();
+    let opts = EndpointOptions::default();
+    let mut l = Listener::bind(addr(7226), &opts).unwrap();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        let mut ep = l.accept(Some(T)).expect("accept");
+        let first = ep.recv().expect("first message");
+        ep.close().expect("server close");
+        closed_tx.send(first).unwrap();
+        // Keep the listener until the client is done (its late message goes nowhere).
+        let _ = done_rx.recv_timeout(T);
+    });
+    let mut ep = Endpoint::connect_cm(addr(7226), &opts).unwrap();
+    ep.send(b"first").unwrap();
+    assert_eq!(closed_rx.recv_timeout(T).unwrap(), b"first");
+    // The peer's DISCONNECTED is queued on our CM channel (not taken yet).
+    let cm = ep.cm_fd().expect("a CM endpoint has a CM channel");
+    assert!(
+        wait_readable(cm, Some(T)).unwrap(),
+        "no disconnect within {T:?}"
+    );
+    // Posted to a peer that will never acknowledge it: the flush notices the disconnect while
+    // it waits for this completion.
+    ep.send(b"late").unwrap();
+    ep.flush().expect("a flush that the peer's disconnect ends");
+    match ep.recv() {
+        Err(Error::Connection(m)) => assert!(m.contains("disconnected"), "{m}"),
+        other => panic!("a receive after the peer's disconnect must fail, got {other:?}"),
+    }
+    // The receive failed the endpoint: close only disconnects.
+    ep.close().expect("close after the peer's disconnect");
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+}
+
+/// The flake's own shape, many times: the peer closes right after its last receive, while our
+/// close waits for that message's acknowledgement.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_peer_that_closes_right_after_its_last_receive_lets_our_close_succeed() {
+    need_rxe0();
+    const N: usize = 30;
+    let opts = small_options();
+    let mut l = Listener::bind(addr(7227), &opts).unwrap();
+    let server = thread::spawn(move || {
+        for i in 0..N {
+            let mut ep = l.accept(Some(T)).expect("accept");
+            let m = ep.recv().unwrap_or_else(|e| panic!("server recv {i}: {e}"));
+            assert_eq!(m, format!("last {i}").into_bytes());
+            ep.close()
+                .unwrap_or_else(|e| panic!("server close {i}: {e}"));
+        }
+    });
+    for i in 0..N {
+        let mut ep =
+            Endpoint::connect_cm(addr(7227), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
+        ep.send(format!("last {i}").as_bytes()).unwrap();
+        ep.close().unwrap_or_else(|e| panic!("close {i}: {e}"));
+    }
+    server.join().unwrap();
 }

@@ -180,6 +180,38 @@ fn out_of_bounds_is_refused_locally() {
     s.kill();
 }
 
+/// A range refused locally before anything is posted is the client's error alone: the
+/// server's report of that session says `ok` (as for a C client, `rdmaxfer_expose_report`).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_locally_refused_range_leaves_the_servers_report_ok() {
+    need_rxe0();
+    let mut s = expose(7108, false, &["--size", "4096", "--json"]);
+    for (cmd, range) in [
+        ("write", ["--offset", "4090", "--data", "0123456789"]),
+        ("read", ["--offset", "4000", "--len", "97"]),
+    ] {
+        let r = client(cmd, 7108, false, &range);
+        r.failed(&format!("out-of-bounds {cmd}"));
+        assert!(r.err.contains("out of bounds"), "{cmd}: {}", r.err);
+        let line = s.wait_for("\"ok\"", T);
+        let j: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON {line:?}: {e}"));
+        assert_eq!(j["ok"], true, "{cmd}: {line}");
+        assert_eq!(j["error"], serde_json::Value::Null, "{cmd}: {line}");
+        assert_eq!(
+            (j["written"].as_u64(), j["read"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert_eq!(
+            j["changed"].as_array().map(Vec::len),
+            Some(0),
+            "{cmd}: {line}"
+        );
+    }
+    s.kill();
+}
+
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn reading_a_write_only_exposure_is_a_remote_access_error() {

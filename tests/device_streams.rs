@@ -29,20 +29,7 @@ fn need_rxe1() {
 
 /// `recv --json` listening on every address (both rails), once it listens.
 fn recv_all(port: u16, out: &Path, extra: &[&str]) -> Proc {
-    let p = port.to_string();
-    let mut args = vec![
-        "recv",
-        "--out",
-        out.to_str().unwrap(),
-        "--listen",
-        "-p",
-        &p,
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let mut r = spawn("recv", &args);
-    r.wait_for("listening on", T);
-    r
+    common::recv_on(None, port, out, &[&["--json"], extra].concat())
 }
 
 /// Packets sent by `dev` so far (its rxe hardware counter).

@@ -153,7 +153,8 @@ impl AsyncEndpoint {
             .await
     }
 
-    /// Waits until every message sent so far has completed.
+    /// Waits until every message sent so far has completed, or the peer has disconnected (see
+    /// [`Endpoint::flush`]).
     pub async fn flush(&mut self) -> Result<()> {
         self.drive(Endpoint::try_flush).await
     }

@@ -11,7 +11,7 @@ use std::ffi::CStr;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{last_errno, Error, Result};
 use crate::sys;
 
 use super::id::IdInner;
@@ -170,18 +170,42 @@ pub struct Event {
 unsafe impl Send for Event {}
 
 impl Event {
-    /// `raw` must be an event `rdma_get_cm_event(3)` returned for `id`'s channel and not yet
-    /// acked (the one caller, `CmId::try_next_event`, passes what that call just returned).
-    pub(crate) fn new(raw: NonNull<sys::rdma_cm_event>, id: Arc<IdInner>) -> Event {
-        // SAFETY: `raw` is non-null (NonNull). That it is a live, unacked event is this
-        // crate-private constructor's documented contract, not checked here.
-        let kind = EventKind::from_raw(unsafe { raw.as_ref() }.event);
-        Event { raw, kind, _id: id }
+    /// The next event on `id`'s channel if one is queued (`rdma_get_cm_event(3)` on the
+    /// non-blocking channel). It is the only way to make an `Event`, so every `Event` holds an
+    /// event that call returned and that nothing has acked yet.
+    pub(super) fn try_next(id: &Arc<IdInner>) -> Result<Option<Event>> {
+        let mut ev: *mut sys::rdma_cm_event = std::ptr::null_mut();
+        let res = id.with_channel(|ch| {
+            // SAFETY: `ch` is the id's channel, which `IdInner` owns and keeps open; `ev` is a
+            // valid out-pointer.
+            let rc = unsafe { sys::rdma_get_cm_event(ch.as_ptr(), &mut ev) };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(last_errno())
+            }
+        });
+        match res {
+            Ok(()) => {
+                let raw =
+                    NonNull::new(ev).ok_or_else(|| Error::verb("rdma_get_cm_event", libc::EIO))?;
+                // SAFETY: rdma_get_cm_event succeeded and returned `raw` (non-null), an event it
+                // allocated and that stays valid until rdma_ack_cm_event, which only `Drop` calls.
+                let kind = EventKind::from_raw(unsafe { raw.as_ref() }.event);
+                Ok(Some(Event {
+                    raw,
+                    kind,
+                    _id: id.clone(),
+                }))
+            }
+            Err(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK => Ok(None),
+            Err(e) => Err(Error::verb("rdma_get_cm_event", e)),
+        }
     }
 
     fn ev(&self) -> &sys::rdma_cm_event {
-        // SAFETY: `raw` is the live event `new` was given (its contract); only `Drop` acks (frees)
-        // it, so it stays valid while `&self` is borrowed.
+        // SAFETY: `raw` is the event `try_next` got from rdma_get_cm_event (the only
+        // constructor); only `Drop` acks (frees) it, so it stays valid while `&self` is borrowed.
         unsafe { self.raw.as_ref() }
     }
 
@@ -279,7 +303,8 @@ impl std::fmt::Debug for Event {
 impl Drop for Event {
     fn drop(&mut self) {
         // rdma_ack_cm_event(3): "one-to-one correspondence between successful gets and acks".
-        // SAFETY: the event came from rdma_get_cm_event (`new`'s contract) and `Drop` runs once,
+        // SAFETY: the event came from rdma_get_cm_event (`try_next`, the only constructor) and
+        // `Drop` runs once,
         // so it is acked exactly once, as rdma_ack_cm_event(3) requires.
         let rc = unsafe { sys::rdma_ack_cm_event(self.raw.as_ptr()) };
         if rc != 0 {

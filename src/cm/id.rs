@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::error::{last_errno, Error, Result};
 use crate::os;
 use crate::sys;
+use crate::verbs::device::ContextOwner;
 use crate::verbs::qp::{check_contexts, qp_init_attr, Destroy};
 use crate::verbs::{CompletionQueue, Context, Gid, ProtectionDomain, QpCaps, QpState, QueuePair};
 
@@ -76,11 +77,30 @@ unsafe impl Send for IdInner {}
 // SAFETY: as above: shared access only goes through `with`, which takes the lock.
 unsafe impl Sync for IdInner {}
 
+// SAFETY: `verbs` is the id's `verbs` field, read under the lock. librdmacm sets it when it
+// binds the id to a device, taking a reference on that device's open context for the id
+// (cma.c: ucma_get_device), and drops the reference only in rdma_destroy_id (ucma_free_id),
+// which only `IdInner`'s drop calls: the context stays open as long as `self`.
+unsafe impl ContextOwner for IdInner {
+    fn verbs(&self) -> Option<NonNull<sys::ibv_context>> {
+        // SAFETY: the id is valid while `self` lives; its field is read under the lock.
+        NonNull::new(self.with(|id| unsafe { (*id).verbs }))
+    }
+}
+
 impl IdInner {
     /// Runs `f` on the raw id with the lock held.
     fn with<R>(&self, f: impl FnOnce(*mut sys::rdma_cm_id) -> R) -> R {
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         f(self.id.as_ptr())
+    }
+
+    /// Runs `f` on the id's event channel (open as long as `self`) with the lock held.
+    pub(super) fn with_channel<R>(
+        &self,
+        f: impl FnOnce(NonNull<sys::rdma_event_channel>) -> R,
+    ) -> R {
+        self.with(|_| f(self.channel.0))
     }
 }
 
@@ -377,14 +397,11 @@ impl CmId {
     /// The device context rdma_cm bound this id to (after address resolution, or for an id from
     /// a connection request). It keeps the id alive.
     pub fn context(&self) -> Result<Context> {
-        // SAFETY: reading the id's field under the lock.
-        let verbs = self.inner.with(|id| unsafe { (*id).verbs });
-        let verbs = NonNull::new(verbs).ok_or_else(|| {
+        Context::from_owner(self.inner.clone()).ok_or_else(|| {
             Error::InvalidArgument(
                 "the CM id is not bound to a device yet (resolve an address first)".into(),
             )
-        })?;
-        Ok(Context::from_borrowed(verbs, self.inner.clone()))
+        })
     }
 
     /// The device port the id is bound to (1-based; 0 before resolution).
@@ -560,25 +577,7 @@ impl CmId {
 
     /// The next event if one is queued (`rdma_get_cm_event(3)` on the non-blocking channel).
     pub fn try_next_event(&self) -> Result<Option<Event>> {
-        let mut ev: *mut sys::rdma_cm_event = std::ptr::null_mut();
-        let res = self.inner.with(|_| {
-            // SAFETY: valid channel and out-pointer.
-            let rc = unsafe { sys::rdma_get_cm_event(self.inner.channel.0.as_ptr(), &mut ev) };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(last_errno())
-            }
-        });
-        match res {
-            Ok(()) => {
-                let ev =
-                    NonNull::new(ev).ok_or_else(|| Error::verb("rdma_get_cm_event", libc::EIO))?;
-                Ok(Some(Event::new(ev, self.inner.clone())))
-            }
-            Err(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK => Ok(None),
-            Err(e) => Err(Error::verb("rdma_get_cm_event", e)),
-        }
+        Event::try_next(&self.inner)
     }
 
     /// Waits for the next event (`poll(2)` on the channel fd, then `rdma_get_cm_event(3)`), at

@@ -270,6 +270,17 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
         .collect()
 }
 
+/// Something that keeps open a device context it did not get from [`Context::open`]: an
+/// RDMA CM id, whose context librdmacm opened ([`Context::from_owner`] wraps it).
+///
+/// # Safety
+/// Every `Some` that [`verbs`](ContextOwner::verbs) returns must be an open `ibv_context` that
+/// stays open as long as the implementor is alive.
+pub(crate) unsafe trait ContextOwner: Send + Sync + 'static {
+    /// The open context, or `None` when there is none (yet).
+    fn verbs(&self) -> Option<NonNull<sys::ibv_context>>;
+}
+
 pub(crate) struct ContextInner {
     ctx: NonNull<sys::ibv_context>,
     name: String,
@@ -363,25 +374,21 @@ impl Context {
         })
     }
 
-    /// Wraps a context that rdma_cm opened; `owner` keeps it valid and it is never closed here.
-    #[allow(dead_code)]
-    pub(crate) fn from_borrowed(
-        ctx: NonNull<sys::ibv_context>,
-        owner: Arc<dyn Send + Sync>,
-    ) -> Context {
-        // That `ctx` is an open context that stays open while `owner` lives is this crate-private
-        // constructor's contract (its one caller passes a CM id's `verbs` with the id as
-        // `owner`), not checked here. Its `device` is then the device libibverbs opened it on.
-        // SAFETY: `ctx` is non-null (NonNull) and open by contract (above); ibv_get_device_name(3)
-        // returns that device's name or NULL, which `cstr_lossy` allows.
+    /// Wraps the context `owner` keeps open (see [`ContextOwner`]), or `None` when it has none;
+    /// it is never closed here, and the context keeps `owner` alive.
+    pub(crate) fn from_owner<O: ContextOwner>(owner: Arc<O>) -> Option<Context> {
+        let ctx = owner.verbs()?;
+        // SAFETY: `ctx` is open while `owner` lives (ContextOwner's contract, stated by its
+        // unsafe impl) and `owner` is alive here; its `device` is the device libibverbs opened it
+        // on, and ibv_get_device_name(3) returns that device's name or NULL (`cstr_lossy` allows it).
         let name = unsafe { cstr_lossy(sys::ibv_get_device_name((*ctx.as_ptr()).device)) };
-        Context {
+        Some(Context {
             inner: Arc::new(ContextInner {
                 ctx,
                 name,
                 borrowed_from: Some(owner),
             }),
-        }
+        })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_context {

@@ -278,11 +278,18 @@ pub const FILE_T: Duration = Duration::from_secs(120);
 
 /// `rdmaxfer recv --json` on `port` into `out`, once it listens.
 pub fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
+    recv_on(Some(IP), port, out, &[&["--json"], extra].concat())
+}
+
+/// `rdmaxfer recv --out OUT --listen [LISTEN] -p PORT ARGS...`, once it listens; `listen`
+/// `None` is a bare `--listen` (every address).
+pub fn recv_on(listen: Option<&str>, port: u16, out: &Path, args: &[&str]) -> Proc {
     let p = port.to_string();
-    let o = out.to_str().unwrap();
-    let mut args = vec!["recv", "--out", o, "--listen", IP, "-p", &p, "--json"];
-    args.extend_from_slice(extra);
-    let mut r = spawn("recv", &args);
+    let mut a = vec!["recv", "--out", out.to_str().unwrap(), "--listen"];
+    a.extend(listen);
+    a.extend_from_slice(&["-p", &p]);
+    a.extend_from_slice(args);
+    let mut r = spawn("recv", &a);
     r.wait_for("listening on", FILE_T);
     r
 }

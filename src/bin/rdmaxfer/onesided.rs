@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::RemoteAccess;
-use rdmaxfer::xfer::onesided::{self, preview};
+use rdmaxfer::xfer::endpoint::Endpoint;
+use rdmaxfer::xfer::onesided::{self, preview, Exposure};
+use rdmaxfer::xfer::rdma_rw;
 
 use crate::args::{parse_mem_size, parse_size};
 use crate::conn::{serve, ConnArgs};
@@ -151,6 +153,19 @@ fn timeout(c: &ConnArgs) -> Duration {
     Duration::from_secs_f64(c.timeout)
 }
 
+/// Refuses a range outside the peer's buffer before anything is posted. As the C client does
+/// (`rdmaxfer_expose_report`'s `ok`), the session then ends as a success: the peer's buffer was
+/// never touched, so its report has nothing to count; the error is ours alone.
+fn check_range(ep: &mut Endpoint, x: &Exposure, offset: u64, len: u64) -> Result<()> {
+    let Err(e) = rdma_rw::check_bounds(&x.region, offset, len) else {
+        return Ok(());
+    };
+    if let Err(f) = onesided::end_session(ep, true, 0, 0) {
+        tracing::debug!("ending the session after a refused range: {f}");
+    }
+    Err(e.into())
+}
+
 /// Runs `rdmaxfer write`.
 pub fn write(a: WriteArgs) -> Result<()> {
     let data = match (&a.data, &a.file, a.size) {
@@ -166,8 +181,9 @@ pub fn write(a: WriteArgs) -> Result<()> {
     };
     let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
     let x = onesided::open_session(&mut ep).context("opening the session")?;
-    onesided::write_session(&mut ep, &x, a.offset, &data, timeout(&a.conn))
-        .with_context(|| format!("writing {} bytes at offset {}", data.len(), a.offset))?;
+    let what = || format!("writing {} bytes at offset {}", data.len(), a.offset);
+    check_range(&mut ep, &x, a.offset, data.len() as u64).with_context(what)?;
+    onesided::write_session(&mut ep, &x, a.offset, &data, timeout(&a.conn)).with_context(what)?;
     ep.close().context("closing the connection")?;
     eprintln!(
         "wrote {} bytes at offset {} of the peer's {}-byte buffer",
@@ -182,8 +198,10 @@ pub fn write(a: WriteArgs) -> Result<()> {
 pub fn read(a: ReadArgs) -> Result<()> {
     let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
     let x = onesided::open_session(&mut ep).context("opening the session")?;
+    let what = || format!("reading {} bytes at offset {}", a.len, a.offset);
+    check_range(&mut ep, &x, a.offset, a.len).with_context(what)?;
     let data = onesided::read_session(&mut ep, &x, a.offset, a.len, timeout(&a.conn))
-        .with_context(|| format!("reading {} bytes at offset {}", a.len, a.offset))?;
+        .with_context(what)?;
     ep.close().context("closing the connection")?;
     match &a.out {
         Some(p) => save(p, &data)?,

@@ -232,7 +232,8 @@ impl Endpoint {
         }
     }
 
-    /// Ends the connection gracefully: waits for sent messages to complete, then (CM)
+    /// Ends the connection gracefully: waits for sent messages to complete (or for the peer's
+    /// own disconnect, which ends that wait: see [`flush`](Self::flush)), then (CM)
     /// disconnects. Dropping the endpoint tears down without waiting.
     pub fn close(mut self) -> Result<()> {
         let r = if self.failed.is_none() {

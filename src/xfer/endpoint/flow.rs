@@ -189,7 +189,8 @@ impl Endpoint {
             // for (an OOB peer grants no credit of its own), so let it look again first.
             return self.settle(true);
         }
-        if !self.disconnected && deadline.at.is_none() {
+        let seen = self.disconnected;
+        if !seen && deadline.at.is_none() {
             // No clock read for what arrives soon (see Deadline).
             match self.q.mode() {
                 WaitMode::Poll => {
@@ -220,18 +221,7 @@ impl Endpoint {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if self.disconnected {
-                // Take what arrived before the disconnect; after that there is nothing to wait for.
-                let mut cs = Vec::new();
-                self.q.poll_into(32, &mut cs)?;
-                if cs.is_empty() {
-                    return Err(Error::Connection(format!(
-                        "the peer disconnected while waiting for {what}"
-                    )));
-                }
-                for c in cs {
-                    self.handle(c)?;
-                }
-                return Ok(());
+                return self.after_disconnect(seen, what);
             }
             if left.is_zero() {
                 return Err(Error::Timeout { what, after });
@@ -255,6 +245,28 @@ impl Endpoint {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A wait once the peer has disconnected: what arrived before the disconnect is taken
+    /// (progress). With nothing left, the wait that noticed the disconnect (`seen`: it was
+    /// noticed before) returns once without progress, so that its caller looks at
+    /// `disconnected` (a wait for our own sends ends there: see
+    /// [`wait_sent`](Self::wait_sent)); any later wait fails, as nothing more will arrive.
+    fn after_disconnect(&mut self, seen: bool, what: &'static str) -> Result<()> {
+        let mut cs = Vec::new();
+        self.q.poll_into(32, &mut cs)?;
+        if cs.is_empty() {
+            if seen {
+                return Err(Error::Connection(format!(
+                    "the peer disconnected while waiting for {what}"
+                )));
+            }
+            return Ok(());
+        }
+        for c in cs {
+            self.handle(c)?;
+        }
+        Ok(())
     }
 
     pub(super) fn send_credit_msg(&mut self) -> Result<()> {

@@ -167,7 +167,15 @@ impl Endpoint {
         self.recv_with(|m| m.data.to_vec())
     }
 
-    /// Waits until every message sent so far has completed (was acknowledged by the peer).
+    /// Waits until every message sent so far has completed (was acknowledged by the peer), or
+    /// until the peer has disconnected: its disconnect ends the wait without an error.
+    ///
+    /// A peer acknowledges a message after delivering it, and one that closes right after its
+    /// last receive can disconnect before that acknowledgement reaches us (Soft-RoCE posts the
+    /// receive completion first and may never send the acknowledgement once the peer's QP is in
+    /// the error state; or the peer's disconnect overtakes it). So a disconnect during this wait
+    /// is the end of an orderly close, not a failure; whether the peer *took* a message is for
+    /// the protocol to say (a reply), as every rdmaxfer protocol does.
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
         // The deferred receives go back, but no credit message for them: a flush ends a burst of
@@ -176,8 +184,9 @@ impl Endpoint {
         self.wait_sent()
     }
 
-    /// Waits until every message sent so far has completed; does nothing else when they have
-    /// (unlike [`flush`](Self::flush), it leaves deferred receives for later).
+    /// Waits until every message sent so far has completed, or the peer has disconnected (see
+    /// [`flush`](Self::flush)); does nothing else when they have (unlike `flush`, it leaves
+    /// deferred receives for later).
     pub(crate) fn wait_sent(&mut self) -> Result<()> {
         self.check_usable()?;
         if self.sends_posted > 0 {
@@ -186,6 +195,13 @@ impl Endpoint {
         }
         let mut deadline = self.deadline();
         while self.sends_posted > 0 {
+            if self.disconnected {
+                tracing::debug!(
+                    "the peer disconnected before acknowledging our last {} message(s)",
+                    self.sends_posted
+                );
+                break;
+            }
             self.pump(&mut deadline, "the last sends to complete")?;
         }
         Ok(())

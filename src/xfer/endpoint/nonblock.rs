@@ -31,7 +31,9 @@ impl Endpoint {
         self.cm.as_ref().map(AsFd::as_fd)
     }
 
-    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    /// A handle of the connection's CM id (for registering its channel with a reactor: the
+    /// `aio` module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> Option<CmId> {
         self.cm.clone()
     }
@@ -82,9 +84,12 @@ impl Endpoint {
         self.try_recv_with(|m| m.data.to_vec())
     }
 
-    /// Ok once every message sent so far has completed; else [`Error::WouldBlock`].
+    /// Ok once every message sent so far has completed, or the peer has disconnected (as
+    /// [`flush`](Self::flush)); else [`Error::WouldBlock`].
     pub fn try_flush(&mut self) -> Result<()> {
-        self.try_until("the last sends to complete", |e| e.sends_posted == 0)
+        self.try_until("the last sends to complete", |e| {
+            e.sends_posted == 0 || e.disconnected
+        })
     }
 
     /// Posts the caller's work request like [`post`](Self::post), except that an RDMA
@@ -183,7 +188,9 @@ impl Listener {
         self.id.as_fd()
     }
 
-    /// A handle of the listening CM id (for registering its channel with a reactor).
+    /// A handle of the listening CM id (for registering its channel with a reactor: the `aio`
+    /// module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> CmId {
         self.id.clone()
     }
@@ -239,7 +246,9 @@ impl Accepting {
         self.peer
     }
 
-    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    /// A handle of the connection's CM id (for registering its channel with a reactor: the
+    /// `aio` module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> CmId {
         self.id.clone()
     }
@@ -313,7 +322,9 @@ impl Connecting {
         self.id.as_fd()
     }
 
-    /// A handle of the connection's CM id (for registering its channel with a reactor).
+    /// A handle of the connection's CM id (for registering its channel with a reactor: the
+    /// `aio` module of feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub(crate) fn cm_handle(&self) -> CmId {
         self.id.clone()
     }
