@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{Error, Result};
+use crate::xfer::file::digest::{file_digest_of_stripes, StripeDigests};
 use crate::xfer::file::proto::{self, Reason, SessionId, Stripe, MAX_STREAMS};
 use crate::xfer::file::sink::Sink;
 
@@ -159,7 +160,7 @@ pub(super) struct Assembly {
 #[derive(Clone, Debug, Default)]
 pub(super) struct StripeState {
     pub(super) range: Option<(u64, u64)>,
-    pub(super) digest: Option<proto::Digest>,
+    pub(super) digest: Option<StripeDigests>,
     pub(super) written: u64,
     pub(super) ended: bool,
 }
@@ -240,7 +241,7 @@ impl Assembly {
     pub(super) fn end(
         &mut self,
         index: u16,
-        result: std::result::Result<proto::Digest, (Reason, String)>,
+        result: std::result::Result<StripeDigests, (Reason, String)>,
         written: u64,
     ) -> Option<Result<proto::Digest>> {
         let st = &mut self.stripes[usize::from(index)];
@@ -259,9 +260,9 @@ impl Assembly {
         let mut parts = Vec::with_capacity(self.stripes.len());
         let mut next = 0u64;
         for s in &self.stripes {
-            match (s.range, s.digest) {
-                (Some((off, len)), Some(d)) if off == next => {
-                    parts.push((off, len, d));
+            match (s.range, &s.digest) {
+                (Some((off, len)), Some(d)) if off == next && d.layout.size == len => {
+                    parts.push(d.clone());
                     next = off + len;
                 }
                 _ => break,
@@ -273,9 +274,12 @@ impl Assembly {
                 "the stripes do not cover the file exactly".into(),
             ));
         }
-        Some(match self.failure.clone() {
-            None => sink.commit_verified(&proto::striped_digest(&parts)),
-            Some((reason, message)) => {
+        // The whole file's digest when the stripes are on one chunk grid (as over one stream).
+        let digest = file_digest_of_stripes(self.size, &parts);
+        Some(match (self.failure.clone(), digest) {
+            (None, Some((d, _))) => sink.commit_verified(&d),
+            (None, None) => Err(Error::Protocol("a striped file without stripes".into())),
+            (Some((reason, message)), _) => {
                 self.record_partial();
                 drop(sink);
                 Err(Error::refused(reason, message))
@@ -319,6 +323,7 @@ impl Drop for Assembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xfer::file::digest::{digest_of, Algo, Chunks, Layout};
     use crate::xfer::file::names::sanitize;
     use crate::xfer::file::sink::SinkOptions;
     use std::os::unix::fs::FileExt;
@@ -330,6 +335,15 @@ mod tests {
             offset,
             len,
         }
+    }
+
+    /// Stripe `s` verified with `data`, hashed in 4-byte chunks.
+    fn verified(s: &Stripe, data: &[u8]) -> StripeDigests {
+        let c = Chunks::new(Layout::new(Algo::Xxh3, 4, s.len).unwrap());
+        for (i, p) in data.chunks(4).enumerate() {
+            c.hash(i as u64, p).unwrap();
+        }
+        c.stripe(s.offset, c.finish().unwrap())
     }
 
     fn assembly(streams: &Streams, out: &std::path::Path, keep: bool) -> Assembly {
@@ -350,11 +364,15 @@ mod tests {
         let f = a.sink.as_ref().unwrap().temp_file().unwrap();
         f.write_all_at(b"efgh", 4).unwrap();
         f.write_all_at(b"abcd", 0).unwrap();
-        assert!(a.end(1, Ok([1; 32]), 4).is_none(), "stripe 0 still to come");
-        let d = a.end(0, Ok([0; 32]), 4).unwrap().unwrap();
+        assert!(
+            a.end(1, Ok(verified(&s1, b"efgh")), 4).is_none(),
+            "stripe 0 still to come"
+        );
+        let d = a.end(0, Ok(verified(&s0, b"abcd")), 4).unwrap().unwrap();
         assert_eq!(
             d,
-            proto::striped_digest(&[(0, 4, [0; 32]), (4, 4, [1; 32])])
+            digest_of(Algo::Xxh3, 4, b"abcdefgh").unwrap(),
+            "the whole file's"
         );
         assert_eq!(std::fs::read(out.path().join("f")).unwrap(), b"abcdefgh");
 
@@ -364,7 +382,10 @@ mod tests {
         a.start(&s1).unwrap();
         let fail = (Reason::HashMismatch, "stripe 0 differs".to_string());
         assert!(a.end(0, Err(fail), 0).is_none());
-        let e = a.end(1, Ok([1; 32]), 4).unwrap().unwrap_err();
+        let e = a
+            .end(1, Ok(verified(&s1, b"efgh")), 4)
+            .unwrap()
+            .unwrap_err();
         assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
         drop(a);
         assert_eq!(

@@ -18,7 +18,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::FILE_CREDIT;
-use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::digest::{Chunks, Layout, StripeDigests};
 use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
 use crate::xfer::file::sink::write_err;
 
@@ -87,7 +87,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn end_stripe(
     file: &Mutex<FileState>,
     s: &Stripe,
-    result: std::result::Result<Digest, (Reason, String)>,
+    result: std::result::Result<StripeDigests, (Reason, String)>,
     written: u64,
     report: &mut SessionReport,
     name: &str,
@@ -199,7 +199,9 @@ pub(super) fn receive_stripe(
         Started::Answer(answer) => return send_msg(ep, &answer),
         Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
     };
-    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len)
+    // Slots sized for the whole file, not the stripe: every stripe (the last, shorter one
+    // too) is cut in the same chunks, on the file's grid (see `digest::file_digest_of_stripes`).
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size)
         .and_then(|r| StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w)));
     let (r, w) = match got {
         Ok(x) => x,
@@ -249,7 +251,7 @@ pub(super) fn receive_stripe(
     let got = w.chunks.finish();
     let (result, n) = match (write_failure, got) {
         (Some(e), _) | (None, Err(e)) => (Err((reason_of(&e), e.to_string())), n),
-        (None, Ok(got)) if got == hash && bad.is_none() => (Ok(got), n),
+        (None, Ok(got)) if got == hash && bad.is_none() => (Ok(chunks.stripe(s.offset, got)), n),
         (None, Ok(_)) if bad.is_some() => {
             let i = bad.expect("checked");
             let (off, len) = chunks.layout().range(i).unwrap_or((0, 0));
