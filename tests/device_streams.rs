@@ -155,15 +155,20 @@ fn tree_over_two_streams() {
     }
 }
 
-#[test]
-#[ignore = "needs rxe0: run via ci/test.sh"]
-fn striped_file_resumes_after_the_sender_is_killed() {
-    need_rxe0();
-    let port = 7482;
-    let tmp = tempfile::tempdir().unwrap();
-    let out = dir_with(tmp.path(), "out");
-    let src = tmp.path().join("big.bin");
-    let data = pseudo_random(32 << 20, 77);
+/// A slow striped transfer under way, to interrupt: `recv --resume` and `send --streams 3
+/// --resume` of a 32 MiB file in 64 KiB chunks, 2 in flight, once the three streams are served.
+struct Interrupted {
+    out: std::path::PathBuf,
+    src: std::path::PathBuf,
+    data: Vec<u8>,
+    r: Proc,
+    s: Proc,
+}
+
+fn slow_striped(tmp: &Path, port: u16, seed: u64) -> Interrupted {
+    let out = dir_with(tmp, "out");
+    let src = tmp.join("big.bin");
+    let data = pseudo_random(32 << 20, seed);
     std::fs::write(&src, &data).unwrap();
     let mut r = common::recv(port, &out, &["--resume", "--timeout", "5"]);
     let slow = [
@@ -174,11 +179,35 @@ fn striped_file_resumes_after_the_sender_is_killed() {
         "64K",
         "--slots",
         "2",
+        "--timeout",
+        "5",
     ];
-    let mut s = send(port, &[&src], &slow);
+    let s = send(port, &[&src], &slow);
     for _ in 0..3 {
         r.wait_for("serving", T);
     }
+    Interrupted {
+        out,
+        src,
+        data,
+        r,
+        s,
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn striped_file_resumes_after_the_sender_is_killed() {
+    need_rxe0();
+    let port = 7482;
+    let tmp = tempfile::tempdir().unwrap();
+    let Interrupted {
+        out,
+        src,
+        data,
+        mut r,
+        mut s,
+    } = slow_striped(tmp.path(), port, 77);
     let temp = out.join(".big.bin.rdmaxfer-part");
     // Some data in the (sparse) temporary file: its allocated bytes, not its length.
     wait_until("some data received", T, || {
@@ -482,4 +511,63 @@ fn a_receiver_insisting_on_another_verification_refuses_and_commits_nothing() {
         );
         assert!(listing(&out).is_empty(), "committed: {:?}", listing(&out));
     }
+}
+
+/// Bytes held by all stripes in the resume state kept next to `temp`'s file, if readable.
+fn kept_held(out: &Path, name: &str) -> u64 {
+    let f = out.join(format!(".{name}.rdmaxfer-stripes"));
+    std::fs::read(f)
+        .ok()
+        .and_then(|b| rdmaxfer::xfer::file::partial::decode(&b).ok())
+        .map_or(0, |st| st.stripes.iter().map(|h| h.held).sum())
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn striped_file_resumes_after_the_receiver_is_killed_and_restarted() {
+    need_rxe0();
+    let port = 7489;
+    let tmp = tempfile::tempdir().unwrap();
+    let Interrupted {
+        out,
+        src,
+        data,
+        mut r,
+        s,
+    } = slow_striped(tmp.path(), port, 78);
+    // The receiver checkpoints what each stripe holds (every 4 MiB of a stripe): wait for one
+    // beyond the start, then kill it (SIGKILL: no clean-up of its own runs).
+    wait_until("a checkpoint of the stripes", T, || {
+        kept_held(&out, "big.bin") >= 4 << 20
+    });
+    r.kill();
+    drop(r);
+    let d = s.finish(T);
+    d.failed("send whose receiver was killed");
+    let temp = out.join(".big.bin.rdmaxfer-part");
+    assert!(temp.exists(), "partial file kept: {:?}", listing(&out));
+    let held = kept_held(&out, "big.bin");
+    assert!(held > 0, "a stripe state on disk");
+    // A new receiver process: what it knows of the stripes comes from the disk.
+    let r = common::recv(port, &out, &["--resume", "--once"]);
+    let again = ["--streams", "3", "--resume", "--chunk", "64K"];
+    let d = send(port, &[&src], &again).finish(T);
+    d.ok("resumed send --streams 3 to a restarted receiver");
+    r.finish(T).ok("the restarted recv --once");
+    let j = d.one_json();
+    assert_eq!(j["files"][0]["result"], "ok", "{j}");
+    let moved = j["bytes"].as_u64().unwrap();
+    assert!(
+        moved <= data.len() as u64 - held,
+        "the resumed send moved {moved} bytes; {held} were held: {j}"
+    );
+    assert!(
+        std::fs::read(out.join("big.bin")).unwrap() == data,
+        "bytes differ"
+    );
+    assert_eq!(
+        listing(&out),
+        ["big.bin"],
+        "no temporary file or stripe state left"
+    );
 }

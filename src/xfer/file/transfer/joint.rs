@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{Error, Result};
-use crate::xfer::file::digest::{file_digest_of_stripes, StripeDigests};
+use crate::xfer::file::digest::{file_digest_of_stripes, Chunks, StripeDigests};
+use crate::xfer::file::partial;
 use crate::xfer::file::proto::{self, Reason, SessionId, Stripe, MAX_STREAMS};
 use crate::xfer::file::sink::Sink;
 
@@ -19,8 +20,8 @@ pub const DEFAULT_MAX_STREAMS: u16 = 8;
 
 /// What a receiver keeps of striped files abandoned with `--resume`: for each file name, the
 /// stripe layout and how many bytes of each stripe are in its temporary file, so a resumed
-/// transfer continues every stripe where it stopped. Kept in memory: a restarted receiver
-/// starts such a file over.
+/// transfer continues every stripe where it stopped. Kept in memory and on disk next to the
+/// temporary file ([`partial`]), so a restarted receiver continues too.
 #[derive(Clone, Debug)]
 struct Partial {
     size: u64,
@@ -155,6 +156,9 @@ pub(super) struct Assembly {
     pub(super) held: Vec<(u64, u64, u64)>,
     keep: bool,
     partials: Arc<Mutex<HashMap<String, Partial>>>,
+    /// Per stripe being received: its chunk digests so far (the bytes written without a gap,
+    /// for checkpoints of the resume state while it is received).
+    live: Vec<Option<Arc<Chunks>>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -184,7 +188,24 @@ impl Joint {
         count: u16,
         keep: bool,
     ) -> Assembly {
-        let previous = lock(&self.partials).remove(name);
+        // This process's record, else the one kept on disk (a restarted receiver).
+        let previous = lock(&self.partials).remove(name).or_else(|| {
+            let kept = sink.load_stripe_state()?;
+            match partial::decode(&kept) {
+                Ok(st) => Some(Partial {
+                    size: st.size,
+                    stripes: st
+                        .stripes
+                        .iter()
+                        .map(|h| (h.offset, h.len, h.held))
+                        .collect(),
+                }),
+                Err(e) => {
+                    tracing::warn!("{name}: ignoring its kept stripe state: {e}");
+                    None
+                }
+            }
+        });
         let held = match previous {
             Some(p) if p.size == size && sink.held() > 0 => p.stripes,
             _ => Vec::new(),
@@ -198,6 +219,7 @@ impl Joint {
             held,
             keep,
             partials: self.partials.clone(),
+            live: vec![None; usize::from(count)],
         }
     }
 }
@@ -280,42 +302,91 @@ impl Assembly {
             (None, Some((d, _))) => sink.commit_verified(&d),
             (None, None) => Err(Error::Protocol("a striped file without stripes".into())),
             (Some((reason, message)), _) => {
-                self.record_partial();
+                self.record_partial(&sink);
                 drop(sink);
                 Err(Error::refused(reason, message))
             }
         })
     }
 
-    /// With `--resume`, what each stripe holds, for the next attempt.
-    fn record_partial(&self) {
-        if !self.keep {
-            return;
+    /// Stripe `index` is being received into chunks `chunks` (for checkpoints).
+    pub(super) fn track(&mut self, index: u16, chunks: Arc<Chunks>) {
+        if let Some(l) = self.live.get_mut(usize::from(index)) {
+            *l = Some(chunks);
         }
+    }
+
+    /// With `--resume`, while stripes are being received: writes what each holds now next to
+    /// the temporary file, so that a receiver killed in the middle (no clean-up runs) still
+    /// finds it. Only bytes already written (and hashed) count; the next attempt re-hashes them
+    /// and the sender compares, so a state ahead of the data fails the resume, never the file.
+    pub(super) fn checkpoint(&self) {
+        if let (true, Some(sink)) = (self.keep, &self.sink) {
+            self.save_partial(sink, &self.partial_now());
+        }
+    }
+
+    fn partial_now(&self) -> Partial {
         let stripes = self
             .stripes
             .iter()
-            .map(|s| {
-                let (off, len) = s.range.unwrap_or((0, 0));
-                let held = if s.digest.is_some() { len } else { s.written };
-                (off, len, held.min(len))
+            .enumerate()
+            .map(|(i, s)| match s.range {
+                Some((off, len)) => {
+                    let live = self.live.get(i).and_then(Option::as_ref).map_or(0, |c| {
+                        let l = c.layout();
+                        c.first_missing()
+                            .map_or(l.size, |k| k.saturating_mul(l.chunk).min(l.size))
+                    });
+                    let held = if s.digest.is_some() {
+                        len
+                    } else {
+                        s.written.max(live)
+                    };
+                    (off, len, held.min(len))
+                }
+                // Not started in this attempt: what it held before still holds.
+                None => self.held.get(i).copied().unwrap_or((0, 0, 0)),
             })
             .collect();
-        lock(&self.partials).insert(
-            self.name.clone(),
-            Partial {
-                size: self.size,
-                stripes,
-            },
-        );
+        Partial {
+            size: self.size,
+            stripes,
+        }
+    }
+
+    fn save_partial(&self, sink: &Sink, p: &Partial) {
+        let state = partial::StripeState {
+            size: p.size,
+            stripes: p
+                .stripes
+                .iter()
+                .map(|&(offset, len, held)| partial::HeldStripe { offset, len, held })
+                .collect(),
+        };
+        if let Err(e) = partial::encode(&state).and_then(|b| sink.save_stripe_state(&b)) {
+            // The temporary file is still kept; a restarted receiver starts the stripes over.
+            tracing::warn!("{}: keeping its stripe state: {e}", self.name);
+        }
+    }
+
+    /// With `--resume`, what each stripe holds, for the next attempt: in memory and, fsynced,
+    /// next to the temporary file that `sink` keeps.
+    fn record_partial(&self, sink: &Sink) {
+        if !self.keep {
+            return;
+        }
+        let p = self.partial_now();
+        self.save_partial(sink, &p);
+        lock(&self.partials).insert(self.name.clone(), p);
     }
 }
 
 impl Drop for Assembly {
     fn drop(&mut self) {
         // A session that ended before every stripe did: keep what is there for a resume.
-        if self.sink.is_some() {
-            self.record_partial();
+        if let Some(sink) = &self.sink {
+            self.record_partial(sink);
         }
     }
 }
@@ -416,10 +487,26 @@ mod tests {
         assert!(a.end(1, Err(lost), 2).unwrap().is_err());
         drop(a);
         // The next attempt finds what each stripe holds.
-        let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
+        let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
         let a = streams.open(2).assembly("f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2));
         assert_eq!(a.held_of(&stripe(1, 3, 5)), 0, "another layout starts over");
+        drop(a);
+        // A restarted receiver (a new registry: nothing in memory) reads it from disk.
+        let restarted = Streams::new(4);
+        let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
+        let a = restarted.open(2).assembly("f", sink, 8, 2, true);
+        assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2), "from disk");
+        drop(a);
+        // A torn or altered state is ignored: the stripes start over.
+        let state = out.path().join(".f.rdmaxfer-stripes");
+        let mut b = std::fs::read(&state).unwrap();
+        let last = b.len() - 1;
+        b[last] ^= 1;
+        std::fs::write(&state, &b).unwrap();
+        let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
+        let a = Streams::new(4).open(2).assembly("f", sink, 8, 2, true);
+        assert_eq!((a.held_of(&s0), a.held_of(&s1)), (0, 0), "altered");
     }
 
     #[test]

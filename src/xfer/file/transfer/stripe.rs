@@ -30,7 +30,13 @@ struct StripeWriter {
     /// Bytes of the stripe held from an earlier attempt (whole chunks).
     held: u64,
     chunks: Arc<Chunks>,
+    /// The file's shared state and the chunks between checkpoints of its resume state
+    /// (`recv --resume`; see `Assembly::checkpoint`).
+    checkpoint: Option<(Arc<Mutex<FileState>>, u64)>,
 }
+
+/// Bytes of a stripe received between checkpoints of the resume state (with `--resume`).
+const CHECKPOINT_BYTES: u64 = 4 << 20;
 
 impl StripeWriter {
     /// A writer of stripe `s` cut in `chunk`-byte chunks, continuing after the whole chunks of
@@ -51,6 +57,7 @@ impl StripeWriter {
             offset: s.offset,
             held,
             chunks,
+            checkpoint: None,
         })
     }
 
@@ -74,7 +81,15 @@ impl ChunkTarget for StripeWriter {
         self.file
             .write_all_at(data, self.offset + off)
             .map_err(|e| write_err("write a stripe of the temporary file".into(), e))?;
-        self.chunks.hash(index, data).map(|_| ())
+        self.chunks.hash(index, data)?;
+        if let Some((state, every)) = &self.checkpoint {
+            if (index + 1) % every == 0 {
+                if let FileState::Open(a) = &*lock(state) {
+                    a.checkpoint();
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -203,10 +218,19 @@ pub(super) fn receive_stripe(
     // too) is cut in the same chunks, on the file's grid (see `digest::file_digest_of_stripes`).
     let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size)
         .and_then(|r| StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w)));
-    let (r, w) = match got {
+    let (r, mut w) = match got {
         Ok(x) => x,
         Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
     };
+    if opts.resume {
+        // What this stripe holds goes on disk now and every few MiB, for a restarted receiver.
+        if let FileState::Open(a) = &mut *lock(&file) {
+            a.track(s.index, w.chunks.clone());
+            a.checkpoint();
+        }
+        let every = (CHECKPOINT_BYTES / u64::from(r.slot_size()).max(1)).max(1);
+        w.checkpoint = Some((file.clone(), every));
+    }
     let held = w.held;
     let held_digest = w
         .chunks
