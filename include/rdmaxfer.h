@@ -103,6 +103,11 @@
 #define RDMAXFER_TRANSPORT_OOB 1
 
 /**
+ * The most streams `rdmaxfer_config_set_streams` takes.
+ */
+#define RDMAXFER_MAX_STREAMS 64
+
+/**
  * The default port (RDMA CM port, or TCP port of the out-of-band exchange).
  */
 #define RDMAXFER_DEFAULT_PORT 18515
@@ -587,6 +592,19 @@ enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, cons
 enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, size_t bytes);
 
 /**
+ * Streams (connections) `rdmaxfer_send_file` carries a transfer over, on a connection made
+ * by `rdmaxfer_connect` with this configuration: it connects `n - 1` more to the same host and
+ * port (each with its own QP and staging ring); a tree's files are spread over them and files
+ * of 8 MiB or more are striped across them. 1 (the default): the one connection; 0: the rule
+ * `rdmaxfer send` uses without `--streams` (1 for small transfers, else the CPUs, at most 2 per
+ * device and at most 4); at most 64 (`RDMAXFER_MAX_STREAMS`), else
+ * `RDMAXFER_ERR_INVALID_ARGUMENT` and the configuration is left as it was. The receiver may
+ * grant fewer (`rdmaxfer recv --max-streams`; `rdmaxfer_recv_file` grants 1): the transfer
+ * then goes on with what it grants.
+ */
+enum rdmaxfer_status rdmaxfer_config_set_streams(struct rdmaxfer_config *cfg, uint32_t n);
+
+/**
  * Connects to `host` (name or IP address) at `port` (0: the configured port).
  */
 enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
@@ -669,9 +687,10 @@ void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
 /**
  * Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
  * peer, verified per chunk (XXH3-128, the protocol's default), with the configuration's
- * token. `progress` (may be NULL) is called with the bytes sent so far; `user` is passed to it
- * untouched. Inside a tree, symlinks are
- * sent as symlinks and empty directories as directories; files the receiver already has
+ * token, over the streams the configuration asks for (`rdmaxfer_config_set_streams`; a
+ * connection made by `rdmaxfer_accept` carries one). `progress` (may be NULL) is called with
+ * the bytes sent so far (of all streams, on the calling thread); `user` is passed to it
+ * untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
  * (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
  * delivered (verified and committed) or skipped.
  */

@@ -205,6 +205,63 @@ fn c_sender_to_cli_receiver() {
     check_received(&out, &files);
 }
 
+/// C file_send -n 2 (`rdmaxfer_config_set_streams`) → `rdmaxfer recv`: a 9 MiB file striped
+/// over two connections, under valgrind (the streams' threads run inside the library).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_sender_stripes_a_file_over_two_streams() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let src = tmp.path().join("big.bin");
+    let data = pseudo_random(9 << 20, 21);
+    std::fs::write(&src, &data).unwrap();
+    let o = out.to_str().unwrap();
+    let r = cli_recv(o, "19618", &["--json"]);
+    let args = [
+        "-p",
+        "19618",
+        "-T",
+        TIMEOUT_MS,
+        "-n",
+        "2",
+        src.to_str().unwrap(),
+        IP,
+    ];
+    let s = vg("file_send", &args).finish(T);
+    vg_ok(&s, "C file_send -n 2");
+    assert!(s.out.contains("verified by the receiver"), "{}", s.out);
+    let total = format!("progress: {0} of {0} bytes", data.len());
+    assert!(
+        s.out.contains(&total),
+        "progress reaches the total: {}",
+        s.out
+    );
+    let rd = r.finish(T);
+    rd.ok("rdmaxfer recv of two streams");
+    let j = rd.json_lines();
+    assert_eq!(j.len(), 2, "two connections served: {}", rd.out);
+    let files: usize = j.iter().map(|l| l["files"].as_array().unwrap().len()).sum();
+    assert_eq!(files, 1, "one file, reported once: {}", rd.out);
+    assert!(
+        std::fs::read(out.join("big.bin")).unwrap() == data,
+        "bytes differ"
+    );
+    // A stream count beyond the library's range is refused before connecting.
+    let bad = native(
+        "file_send",
+        &["-p", "19618", "-n", "65", src.to_str().unwrap(), IP],
+    )
+    .finish(T);
+    assert_ne!(bad.status.code(), Some(0), "{}", bad.err);
+    assert!(
+        bad.err.contains("rdmaxfer_config_set_streams"),
+        "{}",
+        bad.err
+    );
+}
+
 /// A C sender with the wrong token is refused, and says why.
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]

@@ -77,7 +77,13 @@ fn round_trip(port: u16, mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
     let mut r = recv(port, &out, &[&["--once"], mode].concat());
     let chunk = CHUNK.to_string();
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    let s = send(port, &refs, &[&["--chunk", &chunk], mode].concat()).finish(T);
+    // One stream: one summary line per side (striping is tests/device_streams.rs's).
+    let s = send(
+        port,
+        &refs,
+        &[&["--chunk", &chunk, "--streams", "1"], mode].concat(),
+    )
+    .finish(T);
     s.ok("send");
     let rd = {
         r.wait_for("\"result\"", T);
@@ -303,7 +309,9 @@ fn slow_source(dir: &Path) -> PathBuf {
     p
 }
 
-const SLOW: [&str; 4] = ["--chunk", "16K", "--slots", "1"];
+/// One stream (these tests are about one connection; the default stripes large files over
+/// several: see tests/device_streams.rs), 16 KiB chunks, one in flight.
+const SLOW: [&str; 6] = ["--chunk", "16K", "--slots", "1", "--streams", "1"];
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
@@ -445,7 +453,7 @@ fn resume_after_a_killed_sender_completes_and_verifies() {
     r.wait_for("rdmaxfer: error", T);
     let held = std::fs::metadata(&temp).expect("partial file kept").len();
     assert!(held > 0 && held < data.len() as u64, "held {held}");
-    let d = send(port, &[&src], &["--resume"]).finish(T);
+    let d = send(port, &[&src], &["--resume", "--streams", "1"]).finish(T);
     d.ok("resumed send");
     let j = one_json(&d);
     assert_eq!(

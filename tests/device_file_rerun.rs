@@ -111,7 +111,16 @@ fn interrupted_tree_completes_with_resume_on_both_sides() {
     ];
     write_tree(&root, &files);
     let mut r = recv(port, &out, &["--resume", "--timeout", "3"]);
-    let slow = ["--chunk", "16K", "--slots", "1", "--resume"];
+    // One stream: this is the single-connection resume (striped: tests/device_streams.rs).
+    let slow = [
+        "--chunk",
+        "16K",
+        "--slots",
+        "1",
+        "--resume",
+        "--streams",
+        "1",
+    ];
     let mut s = send(port, &[&root], &slow);
     let temp = out.join("tree/b/.big.bin.rdmaxfer-part");
     wait_until("part of b/big.bin received", T, || {
@@ -125,7 +134,7 @@ fn interrupted_tree_completes_with_resume_on_both_sides() {
     assert!(held > 0 && held < 24 << 20, "held {held}");
     assert!(out.join("tree/a.bin").is_file() && !out.join("tree/c.txt").exists());
 
-    let d = send(port, &[&root], &["--resume"]).finish(T);
+    let d = send(port, &[&root], &["--resume", "--streams", "1"]).finish(T);
     d.ok("the --resume re-run of the interrupted tree (exit 0)");
     let j = one_json(&d);
     assert_eq!(j["result"], "ok", "{j}");

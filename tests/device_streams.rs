@@ -142,15 +142,20 @@ fn tree_over_two_streams() {
     }
 }
 
-#[test]
-#[ignore = "needs rxe0: run via ci/test.sh"]
-fn striped_file_resumes_after_the_sender_is_killed() {
-    need_rxe0();
-    let port = 7482;
-    let tmp = tempfile::tempdir().unwrap();
-    let out = dir_with(tmp.path(), "out");
-    let src = tmp.path().join("big.bin");
-    let data = pseudo_random(32 << 20, 77);
+/// A slow striped transfer under way, to interrupt: `recv --resume` and `send --streams 3
+/// --resume` of a 32 MiB file in 64 KiB chunks, 2 in flight, once the three streams are served.
+struct Interrupted {
+    out: std::path::PathBuf,
+    src: std::path::PathBuf,
+    data: Vec<u8>,
+    r: Proc,
+    s: Proc,
+}
+
+fn slow_striped(tmp: &Path, port: u16, seed: u64) -> Interrupted {
+    let out = dir_with(tmp, "out");
+    let src = tmp.join("big.bin");
+    let data = pseudo_random(32 << 20, seed);
     std::fs::write(&src, &data).unwrap();
     let mut r = common::recv(port, &out, &["--resume", "--timeout", "5"]);
     let slow = [
@@ -161,11 +166,35 @@ fn striped_file_resumes_after_the_sender_is_killed() {
         "64K",
         "--slots",
         "2",
+        "--timeout",
+        "5",
     ];
-    let mut s = send(port, &[&src], &slow);
+    let s = send(port, &[&src], &slow);
     for _ in 0..3 {
         r.wait_for("serving", T);
     }
+    Interrupted {
+        out,
+        src,
+        data,
+        r,
+        s,
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn striped_file_resumes_after_the_sender_is_killed() {
+    need_rxe0();
+    let port = 7482;
+    let tmp = tempfile::tempdir().unwrap();
+    let Interrupted {
+        out,
+        src,
+        data,
+        mut r,
+        mut s,
+    } = slow_striped(tmp.path(), port, 77);
     let temp = out.join(".big.bin.rdmaxfer-part");
     // Some data in the (sparse) temporary file: its allocated bytes, not its length.
     wait_until("some data received", T, || {
@@ -304,4 +333,228 @@ fn a_corrupted_chunk_of_one_stripe_is_named_and_nothing_is_committed() {
         rd.out
     );
     assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+}
+
+/// The stream count the default rule picks for a big file on one device: the guest's CPUs,
+/// at most 2 per device, at most 4 (computed here from the rule, not from the code).
+fn default_for_one_device() -> u64 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    cpus.min(2).min(4)
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn default_streams_stripe_big_files_and_fall_back_to_what_the_receiver_allows() {
+    need_rxe0();
+    let port = 7486;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("f.bin");
+    let data = pseudo_random(16 << 20, 5);
+    std::fs::write(&src, &data).unwrap();
+    let small = tmp.path().join("small.bin");
+    std::fs::write(&small, pseudo_random(1 << 20, 6)).unwrap();
+    let want = default_for_one_device();
+
+    // No --streams: a 16 MiB file goes over the default streams.
+    let out = dir_with(tmp.path(), "out");
+    let r = common::recv(port, &out, &["--once"]);
+    let d = send(port, &[&src], &[]).finish(T);
+    d.ok("send with the default streams");
+    let rd = r.finish(T);
+    rd.ok("recv --once");
+    let j = d.one_json();
+    assert_eq!(j["streams"], want, "{j}");
+    assert_eq!(j["files"][0]["result"], "ok", "{j}");
+    assert_eq!(rd.json_lines().len() as u64, want, "{}", rd.out);
+    assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
+
+    // A receiver allowing one stream: the default sender goes on with one, without a note
+    // (only a count the user asked for is worth one).
+    let out = dir_with(tmp.path(), "out1");
+    let r = common::recv(port, &out, &["--once", "--max-streams", "1"]);
+    let d = send(port, &[&src], &[]).finish(T);
+    d.ok("default streams against recv --max-streams 1");
+    let rd = r.finish(T);
+    rd.ok("recv --once --max-streams 1");
+    let j = d.one_json();
+    assert_eq!(j["streams"], 1, "{j}");
+    assert_eq!(j["files"][0]["result"], "ok", "{j}");
+    assert!(!d.err.contains("the receiver allows"), "{}", d.err);
+    assert_eq!(rd.json_lines().len(), 1, "{}", rd.out);
+    assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
+
+    // A small file is not worth a second connection.
+    let out = dir_with(tmp.path(), "out2");
+    let r = common::recv(port, &out, &["--once"]);
+    let d = send(port, &[&small], &[]).finish(T);
+    d.ok("default streams of a 1 MiB file");
+    r.finish(T).ok("recv --once");
+    assert_eq!(d.one_json()["streams"], 1, "{}", d.out);
+}
+
+/// The `hash` of a report and the digest computed here from the bytes and its `verify`.
+fn hash_and_expected(f: &serde_json::Value, data: &[u8]) -> (String, String) {
+    let how = f["verify"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no verify: {f}"));
+    let (algo, chunk) = how.split_once('/').expect("algo/chunk");
+    let d = rdmaxfer::xfer::file::digest::digest_of(
+        algo.parse().unwrap(),
+        chunk.parse().unwrap(),
+        data,
+    )
+    .unwrap();
+    let got = f["hash"].as_str().unwrap_or_default().to_string();
+    (got, blake3::Hash::from(d).to_hex().to_string())
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_striped_file_has_the_same_digest_as_over_one_stream() {
+    need_rxe0();
+    let port = 7487;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("f.bin");
+    // Not a whole number of chunks or stripes.
+    let data = pseudo_random((12 << 20) + 4321, 12);
+    std::fs::write(&src, &data).unwrap();
+    let mut hashes = Vec::new();
+    for (n, algo) in [
+        ("1", "xxh3"),
+        ("3", "xxh3"),
+        ("1", "blake3"),
+        ("3", "blake3"),
+    ] {
+        let out = dir_with(tmp.path(), &format!("out-{n}-{algo}"));
+        let r = common::recv(port, &out, &["--once"]);
+        let args = ["--streams", n, "--chunk", "256K", "--verify", algo];
+        let d = send(port, &[&src], &args).finish(T);
+        d.ok(&format!("send --streams {n} --verify {algo}"));
+        let rd = r.finish(T);
+        rd.ok("recv --once");
+        assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
+        let j = d.one_json();
+        assert_eq!(j["streams"].as_u64(), Some(n.parse().unwrap()), "{j}");
+        let (got, want) = hash_and_expected(&j["files"][0], &data);
+        assert_eq!(got, want, "sender, {n} streams, {algo}: {j}");
+        // The receiver reports the file once (on the stream that committed it), alike.
+        let lines = rd.json_lines();
+        let files: Vec<&serde_json::Value> = lines
+            .iter()
+            .flat_map(|l| l["files"].as_array().unwrap())
+            .collect();
+        assert_eq!(files.len(), 1, "{}", rd.out);
+        let (rgot, rwant) = hash_and_expected(files[0], &data);
+        assert_eq!(rgot, rwant, "receiver, {n} streams, {algo}: {}", rd.out);
+        hashes.push((algo, got));
+    }
+    assert_eq!(hashes[0].1, hashes[1].1, "xxh3: N = 1 and N = 3 agree");
+    assert_eq!(hashes[2].1, hashes[3].1, "blake3: N = 1 and N = 3 agree");
+    assert_ne!(
+        hashes[0].1, hashes[2].1,
+        "the algorithm is part of the digest"
+    );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_receiver_insisting_on_another_verification_refuses_and_commits_nothing() {
+    need_rxe0();
+    let port = 7488;
+    let tmp = tempfile::tempdir().unwrap();
+    let small = tmp.path().join("small.bin");
+    std::fs::write(&small, pseudo_random(300_000, 8)).unwrap();
+    let big = tmp.path().join("big.bin");
+    std::fs::write(&big, pseudo_random(12 << 20, 9)).unwrap();
+    // One stream with a small file, three with a striped one.
+    for (file, n) in [(&small, "1"), (&big, "3")] {
+        let out = dir_with(tmp.path(), &format!("out{n}"));
+        let r = common::recv(port, &out, &["--once", "--verify", "blake3"]);
+        let d = send(
+            port,
+            &[file.as_path()],
+            &["--verify", "xxh3", "--streams", n],
+        )
+        .finish(T);
+        d.failed(&format!(
+            "send --verify xxh3 --streams {n} to recv --verify blake3"
+        ));
+        let rd = r.finish(T);
+        let why = "verifies with blake3 only (recv --verify blake3)";
+        let j = d.one_json();
+        let f = &j["files"][0];
+        assert_ne!(f["result"], "ok", "{j}");
+        assert!(
+            f["message"].as_str().unwrap_or_default().contains(why)
+                || j["error"].as_str().unwrap_or_default().contains(why),
+            "the sender is told why: {j}\n{}",
+            d.err
+        );
+        assert!(
+            rd.out.contains(why) || rd.err.contains(why),
+            "the receiver says why: {}\n{}",
+            rd.out,
+            rd.err
+        );
+        assert!(listing(&out).is_empty(), "committed: {:?}", listing(&out));
+    }
+}
+
+/// Bytes held by all stripes in the resume state kept next to `temp`'s file, if readable.
+fn kept_held(out: &Path, name: &str) -> u64 {
+    let f = out.join(format!(".{name}.rdmaxfer-stripes"));
+    std::fs::read(f)
+        .ok()
+        .and_then(|b| rdmaxfer::xfer::file::partial::decode(&b).ok())
+        .map_or(0, |st| st.stripes.iter().map(|h| h.held).sum())
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn striped_file_resumes_after_the_receiver_is_killed_and_restarted() {
+    need_rxe0();
+    let port = 7489;
+    let tmp = tempfile::tempdir().unwrap();
+    let Interrupted {
+        out,
+        src,
+        data,
+        mut r,
+        s,
+    } = slow_striped(tmp.path(), port, 78);
+    // The receiver checkpoints what each stripe holds (every 4 MiB of a stripe): wait for one
+    // beyond the start, then kill it (SIGKILL: no clean-up of its own runs).
+    wait_until("a checkpoint of the stripes", T, || {
+        kept_held(&out, "big.bin") >= 4 << 20
+    });
+    r.kill();
+    drop(r);
+    let d = s.finish(T);
+    d.failed("send whose receiver was killed");
+    let temp = out.join(".big.bin.rdmaxfer-part");
+    assert!(temp.exists(), "partial file kept: {:?}", listing(&out));
+    let held = kept_held(&out, "big.bin");
+    assert!(held > 0, "a stripe state on disk");
+    // A new receiver process: what it knows of the stripes comes from the disk.
+    let r = common::recv(port, &out, &["--resume", "--once"]);
+    let again = ["--streams", "3", "--resume", "--chunk", "64K"];
+    let d = send(port, &[&src], &again).finish(T);
+    d.ok("resumed send --streams 3 to a restarted receiver");
+    r.finish(T).ok("the restarted recv --once");
+    let j = d.one_json();
+    assert_eq!(j["files"][0]["result"], "ok", "{j}");
+    let moved = j["bytes"].as_u64().unwrap();
+    assert!(
+        moved <= data.len() as u64 - held,
+        "the resumed send moved {moved} bytes; {held} were held: {j}"
+    );
+    assert!(
+        std::fs::read(out.join("big.bin")).unwrap() == data,
+        "bytes differ"
+    );
+    assert_eq!(
+        listing(&out),
+        ["big.bin"],
+        "no temporary file or stripe state left"
+    );
 }

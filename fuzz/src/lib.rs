@@ -10,7 +10,7 @@
 //! Only the crate's public API and `std` are used here (the file is compiled in both packages).
 
 use rdmaxfer::verbs::{Gid, RemoteAccess, RemoteRegion};
-use rdmaxfer::xfer::file::{entry, names, proto};
+use rdmaxfer::xfer::file::{entry, names, partial, proto};
 use rdmaxfer::xfer::onesided;
 use rdmaxfer::xfer::params::{self, SessionParams};
 use rdmaxfer::xfer::pingpong::Pattern;
@@ -78,6 +78,19 @@ pub fn check_file_proto(data: &[u8]) {
             for x in &d.digests {
                 assert_eq!(x.as_bytes().len(), d.algo.digest_len());
             }
+        }
+    }
+    // A striped file's resume state as read back from disk (`partial::decode`), as is and
+    // with a valid checksum appended (to reach the checks behind it): what it accepts is
+    // consistent and re-encodes to the same bytes.
+    for b in [data.to_vec(), partial::seal(data)] {
+        if let Ok(st) = partial::decode(&b) {
+            assert!((1..=usize::from(proto::MAX_STRIPES)).contains(&st.stripes.len()));
+            for h in &st.stripes {
+                assert!(h.held <= h.len);
+                assert!(h.offset.checked_add(h.len).is_some_and(|e| e <= st.size));
+            }
+            assert_eq!(partial::encode(&st).expect("a decoded state encodes"), b);
         }
     }
     // Stripes planned for a file of any size: contiguous, covering it exactly.
@@ -496,6 +509,29 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     for (n, m) in file_msgs {
         out.push(("file_proto", n.to_string(), proto::encode(&m)));
     }
+    let kept = partial::StripeState {
+        size: 12 << 20,
+        stripes: vec![
+            partial::HeldStripe {
+                offset: 0,
+                len: 6 << 20,
+                held: 3 << 20,
+            },
+            partial::HeldStripe {
+                offset: 6 << 20,
+                len: 6 << 20,
+                held: 0,
+            },
+        ],
+    };
+    let kept = partial::encode(&kept).expect("a consistent state");
+    out.push(("file_proto", "stripe_state".into(), kept.clone()));
+    // Its body alone: the check appends the checksum.
+    out.push((
+        "file_proto",
+        "stripe_state_body".into(),
+        kept[..kept.len() - 32].to_vec(),
+    ));
     let region = RemoteRegion {
         addr: 0x7f12_3456_7000,
         rkey: 0xabcd,

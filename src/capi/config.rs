@@ -1,5 +1,5 @@
 //! `rdmaxfer_config`: how to connect (device, GID index, port, CM or OOB, MTU, timeout, event
-//! mode, token, message size).
+//! mode, token, message size) and how many streams a file transfer uses.
 
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
@@ -16,6 +16,9 @@ use crate::xfer::file::transfer::DEFAULT_SLOTS;
 pub const RDMAXFER_TRANSPORT_CM: u32 = 0;
 /// Set up connections with ibv_rc_pingpong's out-of-band TCP exchange.
 pub const RDMAXFER_TRANSPORT_OOB: u32 = 1;
+/// The most streams `rdmaxfer_config_set_streams` takes.
+pub const RDMAXFER_MAX_STREAMS: u16 = 64;
+const _: () = assert!(RDMAXFER_MAX_STREAMS == crate::xfer::file::proto::MAX_STREAMS);
 /// The default port (RDMA CM port, or TCP port of the out-of-band exchange).
 pub const RDMAXFER_DEFAULT_PORT: u16 = 18515;
 const _: () = assert!(RDMAXFER_DEFAULT_PORT == DEFAULT_PORT);
@@ -51,6 +54,8 @@ pub struct Config {
     pub token: Option<Vec<u8>>,
     /// Largest message either side may send.
     pub msg_size: usize,
+    /// Streams `rdmaxfer_send_file` asks for (0: the CLI's default rule).
+    pub streams: u16,
 }
 
 impl Default for Config {
@@ -65,6 +70,7 @@ impl Default for Config {
             timeout: DEFAULT_TIMEOUT,
             token: None,
             msg_size: MAX_MSG_LEN,
+            streams: 1,
         }
     }
 }
@@ -287,7 +293,65 @@ pub extern "C" fn rdmaxfer_config_set_msg_size(
     })
 }
 
+/// Streams (connections) `rdmaxfer_send_file` carries a transfer over, on a connection made
+/// by `rdmaxfer_connect` with this configuration: it connects `n - 1` more to the same host and
+/// port (each with its own QP and staging ring); a tree's files are spread over them and files
+/// of 8 MiB or more are striped across them. 1 (the default): the one connection; 0: the rule
+/// `rdmaxfer send` uses without `--streams` (1 for small transfers, else the CPUs, at most 2 per
+/// device and at most 4); at most 64 (`RDMAXFER_MAX_STREAMS`), else
+/// `RDMAXFER_ERR_INVALID_ARGUMENT` and the configuration is left as it was. The receiver may
+/// grant fewer (`rdmaxfer recv --max-streams`; `rdmaxfer_recv_file` grants 1): the transfer
+/// then goes on with what it grants.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_streams(
+    cfg: *mut rdmaxfer_config,
+    n: u32,
+) -> rdmaxfer_status {
+    set("rdmaxfer_config_set_streams", cfg, |c| {
+        c.streams = u16::try_from(n)
+            .ok()
+            .filter(|&n| n <= RDMAXFER_MAX_STREAMS)
+            .ok_or_else(|| {
+                Fail::invalid(format!(
+                    "{n} streams (0: automatic, else 1 to {RDMAXFER_MAX_STREAMS})"
+                ))
+            })?;
+        Ok(())
+    })
+}
+
 /// A copy of the settings.
 pub(crate) fn snapshot(cfg: *const rdmaxfer_config) -> CResult<Config> {
     Ok(handle(cfg, "cfg")?.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_checked_and_a_bad_value_changes_nothing() {
+        let mut cfg = std::ptr::null_mut();
+        assert_eq!(rdmaxfer_config_new(&mut cfg), rdmaxfer_status::RDMAXFER_OK);
+        assert_eq!(snapshot(cfg).unwrap().streams, 1, "one stream by default");
+        for n in [0u32, 1, 2, 64] {
+            assert_eq!(
+                rdmaxfer_config_set_streams(cfg, n),
+                rdmaxfer_status::RDMAXFER_OK
+            );
+            assert_eq!(u32::from(snapshot(cfg).unwrap().streams), n);
+        }
+        for n in [65u32, 1000, u32::MAX] {
+            assert_eq!(
+                rdmaxfer_config_set_streams(cfg, n),
+                rdmaxfer_status::RDMAXFER_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(snapshot(cfg).unwrap().streams, 64, "unchanged");
+        }
+        assert_eq!(
+            rdmaxfer_config_set_streams(std::ptr::null_mut(), 2),
+            rdmaxfer_status::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        rdmaxfer_config_free(cfg);
+    }
 }

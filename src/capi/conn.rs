@@ -42,6 +42,9 @@ pub struct Conn {
     pub token: Option<Vec<u8>>,
     /// What `rdmaxfer_conn_fd` gave out (made on its first call; see `super::poll`).
     pub events: Option<Epoll>,
+    /// How `rdmaxfer_connect` made it (configuration, host, port): further streams of a file
+    /// transfer connect the same way. `None` for an accepted connection.
+    pub dial: Option<(Config, String, u16)>,
 }
 
 impl Conn {
@@ -69,6 +72,7 @@ pub(crate) fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mu
         id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
         token: cfg.token.clone(),
         events: None,
+        dial: None,
     })
 }
 
@@ -90,7 +94,10 @@ pub extern "C" fn rdmaxfer_connect(
             cfg.oob,
             &cfg.endpoint_options(),
         )?;
-        o.set(new_conn(ep, Role::Client, cfg.oob, &cfg));
+        let port = cfg.port_or_default(port);
+        let conn = new_conn(ep, Role::Client, cfg.oob, &cfg);
+        handle(conn, "conn")?.dial = Some((cfg, host.to_string(), port));
+        o.set(conn);
         Ok(())
     })
 }

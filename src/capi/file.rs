@@ -8,8 +8,10 @@ use super::boundary::{self, out, Fail};
 use super::conn::rdmaxfer_conn;
 use super::handle::handle;
 use super::status::rdmaxfer_status;
+use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::source;
 use crate::xfer::file::transfer::{self, Progress, ReceiverOptions, SenderOptions, SessionReport};
+use crate::xfer::session;
 
 /// `rdmaxfer_recv_file`: allow a sender to replace existing files that differ (it asks with
 /// `rdmaxfer send --force` or `--update`). Identical files are skipped either way.
@@ -50,9 +52,10 @@ fn with_files(e: crate::Error, report: &SessionReport) -> Fail {
 
 /// Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
 /// peer, verified per chunk (XXH3-128, the protocol's default), with the configuration's
-/// token. `progress` (may be NULL) is called with the bytes sent so far; `user` is passed to it
-/// untouched. Inside a tree, symlinks are
-/// sent as symlinks and empty directories as directories; files the receiver already has
+/// token, over the streams the configuration asks for (`rdmaxfer_config_set_streams`; a
+/// connection made by `rdmaxfer_accept` carries one). `progress` (may be NULL) is called with
+/// the bytes sent so far (of all streams, on the calling thread); `user` is passed to it
+/// untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
 /// (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
 /// delivered (verified and committed) or skipped.
 #[no_mangle]
@@ -82,7 +85,22 @@ pub extern "C" fn rdmaxfer_send_file(
                 cb(total_done, total, user);
             }
         };
-        transfer::send(c.rdmaxfer_peer()?, &entries, &opts, &mut report, &mut tick)
+        // Further streams connect as this connection did (an accepted one has one stream).
+        let dial = c.dial.clone();
+        let streams = match &dial {
+            Some((cfg, ..)) if cfg.streams == 0 => transfer::default_streams(&entries, 1),
+            Some((cfg, ..)) => cfg.streams,
+            None => 1,
+        };
+        let opts = SenderOptions { streams, ..opts };
+        let connect = |i: u16| -> crate::Result<Endpoint> {
+            let (cfg, host, port) = dial.as_ref().ok_or_else(|| {
+                crate::Error::InvalidArgument(format!("stream {i}: an accepted connection"))
+            })?;
+            session::connect(host, *port, cfg.oob, &cfg.endpoint_options())
+        };
+        let ep = c.rdmaxfer_peer()?;
+        transfer::send_streams(ep, &connect, &entries, &opts, &mut report, &mut tick)
             .map_err(|e| with_files(e, &report))
     })
 }

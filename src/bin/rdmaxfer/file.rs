@@ -152,9 +152,12 @@ pub struct SendArgs {
     /// Connections (streams) carrying the transfer: a tree's files are spread over them and
     /// files of 8 MiB or more are striped across them. With several devices (-d a,b) or
     /// receiver addresses (HOST1,HOST2: one per rail), streams are placed on them in turn.
-    /// The receiver may grant fewer (its --max-streams).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    streams: u16,
+    /// The receiver may grant fewer (its --max-streams). Default: 1 for a transfer with no
+    /// file of 8 MiB or more and less than 8 MiB in two or more files; otherwise the CPUs,
+    /// at most 2 per device and at most 4 (2 streams beat 1 even on one emulated device:
+    /// see "Streams" in docs/file-protocol.md). --json reports the streams used.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    streams: Option<u16>,
     /// Replace files that exist on the receiver and differ (the receiver must allow it with
     /// recv --force). Identical files are skipped either way.
     #[arg(long)]
@@ -382,6 +385,10 @@ pub fn send(a: SendArgs) -> Result<()> {
     } else {
         None
     };
+    let devices = a.conn.devices().len();
+    let streams = a
+        .streams
+        .unwrap_or_else(|| transfer::default_streams(&entries, devices));
     let sopts = SenderOptions {
         token: token(&a.token)?,
         chunk,
@@ -393,7 +400,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         checksum: a.checksum,
         verify: a.verify,
         corrupt_chunk,
-        streams: a.streams,
+        streams,
     };
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
         bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
@@ -409,7 +416,7 @@ pub fn send(a: SendArgs) -> Result<()> {
             })
             .collect(),
     };
-    if a.streams == 1 && (rails.len() > 1 || hosts.len() > 1) {
+    if a.streams == Some(1) && (rails.len() > 1 || hosts.len() > 1) {
         eprintln!(
             "rdmaxfer: note: one stream uses the first device and address only (see --streams)"
         );
@@ -433,6 +440,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     let start = Instant::now();
     let mut report = SessionReport::default();
     let mut connected = false;
+    let mut used = 1u16;
     let r = conn.connect(&host, &opts).and_then(|mut ep| {
         connected = true;
         let mut display = SendDisplay::new(show, entries.len(), total);
@@ -444,7 +452,9 @@ pub fn send(a: SendArgs) -> Result<()> {
         };
         let mut events = |p: Progress<'_>| {
             if let Progress::Streams { asked, granted } = p {
-                if granted < asked && !a.quiet {
+                used = granted;
+                // Only a count the user asked for is worth a note; the default adapts.
+                if granted < asked && !a.quiet && a.streams.is_some() {
                     eprintln!(
                         "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams); using {granted} of the {asked} asked for"
                     );
@@ -462,7 +472,9 @@ pub fn send(a: SendArgs) -> Result<()> {
     });
     let secs = start.elapsed().as_secs_f64();
     if a.json {
-        println!("{}", summary(&report, secs, r.as_ref().err()));
+        let mut j = summary(&report, secs, r.as_ref().err());
+        j["streams"] = serde_json::json!(used);
+        println!("{j}");
     } else if show != Show::Quiet && connected {
         // Without a connection there is nothing to say about files: the error says it all.
         print_summary(&report, secs, "sent");

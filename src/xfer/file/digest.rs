@@ -95,6 +95,52 @@ pub fn combine<'a>(layout: &Layout, digests: impl IntoIterator<Item = &'a ChunkD
     *h.finalize().as_bytes()
 }
 
+/// One verified stripe of a striped file: where it starts, how it was cut, its digest (the
+/// file digest formula over its own chunks) and its chunk digests in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StripeDigests {
+    /// Offset of the stripe in the file.
+    pub offset: u64,
+    /// How the stripe was cut (its `size` is the stripe's length).
+    pub layout: Layout,
+    /// The stripe's digest (FIN's).
+    pub digest: Digest,
+    /// Its chunk digests, chunk 0 first.
+    pub chunks: Vec<ChunkDigest>,
+}
+
+/// The file digest of a file of `size` bytes received as `stripes` (in stripe order): when
+/// the stripes cover the file, share one chunk size `c` and start on the file's `c`-byte grid,
+/// their chunks are the file's chunks and the result is the file digest of the whole file cut
+/// in `c`-byte chunks ([`combine`]), the same as over one stream: the digest depends on the
+/// bytes, the chunk size and the algorithm, not on the streams. Otherwise (stripes cut in
+/// different sizes, e.g. receiver rings of different slot sizes under memory pressure) it is
+/// [`striped_digest`](super::proto::striped_digest) of the stripes' digests. Returns the
+/// digest and the layout it was computed over (the first stripe's in the second case).
+pub fn file_digest_of_stripes(size: u64, stripes: &[StripeDigests]) -> Option<(Digest, Layout)> {
+    let first = stripes.first()?.layout;
+    let mut next = 0u64;
+    let aligned = stripes.iter().all(|s| {
+        let ok = s.layout.algo == first.algo
+            && s.layout.chunk == first.chunk
+            && s.offset == next
+            && s.offset % first.chunk == 0
+            && s.chunks.len() as u64 == s.layout.chunks();
+        next = s.offset.saturating_add(s.layout.size);
+        ok
+    }) && next == size;
+    if aligned {
+        let layout = Layout { size, ..first };
+        let all = stripes.iter().flat_map(|s| s.chunks.iter());
+        return Some((combine(&layout, all), layout));
+    }
+    let parts: Vec<(u64, u64, Digest)> = stripes
+        .iter()
+        .map(|s| (s.offset, s.layout.size, s.digest))
+        .collect();
+    Some((super::proto::striped_digest(&parts), first))
+}
+
 /// The file digest of `data` cut in `chunk`-byte chunks, on one thread (tests, tools).
 pub fn digest_of(algo: Algo, chunk: u64, data: &[u8]) -> Result<Digest> {
     let layout = Layout::new(algo, chunk, data.len() as u64)?;
@@ -209,6 +255,17 @@ impl Chunks {
         }
         let map = self.map();
         Ok(combine(&self.layout, map.values()))
+    }
+
+    /// A verified stripe at `offset`: its digest and every chunk digest (after
+    /// [`finish`](Chunks::finish) succeeded).
+    pub fn stripe(&self, offset: u64, digest: Digest) -> StripeDigests {
+        StripeDigests {
+            offset,
+            layout: self.layout,
+            digest,
+            chunks: self.map().values().copied().collect(),
+        }
     }
 
     /// Digests of chunks `first ..` (at most `max`), in order, for a DIGESTS message.

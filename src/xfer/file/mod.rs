@@ -6,6 +6,7 @@ pub mod cleanup;
 pub mod digest;
 pub mod entry;
 pub mod names;
+pub mod partial;
 pub mod policy;
 pub mod proto;
 pub mod ring_budget;

@@ -26,6 +26,9 @@ use crate::{Error, Result};
 pub const MAX_COMPONENT_LEN: usize = 255;
 /// Suffix of temporary files; names ending in it are refused.
 pub const TEMP_SUFFIX: &str = ".rdmaxfer-part";
+/// Suffix of a striped file's resume state next to its temporary file
+/// ([`super::partial`]); names ending in it are refused.
+pub const STRIPES_SUFFIX: &str = ".rdmaxfer-stripes";
 
 /// A sanitized relative name: non-empty `/`-separated components, each safe to open below a
 /// directory. Made only by [`sanitize`].
@@ -57,12 +60,22 @@ impl RelPath {
     /// The temporary file's name for this file: `.<name>.rdmaxfer-part`, or, when that would
     /// exceed [`MAX_COMPONENT_LEN`], `.<first 32 hex digits of BLAKE3(name)>.rdmaxfer-part`.
     pub fn temp_name(&self) -> String {
+        self.hidden(TEMP_SUFFIX)
+    }
+
+    /// The name of the striped file's resume state ([`super::partial`]), made like
+    /// [`temp_name`](Self::temp_name) with [`STRIPES_SUFFIX`].
+    pub fn stripes_name(&self) -> String {
+        self.hidden(STRIPES_SUFFIX)
+    }
+
+    fn hidden(&self, suffix: &str) -> String {
         let name = self.file_name();
-        if 1 + name.len() + TEMP_SUFFIX.len() <= MAX_COMPONENT_LEN {
-            format!(".{name}{TEMP_SUFFIX}")
+        if 1 + name.len() + suffix.len() <= MAX_COMPONENT_LEN {
+            format!(".{name}{suffix}")
         } else {
             let hex = blake3::hash(name.as_bytes()).to_hex();
-            format!(".{}{TEMP_SUFFIX}", &hex[..32])
+            format!(".{}{suffix}", &hex[..32])
         }
     }
 }
@@ -154,11 +167,13 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
             _ => {}
         }
     }
-    if name.ends_with(TEMP_SUFFIX) {
-        return Err(bad_name(
-            name,
-            format_args!("names ending in {TEMP_SUFFIX} are reserved"),
-        ));
+    for suffix in [TEMP_SUFFIX, STRIPES_SUFFIX] {
+        if name.ends_with(suffix) {
+            return Err(bad_name(
+                name,
+                format_args!("names ending in {suffix} are reserved"),
+            ));
+        }
     }
     Ok(RelPath(name.to_string()))
 }
@@ -469,6 +484,11 @@ mod tests {
         assert!(refused(&"a".repeat(5000)).contains("5000 bytes"));
         assert!(refused(&"a".repeat(256)).contains("component of 256 bytes"));
         assert!(refused("x.rdmaxfer-part").contains("reserved"));
+        assert!(refused("d/x.rdmaxfer-stripes").contains("reserved"));
+        assert_eq!(
+            sanitize("d/x").unwrap().stripes_name(),
+            ".x.rdmaxfer-stripes"
+        );
     }
 
     #[test]

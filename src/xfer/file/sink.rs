@@ -4,6 +4,7 @@
 //! rename and directory fsync. See "Commit" and "Verification" in `docs/file-protocol.md`.
 
 use std::fs::{File, Permissions};
+use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
@@ -38,6 +39,8 @@ pub struct Sink {
     dir: ConfinedDir,
     final_name: String,
     temp_name: String,
+    /// Where a striped file's resume state is kept ([`super::partial`]).
+    stripes_name: String,
     file: File,
     size: u64,
     /// Bytes of the temporary file from an earlier attempt (whole chunks once started).
@@ -136,6 +139,8 @@ impl Sink {
                 Some(file) => file,
                 None => {
                     dir.remove(&temp_name)?;
+                    // A striped file's state describes the temporary file just removed.
+                    dir.remove(&rel.stripes_name())?;
                     dir.open_file(&temp_name, true)?
                 }
             };
@@ -158,6 +163,7 @@ impl Sink {
             dir,
             final_name,
             temp_name,
+            stripes_name: rel.stripes_name(),
             file,
             size,
             held,
@@ -402,7 +408,30 @@ impl Sink {
         self.file.sync_all().map_err(|e| werr("fsync", e))?;
         self.dir
             .rename(&self.temp_name, &self.final_name, self.opts.force)?;
+        self.dir.remove(&self.stripes_name)?;
         self.dir.sync()
+    }
+
+    /// Keeps a striped file's resume state (an encoded [`super::partial::StripeState`]) next
+    /// to the kept temporary file: written anew and fsynced (a torn write fails its checksum).
+    pub fn save_stripe_state(&self, encoded: &[u8]) -> Result<()> {
+        let name = &self.stripes_name;
+        self.dir.remove(name)?;
+        let mut f = self.dir.open_file(name, true)?;
+        f.write_all(encoded)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| write_err(format!("write {name}"), e))?;
+        self.dir.sync()
+    }
+
+    /// The striped file's resume state kept by an earlier attempt, if any (at most
+    /// [`super::partial::MAX_LEN`] bytes are read; the caller decodes).
+    pub fn load_stripe_state(&self) -> Option<Vec<u8>> {
+        let f = self.dir.open_file(&self.stripes_name, false).ok()?;
+        let mut b = Vec::new();
+        let limit = super::partial::MAX_LEN as u64 + 1;
+        f.take(limit).read_to_end(&mut b).ok()?;
+        Some(b)
     }
 
     /// Gives up on the file: removes the temporary file and the directories created only for
@@ -420,6 +449,7 @@ impl Sink {
             return Ok(());
         }
         self.leftovers.set_keep(false);
+        let _ = self.dir.remove(&self.stripes_name);
         self.leftovers.remove()
     }
 }

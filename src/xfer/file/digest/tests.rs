@@ -151,3 +151,65 @@ fn par_for_returns_the_first_error_and_stops() {
     assert!(seen.load(Ordering::Relaxed) < 1000);
     par_for(0..0, 4, |_| Err(Error::Protocol("never".into()))).unwrap();
 }
+
+/// The stripes of `data` at `offsets` (then to the end), each cut in `chunk`-byte chunks and
+/// hashed on its own, as a stream receives it.
+fn stripes_of(algo: Algo, chunk: u64, data: &[u8], offsets: &[u64]) -> Vec<StripeDigests> {
+    let ends: Vec<u64> = offsets[1..]
+        .iter()
+        .copied()
+        .chain([data.len() as u64])
+        .collect();
+    offsets
+        .iter()
+        .zip(ends)
+        .map(|(&off, end)| {
+            let part = &data[off as usize..end as usize];
+            let layout = Layout::new(algo, chunk, part.len() as u64).unwrap();
+            let c = Chunks::new(layout);
+            for (i, p) in part.chunks(chunk as usize).enumerate() {
+                c.hash(i as u64, p).unwrap();
+            }
+            let d = c.finish().unwrap();
+            c.stripe(off, d)
+        })
+        .collect()
+}
+
+#[test]
+fn a_striped_file_has_the_digest_of_the_whole_file_whatever_the_stripes() {
+    let data: Vec<u8> = (0..(3u32 << 20) + 12345)
+        .map(|i| (i * 7 + i / 911) as u8)
+        .collect();
+    let size = data.len() as u64;
+    for algo in Algo::ALL {
+        for chunk in [4096u64, 64 << 10, 1 << 20] {
+            let whole = digest_of(algo, chunk, &data).unwrap();
+            for offsets in [&[0u64][..], &[0, 1 << 20], &[0, 1 << 20, 2 << 20]] {
+                let stripes = stripes_of(algo, chunk, &data, offsets);
+                let (d, layout) = file_digest_of_stripes(size, &stripes).unwrap();
+                assert_eq!(d, whole, "{algo} chunk {chunk} stripes at {offsets:?}");
+                assert_eq!(layout, Layout::new(algo, chunk, size).unwrap());
+            }
+        }
+        // Stripes not on the chunk grid (or cut in different sizes) cannot give the file's
+        // chunks: the digest of the stripes' digests instead, never the whole file's.
+        let odd = stripes_of(algo, 1 << 20, &data, &[0, 3 << 19]);
+        let (d, _) = file_digest_of_stripes(size, &odd).unwrap();
+        let parts: Vec<_> = odd
+            .iter()
+            .map(|s| (s.offset, s.layout.size, s.digest))
+            .collect();
+        assert_eq!(d, crate::xfer::file::proto::striped_digest(&parts));
+        assert_ne!(d, digest_of(algo, 1 << 20, &data).unwrap());
+        let mut mixed = stripes_of(algo, 1 << 20, &data, &[0, 2 << 20]);
+        mixed[1] = stripes_of(algo, 4096, &data, &[0, 2 << 20]).remove(1);
+        let (d, _) = file_digest_of_stripes(size, &mixed).unwrap();
+        assert_ne!(d, digest_of(algo, 1 << 20, &data).unwrap());
+        // Stripes that do not cover the file are not the file.
+        let short = stripes_of(algo, 1 << 20, &data, &[0, 1 << 20]);
+        let (d, _) = file_digest_of_stripes(size + 1, &short).unwrap();
+        assert_ne!(d, digest_of(algo, 1 << 20, &data).unwrap());
+    }
+    assert!(file_digest_of_stripes(0, &[]).is_none());
+}

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{Error, Result};
+use crate::xfer::file::digest::{file_digest_of_stripes, Chunks, StripeDigests};
+use crate::xfer::file::partial;
 use crate::xfer::file::proto::{self, Reason, SessionId, Stripe, MAX_STREAMS};
 use crate::xfer::file::sink::Sink;
 
@@ -18,8 +20,8 @@ pub const DEFAULT_MAX_STREAMS: u16 = 8;
 
 /// What a receiver keeps of striped files abandoned with `--resume`: for each file name, the
 /// stripe layout and how many bytes of each stripe are in its temporary file, so a resumed
-/// transfer continues every stripe where it stopped. Kept in memory: a restarted receiver
-/// starts such a file over.
+/// transfer continues every stripe where it stopped. Kept in memory and on disk next to the
+/// temporary file ([`partial`]), so a restarted receiver continues too.
 #[derive(Clone, Debug)]
 struct Partial {
     size: u64,
@@ -154,12 +156,15 @@ pub(super) struct Assembly {
     pub(super) held: Vec<(u64, u64, u64)>,
     keep: bool,
     partials: Arc<Mutex<HashMap<String, Partial>>>,
+    /// Per stripe being received: its chunk digests so far (the bytes written without a gap,
+    /// for checkpoints of the resume state while it is received).
+    live: Vec<Option<Arc<Chunks>>>,
 }
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct StripeState {
     pub(super) range: Option<(u64, u64)>,
-    pub(super) digest: Option<proto::Digest>,
+    pub(super) digest: Option<StripeDigests>,
     pub(super) written: u64,
     pub(super) ended: bool,
 }
@@ -183,7 +188,24 @@ impl Joint {
         count: u16,
         keep: bool,
     ) -> Assembly {
-        let previous = lock(&self.partials).remove(name);
+        // This process's record, else the one kept on disk (a restarted receiver).
+        let previous = lock(&self.partials).remove(name).or_else(|| {
+            let kept = sink.load_stripe_state()?;
+            match partial::decode(&kept) {
+                Ok(st) => Some(Partial {
+                    size: st.size,
+                    stripes: st
+                        .stripes
+                        .iter()
+                        .map(|h| (h.offset, h.len, h.held))
+                        .collect(),
+                }),
+                Err(e) => {
+                    tracing::warn!("{name}: ignoring its kept stripe state: {e}");
+                    None
+                }
+            }
+        });
         let held = match previous {
             Some(p) if p.size == size && sink.held() > 0 => p.stripes,
             _ => Vec::new(),
@@ -197,6 +219,7 @@ impl Joint {
             held,
             keep,
             partials: self.partials.clone(),
+            live: vec![None; usize::from(count)],
         }
     }
 }
@@ -240,7 +263,7 @@ impl Assembly {
     pub(super) fn end(
         &mut self,
         index: u16,
-        result: std::result::Result<proto::Digest, (Reason, String)>,
+        result: std::result::Result<StripeDigests, (Reason, String)>,
         written: u64,
     ) -> Option<Result<proto::Digest>> {
         let st = &mut self.stripes[usize::from(index)];
@@ -259,9 +282,9 @@ impl Assembly {
         let mut parts = Vec::with_capacity(self.stripes.len());
         let mut next = 0u64;
         for s in &self.stripes {
-            match (s.range, s.digest) {
-                (Some((off, len)), Some(d)) if off == next => {
-                    parts.push((off, len, d));
+            match (s.range, &s.digest) {
+                (Some((off, len)), Some(d)) if off == next && d.layout.size == len => {
+                    parts.push(d.clone());
                     next = off + len;
                 }
                 _ => break,
@@ -273,45 +296,97 @@ impl Assembly {
                 "the stripes do not cover the file exactly".into(),
             ));
         }
-        Some(match self.failure.clone() {
-            None => sink.commit_verified(&proto::striped_digest(&parts)),
-            Some((reason, message)) => {
-                self.record_partial();
+        // The whole file's digest when the stripes are on one chunk grid (as over one stream).
+        let digest = file_digest_of_stripes(self.size, &parts);
+        Some(match (self.failure.clone(), digest) {
+            (None, Some((d, _))) => sink.commit_verified(&d),
+            (None, None) => Err(Error::Protocol("a striped file without stripes".into())),
+            (Some((reason, message)), _) => {
+                self.record_partial(&sink);
                 drop(sink);
                 Err(Error::refused(reason, message))
             }
         })
     }
 
-    /// With `--resume`, what each stripe holds, for the next attempt.
-    fn record_partial(&self) {
-        if !self.keep {
-            return;
+    /// Stripe `index` is being received into chunks `chunks` (for checkpoints).
+    pub(super) fn track(&mut self, index: u16, chunks: Arc<Chunks>) {
+        if let Some(l) = self.live.get_mut(usize::from(index)) {
+            *l = Some(chunks);
         }
+    }
+
+    /// With `--resume`, while stripes are being received: writes what each holds now next to
+    /// the temporary file, so that a receiver killed in the middle (no clean-up runs) still
+    /// finds it. Only bytes already written (and hashed) count; the next attempt re-hashes them
+    /// and the sender compares, so a state ahead of the data fails the resume, never the file.
+    pub(super) fn checkpoint(&self) {
+        if let (true, Some(sink)) = (self.keep, &self.sink) {
+            self.save_partial(sink, &self.partial_now());
+        }
+    }
+
+    fn partial_now(&self) -> Partial {
         let stripes = self
             .stripes
             .iter()
-            .map(|s| {
-                let (off, len) = s.range.unwrap_or((0, 0));
-                let held = if s.digest.is_some() { len } else { s.written };
-                (off, len, held.min(len))
+            .enumerate()
+            .map(|(i, s)| match s.range {
+                Some((off, len)) => {
+                    let live = self.live.get(i).and_then(Option::as_ref).map_or(0, |c| {
+                        let l = c.layout();
+                        c.first_missing()
+                            .map_or(l.size, |k| k.saturating_mul(l.chunk).min(l.size))
+                    });
+                    let held = if s.digest.is_some() {
+                        len
+                    } else {
+                        s.written.max(live)
+                    };
+                    (off, len, held.min(len))
+                }
+                // Not started in this attempt: what it held before still holds.
+                None => self.held.get(i).copied().unwrap_or((0, 0, 0)),
             })
             .collect();
-        lock(&self.partials).insert(
-            self.name.clone(),
-            Partial {
-                size: self.size,
-                stripes,
-            },
-        );
+        Partial {
+            size: self.size,
+            stripes,
+        }
+    }
+
+    fn save_partial(&self, sink: &Sink, p: &Partial) {
+        let state = partial::StripeState {
+            size: p.size,
+            stripes: p
+                .stripes
+                .iter()
+                .map(|&(offset, len, held)| partial::HeldStripe { offset, len, held })
+                .collect(),
+        };
+        if let Err(e) = partial::encode(&state).and_then(|b| sink.save_stripe_state(&b)) {
+            // The temporary file is still kept; a restarted receiver starts the stripes over.
+            tracing::warn!("{}: keeping its stripe state: {e}", self.name);
+        }
+    }
+
+    /// With `--resume`, what each stripe holds, for the next attempt: in memory and, fsynced,
+    /// next to the temporary file that `sink` keeps.
+    fn record_partial(&self, sink: &Sink) {
+        if !self.keep {
+            return;
+        }
+        let p = self.partial_now();
+        self.save_partial(sink, &p);
+        lock(&self.partials).insert(self.name.clone(), p);
     }
 }
 
 impl Drop for Assembly {
     fn drop(&mut self) {
         // A session that ended before every stripe did: keep what is there for a resume.
-        if self.sink.is_some() {
-            self.record_partial();
+        if let Some(sink) = &self.sink {
+            self.record_partial(sink);
         }
     }
 }
@@ -319,6 +394,7 @@ impl Drop for Assembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xfer::file::digest::{digest_of, Algo, Chunks, Layout};
     use crate::xfer::file::names::sanitize;
     use crate::xfer::file::sink::SinkOptions;
     use std::os::unix::fs::FileExt;
@@ -330,6 +406,15 @@ mod tests {
             offset,
             len,
         }
+    }
+
+    /// Stripe `s` verified with `data`, hashed in 4-byte chunks.
+    fn verified(s: &Stripe, data: &[u8]) -> StripeDigests {
+        let c = Chunks::new(Layout::new(Algo::Xxh3, 4, s.len).unwrap());
+        for (i, p) in data.chunks(4).enumerate() {
+            c.hash(i as u64, p).unwrap();
+        }
+        c.stripe(s.offset, c.finish().unwrap())
     }
 
     fn assembly(streams: &Streams, out: &std::path::Path, keep: bool) -> Assembly {
@@ -350,11 +435,15 @@ mod tests {
         let f = a.sink.as_ref().unwrap().temp_file().unwrap();
         f.write_all_at(b"efgh", 4).unwrap();
         f.write_all_at(b"abcd", 0).unwrap();
-        assert!(a.end(1, Ok([1; 32]), 4).is_none(), "stripe 0 still to come");
-        let d = a.end(0, Ok([0; 32]), 4).unwrap().unwrap();
+        assert!(
+            a.end(1, Ok(verified(&s1, b"efgh")), 4).is_none(),
+            "stripe 0 still to come"
+        );
+        let d = a.end(0, Ok(verified(&s0, b"abcd")), 4).unwrap().unwrap();
         assert_eq!(
             d,
-            proto::striped_digest(&[(0, 4, [0; 32]), (4, 4, [1; 32])])
+            digest_of(Algo::Xxh3, 4, b"abcdefgh").unwrap(),
+            "the whole file's"
         );
         assert_eq!(std::fs::read(out.path().join("f")).unwrap(), b"abcdefgh");
 
@@ -364,7 +453,10 @@ mod tests {
         a.start(&s1).unwrap();
         let fail = (Reason::HashMismatch, "stripe 0 differs".to_string());
         assert!(a.end(0, Err(fail), 0).is_none());
-        let e = a.end(1, Ok([1; 32]), 4).unwrap().unwrap_err();
+        let e = a
+            .end(1, Ok(verified(&s1, b"efgh")), 4)
+            .unwrap()
+            .unwrap_err();
         assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
         drop(a);
         assert_eq!(
@@ -395,10 +487,26 @@ mod tests {
         assert!(a.end(1, Err(lost), 2).unwrap().is_err());
         drop(a);
         // The next attempt finds what each stripe holds.
-        let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
+        let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
         let a = streams.open(2).assembly("f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2));
         assert_eq!(a.held_of(&stripe(1, 3, 5)), 0, "another layout starts over");
+        drop(a);
+        // A restarted receiver (a new registry: nothing in memory) reads it from disk.
+        let restarted = Streams::new(4);
+        let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
+        let a = restarted.open(2).assembly("f", sink, 8, 2, true);
+        assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2), "from disk");
+        drop(a);
+        // A torn or altered state is ignored: the stripes start over.
+        let state = out.path().join(".f.rdmaxfer-stripes");
+        let mut b = std::fs::read(&state).unwrap();
+        let last = b.len() - 1;
+        b[last] ^= 1;
+        std::fs::write(&state, &b).unwrap();
+        let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
+        let a = Streams::new(4).open(2).assembly("f", sink, 8, 2, true);
+        assert_eq!((a.held_of(&s0), a.held_of(&s1)), (0, 0), "altered");
     }
 
     #[test]

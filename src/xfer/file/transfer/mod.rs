@@ -35,7 +35,9 @@ mod stripe;
 pub use joint::{Streams, DEFAULT_MAX_STREAMS};
 pub use receive::{receive, receive_leased, receive_streams, Role};
 pub use send::send;
-pub use streams::{send_streams, STRIPE_MIN};
+pub use streams::{
+    default_streams, send_streams, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
+};
 
 /// Default chunk (ring slot) size.
 pub const DEFAULT_CHUNK: u32 = 1 << 20;

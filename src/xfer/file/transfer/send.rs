@@ -14,7 +14,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::digest::{self, Chunks};
+use crate::xfer::file::digest::{self, Chunks, StripeDigests};
 use crate::xfer::file::names;
 use crate::xfer::file::proto::{
     self, Digest, Digests, EntryKind, Hello, HelloFlags, Msg, Reason, MAX_DIGESTS,
@@ -200,7 +200,7 @@ fn record(
     stripe: Option<&StripeJob>,
     f: FileReport,
     refused: bool,
-    digest: Option<Digest>,
+    digest: Option<StripeDigests>,
 ) {
     let (f, refused) = match stripe {
         None => (f, refused),
@@ -447,7 +447,8 @@ fn send_file(
             status: Reason::Ok, ..
         } => {
             let f = FileReport::ok(name, size, &hash, &layout);
-            record(report, stripe, f, false, Some(hash));
+            let digests = stripe.map(|s| chunks.stripe(s.stripe.offset, hash));
+            record(report, stripe, f, false, digests);
         }
         Msg::Ack { status, message } => {
             let f = FileReport::failed(

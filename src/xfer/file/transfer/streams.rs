@@ -15,16 +15,66 @@ use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, S
 use super::{peer_err, recv_ctl, send_msg, FileReport, Progress, SenderOptions, SessionReport};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::digest::{file_digest_of_stripes, Chunks, Layout, StripeDigests};
 use crate::xfer::file::proto::Algo;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason, Stripe};
 use crate::xfer::file::source::{self, read_err, SourceEntry, SourceKind};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
-/// Stripes start at multiples of this (whatever the chunk size, so that a resumed transfer
-/// with another `--chunk` finds the same stripes).
+/// Stripes start at multiples of this, or of the chunk size when that is larger (see
+/// [`stripe_align`]).
 pub const STRIPE_ALIGN: u64 = 1 << 20;
+
+/// Stripes of a file sent in `chunk`-byte chunks start at multiples of this: the least
+/// common multiple of [`STRIPE_ALIGN`] and the chunk size (1 MiB for every power of two up to
+/// 1 MiB, so that a resumed transfer with another such `--chunk` finds the same stripes), so
+/// that every stripe starts on the file's chunk grid and the striped file's digest is the
+/// whole file's. A chunk size whose multiple would be over 64 MiB keeps 1 MiB (the digest is
+/// then the digest of the stripes' digests).
+pub fn stripe_align(chunk: u32) -> u64 {
+    let c = u64::from(chunk.max(1));
+    let (mut a, mut b) = (STRIPE_ALIGN, c);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let lcm = STRIPE_ALIGN / a * c;
+    if lcm <= 64 << 20 {
+        lcm
+    } else {
+        STRIPE_ALIGN
+    }
+}
+
+/// Most streams the default ([`default_streams`]) picks.
+pub const DEFAULT_STREAMS_CAP: u16 = 4;
+/// Streams per device the default picks: on one emulated device (2 vCPUs, 128 MiB
+/// tmpfs → tmpfs) 2 streams beat 1 (data phase 56–57 vs 40–42 MiB/s, whole command 42–44 vs
+/// 34–35) and 4 fell below 2 (52–55, 37–39): see "Streams" in `docs/file-protocol.md`.
+pub const DEFAULT_STREAMS_PER_DEVICE: u16 = 2;
+
+/// The stream count `send` uses without `--streams`: 1 for a transfer too small to gain from
+/// more (no file of [`STRIPE_MIN`] or more, and fewer than 2 files or less than
+/// [`STRIPE_MIN`] in all), otherwise the machine's CPUs, at most
+/// [`DEFAULT_STREAMS_PER_DEVICE`] per device (`devices`, at least 1) and at most
+/// [`DEFAULT_STREAMS_CAP`]. The receiver may grant fewer (its `--max-streams`).
+pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
+    let sizes: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.kind == SourceKind::File)
+        .filter_map(|e| std::fs::metadata(&e.path).ok())
+        .map(|m| m.len())
+        .collect();
+    let total = sizes.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let big = sizes.iter().any(|&s| s >= STRIPE_MIN);
+    if !big && (sizes.len() < 2 || total < STRIPE_MIN) {
+        return 1;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_devices = usize::from(DEFAULT_STREAMS_PER_DEVICE).saturating_mul(devices.max(1));
+    let n = cpus.min(per_devices).min(usize::from(DEFAULT_STREAMS_CAP));
+    u16::try_from(n).unwrap_or(1).max(1)
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -38,7 +88,7 @@ pub(super) struct StripeJob {
 }
 
 /// A stripe's verdict as the sender records it.
-type StripeEnd = (FileReport, bool, Option<Digest>);
+type StripeEnd = (FileReport, bool, Option<StripeDigests>);
 
 /// The sender's view of a striped file: the stripes' verdicts, merged into the file's when the
 /// last one arrives.
@@ -59,7 +109,7 @@ impl FileTrack {
         s: &Stripe,
         f: FileReport,
         refused: bool,
-        digest: Option<Digest>,
+        digest: Option<StripeDigests>,
     ) -> Option<(FileReport, bool)> {
         let mut ends = lock(&self.ends);
         ends[usize::from(s.index)] = Some((f, refused, digest));
@@ -77,18 +127,16 @@ impl FileTrack {
         if all.iter().any(|e| e.0.is_skipped()) {
             return Some((f, false));
         }
-        let parts: Vec<(u64, u64, Digest)> = self
-            .stripes
-            .iter()
-            .zip(&all)
-            .map(|(s, e)| (s.offset, s.len, e.2.unwrap_or_default()))
-            .collect();
+        // Every stripe verified: the file's digest from the stripes' chunk digests (the
+        // whole file's digest when they are on one chunk grid, as over one stream).
+        let parts: Vec<StripeDigests> = all.iter().filter_map(|e| e.2.clone()).collect();
         f.bytes = self.size;
-        f.hash = Some(
-            blake3::Hash::from(proto::striped_digest(&parts))
-                .to_hex()
-                .to_string(),
-        );
+        f.hash = match file_digest_of_stripes(self.size, &parts) {
+            Some((d, _)) if parts.len() == all.len() => {
+                Some(blake3::Hash::from(d).to_hex().to_string())
+            }
+            _ => None,
+        };
         Some((f, false))
     }
 }
@@ -209,7 +257,7 @@ fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job>
             _ => 0,
         };
         let stripes = match size >= STRIPE_MIN {
-            true => proto::plan_stripes(size, streams, STRIPE_ALIGN),
+            true => proto::plan_stripes(size, streams, stripe_align(opts.chunk)),
             false => Vec::new(),
         };
         let checksum = match opts.checksum && !stripes.is_empty() {
@@ -532,6 +580,20 @@ mod tests {
     }
 
     #[test]
+    fn stripes_start_on_the_chunk_grid() {
+        assert_eq!(stripe_align(4096), 1 << 20);
+        assert_eq!(stripe_align(1 << 20), 1 << 20);
+        assert_eq!(stripe_align(4 << 20), 4 << 20);
+        assert_eq!(stripe_align(3 << 20), 3 << 20);
+        assert_eq!(stripe_align(3 << 19), 3 << 20);
+        assert_eq!(stripe_align(4097), STRIPE_ALIGN, "too large a multiple");
+        for c in [4096u32, 65536, 3 << 19, 4 << 20, 8 << 20] {
+            assert_eq!(stripe_align(c) % u64::from(c), 0);
+            assert_eq!(stripe_align(c) % STRIPE_ALIGN, 0);
+        }
+    }
+
+    #[test]
     fn a_striped_file_has_one_verdict_when_every_stripe_has_one() {
         let stripes = proto::plan_stripes(3 << 20, 3, STRIPE_ALIGN);
         let track = || FileTrack {
@@ -540,22 +602,30 @@ mod tests {
             ends: Mutex::new(vec![None; 3]),
             stripes: stripes.clone(),
         };
+        // Each stripe of 1 MiB hashed in 256 KiB chunks: the file's chunks, in stripes.
+        let data: Vec<u8> = (0..3u32 << 20).map(|i| (i / 4099) as u8).collect();
+        let digests = |s: &Stripe| {
+            let layout = Layout::new(Algo::Xxh3, 256 << 10, s.len).unwrap();
+            let c = Chunks::new(layout);
+            let part = &data[s.offset as usize..s.end() as usize];
+            for (i, p) in part.chunks(256 << 10).enumerate() {
+                c.hash(i as u64, p).unwrap();
+            }
+            Some(c.stripe(s.offset, c.finish().unwrap()))
+        };
         let t = track();
         assert!(t
-            .end(&stripes[2], report("ok"), false, Some([2; 32]))
+            .end(&stripes[2], report("ok"), false, digests(&stripes[2]))
             .is_none());
         assert!(t
-            .end(&stripes[0], report("ok"), false, Some([0; 32]))
+            .end(&stripes[0], report("ok"), false, digests(&stripes[0]))
             .is_none());
         let (f, refused) = t
-            .end(&stripes[1], report("ok"), false, Some([1; 32]))
+            .end(&stripes[1], report("ok"), false, digests(&stripes[1]))
             .unwrap();
         assert!(f.is_ok() && !refused);
-        let want = proto::striped_digest(&[
-            (0, 1 << 20, [0; 32]),
-            (1 << 20, 1 << 20, [1; 32]),
-            (2 << 20, 1 << 20, [2; 32]),
-        ]);
+        // The whole file's digest, as one stream would report it.
+        let want = crate::xfer::file::digest::digest_of(Algo::Xxh3, 256 << 10, &data).unwrap();
         assert_eq!(
             f.hash.unwrap(),
             blake3::Hash::from(want).to_hex().to_string()
@@ -563,10 +633,10 @@ mod tests {
         assert_eq!(f.bytes, 3 << 20);
         // One failed stripe fails the file; a refusal is reported as one.
         let t = track();
-        t.end(&stripes[0], report("ok"), false, Some([0; 32]));
+        t.end(&stripes[0], report("ok"), false, digests(&stripes[0]));
         t.end(&stripes[1], report("hash mismatch"), false, None);
         let (f, refused) = t
-            .end(&stripes[2], report("ok"), false, Some([2; 32]))
+            .end(&stripes[2], report("ok"), false, digests(&stripes[2]))
             .unwrap();
         assert_eq!((f.result.as_str(), refused), ("hash mismatch", false));
         let t = track();

@@ -18,7 +18,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::FILE_CREDIT;
-use crate::xfer::file::digest::{Chunks, Layout};
+use crate::xfer::file::digest::{Chunks, Layout, StripeDigests};
 use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
 use crate::xfer::file::sink::write_err;
 
@@ -30,7 +30,13 @@ struct StripeWriter {
     /// Bytes of the stripe held from an earlier attempt (whole chunks).
     held: u64,
     chunks: Arc<Chunks>,
+    /// The file's shared state and the chunks between checkpoints of its resume state
+    /// (`recv --resume`; see `Assembly::checkpoint`).
+    checkpoint: Option<(Arc<Mutex<FileState>>, u64)>,
 }
+
+/// Bytes of a stripe received between checkpoints of the resume state (with `--resume`).
+const CHECKPOINT_BYTES: u64 = 4 << 20;
 
 impl StripeWriter {
     /// A writer of stripe `s` cut in `chunk`-byte chunks, continuing after the whole chunks of
@@ -51,6 +57,7 @@ impl StripeWriter {
             offset: s.offset,
             held,
             chunks,
+            checkpoint: None,
         })
     }
 
@@ -74,7 +81,15 @@ impl ChunkTarget for StripeWriter {
         self.file
             .write_all_at(data, self.offset + off)
             .map_err(|e| write_err("write a stripe of the temporary file".into(), e))?;
-        self.chunks.hash(index, data).map(|_| ())
+        self.chunks.hash(index, data)?;
+        if let Some((state, every)) = &self.checkpoint {
+            if (index + 1) % every == 0 {
+                if let FileState::Open(a) = &*lock(state) {
+                    a.checkpoint();
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -87,7 +102,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn end_stripe(
     file: &Mutex<FileState>,
     s: &Stripe,
-    result: std::result::Result<Digest, (Reason, String)>,
+    result: std::result::Result<StripeDigests, (Reason, String)>,
     written: u64,
     report: &mut SessionReport,
     name: &str,
@@ -199,12 +214,23 @@ pub(super) fn receive_stripe(
         Started::Answer(answer) => return send_msg(ep, &answer),
         Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
     };
-    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, s.len)
+    // Slots sized for the whole file, not the stripe: every stripe (the last, shorter one
+    // too) is cut in the same chunks, on the file's grid (see `digest::file_digest_of_stripes`).
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size)
         .and_then(|r| StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w)));
-    let (r, w) = match got {
+    let (r, mut w) = match got {
         Ok(x) => x,
         Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
     };
+    if opts.resume {
+        // What this stripe holds goes on disk now and every few MiB, for a restarted receiver.
+        if let FileState::Open(a) = &mut *lock(&file) {
+            a.track(s.index, w.chunks.clone());
+            a.checkpoint();
+        }
+        let every = (CHECKPOINT_BYTES / u64::from(r.slot_size()).max(1)).max(1);
+        w.checkpoint = Some((file.clone(), every));
+    }
     let held = w.held;
     let held_digest = w
         .chunks
@@ -249,7 +275,7 @@ pub(super) fn receive_stripe(
     let got = w.chunks.finish();
     let (result, n) = match (write_failure, got) {
         (Some(e), _) | (None, Err(e)) => (Err((reason_of(&e), e.to_string())), n),
-        (None, Ok(got)) if got == hash && bad.is_none() => (Ok(got), n),
+        (None, Ok(got)) if got == hash && bad.is_none() => (Ok(chunks.stripe(s.offset, got)), n),
         (None, Ok(_)) if bad.is_some() => {
             let i = bad.expect("checked");
             let (off, len) = chunks.layout().range(i).unwrap_or((0, 0));
