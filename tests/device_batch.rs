@@ -63,6 +63,15 @@ fn collect(c: Completion, back: &mut BTreeMap<u64, usize>) {
     add(own, &c.bufs);
 }
 
+/// Slots `slots` of `region` hold what WRITE `i` of each carried.
+fn assert_landed(region: &ExposedRegion, slots: std::ops::Range<u64>) {
+    for i in slots {
+        let mut got = vec![0u8; LEN];
+        region.read_at(i as usize * LEN, &mut got).unwrap();
+        assert_eq!(got, pattern(i), "slot {i}");
+    }
+}
+
 /// WRITE `i` of `LEN` bytes to slot `i` of `region`, signaled if asked.
 fn write(
     pd: &ProtectionDomain,
@@ -100,11 +109,7 @@ fn a_list_of_n_writes_lands_and_one_completion_returns_every_buffer() {
     let mut back = BTreeMap::new();
     collect(c, &mut back);
     assert_eq!(back, sent, "every buffer back exactly once");
-    for i in 0..N {
-        let mut got = vec![0u8; LEN];
-        region.read_at(i as usize * LEN, &mut got).unwrap();
-        assert_eq!(got, pattern(i), "slot {i}");
-    }
+    assert_landed(&region, 0..N);
     // Nothing else completes.
     assert!(p.cq_a.poll(4).unwrap().is_empty());
 }
@@ -150,11 +155,7 @@ fn selective_signalling_over_several_lists_returns_each_buffer_once() {
     }
     assert_eq!(completions, n / EVERY);
     assert_eq!(back, sent);
-    for i in 0..n {
-        let mut got = vec![0u8; LEN];
-        region.read_at(i as usize * LEN, &mut got).unwrap();
-        assert_eq!(got, pattern(i), "slot {i}");
-    }
+    assert_landed(&region, 0..n);
 }
 
 #[test]
@@ -216,11 +217,7 @@ fn an_error_in_the_middle_of_a_list_returns_every_buffer_exactly_once() {
     }
     assert!(statuses.is_empty(), "nothing else completed: {statuses:?}");
     // The writes before the failure landed.
-    for i in 0..BAD {
-        let mut got = vec![0u8; LEN];
-        region.read_at(i as usize * LEN, &mut got).unwrap();
-        assert_eq!(got, pattern(i), "slot {i}");
-    }
+    assert_landed(&region, 0..BAD);
 }
 
 #[test]
