@@ -9,6 +9,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 ci_path
-export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS" # pp, ppe and/or bw (default: all)
+# INSTR_TOOLS=rdmaxfer skips the anchors (their rows of the last run that counted them stand);
+# INSTR_OPS selects the bandwidth cases (write send send-e): see ci/guest-bench-instr.sh.
+export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS INSTR_TOOLS INSTR_OPS"
 export CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-7200}"
 ci_guest_bench target/bench/instr ci/guest-bench-instr.sh "${1:-2}"

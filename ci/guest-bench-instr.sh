@@ -13,7 +13,10 @@
 # sleep instead of spinning) have no spins at all. Soft-RoCE's protocol work runs in the kernel
 # and is not counted.
 # INSTR_PARTS="pp ppe bw" (default) selects the parts: ping-pong busy-polling, ping-pong with -e,
-# bandwidth.
+# bandwidth. INSTR_TOOLS="anchors rdmaxfer" (default) selects the tools: with only rdmaxfer the
+# anchors (ibv_rc_pingpong, perftest) are not run again but their rows are read from
+# OUTDIR.anchors/, which every run that counts them rewrites (count the anchors once, then
+# iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -29,6 +32,17 @@ tsv="$out/instr.tsv"
 printf 'tool\tcase\tside\titers\trep\tinstructions\n' >"$tsv"
 
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
+
+tools=" ${INSTR_TOOLS:-anchors rdmaxfer} "
+anchors="$out.anchors" # the anchors' rows, kept across runs (OUTDIR itself is made afresh)
+mkdir -p "$anchors"
+# wanted TOOL — TOOL is selected (perftest and ibv_rc_pingpong are the anchors).
+wanted() {
+  case "$1" in
+  rdmaxfer) [[ $tools == *" rdmaxfer "* ]] ;;
+  *) [[ $tools == *" anchors "* || $tools == *" $1 "* ]] ;;
+  esac
+}
 
 # counted FILE — the profile's total instruction count, less rdmaxfer's statistics after the
 # timed loop (pingpong::finish sorts the round-trip samples: work that grows with -n but that
@@ -111,10 +125,20 @@ bwtsv="$out/instr-bw.tsv"
 printf 'tool\tcase\tside\titers\trep\tinstructions\n' >"$bwtsv"
 
 parts=" ${INSTR_PARTS:-pp ppe bw} "
+# Anchor rows this run does not count come from the last run that did.
+for f in "$tsv" "$bwtsv"; do
+  for tool in ibv_rc_pingpong perftest; do
+    if ! wanted "$tool" && [[ -f "$anchors/${f##*/}" ]]; then
+      awk -F'\t' -v t="$tool" '$1 == t' "$anchors/${f##*/}" >>"$f"
+      echo "== $tool: rows of an earlier run ($anchors/${f##*/})"
+    fi
+  done
+done
 for r in $(seq 1 "$reps"); do
   if [[ $parts == *" bw "* ]]; then
-    for op in write send send-e; do
+    for op in ${INSTR_OPS:-write send send-e}; do
       for tool in perftest rdmaxfer; do
+        wanted "$tool" || continue
         for side in client server; do
           for n in 1000 2000; do
             run_bw "$tool" "$op" "$side" "$n" "$r" || true
@@ -127,6 +151,7 @@ for r in $(seq 1 "$reps"); do
     [[ $parts == *" pp${ev:+e} "* ]] || continue
     for size in 2 4096; do
       for tool in ibv_rc_pingpong rdmaxfer; do
+        wanted "$tool" || continue
         for side in client server; do
           for n in 1000 3000; do
             run "$tool" "$size" "$side" "$n" "$r" $ev || true
@@ -134,6 +159,19 @@ for r in $(seq 1 "$reps"); do
         done
       done
     done
+  done
+done
+
+# Keep the anchors' rows counted now for the runs that skip them.
+for f in "$tsv" "$bwtsv"; do
+  for tool in ibv_rc_pingpong perftest; do
+    wanted "$tool" || continue
+    rows="$(awk -F'\t' -v t="$tool" '$1 == t' "$f")"
+    [[ -n $rows ]] || continue
+    keep="$anchors/${f##*/}"
+    { [[ -f $keep ]] && awk -F'\t' -v t="$tool" 'NR == 1 || $1 != t' "$keep" || head -n 1 "$f"; } >"$keep.new"
+    printf '%s\n' "$rows" >>"$keep.new"
+    mv "$keep.new" "$keep"
   done
 done
 

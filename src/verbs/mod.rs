@@ -23,7 +23,8 @@ pub use gid::{select_gid, Gid, GidEntry, GidType};
 pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    InitAttr, PostError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendOp, SendRequest, Sge,
+    InitAttr, PostError, PostListError, QpCaps, QpState, QueuePair, RtrAttr, RtsAttr, SendBatch,
+    SendOp, SendRequest, Sge,
 };
 pub use solo::SoloQueue;
 pub(crate) use solo::Waited;

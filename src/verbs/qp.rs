@@ -13,7 +13,9 @@ use crate::verbs::device::Mtu;
 use crate::verbs::gid::Gid;
 use crate::verbs::pd::ProtectionDomain;
 pub use crate::verbs::wr::{PostError, SendOp, SendRequest, Sge};
+pub use batch::{PostListError, SendBatch};
 
+mod batch;
 mod post;
 
 /// Queue sizes asked for at creation (`struct ibv_qp_cap`).

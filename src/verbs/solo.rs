@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::verbs::cq::{Completion, CompletionQueue, Polled, SoloCq, WaitMode};
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
-use crate::verbs::qp::{PostError, QueuePair, SendOp, SendRequest, Sge};
+use crate::verbs::qp::{PostError, PostListError, QueuePair, SendBatch, SendOp, SendRequest, Sge};
 
 /// One QP and its own CQ, used by one owner at a time (see the [module docs](self)).
 pub struct SoloQueue {
@@ -84,6 +84,15 @@ impl SoloQueue {
     pub fn post_send(&mut self, wr: SendRequest) -> std::result::Result<(), PostError> {
         let (_, t) = self.cq.split();
         self.qp.post_send_into(t, wr)
+    }
+
+    /// [`QueuePair::post_send_batch`] (a post list: one doorbell), without a lock.
+    pub fn post_send_batch(
+        &mut self,
+        b: &mut SendBatch,
+    ) -> std::result::Result<usize, PostListError> {
+        let (_, t) = self.cq.split();
+        self.qp.post_send_batch_into(t, b)
     }
 
     /// [`QueuePair::post_send_buf`], without a lock.

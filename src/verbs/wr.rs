@@ -124,6 +124,11 @@ impl SendRequest {
     pub fn is_signaled(&self) -> bool {
         self.signaled
     }
+
+    /// The buffers back (a request that will not be posted).
+    pub fn into_bufs(self) -> Bufs {
+        self.sges.into_iter().map(|s| s.buf).collect()
+    }
 }
 
 /// A post that failed: the error and the buffers, given back.

@@ -1,12 +1,13 @@
 //! Bandwidth measurement the way perftest does it: the initiator keeps up to `tx_depth` work
-//! requests in flight, signals one in `signal_every`, and times first post to last completion.
+//! requests in flight, posts each refill as one list, signals one in `signal_every`, and times
+//! first post to last completion.
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::verbs::{LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
+use crate::verbs::{LocalBuf, RemoteRegion, SendBatch, SendOp, SendRequest, Sge};
 use crate::xfer::rdma_rw::Initiator;
 
 /// Which operation to measure.
@@ -185,6 +186,10 @@ pub fn run_initiator(
     } else {
         Vec::new()
     };
+    // Every free slot of the send queue is filled with one post list (one doorbell), as
+    // perftest does with -l; one WR in `signal_every` asks for a completion, which retires
+    // the unsignaled ones before it.
+    let mut batch = SendBatch::with_capacity(depth as usize);
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
     let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
@@ -205,8 +210,11 @@ pub fn run_initiator(
             if !signaled {
                 wr = wr.unsignaled();
             }
-            ini.post_wr(wr)?;
+            batch.push(wr);
             posted += 1;
+        }
+        if !batch.is_empty() {
+            ini.post_batch(&mut batch)?;
         }
         for c in ini.wait_wc(16, p.timeout)? {
             let c = c.result()?;

@@ -444,6 +444,12 @@ impl Initiator for Endpoint {
     ) -> std::result::Result<(), crate::verbs::PostError> {
         self.post(wr)
     }
+    fn post_batch(
+        &mut self,
+        b: &mut crate::verbs::SendBatch,
+    ) -> std::result::Result<usize, crate::verbs::PostListError> {
+        Endpoint::post_batch(self, b)
+    }
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<crate::verbs::Completion>> {
         self.poll_user(max, timeout)
     }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, LocalBuf, PostError, ProtectionDomain, QueuePair, RemoteRegion,
-    RemoteSlice, SendOp, SendRequest, Sge,
+    Completion, CompletionQueue, LocalBuf, PostError, PostListError, ProtectionDomain, QueuePair,
+    RemoteRegion, RemoteSlice, SendBatch, SendOp, SendRequest, Sge,
 };
 
 /// Something that can post the caller's send-queue work requests and hand back their completions:
@@ -14,6 +14,27 @@ use crate::verbs::{
 pub trait Initiator {
     /// Posts one work request (signaled or not); a failed post gives its buffers back.
     fn post_wr(&mut self, wr: SendRequest) -> Result<(), PostError>;
+    /// Posts every work request of `b` as one list (one doorbell) and empties it; the
+    /// default posts them one by one. On failure the first `posted` were posted (they
+    /// complete as usual) and the others' buffers come back.
+    fn post_batch(&mut self, b: &mut SendBatch) -> Result<usize, PostListError> {
+        let mut posted = 0;
+        let mut wrs = b.drain().collect::<Vec<_>>().into_iter();
+        while let Some(wr) = wrs.next() {
+            let wr_id = wr.wr_id();
+            if let Err(e) = self.post_wr(wr) {
+                let mut unposted = vec![(wr_id, e.bufs)];
+                unposted.extend(wrs.map(|w| (w.wr_id(), w.into_bufs())));
+                return Err(PostListError {
+                    error: e.error,
+                    posted,
+                    unposted,
+                });
+            }
+            posted += 1;
+        }
+        Ok(posted)
+    }
     /// Waits up to `timeout` for at least one completion of the caller's work requests.
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>>;
     /// The PD to register staging buffers in.
@@ -39,6 +60,9 @@ pub struct RawQp<'a> {
 impl Initiator for RawQp<'_> {
     fn post_wr(&mut self, wr: SendRequest) -> Result<(), PostError> {
         self.qp.post_send(wr)
+    }
+    fn post_batch(&mut self, b: &mut SendBatch) -> Result<usize, PostListError> {
+        self.qp.post_send_batch(b)
     }
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
         self.cq.wait(max, timeout)

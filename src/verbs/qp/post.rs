@@ -37,7 +37,12 @@ impl QueuePair {
 
     /// One SGE checked (context, exclusivity, bounds, length) and turned into an `ibv_sge`.
     #[inline(always)]
-    fn check_sge(&self, op: &'static str, s: &Sge, exclusive: bool) -> Result<sys::ibv_sge> {
+    pub(super) fn check_sge(
+        &self,
+        op: &'static str,
+        s: &Sge,
+        exclusive: bool,
+    ) -> Result<sys::ibv_sge> {
         if s.buf.ctx() != self.ctx.as_ptr() {
             return Err(context_mismatch(op));
         }
@@ -194,43 +199,72 @@ impl QueuePair {
         signaled: bool,
         inline: bool,
     ) -> std::result::Result<(), PostError> {
-        let fail = |error, bufs| Err(PostError { error, bufs });
         let state = self.state();
         if state != QpState::Rts {
-            let e = Error::InvalidState {
-                op: "ibv_post_send",
-                state: state.name(),
-                needs: "RTS",
-            };
-            return fail(e, bufs);
+            return Err(PostError {
+                error: not_rts(state),
+                bufs,
+            });
         }
+        let mut w = match self.send_wr(op, total, signaled, inline) {
+            Ok(w) => w,
+            Err(error) => return Err(PostError { error, bufs }),
+        };
+        w.sg_list = sg.as_mut_ptr();
+        w.num_sge = sg.len() as i32;
+        let id = match t.push(self.qpn, false, wr_id, bufs, op.name()) {
+            Ok(id) => id,
+            Err(bufs) => return Err(table_full(wr_id, bufs)),
+        };
+        w.wr_id = id;
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // The in-flight table now owns each SGE's buffer until its completion is polled or the
+        // QP is destroyed.
+        // SAFETY: `self.qp` is live until drop; `w` and `sg` live across the call; every SGE was
+        // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge).
+        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            let e = t.unpush(self.qpn, id).expect("just pushed");
+            return Err(PostError {
+                error: Error::verb("ibv_post_send", rc),
+                bufs: e.bufs,
+            });
+        }
+        Ok(())
+    }
+
+    /// The checks that need the whole work request (`total` bytes in its SGEs) and its
+    /// `ibv_send_wr`, without SGEs, `wr_id` or `next` (the caller sets them).
+    #[inline(always)]
+    pub(super) fn send_wr(
+        &self,
+        op: SendOp,
+        total: u64,
+        signaled: bool,
+        inline: bool,
+    ) -> Result<sys::ibv_send_wr> {
         if total > u64::from(self.max_msg) {
-            let e = Error::InvalidArgument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "message of {total} bytes exceeds the port's max message size of {} bytes",
                 self.max_msg
-            ));
-            return fail(e, bufs);
+            )));
         }
         if let SendOp::Write(r) | SendOp::WriteWithImm(r, _) | SendOp::Read(r) = op {
             if u64::from(r.len) != total {
-                let e = Error::InvalidArgument(format!(
+                return Err(Error::InvalidArgument(format!(
                     "local length {total} differs from the remote slice's {}",
                     r.len
-                ));
-                return fail(e, bufs);
+                )));
             }
         }
         let exclusive = matches!(op, SendOp::Read(_));
         if inline && (exclusive || total > u64::from(self.caps.max_inline_data)) {
-            let e = Error::InvalidArgument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{total} bytes cannot be sent inline (max {})",
                 self.caps.max_inline_data
-            ));
-            return fail(e, bufs);
+            )));
         }
         let mut w = sys::ibv_send_wr {
-            sg_list: sg.as_mut_ptr(),
-            num_sge: sg.len() as i32,
             send_flags: (if signaled {
                 sys::IBV_SEND_SIGNALED.0
             } else {
@@ -255,25 +289,7 @@ impl QueuePair {
                 rkey: r.rkey,
             };
         }
-        let id = match t.push(self.qpn, false, wr_id, bufs, op.name()) {
-            Ok(id) => id,
-            Err(bufs) => return Err(table_full(wr_id, bufs)),
-        };
-        w.wr_id = id;
-        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // The in-flight table now owns each SGE's buffer until its completion is polled or the
-        // QP is destroyed.
-        // SAFETY: `self.qp` is live until drop; `w` and `sg` live across the call; every SGE was
-        // bounds-checked against a buffer registered in this QP's context (build_sges / one_sge).
-        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
-        if rc != 0 {
-            let e = t.unpush(self.qpn, id).expect("just pushed");
-            return Err(PostError {
-                error: Error::verb("ibv_post_send", rc),
-                bufs: e.bufs,
-            });
-        }
-        Ok(())
+        Ok(w)
     }
 
     /// Posts a receive (`ibv_post_recv(3)`) into exclusive buffers. Allowed from INIT on.
@@ -380,10 +396,21 @@ impl QueuePair {
     }
 }
 
+/// A send posted on a QP that is not in RTS (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+pub(super) fn not_rts(state: QpState) -> Error {
+    Error::InvalidState {
+        op: "ibv_post_send",
+        state: state.name(),
+        needs: "RTS",
+    }
+}
+
 /// The CQ's in-flight table cannot take another entry (out of line: never on a real path).
 #[cold]
 #[inline(never)]
-fn table_full(wr_id: u64, bufs: Bufs) -> PostError {
+pub(super) fn table_full(wr_id: u64, bufs: Bufs) -> PostError {
     PostError {
         error: Error::TooLarge {
             what: "in-flight table",
