@@ -16,7 +16,8 @@
 # bandwidth. INSTR_TOOLS="anchors rdmaxfer" (default) selects the tools: with only rdmaxfer the
 # anchors (ibv_rc_pingpong, perftest) are not run again but their rows are read from
 # OUTDIR.anchors/, which every run that counts them rewrites (count the anchors once, then
-# iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases.
+# iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases,
+# INSTR_SIDES="client server" (default) the bandwidth sides counted.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -139,7 +140,7 @@ for r in $(seq 1 "$reps"); do
     for op in ${INSTR_OPS:-write send send-e}; do
       for tool in perftest rdmaxfer; do
         wanted "$tool" || continue
-        for side in client server; do
+        for side in ${INSTR_SIDES:-client server}; do
           for n in 1000 2000; do
             run_bw "$tool" "$op" "$side" "$n" "$r" || true
           done
