@@ -16,7 +16,9 @@
 # bandwidth. INSTR_TOOLS="anchors rdmaxfer" (default) selects the tools: with only rdmaxfer the
 # anchors (ibv_rc_pingpong, perftest) are not run again but their rows are read from
 # OUTDIR.anchors/, which every run that counts them rewrites (count the anchors once, then
-# iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases.
+# iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases,
+# INSTR_SIDES="client server" (default) the bandwidth sides counted; INSTR_RUN_TIMEOUT (default
+# 300 s) bounds each run (a loaded host needs more for the -n 2000 runs).
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -62,11 +64,11 @@ measure() {
   local name="$1" side="$2" how="$3" spid src=0 crc=0 sv=() cv=()
   local vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
   if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
-  timeout 300 "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
+  timeout "${INSTR_RUN_TIMEOUT:-300}" "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
   spid=$!
   if [[ $how == line ]]; then wait_line "$name.server.txt" "$spid"; else wait_tcp "$port" "$spid"; fi ||
     { fails=$((fails + 1)); return 1; }
-  timeout 300 "${cv[@]}" "${c[@]}" >"$name.client.txt" 2>&1 || crc=$?
+  timeout "${INSTR_RUN_TIMEOUT:-300}" "${cv[@]}" "${c[@]}" >"$name.client.txt" 2>&1 || crc=$?
   wait "$spid" || src=$?
   if ((src || crc)); then
     echo "!! ${name##*/} ($side under callgrind): server rc $src, client rc $crc"
@@ -139,7 +141,7 @@ for r in $(seq 1 "$reps"); do
     for op in ${INSTR_OPS:-write send send-e}; do
       for tool in perftest rdmaxfer; do
         wanted "$tool" || continue
-        for side in client server; do
+        for side in ${INSTR_SIDES:-client server}; do
           for n in 1000 2000; do
             run_bw "$tool" "$op" "$side" "$n" "$r" || true
           done

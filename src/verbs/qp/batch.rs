@@ -229,10 +229,10 @@ impl QueuePair {
         }
         let raw = b.raw.as_mut_ptr();
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // The in-flight table owns every request's buffers from here on.
-        // SAFETY: `self.qp` is live until drop; `b.raw` and `b.sg` are not touched until the call
-        // returns, and their pointers (set just above) stay within the two arrays; every SGE was
-        // checked against a buffer registered in this QP's context (check_sge).
+        // The in-flight table owns every request's buffers from here on. Every SGE was checked
+        // against a buffer registered in this QP's context (check_sge).
+        // SAFETY: `self.qp` is live until drop; `b.raw` and `b.sg` are untouched until the call
+        // returns, and the pointers set above stay within those two arrays.
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), raw, &mut bad) };
         let posted = if rc == 0 {
             n
