@@ -56,7 +56,7 @@ for ((k = 0; k < 5; k++)); do
 done
 for ((r = 1; r <= rounds; r++)); do
   a="$(now)"
-  "$bin" send "$work/src/one.bin" "$ip:$port" --json ${FLAGS:-} >"$work/one.json" 2>"$work/one.err"
+  "$bin" send "$work/src/one.bin" "$ip:$port" --json --streams 1 ${FLAGS:-} >"$work/one.json" 2>"$work/one.err"
   b="$(now)"
   cmp "$work/src/one.bin" "$work/out/one.bin"
   rm -f "$work/out/one.bin"
@@ -65,7 +65,7 @@ for ((r = 1; r <= rounds; r++)); do
   pids=()
   a="$(now)"
   for ((i = 0; i < n; i++)); do
-    "$bin" send "$work/src/part$i.bin" "$ip:$port" --json ${FLAGS:-} \
+    "$bin" send "$work/src/part$i.bin" "$ip:$port" --json --streams 1 ${FLAGS:-} \
       >"$work/part$i.json" 2>"$work/part$i.err" &
     pids+=($!)
   done
