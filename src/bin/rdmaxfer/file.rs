@@ -382,6 +382,14 @@ pub fn send(a: SendArgs) -> Result<()> {
     } else {
         None
     };
+    // Test-only hold (debug builds): this stripe sends its data after the others' verdicts.
+    let hold_stripe = if cfg!(debug_assertions) {
+        std::env::var("RDMAXFER_TEST_HOLD_STRIPE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    } else {
+        None
+    };
     let sopts = SenderOptions {
         token: token(&a.token)?,
         chunk,
@@ -393,6 +401,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         checksum: a.checksum,
         verify: a.verify,
         corrupt_chunk,
+        hold_stripe,
         streams: a.streams,
     };
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
