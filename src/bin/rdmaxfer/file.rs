@@ -375,21 +375,9 @@ pub fn send(a: SendArgs) -> Result<()> {
             )
         })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
-    let corrupt_chunk = if cfg!(debug_assertions) {
-        std::env::var("RDMAXFER_TEST_CORRUPT_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    } else {
-        None
-    };
+    let corrupt_chunk = test_hook("RDMAXFER_TEST_CORRUPT_CHUNK");
     // Test-only hold (debug builds): this stripe sends its data after the others' verdicts.
-    let hold_stripe = if cfg!(debug_assertions) {
-        std::env::var("RDMAXFER_TEST_HOLD_STRIPE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    } else {
-        None
-    };
+    let hold_stripe = test_hook("RDMAXFER_TEST_HOLD_STRIPE");
     let sopts = SenderOptions {
         token: token(&a.token)?,
         chunk,
@@ -477,4 +465,12 @@ pub fn send(a: SendArgs) -> Result<()> {
         print_summary(&report, secs, "sent");
     }
     r
+}
+
+/// A test-only hook's value from the environment variable `name` (debug builds only).
+fn test_hook<T: std::str::FromStr>(name: &str) -> Option<T> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
