@@ -378,13 +378,9 @@ pub fn send(a: SendArgs) -> Result<()> {
             )
         })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
-    let corrupt_chunk = if cfg!(debug_assertions) {
-        std::env::var("RDMAXFER_TEST_CORRUPT_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    } else {
-        None
-    };
+    let corrupt_chunk = test_hook("RDMAXFER_TEST_CORRUPT_CHUNK");
+    // Test-only hold (debug builds): this stripe sends its data after the others' verdicts.
+    let hold_stripe = test_hook("RDMAXFER_TEST_HOLD_STRIPE");
     let devices = a.conn.devices().len();
     let streams = a
         .streams
@@ -400,6 +396,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         checksum: a.checksum,
         verify: a.verify,
         corrupt_chunk,
+        hold_stripe,
         streams,
     };
     if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
@@ -480,4 +477,12 @@ pub fn send(a: SendArgs) -> Result<()> {
         print_summary(&report, secs, "sent");
     }
     r
+}
+
+/// A test-only hook's value from the environment variable `name` (debug builds only).
+fn test_hook<T: std::str::FromStr>(name: &str) -> Option<T> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }

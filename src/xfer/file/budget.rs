@@ -11,6 +11,8 @@
 //! A spent budget is `Error::Refused(Reason::Budget, …)`; the receiver sends it as ERR and ends
 //! the session. Refusals are not progress.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::proto::Reason;
@@ -62,6 +64,8 @@ pub(crate) struct Budget {
     window_start: Instant,
     window_bytes: u64,
     refusals: u32,
+    /// With several streams: the session's progress (bytes of all its streams), shared.
+    session: Option<Arc<AtomicU64>>,
 }
 
 impl Budget {
@@ -75,7 +79,20 @@ impl Budget {
             window_start: now,
             window_bytes: 0,
             refusals: 0,
+            session: None,
         }
+    }
+
+    /// Joins the account of a session carried by several streams: the progress of each counts
+    /// for all (a stream waiting its turn while the others use the link is not stalled).
+    pub(crate) fn share(&mut self, session: Arc<AtomicU64>) {
+        self.session = Some(session);
+    }
+
+    fn session_bytes(&self) -> u64 {
+        self.session
+            .as_ref()
+            .map_or(0, |s| s.load(Ordering::Relaxed))
     }
 
     fn rate_on(&self) -> bool {
@@ -101,6 +118,14 @@ impl Budget {
 
     /// Records `bytes` of progress (a data chunk, or [`FILE_CREDIT`] for a committed file).
     pub(crate) fn progress(&mut self, bytes: u64) {
+        if let Some(s) = &self.session {
+            s.fetch_add(bytes, Ordering::Relaxed);
+        }
+        self.credit(bytes);
+    }
+
+    /// Counts `bytes` of progress of this session (its own or another stream's).
+    fn credit(&mut self, bytes: u64) {
         let now = Instant::now();
         self.roll(now);
         self.last_progress = now;
@@ -160,26 +185,38 @@ impl Budget {
     }
 
     /// Runs the blocking step `f` on `ep` with its deadline lowered to the budget's; a step that
-    /// times out because a budget is spent returns the budget's error.
+    /// times out because a budget is spent returns the budget's error. With a shared session
+    /// ([`share`](Self::share)), a step that times out while another stream of the session made
+    /// progress is run again (credited with that progress): only a session that stalls as a
+    /// whole for a step deadline times out.
     pub(crate) fn wait<T>(
         &mut self,
         ep: &mut Endpoint,
-        f: impl FnOnce(&mut Endpoint) -> Result<T>,
+        mut f: impl FnMut(&mut Endpoint) -> Result<T>,
     ) -> Result<T> {
-        let now = Instant::now();
-        self.check(now)?;
-        let left = self.deadline().map_or(self.step, |d| {
-            d.saturating_duration_since(now).min(self.step)
-        });
-        ep.set_timeout(left.max(Duration::from_millis(1)));
-        let r = f(ep);
-        ep.set_timeout(self.step);
-        match r {
-            Err(e) if e.is_timeout() => {
-                self.check(Instant::now())?;
-                Err(e)
+        loop {
+            let now = Instant::now();
+            self.check(now)?;
+            let left = self.deadline().map_or(self.step, |d| {
+                d.saturating_duration_since(now).min(self.step)
+            });
+            let seen = self.session_bytes();
+            ep.set_timeout(left.max(Duration::from_millis(1)));
+            let r = f(ep);
+            ep.set_timeout(self.step);
+            match r {
+                Err(e) if e.is_timeout() => {
+                    let moved = self.session_bytes().saturating_sub(seen);
+                    if moved > 0 {
+                        tracing::debug!("waiting on while the session's other streams progress");
+                        self.credit(moved);
+                        continue;
+                    }
+                    self.check(Instant::now())?;
+                    return Err(e);
+                }
+                r => return r,
             }
-            r => r,
         }
     }
 }

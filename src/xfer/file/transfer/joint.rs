@@ -7,6 +7,7 @@
 //! (`--max-memory`) like any sender; a session has at most `--max-streams` of them.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{Error, Result};
@@ -67,6 +68,7 @@ impl Streams {
             joined: Mutex::new(joined),
             files: Mutex::new(HashMap::new()),
             partials: self.partials.clone(),
+            progress: Arc::new(AtomicU64::new(0)),
         });
         let mut s = lock(&self.sessions);
         s.retain(|_, w| w.strong_count() > 0);
@@ -118,6 +120,9 @@ pub(super) struct Joint {
     joined: Mutex<Vec<bool>>,
     files: Mutex<HashMap<String, Arc<Mutex<FileState>>>>,
     partials: Arc<Mutex<HashMap<String, Partial>>>,
+    /// Bytes received by all its streams: each stream's budget counts them (see
+    /// `Budget::share`), so a stream waiting its turn does not time out while the others move.
+    pub(super) progress: Arc<AtomicU64>,
 }
 
 /// How the receiver answered a striped file's first HELLO: every later stripe gets the same.

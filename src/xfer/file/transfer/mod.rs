@@ -131,6 +131,9 @@ pub struct SenderOptions {
     pub verify: Algo,
     /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
     pub corrupt_chunk: Option<u64>,
+    /// Test-only hold: the stripe of this index (of every striped file) sends its data only
+    /// once every other stripe of its file has its verdict (its stream waits, MR in hand).
+    pub hold_stripe: Option<u16>,
     /// Streams (connections) to ask the receiver for ([`send_streams`]); 1: one connection.
     pub streams: u16,
 }
@@ -148,6 +151,7 @@ impl Default for SenderOptions {
             checksum: false,
             verify: Algo::DEFAULT,
             corrupt_chunk: None,
+            hold_stripe: None,
             streams: 1,
         }
     }

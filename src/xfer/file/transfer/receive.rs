@@ -182,6 +182,7 @@ fn receive_session(
                 let (id, streams) = match st.role.streams {
                     Some(reg) => {
                         let j = reg.open(o.streams);
+                        st.budget.share(j.progress.clone());
                         let granted = (j.id, j.granted);
                         joint = Some(j);
                         granted
@@ -204,6 +205,7 @@ fn receive_session(
                     .and_then(|reg| reg.join(&jn.id, jn.index))
                     .map_err(|e| refuse_session(ep, e))?;
                 let (id, streams, index) = (j.id, j.granted, jn.index);
+                st.budget.share(j.progress.clone());
                 send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
                 joint = Some(j);
             }

@@ -394,6 +394,9 @@ fn send_file(
             slot_size: mr.slot_size,
         });
     }
+    if let Some(s) = stripe.filter(|s| opts.hold_stripe == Some(s.stripe.index)) {
+        s.track.wait_others(s.stripe.index);
+    }
     let r = ring.as_mut().expect("made above");
     let sent_before = report.bytes;
     let data_start = Instant::now();

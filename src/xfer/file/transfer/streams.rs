@@ -99,6 +99,8 @@ pub(super) struct FileTrack {
     pub(super) checksum: Option<Digest>,
     stripes: Vec<Stripe>,
     ends: Mutex<Vec<Option<StripeEnd>>>,
+    /// Signalled at each stripe's verdict.
+    ended: Condvar,
 }
 
 impl FileTrack {
@@ -113,6 +115,7 @@ impl FileTrack {
     ) -> Option<(FileReport, bool)> {
         let mut ends = lock(&self.ends);
         ends[usize::from(s.index)] = Some((f, refused, digest));
+        self.ended.notify_all();
         let all: Vec<&StripeEnd> = ends.iter().flatten().collect();
         if all.len() < self.stripes.len() {
             return None;
@@ -138,6 +141,22 @@ impl FileTrack {
             _ => None,
         };
         Some((f, false))
+    }
+}
+
+impl FileTrack {
+    /// For the test hold ([`SenderOptions::hold_stripe`]): waits (at most a minute) until every
+    /// stripe but `index` has its verdict.
+    pub(super) fn wait_others(&self, index: u16) {
+        let others_done = |ends: &mut Vec<Option<StripeEnd>>| {
+            ends.iter()
+                .enumerate()
+                .all(|(i, e)| e.is_some() || i == usize::from(index))
+        };
+        let ends = lock(&self.ends);
+        let _ = self
+            .ended
+            .wait_timeout_while(ends, Duration::from_secs(60), |e| !others_done(e));
     }
 }
 
@@ -273,6 +292,7 @@ fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job>
             checksum,
             ends: Mutex::new(vec![None; stripes.len()]),
             stripes: stripes.clone(),
+            ended: Condvar::new(),
         });
         for stripe in stripes {
             let track = track.clone();
@@ -601,6 +621,7 @@ mod tests {
             checksum: None,
             ends: Mutex::new(vec![None; 3]),
             stripes: stripes.clone(),
+            ended: Condvar::new(),
         };
         // Each stripe of 1 MiB hashed in 256 KiB chunks: the file's chunks, in stripes.
         let data: Vec<u8> = (0..3u32 << 20).map(|i| (i / 4099) as u8).collect();
