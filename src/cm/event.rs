@@ -304,8 +304,7 @@ impl Drop for Event {
     fn drop(&mut self) {
         // rdma_ack_cm_event(3): "one-to-one correspondence between successful gets and acks".
         // SAFETY: the event came from rdma_get_cm_event (`try_next`, the only constructor) and
-        // `Drop` runs once,
-        // so it is acked exactly once, as rdma_ack_cm_event(3) requires.
+        // `Drop` runs once, so it is acked exactly once, as rdma_ack_cm_event(3) requires.
         let rc = unsafe { sys::rdma_ack_cm_event(self.raw.as_ptr()) };
         if rc != 0 {
             tracing::warn!(

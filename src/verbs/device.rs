@@ -378,9 +378,10 @@ impl Context {
     /// it is never closed here, and the context keeps `owner` alive.
     pub(crate) fn from_owner<O: ContextOwner>(owner: Arc<O>) -> Option<Context> {
         let ctx = owner.verbs()?;
-        // SAFETY: `ctx` is open while `owner` lives (ContextOwner's contract, stated by its
-        // unsafe impl) and `owner` is alive here; its `device` is the device libibverbs opened it
-        // on, and ibv_get_device_name(3) returns that device's name or NULL (`cstr_lossy` allows it).
+        // Its `device` is the device libibverbs opened it on; ibv_get_device_name(3) returns that
+        // device's name or NULL (`cstr_lossy` allows it).
+        // SAFETY: `ctx` is open while `owner` (alive here) lives: ContextOwner's contract, which
+        // its unsafe impl states.
         let name = unsafe { cstr_lossy(sys::ibv_get_device_name((*ctx.as_ptr()).device)) };
         Some(Context {
             inner: Arc::new(ContextInner {
