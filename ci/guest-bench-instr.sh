@@ -13,7 +13,10 @@
 # sleep instead of spinning) have no spins at all. Soft-RoCE's protocol work runs in the kernel
 # and is not counted.
 # INSTR_PARTS="pp ppe bw" (default) selects the parts: ping-pong busy-polling, ping-pong with -e,
-# bandwidth.
+# bandwidth. For the ping-pong parts, INSTR_TOOLS="ibv_rc_pingpong rdmaxfer" (default) selects the
+# tools (e.g. INSTR_TOOLS=rdmaxfer to skip the anchor, or count it once with its own REPS),
+# INSTR_SIZES="2 4096" (default) the message sizes and INSTR_SIDES="client server" (default) the
+# side under callgrind; a row whose runs were skipped prints n/a.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -125,9 +128,9 @@ for r in $(seq 1 "$reps"); do
   fi
   for ev in "" -e; do
     [[ $parts == *" pp${ev:+e} "* ]] || continue
-    for size in 2 4096; do
-      for tool in ibv_rc_pingpong rdmaxfer; do
-        for side in client server; do
+    for size in ${INSTR_SIZES:-2 4096}; do
+      for tool in ${INSTR_TOOLS:-ibv_rc_pingpong rdmaxfer}; do
+        for side in ${INSTR_SIDES:-client server}; do
           for n in 1000 3000; do
             run "$tool" "$size" "$side" "$n" "$r" $ev || true
           done
