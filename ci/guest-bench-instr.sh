@@ -17,8 +17,9 @@
 # anchors (ibv_rc_pingpong, perftest) are not run again but their rows are read from
 # OUTDIR.anchors/, which every run that counts them rewrites (count the anchors once, then
 # iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases,
-# INSTR_SIDES="client server" (default) the bandwidth sides counted; INSTR_RUN_TIMEOUT (default
-# 300 s) bounds each run (a loaded host needs more for the -n 2000 runs).
+# INSTR_SIZES="2 4096" (default) the ping-pong message sizes, INSTR_SIDES="client server"
+# (default) the sides counted; INSTR_RUN_TIMEOUT (default 300 s) bounds each run (a loaded host
+# needs more for the -n 2000 runs). A row whose runs were skipped prints n/a.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -151,10 +152,10 @@ for r in $(seq 1 "$reps"); do
   fi
   for ev in "" -e; do
     [[ $parts == *" pp${ev:+e} "* ]] || continue
-    for size in 2 4096; do
+    for size in ${INSTR_SIZES:-2 4096}; do
       for tool in ibv_rc_pingpong rdmaxfer; do
         wanted "$tool" || continue
-        for side in client server; do
+        for side in ${INSTR_SIDES:-client server}; do
           for n in 1000 3000; do
             run "$tool" "$size" "$side" "$n" "$r" $ev || true
           done

@@ -406,13 +406,21 @@ fn check_size(ep: &Endpoint, size: usize) -> Result<()> {
     Ok(())
 }
 
+/// Send buffers of a ping-pong endpoint, at most (fewer for large messages: see
+/// [`endpoint_options`]).
+const SEND_DEPTH: usize = 16;
+/// What a ping-pong endpoint's send buffers may take together before it keeps fewer.
+const SEND_BYTES: usize = 256 << 10;
+
 /// Endpoint options for a ping-pong of `size`-byte messages (either side): one message in
-/// flight, and 4 receives keep credit returns piggy-backed.
+/// flight, and 4 receives keep credit returns piggy-backed. Up to 16 send buffers (within
+/// 256 KiB, at least 2): every message but the last may go unsignaled, and one signaled SEND per
+/// cycle through the buffers retires the ones before it (see `Endpoint::send_then`).
 pub fn endpoint_options(base: &EndpointOptions, size: usize) -> EndpointOptions {
     EndpointOptions {
         msg_size: size,
         recv_depth: 4,
-        send_depth: 2,
+        send_depth: (SEND_BYTES / size.max(1)).clamp(2, SEND_DEPTH) as u32,
         extra_send_wr: 0,
         ..base.clone()
     }
@@ -460,31 +468,37 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
         primed: Vec::new(),
     };
     let mut clock = None;
-    for seq in 0..iters {
-        let t = os::ticks();
-        // Pong `seq - 1` is checked once ping `seq` is posted, off the round trip.
-        ep.send_then(
-            size,
-            |b| filler.fill(b, seq),
-            |prev| match seq.checked_sub(1) {
-                Some(p) => pat.check(prev, p, "pong"),
-                None => Ok(()),
-            },
-        )??;
-        if clock.is_none() {
-            // ibv_rc_pingpong starts its clock once the first ping is posted; so does this one.
-            clock = Some(Clock::start());
-        }
-        let last = seq + 1 == iters;
-        ep.recv_deferred(|m| {
-            if last {
-                pat.check(m.data, seq, "pong")
-            } else {
-                Ok(())
+    let mut pings = || -> Result<()> {
+        for seq in 0..iters {
+            let t = os::ticks();
+            let last = seq + 1 == iters;
+            // Pong `seq - 1` is checked once ping `seq` is posted, off the round trip. Every
+            // ping but the last may go unsignaled (the next one's completion retires it).
+            ep.send_then(
+                size,
+                |b| filler.fill(b, seq),
+                |prev| match seq.checked_sub(1) {
+                    Some(p) => pat.check(prev, p, "pong"),
+                    None => Ok(()),
+                },
+                !last,
+            )??;
+            if clock.is_none() {
+                // ibv_rc_pingpong starts its clock once the first ping is posted; so does this.
+                clock = Some(Clock::start());
             }
-        })??;
-        rtt.push(os::ticks().wrapping_sub(t));
-    }
+            ep.recv_deferred(|m| {
+                if last {
+                    pat.check(m.data, seq, "pong")
+                } else {
+                    Ok(())
+                }
+            })??;
+            rtt.push(os::ticks().wrapping_sub(t));
+        }
+        Ok(())
+    };
+    pings().map_err(|e| ep.end_burst(e))?;
     // The clock stops when every ping has completed, as ibv_rc_pingpong's loop does; re-posting
     // the last receive (flush) is not part of the ping-pong.
     ep.wait_sent()?;
@@ -507,25 +521,32 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     };
     let clock = Clock::start();
     let mut sent_at = None;
-    for seq in 0..iters {
-        ep.recv_deferred(|m| {
-            if check {
-                pat.check_seq(m.data, seq, "ping")
-            } else if m.data.len() != size {
-                Err(Error::Protocol(format!(
-                    "ping {seq}: got {} bytes, expected {size} (both sides must use the same -s)",
-                    m.data.len()
-                )))
-            } else {
-                Ok(())
+    let mut pongs = || -> Result<()> {
+        for seq in 0..iters {
+            ep.recv_deferred(|m| {
+                if check {
+                    pat.check_seq(m.data, seq, "ping")
+                } else if m.data.len() != size {
+                    Err(Error::Protocol(format!(
+                        "ping {seq}: got {} bytes, expected {size} (both sides must use the same -s)",
+                        m.data.len()
+                    )))
+                } else {
+                    Ok(())
+                }
+            })??;
+            // One tick read per round trip: the end of this sample is the start of the next.
+            let now = os::ticks();
+            if let Some(t) = sent_at {
+                rtt.push(now.wrapping_sub(t));
             }
-        })??;
-        if let Some(t) = sent_at {
-            rtt.push(os::ticks().wrapping_sub(t));
+            sent_at = Some(now);
+            // Every pong but the last may go unsignaled: one wake-up per round trip.
+            ep.send_then(size, |b| filler.fill(b, seq), |_| (), seq + 1 < iters)?;
         }
-        sent_at = Some(os::ticks());
-        ep.send_with(size, |b| filler.fill(b, seq))?;
-    }
+        Ok(())
+    };
+    pongs().map_err(|e| ep.end_burst(e))?;
     ep.wait_sent()?;
     let stats = finish(ep, Role::Server, size, iters, clock, &rtt, check);
     ep.flush()?;

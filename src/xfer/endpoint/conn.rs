@@ -95,8 +95,11 @@ pub struct Endpoint {
     pub(super) pd: ProtectionDomain,
     pub(super) ctx: Context,
     pub(super) flow: Flow,
-    /// Our own SENDs (data and credit) not completed yet.
+    /// Our own SENDs (data and credit) not completed (or retired) yet.
     pub(super) sends_posted: u32,
+    /// Our newest SEND was posted unsignaled (see [`send_then`](Endpoint::send_then)): it
+    /// completes only with a later signaled work request of the send queue.
+    pub(super) unsignaled_tail: bool,
     /// Send-queue slots for our own SENDs.
     pub(super) own_sq: u32,
     pub(super) msg_size: usize,

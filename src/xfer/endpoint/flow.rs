@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, Done, LocalBuf, Polled, SendOp, SendRequest, WaitMode, Waited, WcOpcode,
+    Completion, Done, LocalBuf, Polled, Retired, SendOp, SendRequest, WaitMode, Waited, WcOpcode,
 };
 use crate::xfer::wire::{self, ImmKind};
 
@@ -99,6 +99,9 @@ impl Endpoint {
     /// Handles one completion: returns send buffers, applies credits, queues messages.
     #[inline(always)]
     pub(super) fn handle(&mut self, mut c: Completion) -> Result<()> {
+        if !c.retired.is_empty() {
+            self.retire_own(&mut c.retired);
+        }
         if c.wr_id < RESERVED_WR_ID {
             if !self.user_retired.is_empty() {
                 let mut r = std::mem::take(&mut self.user_retired);
@@ -123,7 +126,7 @@ impl Endpoint {
         }
         match c.wr_id {
             WR_DATA | WR_CREDIT => {
-                // Our own SENDs are all signaled: one completion each.
+                // One completion for this SEND; unsignaled ones before it were retired above.
                 self.sends_posted = self.sends_posted.saturating_sub(1);
                 while let Some(b) = c.take_local() {
                     self.send_pool.push(b);
@@ -159,6 +162,21 @@ impl Endpoint {
             }
         }
         Ok(())
+    }
+
+    /// Takes our own unsignaled SENDs out of a completion's retired list: they count as
+    /// completed and their buffers go back to the pool; the caller's stay in the list.
+    #[inline(never)]
+    fn retire_own(&mut self, retired: &mut Vec<Retired>) {
+        retired.retain_mut(|r| {
+            if r.wr_id < RESERVED_WR_ID {
+                return true;
+            }
+            self.sends_posted = self.sends_posted.saturating_sub(1);
+            self.send_pool
+                .extend(r.bufs.drain(..).filter_map(crate::verbs::Buf::into_local));
+            false
+        });
     }
 
     /// Looks for CM events without blocking; a disconnect or device removal is an error.
@@ -291,6 +309,7 @@ impl Endpoint {
         );
         self.q.post_send(wr)?;
         self.sends_posted += 1;
+        self.unsignaled_tail = false;
         Ok(())
     }
 

@@ -29,19 +29,28 @@ impl Endpoint {
     /// most the timeout) for a credit and a free buffer.
     #[inline(always)]
     pub fn send_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
-        self.send_then(len, fill, |_| ())
+        self.send_then(len, fill, |_| (), false)
     }
 
     /// [`send_with`](Self::send_with), then `after` on the payload of the last message taken
     /// with [`recv_deferred`](Self::recv_deferred) (empty if none), before its buffer is
     /// re-posted: work on the previous message that need not delay this one. When the send has
     /// to wait first (which re-posts deferred receives), `after` runs before the wait.
+    ///
+    /// With `more` (the caller will send again, e.g. the next ping-pong message), the SEND may
+    /// be posted unsignaled: no completion (no wake-up) of its own; its buffer stays with the
+    /// queue until a later signaled work request's completion retires it (or a flush error
+    /// returns it). The SEND that takes the last send-queue slot or the last send buffer is
+    /// always signaled, so a wait for either always ends. If the caller stops before its next
+    /// send, it must call [`end_burst`](Self::end_burst): an unsignaled last SEND can never be
+    /// seen to complete.
     #[inline(always)]
     pub(crate) fn send_then<R>(
         &mut self,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
         after: impl FnOnce(&[u8]) -> R,
+        more: bool,
     ) -> Result<R> {
         self.check_usable()?;
         if len > self.peer_msg_size {
@@ -67,12 +76,19 @@ impl Endpoint {
             Flow::Implicit { .. } => SendOp::Send,
         };
         let inline = len as u64 <= u64::from(self.max_inline) && len > 0;
-        if let Err(e) = self.q.post_send_buf(WR_DATA, op, buf, 0, len, true, inline) {
+        // Unsignaled only while a later SEND is sure to come and a wait for a slot or a buffer
+        // cannot depend on this one (see above).
+        let signaled = !more || self.sends_posted + 1 >= self.own_sq || self.send_pool.is_empty();
+        if let Err(e) = self
+            .q
+            .post_send_buf(WR_DATA, op, buf, 0, len, signaled, inline)
+        {
             self.send_pool
                 .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
             return Err(self.fail(e.error));
         }
         self.sends_posted += 1;
+        self.unsignaled_tail = !signaled;
         match &mut self.flow {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
         }
@@ -184,11 +200,32 @@ impl Endpoint {
         self.wait_sent()
     }
 
+    /// Ends a burst of [`send_then`](Self::send_then) calls that said more would follow, when
+    /// the caller stops early with `e`: if the last SEND went unsignaled, its completion can
+    /// never be seen, so the endpoint fails (a later [`close`](Self::close) does not wait for
+    /// it; the queue keeps its buffer until teardown). Returns `e`.
+    pub(crate) fn end_burst(&mut self, e: Error) -> Error {
+        if self.unsignaled_tail {
+            self.failed
+                .get_or_insert_with(|| format!("a burst of messages ended early: {e}"));
+        }
+        e
+    }
+
     /// Waits until every message sent so far has completed, or the peer has disconnected (see
     /// [`flush`](Self::flush)); does nothing else when they have (unlike `flush`, it leaves
     /// deferred receives for later).
     pub(crate) fn wait_sent(&mut self) -> Result<()> {
         self.check_usable()?;
+        if self.unsignaled_tail {
+            // A caller of send_then(more) that did not send again (a bug): fail rather than
+            // wait for a completion that never comes.
+            return Err(self.fail(Error::InvalidState {
+                op: "wait for sent messages",
+                state: "its last SEND unsignaled",
+                needs: "a signaled SEND (send_then without `more`) or end_burst",
+            }));
+        }
         if self.sends_posted > 0 {
             // The wait would re-post deferred receives: without a credit message, as in flush.
             self.settle(false).map_err(|e| self.fail(e))?;
@@ -249,7 +286,12 @@ impl Endpoint {
                 }
             }
         }
+        let signaled = wr.is_signaled();
         self.q.post_send(wr)?;
+        if signaled {
+            // Its completion retires our unsignaled SENDs before it.
+            self.unsignaled_tail = false;
+        }
         if needs_credit {
             match &mut self.flow {
                 Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
