@@ -194,7 +194,7 @@ fn a_receiver_over_its_locked_memory_limit_tells_the_sender_why() {
 // ---- interrupts ------------------------------------------------------------------------------
 
 /// A tree with one 64 MiB sparse file in a subdirectory (`tree/sub/big.bin` on the receiver),
-/// sent in 16 KiB chunks with one in flight: slow enough to interrupt.
+/// sent in 16 KiB chunks with one in flight over one stream: slow enough to interrupt.
 fn slow_tree(dir: &Path) -> PathBuf {
     let root = dir.join("tree");
     std::fs::create_dir_all(root.join("sub")).unwrap();
@@ -203,7 +203,7 @@ fn slow_tree(dir: &Path) -> PathBuf {
     root
 }
 
-const SLOW: [&str; 4] = ["--chunk", "16K", "--slots", "1"];
+const SLOW: [&str; 6] = ["--chunk", "16K", "--slots", "1", "--streams", "1"];
 
 /// Interrupts the receiver with `sig` mid-file; returns its exit and what is left in --out.
 fn interrupt_receiver(port: u16, sig: &str, extra: &[&str]) -> (Done, Vec<String>) {
