@@ -3,17 +3,29 @@
 # With CI_VALGRIND_BINS="BIN..." (paths without spaces) and CI_VALGRIND_LOG=FILE it then runs, in
 # the same boot, ci/guest-valgrind.sh BIN... with its output in FILE; that phase does not change
 # this script's status (ci/test.sh's valgrind step reports it: ci/guest-valgrind.sh --report FILE).
+# Any process that crashes meanwhile (a test binary, or an rdmaxfer or C example it spawned)
+# leaves a core in CI_CORE_DIR (default target/ci/cores); after each test binary the backtraces
+# of the new cores are printed here ("[cores] CRASH: ..."), and a crash fails the run.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 (($#)) || { echo "[guest-tests] no test binaries given" >&2; exit 2; }
 limit="${CI_DEVICE_TEST_TIMEOUT:-600}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+cores="${CI_CORE_DIR:-target/ci/cores}"
+cores_enable "$cores" || echo "[guest-tests] WARNING: crashes will leave no core" >&2
 rc=0
 for bin in "$@"; do
   name="$(basename "$bin")"
   log="/tmp/guest-tests.$name.log" # guest-only /tmp
+  before="/tmp/guest-tests.$name.cores"
+  cores_list "$cores" >"$before"
   echo "[guest-tests] === $name --ignored --test-threads=1 (limit ${limit}s)"
   timeout -k 10 "$limit" "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
   r="${PIPESTATUS[0]}"
+  if ! cores_report "$cores" "$before"; then
+    echo "[guest-tests] $name: a process crashed (core and backtrace above)"
+    rc=1
+  fi
   if ((r != 0)); then
     rc=1
     if grep -qE '^test result: .* [1-9][0-9]* failed' "$log"; then

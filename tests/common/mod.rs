@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -29,6 +30,8 @@ pub struct Proc {
 
 pub struct Done {
     pub status: ExitStatus,
+    /// The process id it had (a crash's core is `target/ci/cores/core.*.PID.SIGNAL` in the guest).
+    pub pid: u32,
     pub out: String,
     pub err: String,
     pub elapsed: Duration,
@@ -38,8 +41,9 @@ impl Done {
     pub fn ok(&self, what: &str) -> &Self {
         assert!(
             self.status.success(),
-            "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            "{what} failed ({}, pid {}):\nstdout:\n{}\nstderr:\n{}",
             self.status,
+            self.pid,
             self.out,
             self.err
         );
@@ -56,6 +60,15 @@ impl Done {
         assert!(
             !self.err.contains("panicked"),
             "{what} panicked:\n{}",
+            self.err
+        );
+        // A failure, not a crash: nothing here expects a core.
+        assert!(
+            !self.status.core_dumped(),
+            "{what} crashed ({}, pid {}):\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.pid,
+            self.out,
             self.err
         );
         self
@@ -189,6 +202,7 @@ impl Proc {
         let err = self.err.lock().unwrap().clone();
         Done {
             status,
+            pid: self.child.id(),
             out,
             err,
             elapsed,
