@@ -220,9 +220,11 @@ fn rdmaxfer_server_ibv_rc_pingpong_client() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn no_listener_is_a_clear_error_within_the_deadline() {
     need_rxe0();
+    // The clients' step deadline (--timeout 100).
+    const STEP: Duration = Duration::from_secs(100);
     let c = spawn(
         "client",
-        &["pingpong", IP, "-p", "7141", "-n", "5", "--timeout", "30"],
+        &["pingpong", IP, "-p", "7141", "-n", "5", "--timeout", "100"],
     )
     .finish(T);
     c.failed("CM client without a server");
@@ -232,10 +234,11 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         "{}",
         c.err
     );
-    // With 30 s per step, an answer in under 30 s came from the rejection, not a deadline
+    // With 100 s per step, an answer in under 100 s came from the rejection, not a deadline
     // (a loaded emulated guest was seen to need 6 s just to start and resolve).
     assert!(!c.err.contains("timed out"), "{}", c.err);
-    assert!(c.elapsed < Duration::from_secs(30), "took {:?}", c.elapsed);
+    eprintln!("refused after {:?}", c.elapsed);
+    assert!(c.elapsed < STEP, "took {:?}", c.elapsed);
 
     let c = spawn(
         "client",
@@ -248,7 +251,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
             "-n",
             "5",
             "--timeout",
-            "30",
+            "100",
         ],
     )
     .finish(T);
@@ -258,7 +261,9 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         "{}",
         c.err
     );
-    assert!(c.elapsed < Duration::from_secs(30), "took {:?}", c.elapsed);
+    assert!(!c.err.contains("timed out"), "{}", c.err);
+    eprintln!("refused after {:?}", c.elapsed);
+    assert!(c.elapsed < STEP, "took {:?}", c.elapsed);
 
     // An address nobody answers ARP for: address resolution fails by the deadline.
     let c = spawn(
@@ -277,8 +282,23 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
     .finish(T);
     c.failed("CM client to a silent address");
     assert!(c.err.contains("198.18.0.99"), "{}", c.err);
-    // The 3 s deadline, plus slack for starting a process in the emulated guest.
-    assert!(c.elapsed < Duration::from_secs(15), "took {:?}", c.elapsed);
+    // It says why: the resolution ran out of time (the kernel's resolution is given the 3 s
+    // deadline; so is the wait for its event).
+    assert!(
+        c.err.contains("timed out") || c.err.contains("address resolution failed"),
+        "{}",
+        c.err
+    );
+    // The 3 s deadline, plus slack for starting a process in the emulated guest: a loaded host
+    // was seen to take 36 s in all, so 20 times the deadline (the resolution itself never
+    // ends without one).
+    eprintln!("resolution failed after {:?}", c.elapsed);
+    assert!(
+        c.elapsed < Duration::from_secs(60),
+        "took {:?}: {}",
+        c.elapsed,
+        c.err
+    );
 }
 
 #[test]
