@@ -102,10 +102,15 @@ pub extern "C" fn rdmaxfer_connect(
     })
 }
 
-/// Ends the connection gracefully (waits until what was sent is acknowledged, then
-/// disconnects) and frees it, whatever the status (NULL: nothing to do, `RDMAXFER_OK`). A
-/// connection that another call is using is left alone and `RDMAXFER_ERR_BUSY` is returned; one
-/// already freed gives `RDMAXFER_ERR_INVALID_STATE`.
+/// Ends the connection gracefully (waits until what was sent has completed or the peer has
+/// disconnected, then disconnects) and frees it, whatever the status (NULL: nothing to do,
+/// `RDMAXFER_OK`). A connection that another call is using is left alone and
+/// `RDMAXFER_ERR_BUSY` is returned; one already freed gives `RDMAXFER_ERR_INVALID_STATE`.
+///
+/// `RDMAXFER_OK` does not prove that the peer received the last messages: a peer that
+/// disconnects right after its last receive may cut the acknowledgement of it, and that
+/// disconnect ends the wait without an error. Only a reply from the peer proves receipt (as
+/// in every rdmaxfer protocol): have the peer answer the last message before closing.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_close(conn: *mut rdmaxfer_conn) -> rdmaxfer_status {
     boundary::run("rdmaxfer_conn_close", || {
