@@ -539,9 +539,41 @@ void rdmaxfer_config_free(struct rdmaxfer_config *cfg);
 
 /**
  * Uses RDMA device `name` (e.g. "rxe0"); NULL: automatic (the first with an active port, or
- * with RDMA CM the one that routes to the peer).
+ * with RDMA CM the one that routes to the peer). Replaces a list set by
+ * `rdmaxfer_config_set_devices`.
  */
 enum rdmaxfer_status rdmaxfer_config_set_device(struct rdmaxfer_config *cfg, const char *name);
+
+/**
+ * Uses the `n` RDMA devices `names[0..n]` (e.g. {"rxe0", "rxe1"}): the streams of
+ * `rdmaxfer_send_file` are placed on them in turn (stream i on `names[i % n]`, as
+ * `rdmaxfer send --streams N -d dev1,dev2` does), and every other use of the configuration
+ * (`rdmaxfer_connect`, whose connection is stream 0; `rdmaxfer_listen`) uses `names[0]`.
+ * With RDMA CM each device must route to the address its streams connect to: give each rail's
+ * receiver address with `rdmaxfer_config_set_stream_hosts`. With `rdmaxfer_config_set_streams`
+ * 0 the automatic stream count allows 2 per device. `n` 0 (`names` may then be NULL):
+ * automatic, as `rdmaxfer_config_set_device(cfg, NULL)`. `names` NULL with `n` > 0, or a NULL
+ * entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS` names, an empty one or
+ * one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is left
+ * as it was. The names are copied.
+ */
+enum rdmaxfer_status rdmaxfer_config_set_devices(struct rdmaxfer_config *cfg,
+                                                 const char *const *names,
+                                                 size_t n);
+
+/**
+ * The receiver addresses (names or IP addresses) that the streams of `rdmaxfer_send_file`
+ * connect to in turn, one per rail (as `rdmaxfer send HOST1,HOST2` does): stream i (i >= 1)
+ * connects to `hosts[i % n]`, on the port of the connection; stream 0 is the connection
+ * itself, made by `rdmaxfer_connect` to its `host` (normally `hosts[0]`). `n` 0 (`hosts` may
+ * then be NULL, the default): every stream to the connection's host. `hosts` NULL with `n` > 0,
+ * or a NULL entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS`, an empty one
+ * or one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is
+ * left as it was. The strings are copied.
+ */
+enum rdmaxfer_status rdmaxfer_config_set_stream_hosts(struct rdmaxfer_config *cfg,
+                                                      const char *const *hosts,
+                                                      size_t n);
 
 /**
  * Uses GID table entry `index`; -1: automatic (the IPv4-mapped RoCE v2 GID).
@@ -692,8 +724,9 @@ void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
 /**
  * Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
  * peer, verified per chunk (XXH3-128, the protocol's default), with the configuration's
- * token, over the streams the configuration asks for (`rdmaxfer_config_set_streams`; a
- * connection made by `rdmaxfer_accept` carries one). `progress` (may be NULL) is called with
+ * token, over the streams the configuration asks for (`rdmaxfer_config_set_streams`, placed
+ * in turn on the devices of `rdmaxfer_config_set_devices` and the receiver addresses of
+ * `rdmaxfer_config_set_stream_hosts`; a connection made by `rdmaxfer_accept` carries one). `progress` (may be NULL) is called with
  * the bytes sent so far (of all streams, on the calling thread); `user` is passed to it
  * untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
  * (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was

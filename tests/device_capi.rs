@@ -13,7 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{need_rxe0, pseudo_random, spawn, spawn_prog, Done, Proc, IP};
+use common::{
+    need_rxe0, need_rxe1, pseudo_random, sent_pkts, spawn, spawn_prog, Done, Proc, IP, IP1,
+};
 
 const T: Duration = Duration::from_secs(300);
 /// Per-step deadline for both sides: valgrind on an emulated CPU is slow.
@@ -203,6 +205,75 @@ fn c_sender_to_cli_receiver() {
     assert_eq!(j[0]["result"], "ok", "{}", rd.out);
     assert_eq!(j[0]["files"].as_array().unwrap().len(), 3, "{}", rd.out);
     check_received(&out, &files);
+}
+
+/// C file_send -n 2 -D rxe0,rxe1 to both rails' addresses (`rdmaxfer_config_set_devices`,
+/// `rdmaxfer_config_set_stream_hosts`) → `rdmaxfer recv` on every address: a 16 MiB file
+/// striped over one stream per device arrives identical, and both devices carry its data.
+#[test]
+#[ignore = "needs rxe0 and rxe1: run via ci/test.sh"]
+fn c_sender_places_two_streams_on_two_devices() {
+    need_rxe0();
+    need_rxe1();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let src = tmp.path().join("big.bin");
+    let data = pseudo_random(16 << 20, 23);
+    std::fs::write(&src, &data).unwrap();
+    let before = (sent_pkts("rxe0"), sent_pkts("rxe1"));
+    let o = out.to_str().unwrap();
+    let mut r = spawn(
+        "recv",
+        &[
+            "recv",
+            "--out",
+            o,
+            "--listen",
+            "-p",
+            "19619",
+            "--once",
+            "--json",
+            "--timeout",
+            TIMEOUT_S,
+            "--min-rate",
+            "0",
+        ],
+    );
+    r.wait_for("listening on", T);
+    let hosts = format!("{IP},{IP1}");
+    let args = [
+        "-p",
+        "19619",
+        "-T",
+        TIMEOUT_MS,
+        "-n",
+        "2",
+        "-D",
+        "rxe0,rxe1",
+        src.to_str().unwrap(),
+        &hosts,
+    ];
+    let s = native("file_send", &args).finish(T);
+    s.ok("C file_send -n 2 -D rxe0,rxe1");
+    assert!(s.out.contains("verified by the receiver"), "{}", s.out);
+    let rd = r.finish(T);
+    rd.ok("rdmaxfer recv of two streams");
+    let j = rd.json_lines();
+    assert_eq!(j.len(), 2, "two connections served: {}", rd.out);
+    assert!(
+        std::fs::read(out.join("big.bin")).unwrap() == data,
+        "bytes differ"
+    );
+    let after = (sent_pkts("rxe0"), sent_pkts("rxe1"));
+    let (d0, d1) = (after.0 - before.0, after.1 - before.1);
+    // A quarter of 16 MiB in packets of at most 4 KiB is over 1000 packets: each rail carries
+    // a good share of the data, not just a connection's handshake.
+    eprintln!("sent_pkts: rxe0 +{d0}, rxe1 +{d1}");
+    assert!(
+        d0 > 1000 && d1 > 1000,
+        "both rails carry data: rxe0 +{d0}, rxe1 +{d1}"
+    );
 }
 
 /// C file_send -n 2 (`rdmaxfer_config_set_streams`) → `rdmaxfer recv`: a 9 MiB file striped

@@ -11,35 +11,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{
-    listing, need_rxe0, pseudo_random, send, send_args, spawn, spawn_env, wait_until, Proc,
-    FILE_T as T, IP,
+    listing, need_rxe0, need_rxe1, pseudo_random, send, send_args, sent_pkts, spawn, spawn_env,
+    wait_until, Proc, FILE_T as T, IP, IP1,
 };
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Join, Msg, Reason};
 use rdmaxfer::xfer::session;
 
-/// The second rail's address (rxe1 on rx1).
-const IP1: &str = "198.18.1.1";
-
-fn need_rxe1() {
-    rdmaxfer::verbs::Context::open(Some("rxe1")).expect(
-        "rxe1 must exist: these tests run in the guest of ci/test.sh, whose set-up adds rxe1 on rx1",
-    );
-}
-
 /// `recv --json` listening on every address (both rails), once it listens.
 fn recv_all(port: u16, out: &Path, extra: &[&str]) -> Proc {
     common::recv_on(None, port, out, &[&["--json"], extra].concat())
-}
-
-/// Packets sent by `dev` so far (its rxe hardware counter).
-fn sent_pkts(dev: &str) -> u64 {
-    let f = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters/sent_pkts");
-    std::fs::read_to_string(&f)
-        .unwrap_or_else(|e| panic!("{f}: {e}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 fn dir_with(tmp: &Path, name: &str) -> std::path::PathBuf {

@@ -202,6 +202,45 @@ fn check_len(len: usize, name: &str) -> CResult<()> {
     Ok(())
 }
 
+/// An array of `n` NUL-terminated UTF-8 strings, none empty, at most `max` of them (NULL
+/// allowed when `n` is 0): NULL array or element → `RDMAXFER_ERR_NULL_ARGUMENT`; too many,
+/// empty or not UTF-8 → `RDMAXFER_ERR_INVALID_ARGUMENT`.
+pub(crate) fn arg_str_array<'a>(
+    p: *const *const c_char,
+    n: usize,
+    max: usize,
+    name: &str,
+) -> CResult<Vec<&'a str>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if n > max {
+        return Err(Fail::invalid(format!(
+            "{name}: {n} entries (at most {max})"
+        )));
+    }
+    check_ptr(p, name)?;
+    let bytes = n
+        .checked_mul(std::mem::size_of::<*const c_char>())
+        .ok_or_else(|| Fail::invalid(format!("{name}: {n} entries is too many")))?;
+    check_len(bytes, name)?;
+    // SAFETY: non-NULL and aligned (check_ptr), `n` pointers span at most isize::MAX bytes
+    // (checked above); the header's contract is that an array argument points to `n` readable
+    // elements that nothing writes during the call.
+    let ptrs = unsafe { std::slice::from_raw_parts(p, n) };
+    ptrs.iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let what = format!("{name}[{i}]");
+            let s = arg_str(s, &what)?;
+            if s.is_empty() {
+                return Err(Fail::invalid(format!("{what} is empty")));
+            }
+            Ok(s)
+        })
+        .collect()
+}
+
 /// `len` bytes at `p` (NULL allowed when `len` is 0).
 pub(crate) fn arg_bytes<'a>(p: *const c_void, len: usize, name: &str) -> CResult<&'a [u8]> {
     if len == 0 {

@@ -56,6 +56,12 @@ pub struct Config {
     pub msg_size: usize,
     /// Streams `rdmaxfer_send_file` asks for (0: the CLI's default rule).
     pub streams: u16,
+    /// Devices the streams of `rdmaxfer_send_file` go over in turn (stream i on
+    /// `rails[i % len]`; the first is also `device`); empty: every stream on `device`.
+    pub rails: Vec<String>,
+    /// Receiver addresses the further streams connect to in turn (stream i to
+    /// `stream_hosts[i % len]`); empty: every stream to the connection's host.
+    pub stream_hosts: Vec<String>,
 }
 
 impl Default for Config {
@@ -71,6 +77,8 @@ impl Default for Config {
             token: None,
             msg_size: MAX_MSG_LEN,
             streams: 1,
+            rails: Vec::new(),
+            stream_hosts: Vec::new(),
         }
     }
 }
@@ -95,6 +103,25 @@ impl Config {
             send_depth: 4,
             extra_send_wr: DEFAULT_SLOTS,
             ..EndpointOptions::default()
+        }
+    }
+
+    /// [`endpoint_options`](Self::endpoint_options) of stream `i` of a file transfer: on
+    /// device `rails[i % len]` (as `rdmaxfer send -d dev1,dev2` places them).
+    pub fn stream_options(&self, i: u16) -> EndpointOptions {
+        let mut o = self.endpoint_options();
+        if !self.rails.is_empty() {
+            o.device = Some(self.rails[usize::from(i) % self.rails.len()].clone());
+        }
+        o
+    }
+
+    /// The receiver address stream `i` connects to: `stream_hosts[i % len]`, else `host` (as
+    /// `rdmaxfer send HOST1,HOST2` places them).
+    pub fn stream_host<'a>(&'a self, i: u16, host: &'a str) -> &'a str {
+        match self.stream_hosts.len() {
+            0 => host,
+            n => &self.stream_hosts[usize::from(i) % n],
         }
     }
 
@@ -142,8 +169,26 @@ fn set(
     })
 }
 
+/// [`set`] with the C array `list` = (strings, count, name): at most `RDMAXFER_MAX_STREAMS`
+/// non-empty UTF-8 strings, copied.
+fn set_list(
+    func: &'static str,
+    cfg: *mut rdmaxfer_config,
+    list: (*const *const c_char, usize, &str),
+    f: impl FnOnce(&mut Config, Vec<String>),
+) -> rdmaxfer_status {
+    set(func, cfg, |c| {
+        let (p, n, name) = list;
+        let max = usize::from(RDMAXFER_MAX_STREAMS);
+        let items = boundary::arg_str_array(p, n, max, name)?;
+        f(c, items.into_iter().map(str::to_string).collect());
+        Ok(())
+    })
+}
+
 /// Uses RDMA device `name` (e.g. "rxe0"); NULL: automatic (the first with an active port, or
-/// with RDMA CM the one that routes to the peer).
+/// with RDMA CM the one that routes to the peer). Replaces a list set by
+/// `rdmaxfer_config_set_devices`.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_device(
     cfg: *mut rdmaxfer_config,
@@ -155,8 +200,61 @@ pub extern "C" fn rdmaxfer_config_set_device(
             return Err(Fail::invalid("name is empty (pass NULL for automatic)"));
         }
         c.device = name.map(str::to_string);
+        c.rails.clear();
         Ok(())
     })
+}
+
+/// Uses the `n` RDMA devices `names[0..n]` (e.g. {"rxe0", "rxe1"}): the streams of
+/// `rdmaxfer_send_file` are placed on them in turn (stream i on `names[i % n]`, as
+/// `rdmaxfer send --streams N -d dev1,dev2` does), and every other use of the configuration
+/// (`rdmaxfer_connect`, whose connection is stream 0; `rdmaxfer_listen`) uses `names[0]`.
+/// With RDMA CM each device must route to the address its streams connect to: give each rail's
+/// receiver address with `rdmaxfer_config_set_stream_hosts`. With `rdmaxfer_config_set_streams`
+/// 0 the automatic stream count allows 2 per device. `n` 0 (`names` may then be NULL):
+/// automatic, as `rdmaxfer_config_set_device(cfg, NULL)`. `names` NULL with `n` > 0, or a NULL
+/// entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS` names, an empty one or
+/// one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is left
+/// as it was. The names are copied.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_devices(
+    cfg: *mut rdmaxfer_config,
+    names: *const *const c_char,
+    n: usize,
+) -> rdmaxfer_status {
+    set_list(
+        "rdmaxfer_config_set_devices",
+        cfg,
+        (names, n, "names"),
+        |c, names| {
+            c.device = names.first().cloned();
+            c.rails = names;
+        },
+    )
+}
+
+/// The receiver addresses (names or IP addresses) that the streams of `rdmaxfer_send_file`
+/// connect to in turn, one per rail (as `rdmaxfer send HOST1,HOST2` does): stream i (i >= 1)
+/// connects to `hosts[i % n]`, on the port of the connection; stream 0 is the connection
+/// itself, made by `rdmaxfer_connect` to its `host` (normally `hosts[0]`). `n` 0 (`hosts` may
+/// then be NULL, the default): every stream to the connection's host. `hosts` NULL with `n` > 0,
+/// or a NULL entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS`, an empty one
+/// or one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is
+/// left as it was. The strings are copied.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_config_set_stream_hosts(
+    cfg: *mut rdmaxfer_config,
+    hosts: *const *const c_char,
+    n: usize,
+) -> rdmaxfer_status {
+    set_list(
+        "rdmaxfer_config_set_stream_hosts",
+        cfg,
+        (hosts, n, "hosts"),
+        |c, hosts| {
+            c.stream_hosts = hosts;
+        },
+    )
 }
 
 /// Uses GID table entry `index`; -1: automatic (the IPv4-mapped RoCE v2 GID).
@@ -352,6 +450,94 @@ mod tests {
             rdmaxfer_config_set_streams(std::ptr::null_mut(), 2),
             rdmaxfer_status::RDMAXFER_ERR_NULL_ARGUMENT
         );
+        rdmaxfer_config_free(cfg);
+    }
+
+    #[test]
+    fn devices_and_stream_hosts_place_streams_in_turn_and_a_bad_list_changes_nothing() {
+        use rdmaxfer_status as S;
+        let mut cfg = std::ptr::null_mut();
+        assert_eq!(rdmaxfer_config_new(&mut cfg), S::RDMAXFER_OK);
+        let names = [c"rxe0".as_ptr(), c"rxe1".as_ptr()];
+        let hosts = [c"198.18.0.1".as_ptr(), c"198.18.1.1".as_ptr()];
+        assert_eq!(
+            rdmaxfer_config_set_devices(cfg, names.as_ptr(), 2),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_config_set_stream_hosts(cfg, hosts.as_ptr(), 2),
+            S::RDMAXFER_OK
+        );
+        let c = snapshot(cfg).unwrap();
+        assert_eq!(
+            c.device.as_deref(),
+            Some("rxe0"),
+            "the first for everything else"
+        );
+        assert_eq!(c.endpoint_options().device.as_deref(), Some("rxe0"));
+        let placed: Vec<_> = (0..4)
+            .map(|i| {
+                (
+                    c.stream_options(i).device.unwrap(),
+                    c.stream_host(i, "h").to_string(),
+                )
+            })
+            .collect();
+        let want = |d: &str, h: &str| (d.to_string(), h.to_string());
+        assert_eq!(
+            placed,
+            [
+                want("rxe0", "198.18.0.1"),
+                want("rxe1", "198.18.1.1"),
+                want("rxe0", "198.18.0.1"),
+                want("rxe1", "198.18.1.1")
+            ]
+        );
+        // Bad lists: refused with the right status, nothing changed.
+        let empty = [c"rxe0".as_ptr(), c"".as_ptr()];
+        let null = [c"rxe0".as_ptr(), std::ptr::null()];
+        let bad_utf8 = [c"\xff".as_ptr()];
+        let many = [c"rxe0".as_ptr(); 65];
+        for (p, n, want) in [
+            (empty.as_ptr(), 2, S::RDMAXFER_ERR_INVALID_ARGUMENT),
+            (null.as_ptr(), 2, S::RDMAXFER_ERR_NULL_ARGUMENT),
+            (bad_utf8.as_ptr(), 1, S::RDMAXFER_ERR_INVALID_ARGUMENT),
+            (many.as_ptr(), 65, S::RDMAXFER_ERR_INVALID_ARGUMENT),
+            (std::ptr::null(), 1, S::RDMAXFER_ERR_NULL_ARGUMENT),
+        ] {
+            assert_eq!(rdmaxfer_config_set_devices(cfg, p, n), want);
+            assert_eq!(rdmaxfer_config_set_stream_hosts(cfg, p, n), want);
+            let c = snapshot(cfg).unwrap();
+            assert_eq!(c.rails, ["rxe0", "rxe1"], "unchanged");
+            assert_eq!(c.stream_hosts, ["198.18.0.1", "198.18.1.1"], "unchanged");
+        }
+        assert_eq!(
+            rdmaxfer_config_set_devices(std::ptr::null_mut(), names.as_ptr(), 2),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        // 0 (NULL allowed): automatic again; one device replaces the list.
+        assert_eq!(
+            rdmaxfer_config_set_devices(cfg, std::ptr::null(), 0),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_config_set_stream_hosts(cfg, std::ptr::null(), 0),
+            S::RDMAXFER_OK
+        );
+        let c = snapshot(cfg).unwrap();
+        assert_eq!((c.device.as_deref(), c.rails.len()), (None, 0));
+        assert_eq!(c.stream_host(1, "h"), "h");
+        assert_eq!(
+            rdmaxfer_config_set_devices(cfg, names.as_ptr(), 2),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_config_set_device(cfg, c"rxe1".as_ptr()),
+            S::RDMAXFER_OK
+        );
+        let c = snapshot(cfg).unwrap();
+        assert!(c.rails.is_empty());
+        assert_eq!(c.stream_options(1).device.as_deref(), Some("rxe1"));
         rdmaxfer_config_free(cfg);
     }
 }

@@ -52,8 +52,9 @@ fn with_files(e: crate::Error, report: &SessionReport) -> Fail {
 
 /// Sends the file or directory tree at `path` to an `rdmaxfer recv` / `rdmaxfer_recv_file`
 /// peer, verified per chunk (XXH3-128, the protocol's default), with the configuration's
-/// token, over the streams the configuration asks for (`rdmaxfer_config_set_streams`; a
-/// connection made by `rdmaxfer_accept` carries one). `progress` (may be NULL) is called with
+/// token, over the streams the configuration asks for (`rdmaxfer_config_set_streams`, placed
+/// in turn on the devices of `rdmaxfer_config_set_devices` and the receiver addresses of
+/// `rdmaxfer_config_set_stream_hosts`; a connection made by `rdmaxfer_accept` carries one). `progress` (may be NULL) is called with
 /// the bytes sent so far (of all streams, on the calling thread); `user` is passed to it
 /// untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
 /// (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
@@ -88,7 +89,9 @@ pub extern "C" fn rdmaxfer_send_file(
         // Further streams connect as this connection did (an accepted one has one stream).
         let dial = c.dial.clone();
         let streams = match &dial {
-            Some((cfg, ..)) if cfg.streams == 0 => transfer::default_streams(&entries, 1),
+            Some((cfg, ..)) if cfg.streams == 0 => {
+                transfer::default_streams(&entries, cfg.rails.len().max(1))
+            }
             Some((cfg, ..)) => cfg.streams,
             None => 1,
         };
@@ -97,7 +100,9 @@ pub extern "C" fn rdmaxfer_send_file(
             let (cfg, host, port) = dial.as_ref().ok_or_else(|| {
                 crate::Error::InvalidArgument(format!("stream {i}: an accepted connection"))
             })?;
-            session::connect(host, *port, cfg.oob, &cfg.endpoint_options())
+            // Placed as `rdmaxfer send` places them: device and address i mod those given.
+            let host = cfg.stream_host(i, host);
+            session::connect(host, *port, cfg.oob, &cfg.stream_options(i))
         };
         let ep = c.rdmaxfer_peer()?;
         transfer::send_streams(ep, &connect, &entries, &opts, &mut report, &mut tick)

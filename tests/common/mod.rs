@@ -13,10 +13,30 @@ use std::time::{Duration, Instant};
 /// The guest's rxe0 address.
 pub const IP: &str = "198.18.0.1";
 
+/// The second rail's address (rxe1 on rx1).
+pub const IP1: &str = "198.18.1.1";
+
 /// Fails (never skips) when rxe0 is missing.
 pub fn need_rxe0() {
     rdmaxfer::verbs::Context::open(Some("rxe0"))
         .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
+}
+
+/// Fails (never skips) when rxe1, the second rail, is missing.
+pub fn need_rxe1() {
+    rdmaxfer::verbs::Context::open(Some("rxe1")).expect(
+        "rxe1 must exist: these tests run in the guest of ci/test.sh, whose set-up adds rxe1 on rx1",
+    );
+}
+
+/// Packets sent by `dev` so far (its rxe hardware counter).
+pub fn sent_pkts(dev: &str) -> u64 {
+    let f = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters/sent_pkts");
+    std::fs::read_to_string(&f)
+        .unwrap_or_else(|e| panic!("{f}: {e}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// A child process whose stdout and stderr are collected line by line.
