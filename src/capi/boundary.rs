@@ -224,9 +224,9 @@ pub(crate) fn arg_str_array<'a>(
         .checked_mul(std::mem::size_of::<*const c_char>())
         .ok_or_else(|| Fail::invalid(format!("{name}: {n} entries is too many")))?;
     check_len(bytes, name)?;
-    // SAFETY: non-NULL and aligned (check_ptr), `n` pointers span at most isize::MAX bytes
-    // (checked above); the header's contract is that an array argument points to `n` readable
-    // elements that nothing writes during the call.
+    // The header's contract: an array argument points to `n` readable elements that nothing
+    // writes during the call.
+    // SAFETY: non-NULL, aligned (check_ptr), `n` pointers span ≤ isize::MAX bytes (checked).
     let ptrs = unsafe { std::slice::from_raw_parts(p, n) };
     ptrs.iter()
         .enumerate()
