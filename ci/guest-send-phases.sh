@@ -9,7 +9,10 @@
 # the whole command, the data phase and the time outside it, then one timeline of both sides (time
 # since the sender's execve and since the line before) and the phases between the markers. Openat's
 # of many files, as in the provider loading, are inflated by the tracing. Traces in
-# target/bench/phases/.
+# target/bench/phases/. Then, untraced, the start-up costs alone (mean of STARTUP_RUNS, default 10,
+# runs each; STARTUP_RUNS=0 skips): a process that only parses `send`'s arguments, libibverbs
+# loading its providers (ibv_devices), and the same with the rxe provider preloaded (libibverbs
+# then matches every device to it and loads no other provider; see docs).
 set -euo pipefail
 mib="${1:-128}"
 runs="${2:-3}"
@@ -96,3 +99,22 @@ for i in range(1, runs + 1):
               f"between their verdicts {max(verdicts) - min(verdicts):.3f} s, "
               f"after the last verdict {ex - max(verdicts):.3f} s ({(ex - max(verdicts)) / total:.1%})")
 PY
+
+n="${STARTUP_RUNS:-10}"
+if ((n > 0)); then
+  rxe="$(ls /usr/lib/*/libibverbs/librxe-rdmav*.so 2>/dev/null | head -n 1)"
+  mean() { # mean DESC CMD... — the mean wall time of n runs of CMD
+    local a b
+    a="$(date +%s.%N)"
+    for ((k = 0; k < n; k++)); do "${@:2}" >/dev/null 2>&1 || true; done
+    b="$(date +%s.%N)"
+    python3 -c "import sys; print(f'   {sys.argv[1]:<64} {(float(sys.argv[3]) - float(sys.argv[2])) / int(sys.argv[4]) * 1000:7.1f} ms')" "$1" "$a" "$b" "$n"
+  }
+  echo "start-up alone, mean of $n runs each (untraced):"
+  mean "/bin/true (a process)" /bin/true
+  mean "rdmaxfer send: arguments parsed only (RDMAXFER_PARSE_ONLY)" env RDMAXFER_PARSE_ONLY=1 "$bin" send "$w/src/f.bin" 198.18.0.1:1
+  mean "ibv_devices (libibverbs loads every provider listed)" ibv_devices
+  if [[ -n "$rxe" ]]; then
+    mean "ibv_devices, rxe provider preloaded (LD_PRELOAD)" env LD_PRELOAD="$rxe" ibv_devices
+  fi
+fi

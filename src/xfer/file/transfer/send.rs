@@ -431,7 +431,8 @@ fn send_file(
     let r = ring.as_mut().expect("made above");
     let sent_before = report.bytes;
     let part = stripe.map_or(0, |s| s.stripe.index);
-    tracing::debug!(target: PHASE, "{name} part {part}: MR received, data starts");
+    let shown = names::printable(name);
+    tracing::debug!(target: PHASE, "{shown} part {part}: MR received, data starts");
     let data_start = Instant::now();
     let hash = match send_data(
         ep,
@@ -477,9 +478,9 @@ fn send_file(
     send_digests(ep, chunks)?;
     let layout = *chunks.layout();
     send_msg(ep, &Msg::Fin { bytes: len, hash })?;
-    tracing::debug!(target: PHASE, "{name} part {part}: data written, FIN sent");
+    tracing::debug!(target: PHASE, "{shown} part {part}: data written, FIN sent");
     let verdict = recv_ctl(ep)?;
-    tracing::debug!(target: PHASE, "{name} part {part}: verdict received");
+    tracing::debug!(target: PHASE, "{shown} part {part}: verdict received");
     report.data_seconds += data_start.elapsed().as_secs_f64();
     match verdict {
         Msg::Ack {
