@@ -12,7 +12,9 @@
 # data phase / ib_write_bw (>= 0.9), whole / rcopy (>= 1.2), N / N=1 data phase (>= 0.95),
 # CPU s/GiB sender + receiver / rcopy client + server (<= 1.2). Raw figures: OUTDIR/file-runs.tsv.
 # Env: FLAGS (extra rdmaxfer flags for both sides), NO_RSS=1 (skip the RSS part), RSS_BIG_MIB (1024:
-# the big sparse source), ROWS (a subset of the steps, e.g. ROWS="n1 n2 rcopy ibw").
+# the big sparse source), ROWS (a subset of the steps, e.g. ROWS="n1 n2 rcopy ibw"), BIN_B (another
+# rdmaxfer binary, e.g. of the base branch, for A/B runs in one guest: row "B" sends and receives
+# with it as row "default" does with RDMAXFER_BIN; add it to ROWS, e.g. ROWS="default B rcopy").
 set -euo pipefail
 if [[ "${1:-}" =~ ^[0-9]+$ ]]; then # the former interface was [MIB] [CHUNK]
   echo "!! usage: ci/guest-file-bench.sh [OUTDIR] [ROUNDS] [MIB] [CHUNK] (or ci/file-bench.sh [ROUNDS] [MIB] on the host)" >&2
@@ -54,12 +56,12 @@ xfer() {
   tag="$out/$row.$r"
   tag="${tag// /_}"
   port=$((port + 1))
-  timeout 600 "${timer[@]}" "$bin" recv --out "$work/out" --listen -p "$port" --once --json ${FLAGS:-} \
+  timeout 600 "${timer[@]}" "${xbin:-$bin}" recv --out "$work/out" --listen -p "$port" --once --json ${FLAGS:-} \
     >"$tag.recv.json" 2>"$tag.recv.err" &
   rp=$!
   wait_line "$tag.recv.err" "$rp" || { echo "!! $row: receiver never listened"; cat "$tag.recv.err"; fails=$((fails + 1)); return 1; }
   a="$(date +%s.%N)"
-  timeout 600 "${timer[@]}" "$bin" send "$src" "$@" --chunk "$chunk" --json ${FLAGS:-} \
+  timeout 600 "${timer[@]}" "${xbin:-$bin}" send "$src" "$@" --chunk "$chunk" --json ${FLAGS:-} \
     >"$tag.send.json" 2>"$tag.send.err" || src_rc=$?
   b="$(date +%s.%N)"
   wait "$rp" || rrc=$?
@@ -159,6 +161,7 @@ run_step() {
   local r="$1" target="$ip:$((port + 1))"
   case "$2" in
     default) xfer "$r" default "$work/src/f.bin" "$mib" "$target" || true ;;
+    B) if [[ -x "${BIN_B:-}" ]]; then xbin="$BIN_B" xfer "$r" B "$work/src/f.bin" "$mib" "$target" || true; else echo "!! row B needs BIN_B"; fi ;;
     n[0-9]*) xfer "$r" "N=${2#n}" "$work/src/f.bin" "$mib" "$target" --streams "${2#n}" || true ;;
     rails[0-9]*) if ((rails)); then step_rails "$r" "${2#rails}"; fi ;;
     xxh3 | blake3) xfer "$r" "$2" "$work/src/f.bin" "$mib" "$target" --verify "$2" || true ;;
@@ -167,6 +170,7 @@ run_step() {
   esac
 }
 ((rails)) || echo "   (no rxe1: the rails rows are skipped)"
+[[ -n "${BIN_B:-}" ]] && echo "   row B: $BIN_B (row default: $bin)"
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r/$rounds ($(date +%T))"
   k=$(((r - 1) % ${#steps[@]}))

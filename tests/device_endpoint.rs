@@ -1,8 +1,8 @@
 //! Device tests of the `Endpoint` library API (need rxe0 at 198.18.0.1; run inside the guest by
 //! ci/test.sh): many connections against one listener without leaks, handshake rejection, credit
 //! flow control under one-way streams, a corrupted pong caught at its sequence number,
-//! one-sided WRITE_WITH_IMM / READ through an endpoint, and a peer's disconnect ending a flush
-//! and close in order.
+//! one-sided WRITE_WITH_IMM / READ through an endpoint, a peer's disconnect ending a flush
+//! and close in order, and a connection dialed (route, QP) before the server listens.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -182,6 +182,26 @@ fn one_way_streams(server: Endpoint, client: Endpoint, n: u32) {
     let b = stream(client, false);
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     assert!(a.credits() > 0 && b.credits() > 0);
+}
+
+/// `dial_cm` (route, QP) sends nothing to the server: a dial made before anything listens
+/// connects once a listener is there (a connect request sent at dial time would have been
+/// rejected, failing `connect`).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_dialed_connection_reaches_the_server_only_when_it_connects() {
+    need_rxe0();
+    let opts = small_options();
+    let dial = Endpoint::dial_cm(addr(7251), &opts).unwrap();
+    let mut l = Listener::bind(addr(7251), &opts).unwrap();
+    let s = thread::spawn(move || l.accept(Some(T)).unwrap());
+    let mut c = dial.connect().unwrap();
+    let mut s = s.join().unwrap();
+    c.send(b"after the dial").unwrap();
+    assert_eq!(s.recv().unwrap(), b"after the dial");
+    s.send(b"back").unwrap();
+    assert_eq!(c.recv().unwrap(), b"back");
+    c.close().unwrap();
 }
 
 #[test]

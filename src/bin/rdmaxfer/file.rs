@@ -1,11 +1,12 @@
 //! `rdmaxfer send` and `rdmaxfer recv`: verified file transfer (library: `xfer::file::transfer`).
 
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rdmaxfer::verbs::WaitMode;
-use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
+use rdmaxfer::xfer::endpoint::{self, Dial, Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::budget::{
     Budgets, DEFAULT_IDLE, DEFAULT_MAX_REFUSALS, DEFAULT_MIN_RATE, DEFAULT_RATE_WINDOW,
 };
@@ -357,6 +358,7 @@ fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
 
 /// `rdmaxfer send`.
 pub fn send(a: SendArgs) -> Result<()> {
+    tracing::debug!(target: transfer::PHASE_TARGET, "send: arguments parsed");
     let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
     let hosts = dest
         .split(',')
@@ -438,34 +440,69 @@ pub fn send(a: SendArgs) -> Result<()> {
     let mut report = SessionReport::default();
     let mut connected = false;
     let mut used = 1u16;
-    let r = conn.connect(&host, &opts).and_then(|mut ep| {
-        connected = true;
-        let mut display = SendDisplay::new(show, entries.len(), total);
-        let more = |i: u16| -> rdmaxfer::Result<Endpoint> {
-            let (c, host, opts) = place(usize::from(i))
-                .map_err(|e| rdmaxfer::Error::InvalidArgument(format!("{e:#}")))?;
-            c.connect(&host, &opts)
-                .map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
-        };
-        let mut events = |p: Progress<'_>| {
-            if let Progress::Streams { asked, granted } = p {
-                used = granted;
-                // Only a count the user asked for is worth a note; the default adapts.
-                if granted < asked && !a.quiet && a.streams.is_some() {
-                    eprintln!(
-                        "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams); using {granted} of the {asked} asked for"
-                    );
+    let r = std::thread::scope(|sc| {
+        // Streams 1.. are made ready (route, QP) on their own threads while stream 0 connects
+        // and opens the session: they send their connect requests only once it is open (the
+        // receiver takes a connection that does not open a session only to join one).
+        let dials: Vec<Mutex<Option<_>>> = (1..streams)
+            .map(|i| {
+                (!a.conn.oob).then(|| {
+                    let place = &place;
+                    sc.spawn(move || -> Result<(Dial, String)> {
+                        let (c, host, opts) = place(usize::from(i))?;
+                        let to = format!("{host}:{}", c.port);
+                        let dial = endpoint::resolve_host(&host, c.port)
+                            .and_then(|dst| Endpoint::dial_cm(dst, &opts))
+                            .with_context(|| format!("connecting to {to} (rdma_cm)"))?;
+                        Ok((dial, to))
+                    })
+                })
+            })
+            .map(Mutex::new)
+            .collect();
+        tracing::debug!(target: transfer::PHASE_TARGET, "stream 0: connecting");
+        conn.connect(&host, &opts).and_then(|mut ep| {
+            connected = true;
+            tracing::debug!(target: transfer::PHASE_TARGET, "stream 0: connected");
+            let mut display = SendDisplay::new(show, entries.len(), total);
+            let more = |i: u16| -> rdmaxfer::Result<Endpoint> {
+                let ready = usize::from(i)
+                    .checked_sub(1)
+                    .and_then(|k| dials.get(k))
+                    .and_then(|d| d.lock().unwrap_or_else(|p| p.into_inner()).take());
+                let ep = match ready {
+                    Some(h) => h
+                        .join()
+                        .unwrap_or_else(|_| bail!("the set-up thread panicked"))
+                        .and_then(|(dial, to)| {
+                            dial.connect()
+                                .with_context(|| format!("connecting to {to} (rdma_cm)"))
+                        }),
+                    None => place(usize::from(i)).and_then(|(c, host, opts)| c.connect(&host, &opts)),
+                };
+                ep.map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
+            };
+            let mut events = |p: Progress<'_>| {
+                if let Progress::Streams { asked, granted } = p {
+                    used = granted;
+                    // Only a count the user asked for is worth a note; the default adapts.
+                    if granted < asked && !a.quiet && a.streams.is_some() {
+                        eprintln!(
+                            "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams); using {granted} of the {asked} asked for"
+                        );
+                    }
                 }
+                display.event(p)
+            };
+            let r = transfer::send_streams(&mut ep, &more, &entries, &sopts, &mut report, &mut events)
+                .map_err(anyhow::Error::from);
+            display.finish();
+            if let Err(e) = ep.close() {
+                tracing::debug!("closing: {e}");
             }
-            display.event(p)
-        };
-        let r = transfer::send_streams(&mut ep, &more, &entries, &sopts, &mut report, &mut events)
-            .map_err(anyhow::Error::from);
-        display.finish();
-        if let Err(e) = ep.close() {
-            tracing::debug!("closing: {e}");
-        }
-        r
+            tracing::debug!(target: transfer::PHASE_TARGET, "stream 0: closed");
+            r
+        })
     });
     let secs = start.elapsed().as_secs_f64();
     if a.json {

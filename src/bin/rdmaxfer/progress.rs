@@ -79,22 +79,31 @@ fn total_message(ended: usize, files: usize) -> String {
     format!("total: {ended} of {files} files")
 }
 
-/// The sender's display: bars (when shown) and the line of each file as it ends.
+/// The sender's display: bars (when shown) and the line of each file as it ends. Over several
+/// streams several files are in flight at once: each has its own bar, and the total counts
+/// every file that ended (its full size) plus what is written of those in flight.
 pub struct SendDisplay {
     show: Show,
     bars: Option<Bars>,
     /// Bytes of the files that ended (their full size, delivered or not).
     ended_bytes: u64,
-    /// The current file's size.
-    size: u64,
+    /// The files in flight, in the order they started.
+    flying: Vec<Flying>,
     /// Files that ended, and all of them.
     ended: usize,
     files: usize,
 }
 
+/// A file in flight: its name as printed, size, bytes written so far and bar (if shown).
+struct Flying {
+    key: String,
+    size: u64,
+    done: u64,
+    bar: Option<ProgressBar>,
+}
+
 struct Bars {
     multi: MultiProgress,
-    file: Option<ProgressBar>,
     total: Option<ProgressBar>,
 }
 
@@ -108,6 +117,15 @@ fn style() -> ProgressStyle {
         .progress_chars("=> ")
 }
 
+/// Whether a verdict's name (printable, clipped with `…` when long) is that of the file
+/// announced as `key` (printable).
+fn same_file(reported: &str, key: &str) -> bool {
+    reported == key
+        || reported
+            .strip_suffix('…')
+            .is_some_and(|head| key.starts_with(head))
+}
+
 impl SendDisplay {
     /// For `files` files of `total` bytes together.
     pub fn new(show: Show, files: usize, total: u64) -> SendDisplay {
@@ -119,17 +137,13 @@ impl SendDisplay {
                 b.set_message(total_message(0, files));
                 b
             });
-            Bars {
-                multi,
-                file: None,
-                total,
-            }
+            Bars { multi, total }
         });
         SendDisplay {
             show,
             bars,
             ended_bytes: 0,
-            size: 0,
+            flying: Vec::new(),
             ended: 0,
             files,
         }
@@ -139,8 +153,8 @@ impl SendDisplay {
     pub fn event(&mut self, p: Progress<'_>) {
         match p {
             Progress::FileStart { name, size } => {
-                self.size = size;
-                if let Some(b) = &mut self.bars {
+                let key = printable(name).into_owned();
+                let bar = self.bars.as_ref().map(|b| {
                     let bar = ProgressBar::new(size);
                     // Above the total bar.
                     let bar = match &b.total {
@@ -148,33 +162,55 @@ impl SendDisplay {
                         None => b.multi.add(bar),
                     };
                     bar.set_style(style());
-                    bar.set_message(printable(name).into_owned());
-                    b.file = Some(bar);
-                }
+                    bar.set_message(key.clone());
+                    bar
+                });
+                self.flying.push(Flying {
+                    key,
+                    size,
+                    done: 0,
+                    bar,
+                });
             }
-            Progress::Bytes { file_done, .. } => {
-                if let Some(b) = &self.bars {
-                    if let Some(f) = &b.file {
-                        f.set_position(file_done);
-                    }
-                    if let Some(t) = &b.total {
-                        t.set_position(self.ended_bytes + file_done);
+            Progress::Bytes {
+                name, file_done, ..
+            } => {
+                let key = printable(name);
+                if let Some(f) = self.flying.iter_mut().find(|f| f.key == key) {
+                    // Never past the file's size, whatever the source does meanwhile.
+                    f.done = file_done.min(f.size);
+                    if let Some(bar) = &f.bar {
+                        bar.set_position(f.done);
                     }
                 }
+                self.show_total();
             }
             Progress::FileDone(f) => self.file_done(f),
             _ => {}
         }
     }
 
+    /// The total bar: files ended plus what is written of those in flight.
+    fn show_total(&self) {
+        if let Some(t) = self.bars.as_ref().and_then(|b| b.total.as_ref()) {
+            let flying: u64 = self.flying.iter().map(|f| f.done).sum();
+            t.set_position(self.ended_bytes.saturating_add(flying));
+        }
+    }
+
     fn file_done(&mut self, f: &FileReport) {
-        self.ended_bytes += self.size.max(f.bytes);
-        self.size = 0;
+        // Directories, symlinks and files refused before they started have no bar.
+        let flying = match self.flying.iter().position(|x| same_file(&f.name, &x.key)) {
+            Some(i) => Some(self.flying.remove(i)),
+            None => None,
+        };
+        let size = flying.as_ref().map_or(0, |x| x.size);
+        self.ended_bytes = self.ended_bytes.saturating_add(size.max(f.bytes));
         self.ended += 1;
         let line = file_line(f);
         match &mut self.bars {
             Some(b) => {
-                if let Some(bar) = b.file.take() {
+                if let Some(bar) = flying.and_then(|x| x.bar) {
                     if f.is_ok() {
                         // A delivered file is shown whole (a resumed one started part-way).
                         bar.set_position(bar.length().unwrap_or(0));
@@ -188,7 +224,6 @@ impl SendDisplay {
                     }
                 }
                 if let Some(t) = &b.total {
-                    t.set_position(self.ended_bytes);
                     t.set_message(total_message(self.ended, self.files));
                 }
                 b.multi.suspend(|| print_line(&line));
@@ -196,14 +231,17 @@ impl SendDisplay {
             None if self.show == Show::Lines => print_line(&line),
             None => {}
         }
+        self.show_total();
     }
 
     /// Ends the bars (the total at 100 % when every file ended) before the summary is printed.
     pub fn finish(&mut self) {
-        if let Some(b) = self.bars.take() {
-            if let Some(f) = b.file {
-                f.abandon();
+        for f in self.flying.drain(..) {
+            if let Some(bar) = f.bar {
+                bar.abandon();
             }
+        }
+        if let Some(b) = self.bars.take() {
             if let Some(t) = b.total {
                 if self.ended == self.files {
                     t.set_position(t.length().unwrap_or(0).max(t.position()));
@@ -213,6 +251,12 @@ impl SendDisplay {
                 }
             }
         }
+    }
+
+    /// Bytes the total bar shows (files ended plus those in flight).
+    #[cfg(test)]
+    fn total_shown(&self) -> u64 {
+        self.ended_bytes + self.flying.iter().map(|f| f.done).sum::<u64>()
     }
 }
 
@@ -255,6 +299,57 @@ mod tests {
             ..report("ok", None)
         };
         assert_eq!(file_line(&ok), "ok      d/f\\u{a} (5 bytes, blake3 ab)");
+    }
+
+    #[test]
+    fn files_in_flight_at_once_never_overshoot_the_total() {
+        let (a, b) = (8u64 << 20, 2u64 << 20);
+        let mut d = SendDisplay::new(Show::Quiet, 2, a + b);
+        let done = |name: &str, bytes: u64| FileReport {
+            name: name.into(),
+            bytes,
+            ..report("ok", None)
+        };
+        let bytes = |name, n| Progress::Bytes {
+            name,
+            file_done: n,
+            total_done: 0,
+        };
+        // The big file starts first (striped over two streams), the small one after it.
+        d.event(Progress::FileStart {
+            name: "big",
+            size: a,
+        });
+        d.event(Progress::FileStart {
+            name: "small",
+            size: b,
+        });
+        d.event(bytes("big", 3 << 20));
+        d.event(bytes("small", b));
+        assert_eq!(d.total_shown(), (3 << 20) + b);
+        d.event(Progress::FileDone(&done("small", b)));
+        assert_eq!(
+            d.total_shown(),
+            (3 << 20) + b,
+            "the small file counted once"
+        );
+        d.event(bytes("big", 6 << 20));
+        assert_eq!(d.total_shown(), (6 << 20) + b);
+        // A file's bytes never count past its size.
+        d.event(bytes("big", a + 1));
+        assert_eq!(d.total_shown(), a + b);
+        d.event(Progress::FileDone(&done("big", a)));
+        assert_eq!(d.total_shown(), a + b);
+        assert_eq!(d.ended, 2);
+        // A clipped name still ends its file.
+        let mut d = SendDisplay::new(Show::Quiet, 1, 5);
+        d.event(Progress::FileStart {
+            name: "a-long-name",
+            size: 5,
+        });
+        d.event(Progress::FileDone(&done("a-long…", 5)));
+        assert!(d.flying.is_empty());
+        assert_eq!(d.total_shown(), 5);
     }
 
     #[test]

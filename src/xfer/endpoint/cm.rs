@@ -18,6 +18,14 @@ impl Endpoint {
     /// Connects to an rdmaxfer [`Listener`] with RDMA CM: resolve address and route, create
     /// the QP, connect with the handshake as private data, wait for ESTABLISHED.
     pub fn connect_cm(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
+        Endpoint::dial_cm(dst, opts)?.connect()
+    }
+
+    /// The first half of [`connect_cm`](Self::connect_cm), which reaches no server yet: resolves
+    /// the address and the route, creates the QP and posts the receives. [`Dial::connect`]
+    /// sends the connect request later (e.g. once another connection has opened the session
+    /// this one is to join), each step within `opts.timeout`.
+    pub fn dial_cm(dst: SocketAddr, opts: &EndpointOptions) -> Result<Dial> {
         let t = opts.timeout;
         let id = start_connect(dst, opts)?;
         id.expect_event(EventKind::AddrResolved, t, "resolving the server's address")?;
@@ -27,15 +35,50 @@ impl Endpoint {
             t,
             "resolving the route to the server",
         )?;
-        let parts = send_connect(&id, dst, opts)?;
-        let ev = id.next_event(Some(t), "the connection to be established")?;
-        connected(ev, dst, opts, parts, id)
+        let parts = make_parts(&id, dst, opts)?;
+        Ok(Dial {
+            id,
+            parts,
+            dst,
+            opts: opts.clone(),
+        })
     }
 
     /// Takes the next connection from `listener` (see [`Listener::accept`]): the server side of
     /// [`connect_cm`](Self::connect_cm).
     pub fn accept_cm(listener: &mut Listener, wait: Option<Duration>) -> Result<Endpoint> {
         listener.accept(wait)
+    }
+}
+
+/// A connection made ready up to its connect request ([`Endpoint::dial_cm`]): route resolved,
+/// QP created, receives posted; nothing has reached the server.
+pub struct Dial {
+    id: CmId,
+    parts: Parts,
+    dst: SocketAddr,
+    opts: EndpointOptions,
+}
+
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dial({})", self.dst)
+    }
+}
+
+impl Dial {
+    /// Sends the connect request and waits (within the timeout) for ESTABLISHED: the rest of
+    /// [`Endpoint::connect_cm`].
+    pub fn connect(self) -> Result<Endpoint> {
+        let Dial {
+            id,
+            parts,
+            dst,
+            opts,
+        } = self;
+        request(&id, &opts)?;
+        let ev = id.next_event(Some(opts.timeout), "the connection to be established")?;
+        connected(ev, dst, &opts, parts, id)
     }
 }
 
@@ -63,13 +106,27 @@ pub(super) fn start_connect(dst: SocketAddr, opts: &EndpointOptions) -> Result<C
 /// After ROUTE_RESOLVED: creates the QP, posts the receives and sends the connect request with
 /// the handshake as private data (ESTABLISHED, REJECTED or an error event follows).
 pub(super) fn send_connect(id: &CmId, dst: SocketAddr, opts: &EndpointOptions) -> Result<Parts> {
+    let parts = make_parts(id, dst, opts)?;
+    request(id, opts)?;
+    Ok(parts)
+}
+
+/// After ROUTE_RESOLVED: the device checked against the options, the QP created and the
+/// receives posted.
+fn make_parts(id: &CmId, dst: SocketAddr, opts: &EndpointOptions) -> Result<Parts> {
     let ctx = id.context()?;
     check_cm_device(opts, &ctx, id.port_num(), &dst.to_string())?;
     let port = ctx.query_port(id.port_num())?;
     check_msg_size(opts, &ctx, &port)?;
-    let (resp, init) = rd_atomic(&ctx);
     let mut parts = Parts::new(ctx, port, opts, |pd, cq, c| id.create_qp(pd, cq, cq, c))?;
     parts.post_receives(opts.msg_size, opts.recv_depth + 2)?;
+    Ok(parts)
+}
+
+/// Sends the connect request with the handshake as private data (ESTABLISHED, REJECTED or an
+/// error event follows).
+fn request(id: &CmId, opts: &EndpointOptions) -> Result<()> {
+    let (resp, init) = rd_atomic(&id.context()?);
     let param = ConnParam {
         private_data: Hello::new(opts.recv_depth, opts.msg_size as u32)
             .with_params(opts.session)
@@ -83,8 +140,7 @@ pub(super) fn send_connect(id: &CmId, dst: SocketAddr, opts: &EndpointOptions) -
     // rdma_cm's own ACK timeout on RoCE is 2.1 s (code 19), and Soft-RoCE often waits one ACK
     // timeout to recover a lost packet: use ibv_rc_pingpong's, as the OOB path does.
     id.set_ack_timeout(ACK_TIMEOUT)?;
-    id.connect(&param)?;
-    Ok(parts)
+    id.connect(&param)
 }
 
 /// The last step of [`Endpoint::connect_cm`]: the event that answered the connect request.

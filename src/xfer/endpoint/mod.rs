@@ -92,7 +92,7 @@ mod setup;
 mod wake;
 
 pub use accept::Pending;
-pub use cm::Listener;
+pub use cm::{Dial, Listener};
 pub use conn::Endpoint;
 pub use messaging::Message;
 pub use nonblock::{Accepting, Connecting};

@@ -36,7 +36,8 @@ pub use joint::{Streams, DEFAULT_MAX_STREAMS};
 pub use receive::{receive, receive_leased, receive_streams, Role};
 pub use send::send;
 pub use streams::{
-    default_streams, send_streams, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
+    default_streams, send_streams, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, PHASE_TARGET,
+    STRIPE_MIN,
 };
 
 /// Default chunk (ring slot) size.
@@ -198,9 +199,12 @@ pub enum Progress<'a> {
         /// Size in bytes.
         size: u64,
     },
-    /// Sender: data written, of the current file (from where it resumes) and in the session.
+    /// Sender: data written, of a file (from where it resumes) and in the session. Over several
+    /// streams several files may be in flight at once: `name` says which.
     Bytes {
-        /// Bytes of the current file written so far.
+        /// Relative name of the file, as in its [`Progress::FileStart`].
+        name: &'a str,
+        /// Bytes of that file written so far (over every stream).
         file_done: u64,
         /// Bytes written in the session so far.
         total_done: u64,

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::streams::{RangeSource, StripeJob};
+use super::streams::{RangeSource, StripeJob, PHASE_TARGET as PHASE};
 use super::{
     decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
     SenderOptions, SessionReport,
@@ -109,6 +109,7 @@ pub(super) fn send_done(ep: &mut Endpoint) {
     if let Err(e) = send_msg(ep, &Msg::Done).and_then(|()| ep.flush()) {
         tracing::debug!("DONE not acknowledged ({e}); every file already has its verdict");
     }
+    tracing::debug!(target: PHASE, "DONE sent");
 }
 
 fn send_one(
@@ -216,6 +217,36 @@ fn record(
     }
 }
 
+/// The receiver's answer to a HELLO (MR, SKIP, REFUSE or ERR). When this stream has no send
+/// buffers yet (`ring`) and the part (file or stripe) is at least a chunk long, the buffers it
+/// will most likely need are registered on another thread meanwhile, while the receiver sets
+/// the file up: as many slots of the chunk size as `--slots` (the receiver's slots are that
+/// large for such a part unless it is short of memory; if its MR says otherwise, the caller
+/// re-makes them as before). A failed registration leaves `ring` empty: the caller registers
+/// what the MR asks for and reports a failure then.
+fn answer_and_ring(
+    ep: &mut Endpoint,
+    ring: &mut Option<SendRing>,
+    opts: &SenderOptions,
+    part_len: u64,
+) -> Result<Msg> {
+    if ring.is_some() || part_len < u64::from(opts.chunk) {
+        return recv_ctl(ep);
+    }
+    let pd = ep.pd().clone();
+    let (slot_size, total) = (opts.chunk, opts.slots.max(1) as usize);
+    std::thread::scope(|sc| {
+        let early = sc.spawn(move || LocalBuf::slots(&pd, slot_size as usize, total));
+        let answer = recv_ctl(ep);
+        *ring = early.join().ok().and_then(|r| r.ok()).map(|free| SendRing {
+            free,
+            total,
+            slot_size,
+        });
+        answer
+    })
+}
+
 /// The file, or one stripe of it, as read for sending.
 enum Reading {
     Whole(Source),
@@ -311,7 +342,7 @@ fn send_file(
         send_msg(ep, &Msg::Stripe(s.stripe))?;
     }
     send_msg(ep, &Msg::Hello(hello))?;
-    let mr = match recv_ctl(ep)? {
+    let mr = match answer_and_ring(ep, ring, opts, stripe.map_or(size, |s| s.stripe.len))? {
         Msg::Mr(r) => r,
         Msg::Skip { message, .. } => {
             let f = FileReport::skipped(name, "file", size, &message);
@@ -399,6 +430,9 @@ fn send_file(
     }
     let r = ring.as_mut().expect("made above");
     let sent_before = report.bytes;
+    let part = stripe.map_or(0, |s| s.stripe.index);
+    let shown = names::printable(name);
+    tracing::debug!(target: PHASE, "{shown} part {part}: MR received, data starts");
     let data_start = Instant::now();
     let hash = match send_data(
         ep,
@@ -415,6 +449,7 @@ fn send_file(
         },
         &mut |n| {
             progress(Progress::Bytes {
+                name,
                 file_done: n,
                 total_done: sent_before + n,
             })
@@ -443,7 +478,9 @@ fn send_file(
     send_digests(ep, chunks)?;
     let layout = *chunks.layout();
     send_msg(ep, &Msg::Fin { bytes: len, hash })?;
+    tracing::debug!(target: PHASE, "{shown} part {part}: data written, FIN sent");
     let verdict = recv_ctl(ep)?;
+    tracing::debug!(target: PHASE, "{shown} part {part}: verdict received");
     report.data_seconds += data_start.elapsed().as_secs_f64();
     match verdict {
         Msg::Ack {

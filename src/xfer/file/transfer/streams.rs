@@ -20,6 +20,13 @@ use crate::xfer::file::proto::Algo;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason, Stripe};
 use crate::xfer::file::source::{self, read_err, SourceEntry, SourceKind};
 
+/// The `tracing` target of the sender's phase markers (debug level): set `RDMAXFER_LOG` to
+/// `rdmaxfer_phase=debug` to see, with timestamps, when each stream connects and joins, when
+/// each file or stripe starts its data, sends FIN and hears its verdict, and when the session
+/// ends (`ci/guest-send-phases.sh` reads them).
+pub const PHASE_TARGET: &str = "rdmaxfer_phase";
+use PHASE_TARGET as PHASE;
+
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
 /// Stripes start at multiples of this, or of the chunk size when that is larger (see
@@ -339,6 +346,7 @@ pub fn send_streams(
         }
         other => return Err(Error::Protocol(format!("expected SESSION, got {other:?}"))),
     };
+    tracing::debug!(target: PHASE, "stream 0: SESSION, {} streams granted", session.streams);
     progress(Progress::Streams {
         asked: open.streams,
         granted: session.streams,
@@ -365,7 +373,9 @@ pub fn send_streams(
             let tx = tx.clone();
             workers.push(sc.spawn(move || {
                 let joined = connect(i).and_then(|mut ep| {
+                    tracing::debug!(target: PHASE, "stream {i}: connected");
                     let n = join(&mut ep, session.id, i, opts)?;
+                    tracing::debug!(target: PHASE, "stream {i}: joined");
                     Ok((ep, n))
                 });
                 queue.settle(i, joined.is_ok());
@@ -574,6 +584,7 @@ fn relay(
                     .map(|(_, n)| n)
                     .sum();
                 progress(Progress::Bytes {
+                    name: entries[i].name.as_str(),
                     file_done,
                     total_done: total,
                 });
