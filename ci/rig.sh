@@ -3,8 +3,10 @@
 # with rxe0 on its own virtio-net NIC, joined by a qemu socket netdev on 127.0.0.1; runs the
 # two-host tests, the fault campaign and the two-host benchmark; ends with "N passed, M failed".
 # TEST names select tests (default: all, in the order below). Outputs: target/rig/<run>/.
-# Env: RIG_SOAK_N (500), RIG_BUILD=0 (use the existing release binary), RIG_MEMORY (1536M),
-# RIG_BOOT_SECS (240: how long each guest may take to come up; more on a loaded host).
+# Env: RIG_SOAK_N (500), RIG_BUILD=0 (use the existing release binary), RIG_BIN (the binary to
+# test, default target/release/rdmaxfer; under the tree, which the guests mount; each guest copies
+# it when it boots), RIG_MEMORY (1536M), RIG_BOOT_SECS (240: how long each guest may take to come
+# up; more on a loaded host).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -24,7 +26,8 @@ if [[ "${RIG_BUILD:-1}" != 0 ]]; then
   ci_log "building the release binary"
   cargo build --release
 fi
-export RIG_BIN="$CI_ROOT/target/release/rdmaxfer"
+RIG_BIN="$(realpath "${RIG_BIN:-$CI_ROOT/target/release/rdmaxfer}")"
+export RIG_BIN
 [[ -x "$RIG_BIN" ]] || ci_die "$RIG_BIN missing"
 
 run="$CI_ROOT/target/rig/$(date +%Y%m%d-%H%M%S)-$$"
@@ -282,6 +285,36 @@ test_loss() {
   end_test
 }
 
+# rxe_deltas A0 A1 B0 B1 — the rxe0 counters that grew on A and on B (retransmissions, duplicates,
+# NAKs, errors: what a striped transfer's failure may come from), as "A: name +n …; B: …".
+rxe_deltas() {
+  local node b a name d out=""
+  for node in A B; do
+    if [[ $node == A ]]; then b="$1" a="$2"; else b="$3" a="$4"; fi
+    local grew=""
+    for name in $(grep -oE '[a-z_]+=' <<<"$a" | tr -d =); do
+      [[ $name == *pkts || $name == *bytes ]] && continue
+      d="$(cdelta "$b" "$a" "$name")"
+      [[ "$d" != missing && "$d" != 0 ]] && grew+=" $name +$d"
+    done
+    out+="${out:+; }$node:${grew:- none}"
+  done
+  echo "$out"
+}
+
+# striped_xfer NAME N SEND_EXTRA — xfer of the 32 MiB file over N streams, every stream served;
+# notes the rxe0 counters that grew on both hosts meanwhile.
+striped_xfer() {
+  local a0 b0 a1 b1
+  counters A && a0="$CNT"
+  counters B && b0="$CNT"
+  xfer "$1" 32 240 "" "--streams $2 $3" || true
+  expect "the receiver served $2 streams" test "$(grep -c '"session"' "$(logf "$RID")")" -eq "$2"
+  counters A && a1="$CNT"
+  counters B && b1="$CNT"
+  note "rxe0 counters grown: $(rxe_deltas "$a0" "$a1" "$b0" "$b1")"
+}
+
 # One file striped over 2 and over 4 streams (QPs) on a clean wire, 3 times each (the bench's
 # streams rows once failed at N = 2 with "remote invalid request"): verified, every stream served.
 test_striped() {
@@ -289,8 +322,7 @@ test_striped() {
   local n i
   for i in 1 2 3; do
     for n in 2 4; do
-      xfer "striped, $n streams, run $i" 32 240 "" "--streams $n" || true
-      expect "the receiver served $n streams" test "$(grep -c '"session"' "$(logf "$RID")")" -eq "$n"
+      striped_xfer "striped, $n streams, run $i" "$n" ""
       port=$((port + 1))
     done
   done
@@ -302,8 +334,7 @@ test_striped() {
 test_striped_loss() {
   begin striped_loss
   netem_both "loss 1%"
-  xfer "striped, 3 streams, 1% loss" 32 240 "" "--streams 3" || true
-  expect "the receiver served 3 streams" test "$(grep -c '"session"' "$(logf "$RID")")" -eq 3
+  striped_xfer "striped, 3 streams, 1% loss" 3 ""
   netem_both ""
   end_test
 }

@@ -562,3 +562,49 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
     rd.ok("recv --timeout 1 of a striped file with a stream held back");
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_sending_stream_kept_waiting_by_the_receiver_waits_while_the_others_move() {
+    need_rxe0();
+    let port = 7491;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = dir_with(tmp.path(), "out");
+    let src = tmp.path().join("f.bin");
+    let data = pseudo_random(128 << 20, 13);
+    std::fs::write(&src, &data).unwrap();
+    // The mirror of the test above: the receiver answers stripe 1's HELLO (MR) only once stripe
+    // 0's 64 MiB have ended, which takes longer in the guest than the sender's step deadline of
+    // 3 s. The sending stream of stripe 1 waits its turn while the session moves, and must not
+    // time out. (Deadlines of 1 and 2 s timed the whole session out at set-up, before any data,
+    // on a host loaded by other builds and guests.)
+    let p = port.to_string();
+    let recv_args = [
+        "recv",
+        "--out",
+        out.to_str().unwrap(),
+        "--listen",
+        IP,
+        "-p",
+        &p,
+        "--json",
+        "--once",
+    ];
+    let hold = [
+        ("RDMAXFER_TEST_RECV_HOLD_STRIPE", "1"),
+        ("RDMAXFER_LOG", "rdmaxfer=info"),
+    ];
+    let mut r = spawn_env("recv", &recv_args, &hold);
+    r.wait_for("listening on", T);
+    let args = send_args(port, &[&src], &["--streams", "2", "--timeout", "3"]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = spawn_env("send", &a, &[("RDMAXFER_LOG", "rdmaxfer=debug")]).finish(T);
+    let rd = r.finish(T);
+    let held = rd.err.lines().find(|l| l.contains("test hold: stripe 1"));
+    assert!(held.is_some(), "the receiver held stripe 1: {}", rd.err);
+    eprintln!("{}", held.unwrap_or_default());
+    d.ok("send --streams 2 --timeout 3, stripe 1 answered after stripe 0 ended");
+    rd.ok("recv --once holding stripe 1 back");
+    assert_eq!(d.one_json()["files"][0]["result"], "ok", "{}", d.out);
+    assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
+}

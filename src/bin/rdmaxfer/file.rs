@@ -262,6 +262,8 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             rate_window: Duration::from_secs(a.rate_window),
             max_refusals: Some(a.max_refusals),
         },
+        // Test-only hold (debug builds): this stripe is answered after the others have ended.
+        hold_stripe: test_hook("RDMAXFER_TEST_RECV_HOLD_STRIPE"),
     };
     if a.min_rate > 0 && a.rate_window == 0 {
         bail!("--rate-window must be positive with --min-rate");

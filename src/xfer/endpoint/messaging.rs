@@ -300,6 +300,19 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Waits (at most the timeout) until a credit for an RDMA WRITE_WITH_IMM is free, so that
+    /// the next [`post`](Self::post) of one does not wait. Unlike that wait (which gives up its
+    /// work request), a timeout here leaves the caller's buffers with it and the endpoint
+    /// usable: the caller may wait again.
+    pub(crate) fn wait_credit(&mut self) -> Result<()> {
+        self.check_usable()?;
+        let mut deadline = self.deadline();
+        while self.credits() == 0 {
+            self.pump(&mut deadline, "send credit from the peer")?;
+        }
+        Ok(())
+    }
+
     /// Waits (at most `timeout`) for completions of work requests posted with
     /// [`post`](Self::post), handling the endpoint's own on the way. Returns at least one.
     pub fn poll_user(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {

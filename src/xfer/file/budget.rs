@@ -221,6 +221,36 @@ impl Budget {
     }
 }
 
+/// Runs the blocking step `f` on `ep` for one stream of a session. With `session` (the
+/// progress of a session carried by several streams, counted by all of them), a step that
+/// times out while the session made progress is run again: a stream that waits its turn while
+/// the others use the link or the peer goes on waiting, and only a session that stalls as a
+/// whole for a step deadline (at most two after its last progress) times out. `f` must leave
+/// `ep` usable after a timeout (the endpoint's waits do) and do nothing before its wait that a
+/// second run would repeat. The receiver's equivalent is [`Budget::wait`].
+pub(crate) fn wait_on<E, T>(
+    ep: &mut E,
+    session: Option<&AtomicU64>,
+    mut f: impl FnMut(&mut E) -> Result<T>,
+) -> Result<T> {
+    loop {
+        let seen = session.map(|s| s.load(Ordering::Relaxed));
+        match f(ep) {
+            Err(e) if e.is_timeout() && seen != session.map(|s| s.load(Ordering::Relaxed)) => {
+                tracing::debug!("waiting on while the session's other streams progress: {e}");
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Counts `n` steps of progress of a session carried by several streams (see [`wait_on`]).
+pub(crate) fn moved(session: Option<&AtomicU64>, n: u64) {
+    if let Some(s) = session {
+        s.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +262,54 @@ mod tests {
             rate_window: Duration::from_secs(window),
             max_refusals: Some(refusals),
         }
+    }
+
+    fn timeout() -> Error {
+        Error::Timeout {
+            what: "a message from the peer",
+            after: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_stream_waits_on_only_while_its_session_moves() {
+        let session = AtomicU64::new(0);
+        // Alone (no session): the first timeout is the result.
+        let mut calls = 0;
+        let r: Result<()> = wait_on(&mut calls, None, |c| {
+            *c += 1;
+            Err(timeout())
+        });
+        assert!(r.unwrap_err().is_timeout());
+        assert_eq!(calls, 1);
+        // Three steps time out while another stream moves, then the session stalls: four runs,
+        // and the timeout of the last.
+        let mut calls = 0;
+        let r: Result<()> = wait_on(&mut calls, Some(&session), |c| {
+            *c += 1;
+            if *c <= 3 {
+                moved(Some(&session), 1);
+            }
+            Err(timeout())
+        });
+        assert!(r.unwrap_err().is_timeout());
+        assert_eq!((calls, session.load(Ordering::Relaxed)), (4, 3));
+        // A step that ends (with a value or another error) ends the wait, moving or not.
+        let mut calls = 0;
+        let r = wait_on(&mut calls, Some(&session), |c| {
+            *c += 1;
+            moved(Some(&session), 1);
+            match *c {
+                1 => Err(timeout()),
+                _ => Ok(*c),
+            }
+        });
+        assert_eq!((r.unwrap(), calls), (2, 2));
+        let r: Result<()> = wait_on(&mut 0, Some(&session), |_| {
+            moved(Some(&session), 1);
+            Err(Error::Connection("gone".into()))
+        });
+        assert!(!r.unwrap_err().is_timeout());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::xfer::file::digest::{file_digest_of_stripes, Chunks, StripeDigests};
@@ -143,6 +144,30 @@ pub(super) enum FileState {
     Open(Box<Assembly>),
     /// Committed or failed: later stripes of it are a protocol error.
     Ended,
+}
+
+/// For the test hold (`ReceiverOptions::hold_stripe`): waits (at most a minute) until every
+/// stripe of `file` but `index` has ended, or the file has.
+pub(super) fn wait_others(file: &Mutex<FileState>, index: u16) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        let done = match &*lock(file) {
+            FileState::Open(a) => a
+                .stripes
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.ended || i == usize::from(index)),
+            _ => true,
+        };
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    tracing::info!(
+        "test hold: stripe {index} answered after {:?}",
+        t0.elapsed()
+    );
 }
 
 /// A striped file being assembled: one temporary file, each stripe written at its offset by its

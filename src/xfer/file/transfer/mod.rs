@@ -80,6 +80,9 @@ pub struct ReceiverOptions {
     pub budgets: Budgets,
     /// The only chunk verification accepted (`recv --verify`); `None` accepts any.
     pub verify: Option<Algo>,
+    /// Test-only hold: the stripe of this index (of every striped file) is answered (MR) only
+    /// once every other stripe of its file has ended (the sender's stream waits for it).
+    pub hold_stripe: Option<u16>,
 }
 
 impl ReceiverOptions {
@@ -94,6 +97,7 @@ impl ReceiverOptions {
             slots: DEFAULT_SLOTS,
             budgets: Budgets::default(),
             verify: None,
+            hold_stripe: None,
         }
     }
 

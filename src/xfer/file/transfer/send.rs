@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -14,6 +15,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{moved, wait_on};
 use crate::xfer::file::digest::{self, Chunks, StripeDigests};
 use crate::xfer::file::names;
 use crate::xfer::file::proto::{
@@ -68,14 +70,16 @@ pub(super) fn send_entries(
 ) -> Result<()> {
     let mut ring: Option<SendRing> = None;
     for e in entries {
-        send_entry(ep, e, opts, nonce, &mut ring, report, progress, None)?;
+        send_entry(ep, e, opts, nonce, &mut ring, report, progress, None, None)?;
     }
     send_done(ep);
     report.result("delivered")
 }
 
 /// Sends one entry (or, with `stripe`, one stripe of a file entry, a job of one stream of
-/// several) and tells `progress` its verdict (a striped file's with its last stripe).
+/// several) and tells `progress` its verdict (a striped file's with its last stripe). With
+/// `session` (the progress of a session over several streams), its waits go on while the
+/// session moves (see [`wait_on`]).
 // The session's state, passed apart as in `send_one`, plus the stripe.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn send_entry(
@@ -87,13 +91,15 @@ pub(super) fn send_entry(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
     stripe: Option<&StripeJob>,
+    session: Option<&AtomicU64>,
 ) -> Result<()> {
     let before = report.file_count();
     let r = match stripe {
-        None => send_one(ep, e, opts, nonce, ring, report, progress),
+        None => send_one(ep, e, opts, nonce, ring, report, progress, session),
         Some(s) => {
             let flags = hello_flags(opts);
-            send_file(ep, e, opts, nonce, flags, ring, report, progress, Some(s))
+            let st = (Some(s), session);
+            send_file(ep, e, opts, nonce, flags, ring, report, progress, st)
         }
     }
     .map_err(|err| named_by_peer(ep, err));
@@ -112,6 +118,8 @@ pub(super) fn send_done(ep: &mut Endpoint) {
     tracing::debug!(target: PHASE, "DONE sent");
 }
 
+// The session's state, passed apart, plus the session's shared progress.
+#[allow(clippy::too_many_arguments)]
 fn send_one(
     ep: &mut Endpoint,
     e: &SourceEntry,
@@ -120,6 +128,7 @@ fn send_one(
     ring: &mut Option<SendRing>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
+    session: Option<&AtomicU64>,
 ) -> Result<()> {
     let name = e.name.as_str();
     let flags = hello_flags(opts);
@@ -129,7 +138,8 @@ fn send_one(
             return Ok(());
         }
         SourceKind::File => {
-            return send_file(ep, e, opts, nonce, flags, ring, report, progress, None)
+            let st = (None, session);
+            return send_file(ep, e, opts, nonce, flags, ring, report, progress, st);
         }
         SourceKind::Dir => (EntryKind::Dir, String::new()),
         SourceKind::Symlink(t) => (EntryKind::Symlink, t.clone()),
@@ -159,8 +169,9 @@ fn send_one(
         checksum: None,
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
     };
-    send_msg(ep, &Msg::Hello(hello))?;
-    match recv_ctl(ep)? {
+    let hello = Msg::Hello(hello);
+    wait_on(ep, session, |ep| send_msg(ep, &hello))?;
+    match wait_on(ep, session, recv_ctl)? {
         Msg::Ack {
             status: Reason::Ok, ..
         } => report.push(FileReport::made(name, kind)),
@@ -229,15 +240,16 @@ fn answer_and_ring(
     ring: &mut Option<SendRing>,
     opts: &SenderOptions,
     part_len: u64,
+    session: Option<&AtomicU64>,
 ) -> Result<Msg> {
     if ring.is_some() || part_len < u64::from(opts.chunk) {
-        return recv_ctl(ep);
+        return wait_on(ep, session, recv_ctl);
     }
     let pd = ep.pd().clone();
     let (slot_size, total) = (opts.chunk, opts.slots.max(1) as usize);
     std::thread::scope(|sc| {
         let early = sc.spawn(move || LocalBuf::slots(&pd, slot_size as usize, total));
-        let answer = recv_ctl(ep);
+        let answer = wait_on(ep, session, recv_ctl);
         *ring = early.join().ok().and_then(|r| r.ok()).map(|free| SendRing {
             free,
             total,
@@ -278,8 +290,8 @@ impl ChunkSource for Reading {
     }
 }
 
-// The session's state, passed apart as in `send_one`, plus the flags made there and the
-// stripe (when this is one stripe of the file).
+// The session's state, passed apart as in `send_one`, plus the flags made there, the stripe
+// (when this is one stripe of the file) and the session's shared progress.
 #[allow(clippy::too_many_arguments)]
 fn send_file(
     ep: &mut Endpoint,
@@ -290,7 +302,7 @@ fn send_file(
     ring: &mut Option<SendRing>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress),
-    stripe: Option<&StripeJob>,
+    (stripe, session): (Option<&StripeJob>, Option<&AtomicU64>),
 ) -> Result<()> {
     let name = e.name.as_str();
     let opened = Source::open(&e.path).and_then(|src| {
@@ -339,10 +351,14 @@ fn send_file(
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
     };
     if let Some(s) = stripe {
-        send_msg(ep, &Msg::Stripe(s.stripe))?;
+        wait_on(ep, session, |ep| send_msg(ep, &Msg::Stripe(s.stripe)))?;
     }
-    send_msg(ep, &Msg::Hello(hello))?;
-    let mr = match answer_and_ring(ep, ring, opts, stripe.map_or(size, |s| s.stripe.len))? {
+    let hello = Msg::Hello(hello);
+    wait_on(ep, session, |ep| send_msg(ep, &hello))?;
+    let part_len = stripe.map_or(size, |s| s.stripe.len);
+    let answer = answer_and_ring(ep, ring, opts, part_len, session)?;
+    moved(session, 1);
+    let mr = match answer {
         Msg::Mr(r) => r,
         Msg::Skip { message, .. } => {
             let f = FileReport::skipped(name, "file", size, &message);
@@ -454,6 +470,7 @@ fn send_file(
                 total_done: sent_before + n,
             })
         },
+        session,
     ) {
         Ok((hash, n)) => {
             report.bytes += n;
@@ -475,11 +492,14 @@ fn send_file(
         Reading::Whole(src) => (size, src.chunks()?),
         Reading::Range(r) => (r.len(), r.chunks()?),
     };
-    send_digests(ep, chunks)?;
+    send_digests(ep, chunks, session)?;
     let layout = *chunks.layout();
-    send_msg(ep, &Msg::Fin { bytes: len, hash })?;
+    wait_on(ep, session, |ep| {
+        send_msg(ep, &Msg::Fin { bytes: len, hash })
+    })?;
     tracing::debug!(target: PHASE, "{shown} part {part}: data written, FIN sent");
-    let verdict = recv_ctl(ep)?;
+    let verdict = wait_on(ep, session, recv_ctl)?;
+    moved(session, 1);
     tracing::debug!(target: PHASE, "{shown} part {part}: verdict received");
     report.data_seconds += data_start.elapsed().as_secs_f64();
     match verdict {
@@ -534,7 +554,7 @@ impl ChunkSource for Source {
 }
 
 /// Sends DIGESTS: the digest of every chunk of the file (or stripe), in order, in batches.
-fn send_digests(ep: &mut Endpoint, chunks: &Chunks) -> Result<()> {
+fn send_digests(ep: &mut Endpoint, chunks: &Chunks, session: Option<&AtomicU64>) -> Result<()> {
     let mut first = 0;
     loop {
         let digests = chunks.batch(first, MAX_DIGESTS);
@@ -542,15 +562,12 @@ fn send_digests(ep: &mut Endpoint, chunks: &Chunks) -> Result<()> {
             return Ok(());
         }
         let n = digests.len() as u64;
-        let algo = chunks.layout().algo;
-        send_msg(
-            ep,
-            &Msg::Digests(Digests {
-                algo,
-                first,
-                digests,
-            }),
-        )?;
+        let msg = Msg::Digests(Digests {
+            algo: chunks.layout().algo,
+            first,
+            digests,
+        });
+        wait_on(ep, session, |ep| send_msg(ep, &msg))?;
         first += n;
     }
 }
@@ -559,7 +576,10 @@ fn send_digests(ep: &mut Endpoint, chunks: &Chunks) -> Result<()> {
 /// reads and hashes chunks straight into the registered buffers, in any order, while this
 /// thread posts them in order and takes completed ones back, so disk, hashing (on every core)
 /// and network overlap. Returns the whole file's digest and the bytes written (also with an
-/// error).
+/// error). Its waits for credits and completions go on while `session` moves (see
+/// [`wait_on`]); each chunk read, posted or completed counts as the session's progress.
+// The ring, the source and the receiver's ring, plus the test hook and the progress callbacks.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
     r: &mut SendRing,
@@ -568,6 +588,7 @@ pub(super) fn send_data<S: ChunkSource>(
     slot_count: u32,
     corrupt_chunk: Option<u64>,
     progress: &mut dyn FnMut(u64),
+    session: Option<&AtomicU64>,
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
     let slot = u64::from(r.slot_size);
     let first = src.first_chunk();
@@ -615,6 +636,11 @@ pub(super) fn send_data<S: ChunkSource>(
                             return Err(e);
                         }
                     };
+                    // The credit first (a timeout of `post`'s own wait would give up the buffer).
+                    if let Err(e) = wait_on(ep, session, Endpoint::wait_credit) {
+                        r.free.push(buf);
+                        return Err(e);
+                    }
                     let wr = SendRequest::new(
                         rel,
                         SendOp::WriteWithImm(target, imm),
@@ -628,6 +654,7 @@ pub(super) fn send_data<S: ChunkSource>(
                     in_flight += 1;
                     k += 1;
                     written += n as u64;
+                    moved(session, 1);
                     progress(written);
                 } else if assigned < chunks && !r.free.is_empty() {
                     let buf = r.free.pop().expect("not empty");
@@ -644,6 +671,7 @@ pub(super) fn send_data<S: ChunkSource>(
                     at_workers -= 1;
                     match got {
                         Ok(n) => {
+                            moved(session, 1);
                             ready.insert(i, (buf, n));
                         }
                         Err(e) => {
@@ -652,11 +680,11 @@ pub(super) fn send_data<S: ChunkSource>(
                         }
                     }
                 } else {
-                    collect(ep, r, &mut in_flight)?;
+                    collect(ep, r, &mut in_flight, session)?;
                 }
             }
             while in_flight > 0 {
-                collect(ep, r, &mut in_flight)?;
+                collect(ep, r, &mut in_flight, session)?;
             }
             Ok(())
         })();
@@ -678,10 +706,19 @@ pub(super) fn send_data<S: ChunkSource>(
     })
 }
 
-/// Waits for at least one data-chunk completion and takes its buffers back.
-fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result<()> {
-    let timeout = ep.timeout();
-    for c in ep.poll_user(r.total, timeout)? {
+/// Waits for at least one data-chunk completion and takes its buffers back; each counts as
+/// the session's progress.
+fn collect(
+    ep: &mut Endpoint,
+    r: &mut SendRing,
+    in_flight: &mut usize,
+    session: Option<&AtomicU64>,
+) -> Result<()> {
+    let polled = wait_on(ep, session, |ep| {
+        let timeout = ep.timeout();
+        ep.poll_user(r.total, timeout)
+    })?;
+    for c in polled {
         if c.status == crate::verbs::cq::REM_ACCESS_ERR {
             // The ring was valid when the receiver offered it: it has since been withdrawn.
             return Err(Error::Connection(format!(
@@ -694,7 +731,9 @@ fn collect(ep: &mut Endpoint, r: &mut SendRing, in_flight: &mut usize) -> Result
         if !c.is_success() {
             return Err(c.to_error());
         }
-        *in_flight = in_flight.saturating_sub(1 + c.retired.len());
+        let done = 1 + c.retired.len();
+        *in_flight = in_flight.saturating_sub(done);
+        moved(session, done as u64);
         r.free.extend(c.into_all_local_bufs());
     }
     Ok(())

@@ -8,6 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -363,6 +364,7 @@ pub fn send_streams(
         )),
         settled: Condvar::new(),
         streams: session.streams,
+        progress: AtomicU64::new(0),
     };
     let results = std::thread::scope(|sc| {
         let mut workers = Vec::new();
@@ -453,6 +455,10 @@ struct Queue {
     jobs: Mutex<(VecDeque<Job>, Vec<u16>, u16)>,
     settled: Condvar,
     streams: u16,
+    /// The session's progress, counted by every stream: a stream's waits go on while it moves
+    /// (a stream waiting its turn for the link or the receiver is not stalled; see
+    /// `budget::wait_on`).
+    progress: AtomicU64,
 }
 
 impl Queue {
@@ -537,6 +543,7 @@ fn work(
                 r,
                 &mut events,
                 stripe.as_ref(),
+                Some(&queue.progress),
             )?;
         }
         send_done(ep);

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
-use super::joint::{Answer, FileState, Joint};
+use super::joint::{wait_others, Answer, FileState, Joint};
 use super::receive::{
     admit, answer_refuse, answer_skip, ensure_ring, open_sink, receive_data, tell_peer,
     ChunkTarget, Opened, SessionState,
@@ -236,6 +236,9 @@ pub(super) fn receive_stripe(
         .chunks
         .prefix_digest(held)
         .expect("the held chunks were hashed");
+    if opts.hold_stripe == Some(s.index) {
+        wait_others(&file, s.index);
+    }
     send_msg(ep, &r.offer(held, held_digest))?;
     let chunks = w.chunks.clone();
     let (w, write_failure) = match receive_data(ep, r, budget, w, held, s.len) {
