@@ -327,25 +327,32 @@ const MAX_RECV_DEPTH: u32 = 1 << 15;
 
 /// Endpoint options for one side of a bench of `op` with `size`-byte messages and `tx_depth`
 /// in flight (the same on both sides, so a server sized from the client's parameters matches
-/// it): SEND needs receives of `size` bytes, up to `tx_depth` of them and at most 64 MiB;
-/// WRITE and READ only carry control messages.
+/// it): SEND needs receives of `size` bytes, twice `tx_depth` of them (as perftest's server
+/// keeps more receives posted than its client keeps SENDs in flight: the sender then never
+/// waits for the credits of receives the server has re-posted but not yet announced), at most
+/// 64 MiB; WRITE and READ only carry control messages.
 pub fn endpoint_options(
     base: &EndpointOptions,
     op: BenchOp,
     size: usize,
     tx_depth: u32,
 ) -> EndpointOptions {
-    let (msg_size, recv_depth) = match op {
+    let (msg_size, recv_depth, send_depth) = match op {
         BenchOp::Send => {
             let fit = u32::try_from((64usize << 20) / size.max(1)).unwrap_or(u32::MAX);
-            (size.max(64), tx_depth.min(fit).clamp(2, MAX_RECV_DEPTH))
+            let depth = |d: u32| d.min(fit).clamp(2, MAX_RECV_DEPTH);
+            (
+                size.max(64),
+                depth(tx_depth.saturating_mul(2)),
+                depth(tx_depth),
+            )
         }
-        _ => (4096, 4),
+        _ => (4096, 4, 4),
     };
     EndpointOptions {
         msg_size,
         recv_depth,
-        send_depth: recv_depth,
+        send_depth,
         extra_send_wr: tx_depth,
         ..base.clone()
     }
