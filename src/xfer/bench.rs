@@ -92,6 +92,10 @@ pub struct BwParams {
     pub tx_depth: u32,
     /// Deadline for each completion.
     pub timeout: Duration,
+    /// SEND only: post each refill of the send queue as one list of SENDs of one shared source
+    /// ([`Endpoint::send_shared_list`]) instead of one SEND per call from the endpoint's own
+    /// send buffers ([`Endpoint::send_with`]).
+    pub post_lists: bool,
 }
 
 const MIB: f64 = 1048576.0;
@@ -538,25 +542,40 @@ pub fn run_bench_client(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
     Ok(report)
 }
 
-/// SENDs `iters` messages as fast as credits allow, as perftest does: every message is the
-/// same registered source (read-only, shared by every SEND in flight), each refill of the send
-/// queue is one post list, one SEND in a quarter of the depth asks for a completion. The server
-/// confirms it got them all.
+/// SENDs `iters` messages as fast as credits allow; the server confirms it got them all. With
+/// [`BwParams::post_lists`], as perftest's -l does: every message is the same registered source
+/// (read-only, shared by every SEND in flight), each refill of the send queue is one post list,
+/// one SEND in a quarter of the depth asks for a completion. Without, one SEND per call from the
+/// endpoint's send buffers, each stamped with its sequence number.
 fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
-    let mut src = LocalBuf::new(ep.pd(), p.size)?;
-    src.fill(0xa5);
-    let src = src.freeze();
+    let src = if p.post_lists {
+        let mut b = LocalBuf::new(ep.pd(), p.size)?;
+        b.fill(0xa5);
+        Some(b.freeze())
+    } else {
+        None
+    };
     let depth = p.tx_depth.max(1);
-    let mut batch = SendBatch::with_capacity(depth as usize);
+    let mut batch = SendBatch::with_capacity(if p.post_lists { depth as usize } else { 0 });
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
     let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
     let mut sent = 0u64;
     while sent < p.iters {
+        let Some(src) = &src else {
+            ep.send_with(p.size, |b| {
+                if let Some(h) = b.get_mut(..8) {
+                    h.copy_from_slice(&sent.to_be_bytes());
+                }
+            })?;
+            sent += 1;
+            done_at.push(Instant::now());
+            continue;
+        };
         let left = usize::try_from(p.iters - sent).unwrap_or(usize::MAX);
         let more = left > depth as usize;
         let n = ep.send_shared_list(
-            &src,
+            src,
             p.size,
             left.min(depth as usize),
             (depth / 4).max(1),
