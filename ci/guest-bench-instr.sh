@@ -18,8 +18,10 @@
 # are taken out, for both tools alike, and the polls per work request are printed next to it.
 # What remains of a spin is the tool's own loop around ibv_poll_cq (a few instructions in
 # perftest, more in rdmaxfer's wait), so the rdmaxfer figure errs high, never low. The goal
-# (<= 1.3 x the anchor) is read from the ex-poll table for write and send and from the send-e
-# row (events, no spins) of the plain table.
+# (<= 1.3 x the anchor) is read from the send-e rows (events, no spins) of the plain table.
+# CAVEAT (first run, session 11): ib_write_bw / ib_send_bw clients make one provider call per
+# work request (the post), not per poll: their spin is in perftest's own loop, so their ex-poll
+# rows subtract the post, not the spin. Only the server rows of the ex-poll table compare.
 # INSTR_PARTS="pp ppe bw" (default) selects the parts: ping-pong busy-polling, ping-pong with -e,
 # bandwidth. INSTR_TOOLS="anchors rdmaxfer" (default) selects the tools: with only rdmaxfer the
 # anchors (ibv_rc_pingpong, perftest) are not run again but their rows are read from
