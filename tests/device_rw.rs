@@ -101,6 +101,7 @@ fn bandwidth_engine_write_and_read() {
                     iters,
                     tx_depth: 32,
                     timeout: Duration::from_secs(10),
+                    post_lists: false,
                 };
                 let r = run_initiator(&mut ops(&p, 8 << 20), Some(&region.descriptor()), &params)
                     .unwrap();

@@ -92,6 +92,10 @@ pub struct BwParams {
     pub tx_depth: u32,
     /// Deadline for each completion.
     pub timeout: Duration,
+    /// SEND only: post each refill of the send queue as one list of SENDs of one shared source
+    /// ([`Endpoint::send_shared_list`]) instead of one SEND per call from the endpoint's own
+    /// send buffers ([`Endpoint::send_with`]).
+    pub post_lists: bool,
 }
 
 const MIB: f64 = 1048576.0;
@@ -327,25 +331,32 @@ const MAX_RECV_DEPTH: u32 = 1 << 15;
 
 /// Endpoint options for one side of a bench of `op` with `size`-byte messages and `tx_depth`
 /// in flight (the same on both sides, so a server sized from the client's parameters matches
-/// it): SEND needs receives of `size` bytes, up to `tx_depth` of them and at most 64 MiB;
-/// WRITE and READ only carry control messages.
+/// it): SEND needs receives of `size` bytes, twice `tx_depth` of them (as perftest's server
+/// keeps more receives posted than its client keeps SENDs in flight: the sender then never
+/// waits for the credits of receives the server has re-posted but not yet announced), at most
+/// 64 MiB; WRITE and READ only carry control messages.
 pub fn endpoint_options(
     base: &EndpointOptions,
     op: BenchOp,
     size: usize,
     tx_depth: u32,
 ) -> EndpointOptions {
-    let (msg_size, recv_depth) = match op {
+    let (msg_size, recv_depth, send_depth) = match op {
         BenchOp::Send => {
             let fit = u32::try_from((64usize << 20) / size.max(1)).unwrap_or(u32::MAX);
-            (size.max(64), tx_depth.min(fit).clamp(2, MAX_RECV_DEPTH))
+            let depth = |d: u32| d.min(fit).clamp(2, MAX_RECV_DEPTH);
+            (
+                size.max(64),
+                depth(tx_depth.saturating_mul(2)),
+                depth(tx_depth),
+            )
         }
-        _ => (4096, 4),
+        _ => (4096, 4, 4),
     };
     EndpointOptions {
         msg_size,
         recv_depth,
-        send_depth: recv_depth,
+        send_depth,
         extra_send_wr: tx_depth,
         ..base.clone()
     }
@@ -531,18 +542,49 @@ pub fn run_bench_client(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
     Ok(report)
 }
 
-/// SENDs `iters` messages as fast as credits allow; the server confirms it got them all.
+/// SENDs `iters` messages as fast as credits allow; the server confirms it got them all. With
+/// [`BwParams::post_lists`], as perftest's -l does: every message is the same registered source
+/// (read-only, shared by every SEND in flight), each refill of the send queue is one post list,
+/// one SEND in a quarter of the depth asks for a completion. Without, one SEND per call from the
+/// endpoint's send buffers, each stamped with its sequence number.
 fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
+    let src = if p.post_lists {
+        let mut b = LocalBuf::new(ep.pd(), p.size)?;
+        b.fill(0xa5);
+        Some(b.freeze())
+    } else {
+        None
+    };
+    let depth = p.tx_depth.max(1);
+    let mut batch = SendBatch::with_capacity(if p.post_lists { depth as usize } else { 0 });
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
     let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
-    for i in 0..p.iters {
-        ep.send_with(p.size, |b| {
-            if let Some(h) = b.get_mut(..8) {
-                h.copy_from_slice(&i.to_be_bytes());
-            }
-        })?;
-        done_at.push(Instant::now());
+    let mut sent = 0u64;
+    while sent < p.iters {
+        let Some(src) = &src else {
+            ep.send_with(p.size, |b| {
+                if let Some(h) = b.get_mut(..8) {
+                    h.copy_from_slice(&sent.to_be_bytes());
+                }
+            })?;
+            sent += 1;
+            done_at.push(Instant::now());
+            continue;
+        };
+        let left = usize::try_from(p.iters - sent).unwrap_or(usize::MAX);
+        let more = left > depth as usize;
+        let n = ep.send_shared_list(
+            src,
+            p.size,
+            left.min(depth as usize),
+            (depth / 4).max(1),
+            more,
+            &mut batch,
+        )?;
+        sent += n as u64;
+        let now = Instant::now();
+        done_at.extend(std::iter::repeat_n(now, n));
     }
     ep.flush()?;
     if let Some(last) = done_at.last_mut() {

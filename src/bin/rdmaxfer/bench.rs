@@ -29,6 +29,10 @@ pub struct Args {
     /// Work requests in flight.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     tx_depth: u32,
+    /// send: post each refill of the send queue as one list of SENDs of one shared source
+    /// (perftest's -l) instead of one SEND per call from the connection's send buffers.
+    #[arg(long)]
+    post_lists: bool,
     /// Print one JSON object instead of perftest's lines.
     #[arg(long)]
     json: bool,
@@ -47,7 +51,7 @@ fn print(a: &Args, r: &BwReport) -> Result<()> {
             "op": r.op, "size": r.size, "iters": r.iters, "bw_peak_mib_s": r.bw_peak_mib_s,
             "bw_avg_mib_s": r.bw_avg_mib_s, "msg_rate_mpps": r.msg_rate_mpps,
             "cpu_seconds": r.cpu_seconds, "cpu_user_seconds": r.cpu_user_seconds,
-            "seconds": r.seconds, "tx_depth": a.tx_depth,
+            "seconds": r.seconds, "tx_depth": a.tx_depth, "post_lists": a.post_lists,
             "event": a.conn.event, "transport": if a.conn.oob { "oob" } else { "rdma_cm" },
         });
         println!("{v}");
@@ -100,6 +104,7 @@ pub fn run(a: Args) -> Result<()> {
                 iters: a.iters,
                 tx_depth: a.tx_depth,
                 timeout: base.timeout,
+                post_lists: a.post_lists,
             };
             let mut opts = bench::endpoint_options(&base, op, a.size, a.tx_depth);
             opts.session = Some(bench::session_params(&p));

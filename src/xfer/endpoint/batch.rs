@@ -1,9 +1,10 @@
 //! The caller's own work requests posted as a list (one doorbell): [`Endpoint::post_batch`].
 
-use crate::error::Error;
-use crate::verbs::{PostListError, SendBatch, SendOp};
+use crate::error::{Error, Result};
+use crate::verbs::{PostListError, SendBatch, SendOp, SendRequest, Sge, SharedBuf};
+use crate::xfer::wire::{self, ImmKind};
 
-use super::conn::Endpoint;
+use super::conn::{Endpoint, Flow, WR_DATA};
 use super::options::RESERVED_WR_ID;
 
 impl Endpoint {
@@ -39,5 +40,94 @@ impl Endpoint {
             });
         }
         self.q.post_send_batch(b)
+    }
+
+    /// Sends up to `n` messages, each the first `len` bytes of `src` (one read-only buffer
+    /// shared by every message in flight: a bandwidth source, nothing to fill), as one post list
+    /// (one doorbell); returns how many were posted, at least one. Each message takes a credit
+    /// and a send-queue slot as [`send`](Self::send) does: this waits (at most the timeout) for
+    /// the first of each, then posts as many as both allow. `b` is the caller's scratch list
+    /// (kept across calls: nothing allocated per list).
+    ///
+    /// One message in `signal_every` asks for a completion, and so does the one taking the
+    /// last send-queue slot (a wait for a slot always ends); with `more` (the caller sends
+    /// again) the last of the list may go unsignaled, without it the last is signaled, so that
+    /// [`flush`](Self::flush) sees every message complete.
+    pub fn send_shared_list(
+        &mut self,
+        src: &SharedBuf,
+        len: usize,
+        n: usize,
+        signal_every: u32,
+        more: bool,
+        b: &mut SendBatch,
+    ) -> Result<usize> {
+        self.check_usable()?;
+        if len > self.peer_msg_size {
+            return Err(Error::InvalidArgument(format!(
+                "message of {len} bytes exceeds the limit of {}",
+                self.peer_msg_size
+            )));
+        }
+        if len > src.len() {
+            return Err(Error::InvalidArgument(format!(
+                "message of {len} bytes is longer than its {}-byte source",
+                src.len()
+            )));
+        }
+        let mut deadline = self.deadline();
+        while self.credits() == 0 {
+            self.pump(
+                &mut deadline,
+                "send credit from the peer (it is not taking messages)",
+            )?;
+        }
+        while self.sends_posted >= self.own_sq {
+            self.pump(&mut deadline, "a send completion")?;
+        }
+        let room = (self.own_sq - self.sends_posted).min(self.credits());
+        let k = u32::try_from(n).unwrap_or(u32::MAX).clamp(1, room);
+        let every = signal_every.max(1);
+        b.drain().for_each(drop);
+        for i in 0..k {
+            let slot = self.sends_posted + i + 1;
+            let signaled = slot % every == 0 || slot >= self.own_sq || (!more && i + 1 == k);
+            let op = match &mut self.flow {
+                Flow::Credits { owed, .. } => {
+                    SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed)))
+                }
+                Flow::Implicit { .. } => SendOp::Send,
+            };
+            let wr = SendRequest::new(WR_DATA, op, [Sge::range(src.clone(), 0, len)]);
+            b.push(if signaled { wr } else { wr.unsignaled() });
+        }
+        let last_signaled = b.iter().last().is_some_and(SendRequest::is_signaled);
+        let posted = match self.q.post_send_batch(b) {
+            Ok(p) => p,
+            Err(e) => {
+                // The first `e.posted` are on the wire (they complete as usual); the credits
+                // the others carried are lost with the endpoint, which fails here.
+                self.account_sends(e.posted as u32, false);
+                return Err(self.fail(e.error));
+            }
+        };
+        self.account_sends(posted as u32, !last_signaled);
+        // After the post: receives the caller deferred go back now.
+        self.settle(true).map_err(|e| self.fail(e))?;
+        Ok(posted)
+    }
+
+    /// `k` SENDs of ours posted: slots taken, credits spent, the tail's signalling noted.
+    fn account_sends(&mut self, k: u32, unsignaled_tail: bool) {
+        if k == 0 {
+            return;
+        }
+        self.sends_posted += k;
+        self.unsignaled_tail = unsignaled_tail;
+        match &mut self.flow {
+            Flow::Credits { credits, .. } | Flow::Implicit { credits } => {
+                *credits = credits.saturating_sub(k)
+            }
+        }
     }
 }

@@ -1,0 +1,136 @@
+//! Device tests of [`Endpoint::send_shared_list`]: SENDs of one shared source posted as lists
+//! (one doorbell each) within the peer's credits and the send queue, every message delivered
+//! intact and in order, the credit accounting left consistent for ordinary messages after them,
+//! and a refused list leaving the endpoint usable. They need rxe0 (198.18.0.1), so they are
+//! `#[ignore]`d on the host; ci/test.sh runs them in the guest.
+
+use std::net::SocketAddr;
+use std::thread;
+use std::time::Duration;
+
+use rdmaxfer::verbs::{Context, LocalBuf, SendBatch, WaitMode};
+use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener};
+use rdmaxfer::Error;
+
+const T: Duration = Duration::from_secs(10);
+const LEN: usize = 4096;
+
+fn need_rxe0() {
+    Context::open(Some("rxe0"))
+        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::new("198.18.0.1".parse().unwrap(), port)
+}
+
+/// A connected (server, client) pair over RDMA CM with `recv_depth` receives a side.
+fn pair(port: u16, recv_depth: u32, send_depth: u32, wait: WaitMode) -> (Endpoint, Endpoint) {
+    let opts = EndpointOptions {
+        msg_size: LEN,
+        recv_depth,
+        send_depth,
+        wait,
+        timeout: T,
+        ..Default::default()
+    };
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
+    let s = thread::spawn(move || l.accept(Some(T)).unwrap());
+    let c = Endpoint::connect_cm(addr(port), &opts).unwrap();
+    (s.join().unwrap(), c)
+}
+
+fn pattern() -> Vec<u8> {
+    (0..LEN).map(|k| (k * 7 + 3) as u8).collect()
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn shared_source_lists_stay_within_credits_and_every_message_arrives() {
+    need_rxe0();
+    const N: usize = 300;
+    const PEER_DEPTH: u32 = 3;
+    for (port, wait) in [(7601, WaitMode::Poll), (7602, WaitMode::Event)] {
+        // Fewer receives at the server (3) than send-queue slots at the client (8): the lists
+        // are cut by credits, and credits come back only in credit messages.
+        let (mut s, mut c) = pair(port, PEER_DEPTH, 8, wait);
+        let server = thread::spawn(move || {
+            let want = pattern();
+            let mut lens = Vec::with_capacity(N);
+            for i in 0..N {
+                let (len, same) = s
+                    .recv_with(|m| (m.data.len(), m.data == &want[..m.data.len()]))
+                    .unwrap_or_else(|e| panic!("recv {i}: {e}"));
+                assert!(same, "message {i}: wrong contents");
+                lens.push(len);
+            }
+            s.send(b"all here").unwrap();
+            assert_eq!(s.recv().unwrap(), b"bye");
+            lens
+        });
+        let mut src = LocalBuf::new(c.pd(), LEN).unwrap();
+        src.copy_from_slice(&pattern());
+        let src = src.freeze();
+        let mut b = SendBatch::with_capacity(16);
+        let mut lens = Vec::with_capacity(N);
+        let mut longest = 0;
+        for list in 0.. {
+            if lens.len() == N {
+                break;
+            }
+            let len = LEN - list % 5; // one length per list, another for the next
+            let want = (N - lens.len()).min(16);
+            let before = c.credits();
+            let more = lens.len() + want < N;
+            let k = c
+                .send_shared_list(&src, len, want, 2, more, &mut b)
+                .unwrap_or_else(|e| panic!("list {list}: {e}"));
+            let cap = if before > 0 { before } else { PEER_DEPTH };
+            assert!(
+                (1..=want.min(cap as usize)).contains(&k),
+                "list {list}: posted {k} of {want} with {before} credits"
+            );
+            assert!(c.credits() <= PEER_DEPTH, "credits {}", c.credits());
+            assert!(b.is_empty(), "the scratch list is empty after a post");
+            lens.extend(std::iter::repeat_n(len, k));
+            longest = longest.max(k);
+        }
+        assert!(longest > 1, "some list carried more than one message");
+        c.flush().unwrap();
+        assert_eq!(c.recv().unwrap(), b"all here");
+        c.send(b"bye").unwrap();
+        c.flush().unwrap();
+        assert_eq!(
+            server.join().unwrap(),
+            lens,
+            "every message, in order, at its length"
+        );
+        assert!(c.credits() <= PEER_DEPTH, "credits {}", c.credits());
+    }
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_refused_list_posts_nothing_and_leaves_the_endpoint_usable() {
+    need_rxe0();
+    let (mut s, mut c) = pair(7603, 4, 4, WaitMode::Poll);
+    let big = LocalBuf::new(c.pd(), 2 * LEN).unwrap().freeze();
+    let mut b = SendBatch::with_capacity(4);
+    let credits = c.credits();
+    match c.send_shared_list(&big, LEN + 1, 2, 1, false, &mut b) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("exceeds"), "{why}"),
+        other => panic!("a message over the peer's size must be refused: {other:?}"),
+    }
+    assert_eq!(c.credits(), credits, "a refused list spends no credit");
+    let small = LocalBuf::new(c.pd(), 16).unwrap().freeze();
+    match c.send_shared_list(&small, 17, 1, 1, false, &mut b) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("source"), "{why}"),
+        other => panic!("a message longer than its source must be refused: {other:?}"),
+    }
+    let k = c.send_shared_list(&big, LEN, 2, 1, false, &mut b).unwrap();
+    assert_eq!(k, 2);
+    c.flush().unwrap();
+    for _ in 0..k {
+        assert_eq!(s.recv().unwrap(), vec![0u8; LEN]);
+    }
+}
