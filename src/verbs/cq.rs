@@ -505,7 +505,10 @@ impl CompletionQueue {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // Whole milliseconds, at least 1 (64-bit arithmetic: this runs once per wake-up).
+        let ms = (left.as_secs().saturating_mul(1000))
+            .saturating_add(u64::from(left.subsec_millis()))
+            .clamp(1, i32::MAX as u64) as i32;
         // SAFETY: one valid pollfd.
         let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
         if rc < 0 {

@@ -134,6 +134,28 @@ impl SoloQueue {
         self.qp.post_recv_buf_into(t, wr_id, buf)
     }
 
+    /// Hands back an emptied [`Completion::retired`] list: the next completion that retires
+    /// unsignaled sends reuses it (no allocation per signaled SEND).
+    #[inline(always)]
+    pub fn recycle(&mut self, retired: Vec<crate::verbs::Retired>) {
+        self.cq.split().1.recycle(retired);
+    }
+
+    /// Lean retiring of unsignaled sends whose `wr_id` is at least `from` (each with one
+    /// exclusive buffer): the per-message path's completions retire them into the queue, and
+    /// the owner must [`take_retired`](Self::take_retired) after every completion it handles.
+    /// For owners that never hand the queue's completions on as [`Completion`]s.
+    pub(crate) fn set_lean_retire(&mut self, from: u64) {
+        self.cq.split().1.set_lean_retire(from);
+    }
+
+    /// The buffers of sends retired the lean way (see [`set_lean_retire`](Self::set_lean_retire)),
+    /// appended to `out`; returns how many sends they were.
+    #[inline(always)]
+    pub(crate) fn take_retired(&mut self, out: &mut Vec<LocalBuf>) -> usize {
+        self.cq.split().1.take_retired(out)
+    }
+
     /// [`CompletionQueue::poll_one`], without a lock.
     #[inline(always)]
     pub fn poll_one(&mut self) -> Result<Option<Completion>> {

@@ -186,7 +186,13 @@ struct Filler<'a> {
 }
 
 impl Filler<'_> {
+    #[inline(always)]
     fn fill(&mut self, buf: &mut [u8], seq: u64) {
+        if buf.len() <= 8 {
+            // The stamp is the whole message: no buffer to look up.
+            self.pat.stamp(buf, seq);
+            return;
+        }
         let key = buf.as_ptr() as usize;
         if self.primed.contains(&key) {
             self.pat.stamp(buf, seq);
@@ -619,7 +625,7 @@ mod tests {
             f.fill(&mut c, 5);
             f.fill(&mut c, 6);
             p.check(&c, 6, "pong").unwrap();
-            assert_eq!(f.primed.len(), 1);
+            assert_eq!(f.primed.len(), usize::from(size > 8));
         }
     }
 

@@ -45,10 +45,11 @@ impl Done {
     }
 }
 
-/// A completion as the per-message path takes it: [`Done`] when it can, else in full.
+/// A completion as the per-message path takes it: [`Done`] when it can, else in full (boxed:
+/// the usual case stays small to move).
 pub(crate) enum Polled {
     Done(Done),
-    Full(Completion),
+    Full(Box<Completion>),
 }
 
 impl Polled {
@@ -57,7 +58,7 @@ impl Polled {
     pub(crate) fn into_completion(self) -> Completion {
         match self {
             Polled::Done(d) => d.into_completion(),
-            Polled::Full(c) => c,
+            Polled::Full(c) => *c,
         }
     }
 }
@@ -148,6 +149,16 @@ pub(crate) struct Table {
     pub(super) stash: [sys::ibv_wc; STASH],
     pub(super) stash_at: usize,
     pub(super) stash_len: usize,
+    /// An empty retired list with room, handed back by [`recycle`](Self::recycle): the next
+    /// completion that retires unsignaled sends fills it instead of allocating.
+    spare: Vec<Retired>,
+    /// Lean retiring (see [`set_lean_retire`](Self::set_lean_retire)): unsignaled sends with a
+    /// caller's `wr_id` at or above this, each with one exclusive buffer, are retired by
+    /// [`complete_lean`](Self::complete_lean) into `retired_bufs` (`u64::MAX`: never).
+    lean_from: u64,
+    /// Buffers of sends retired the lean way, for the owner to take
+    /// ([`take_retired`](Self::take_retired)); dropped with the table otherwise.
+    retired_bufs: Vec<LocalBuf>,
 }
 
 /// Completions a busy-poll asks `ibv_poll_cq(3)` for at once.
@@ -181,6 +192,9 @@ impl Table {
             stash: Default::default(),
             stash_at: 0,
             stash_len: 0,
+            spare: Vec::new(),
+            lean_from: u64::MAX,
+            retired_bufs: Vec::new(),
         }
     }
 
@@ -294,7 +308,7 @@ impl Table {
     #[inline(always)]
     pub(super) fn take_polled(&mut self) -> Option<Polled> {
         if let Some(c) = self.pending.pop_front() {
-            return Some(Polled::Full(c));
+            return Some(Polled::Full(Box::new(c)));
         }
         while self.stash_at < self.stash_len {
             let wc = self.stash[self.stash_at];
@@ -324,15 +338,32 @@ impl Table {
             Some([Buf::Local(_)])
         );
         if wc.status != sys::IBV_WC_SUCCESS || !one_local {
-            return self.complete(wc).map(Polled::Full);
+            return self.complete(wc).map(|c| Polled::Full(Box::new(c)));
         }
         if wc.wr_id & RECV_BIT == 0 {
-            let c = self.sq.get_mut(wc.qp_num)?;
-            if c.head != i {
-                // Earlier unsignaled sends retire with it.
-                return self.complete(wc).map(Polled::Full);
+            let head = self.sq.get_mut(wc.qp_num)?.head;
+            if head != i {
+                // Earlier unsignaled sends retire with it: into `retired_bufs` if they all may,
+                // else in a full completion's list.
+                if !self.lean_chain(head, i) {
+                    return self.complete(wc).map(|c| Polled::Full(Box::new(c)));
+                }
+                let mut p = head;
+                while p != i {
+                    let next = self.slots[p as usize].next;
+                    if let Some(Entry { mut bufs, .. }) =
+                        release(&mut self.slots, &mut self.free, p)
+                    {
+                        if let Some(Buf::Local(b)) = bufs.pop() {
+                            self.retired_bufs.push(b);
+                        }
+                    }
+                    p = next;
+                }
             }
-            c.head = self.slots[i as usize].next;
+            let next = self.slots[i as usize].next;
+            let c = self.sq.get_mut(wc.qp_num)?;
+            c.head = next;
             if c.head == NIL {
                 c.tail = NIL;
             }
@@ -352,6 +383,53 @@ impl Table {
             buf,
             op: e.op,
         }))
+    }
+
+    /// From now on, a signaled send's completion that [`complete_lean`](Self::complete_lean)
+    /// takes retires the unsignaled sends before it into a buffer list of the table when each
+    /// has a caller's `wr_id` of at least `from` and one exclusive buffer, instead of a
+    /// [`Completion::retired`] list: the owner must then call [`take_retired`](Self::take_retired)
+    /// after every completion it handles (the completion itself does not say so).
+    pub(crate) fn set_lean_retire(&mut self, from: u64) {
+        self.lean_from = from;
+    }
+
+    /// Moves the buffers of sends retired the lean way to `out`; returns how many (one per
+    /// send).
+    #[inline(always)]
+    pub(crate) fn take_retired(&mut self, out: &mut Vec<LocalBuf>) -> usize {
+        let n = self.retired_bufs.len();
+        if n > 0 {
+            out.append(&mut self.retired_bufs);
+        }
+        n
+    }
+
+    /// True if the chain of sends from `p` up to (not including) slot `i` all qualify for lean
+    /// retiring (see [`set_lean_retire`](Self::set_lean_retire)).
+    #[inline(always)]
+    fn lean_chain(&self, mut p: u32, i: u32) -> bool {
+        while p != i {
+            let Some(s) = self.slots.get(p as usize) else {
+                return false;
+            };
+            match &s.entry {
+                Some(e)
+                    if e.wr_id >= self.lean_from
+                        && matches!(e.bufs.as_slice(), [Buf::Local(_)]) => {}
+                _ => return false,
+            }
+            p = s.next;
+        }
+        true
+    }
+
+    /// Keeps an emptied retired list (its capacity) for the next completion that retires sends.
+    #[inline(always)]
+    pub(crate) fn recycle(&mut self, v: Vec<Retired>) {
+        if v.is_empty() && v.capacity() > self.spare.capacity() {
+            self.spare = v;
+        }
     }
 
     /// Moves the stashed completions to `pending` (matched, in order).
@@ -380,6 +458,8 @@ impl Table {
                     n += 1;
                     p = self.slots[p as usize].next;
                 }
+                // The list of an earlier completion, if its owner handed it back: no allocation.
+                retired = std::mem::take(&mut self.spare);
                 retired.reserve_exact(n);
             }
             let mut p = c.head;
@@ -538,6 +618,33 @@ mod tests {
         assert_eq!(t.take_polled().map(|p| p.into_completion().wr_id), Some(4));
         assert!(t.take_polled().is_none());
         assert!(!t.has_entries(4));
+    }
+
+    #[test]
+    fn lean_retiring_moves_own_unsignaled_buffers_and_falls_back_for_others() {
+        let parked = |t: &Table| t.retired_bufs.len();
+        let mut t = Table::default();
+        // Off by default: a send that retires others is a full completion.
+        let a = t.push(6, false, 10, Bufs::new(), "SEND").unwrap();
+        let b = t.push(6, false, 11, Bufs::new(), "SEND").unwrap();
+        assert!(matches!(
+            t.complete_lean(&wc(b, 6, 0)),
+            Some(Polled::Full(_))
+        ));
+        assert!(t.complete(&wc(a, 6, 0)).is_none(), "retired with b");
+        t.set_lean_retire(100);
+        // Entries without one exclusive buffer (or below `from`) never retire the lean way.
+        let c = t.push(6, false, 200, Bufs::new(), "SEND").unwrap();
+        let d = t.push(6, false, 201, Bufs::new(), "SEND").unwrap();
+        match t.complete_lean(&wc(d, 6, 0)) {
+            Some(Polled::Full(f)) => assert_eq!((f.wr_id, f.retired.len()), (201, 1)),
+            _ => panic!("no exclusive buffer: full completion"),
+        }
+        assert!(t.complete(&wc(c, 6, 0)).is_none());
+        assert_eq!(parked(&t), 0);
+        let mut out = Vec::new();
+        assert_eq!(t.take_retired(&mut out), 0);
+        assert!(out.is_empty() && !t.has_entries(6));
     }
 
     #[test]

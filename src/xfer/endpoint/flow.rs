@@ -56,7 +56,7 @@ impl Endpoint {
     pub(super) fn handle_polled(&mut self, p: Polled) -> Result<()> {
         match p {
             Polled::Done(d) => self.handle_done(d),
-            Polled::Full(c) => self.handle(c),
+            Polled::Full(c) => self.handle(*c),
         }
     }
 
@@ -66,6 +66,7 @@ impl Endpoint {
     fn handle_done(&mut self, d: Done) -> Result<()> {
         match d.wr_id {
             WR_DATA => {
+                self.take_retired();
                 self.sends_posted = self.sends_posted.saturating_sub(1);
                 self.send_pool.push(d.buf);
                 if let Flow::Credits {
@@ -99,8 +100,13 @@ impl Endpoint {
     /// Handles one completion: returns send buffers, applies credits, queues messages.
     #[inline(always)]
     pub(super) fn handle(&mut self, mut c: Completion) -> Result<()> {
-        if !c.retired.is_empty() {
+        self.take_retired();
+        if c.retired.capacity() > 0 {
             self.retire_own(&mut c.retired);
+            if c.retired.is_empty() {
+                // Only our own SENDs: the list goes back to the queue for the next one.
+                self.q.recycle(std::mem::take(&mut c.retired));
+            }
         }
         if c.wr_id < RESERVED_WR_ID {
             if !self.user_retired.is_empty() {
@@ -162,6 +168,14 @@ impl Endpoint {
             }
         }
         Ok(())
+    }
+
+    /// Takes back our own unsignaled SENDs that the queue retired the lean way (see
+    /// `SoloQueue::set_lean_retire`): they count as completed, their buffers go back to the pool.
+    #[inline(always)]
+    fn take_retired(&mut self) {
+        let n = self.q.take_retired(&mut self.send_pool);
+        self.sends_posted = self.sends_posted.saturating_sub(n as u32);
     }
 
     /// Takes our own unsignaled SENDs out of a completion's retired list: they count as

@@ -129,12 +129,14 @@ impl Parts {
     ) -> Result<Parts> {
         let pd = ProtectionDomain::new(&ctx)?;
         let (c, own_sq) = caps(opts, INLINE)?;
-        let q = SoloQueue::new(&ctx, cq_len(&c)?, opts.wait, |cq| {
+        let mut q = SoloQueue::new(&ctx, cq_len(&c)?, opts.wait, |cq| {
             match make_qp(&pd, cq, c) {
                 Ok(qp) => Ok(qp),
                 Err(_) => make_qp(&pd, cq, caps(opts, 0)?.0),
             }
         })?;
+        // The endpoint's own unsignaled SENDs retire without a list (flow.rs takes them back).
+        q.set_lean_retire(super::options::RESERVED_WR_ID);
         let send_pool = LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?;
         Ok(Parts {
             ctx,
