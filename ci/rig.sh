@@ -697,7 +697,7 @@ test_receiver_killed() {
   cmd B "rm -rf out-$port; mkdir out-$port; exec \$BIN recv \$EV --out out-$port --listen $IP_B -p $port --once --json"
   local rid="$LAST"
   wait_log "$rid" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); end_test; return; }
-  cmd A "mkrand f128.bin 128 && exec \$BIN send \$EV f128.bin $IP_B:$port --json"
+  cmd A "rm -rf out-*; mkrand f128.bin 128 && exec \$BIN send \$EV f128.bin $IP_B:$port --json"
   local sid="$LAST"
   run B 90 "wait_size 'out-$port/.f128.bin*' $((4 << 20)) 80" || T_FAILS=$((T_FAILS + 1))
   kill_host B
@@ -717,7 +717,7 @@ test_receiver_killed() {
 test_sender_killed() {
   begin sender_killed
   # Receiver on A, not --once: after the sender's host dies it must fail that session and listen again.
-  cmd A "rm -rf out-$port; mkdir out-$port; echo \$\$ >recv.pid; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --json"
+  cmd A "rm -rf out-* f128.bin; mkdir out-$port; echo \$\$ >recv.pid; exec \$BIN recv \$EV --out out-$port --listen $IP_A -p $port --json"
   local rid="$LAST"
   wait_log "$rid" 'listening on' 30 || { T_FAILS=$((T_FAILS + 1)); end_test; return; }
   cmd B "mkrand f128.bin 128 && exec \$BIN send \$EV f128.bin $IP_A:$port --json"
