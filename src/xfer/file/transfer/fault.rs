@@ -83,8 +83,9 @@ pub(super) fn invalid_request(label: &str, chunk: Option<u64>, e: Error) -> Erro
         Some(c) => format!("this RDMA device rejected a packet of data chunk {c} as malformed"),
     };
     Error::Connection(format!(
-        "{label}: {what} (completion status {REM_INV_REQ}, remote invalid request, on a \
-         connection whose path MTU both sides agreed); {HINT}"
+        "{label}: {what} (completion status {REM_INV_REQ}, remote invalid request). Unless the \
+         two hosts use different path MTUs (with --oob, -m must be the same on both sides), \
+         {HINT}"
     ))
 }
 
@@ -118,7 +119,7 @@ mod tests {
         assert!(e.contains("stream 2, stripe 2 of 4"), "{e}");
         assert!(e.contains("rejected a packet of data chunk 5"), "{e}");
         assert!(e.contains("send it again"), "{e}");
-        assert!(!e.contains("different path MTUs"), "{e}");
+        assert!(e.contains("-m must be the same on both sides"), "{e}");
         // Other errors pass unchanged.
         let t = Error::Protocol("x".into());
         assert_eq!(
