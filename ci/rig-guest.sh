@@ -75,6 +75,18 @@ rxe_counters() {
   echo
 }
 
+# fault_evidence — what the kernel saw around a failed transfer: its last messages (rxe's
+# warnings), the qdiscs' drops (a packet dropped on the way out makes rxe resend it) and the
+# links' counters.
+fault_evidence() {
+  echo "--- dmesg (last 40 lines):"
+  dmesg | tail -n 40
+  echo "--- tc -s qdisc show:"
+  tc -s qdisc show
+  echo "--- ip -s link show:"
+  ip -s link show
+}
+
 # rdma_res — the resource counts of rxe0 (pd, cq, qp, cm_id, mr, ctx, …) on one line.
 rdma_res() { rdma resource show | grep rxe0 | tr -s ' '; }
 

@@ -305,7 +305,7 @@ rxe_deltas() {
 # striped_xfer NAME N SEND_EXTRA — xfer of the 32 MiB file over N streams, every stream served;
 # notes the rxe0 counters that grew on both hosts meanwhile.
 striped_xfer() {
-  local a0 b0 a1 b1
+  local a0 b0 a1 b1 fails="$T_FAILS"
   counters A && a0="$CNT"
   counters B && b0="$CNT"
   xfer "$1" 32 240 "" "--streams $2 $3" || true
@@ -313,6 +313,10 @@ striped_xfer() {
   counters A && a1="$CNT"
   counters B && b1="$CNT"
   note "rxe0 counters grown: $(rxe_deltas "$a0" "$a1" "$b0" "$b1")"
+  if ((T_FAILS > fails)); then # the kernel's side of a failure: rxe warnings, drops on the way out
+    run A 30 fault_evidence || true
+    run B 30 fault_evidence || true
+  fi
 }
 
 # One file striped over 2 and over 4 streams (QPs) on a clean wire, 3 times each (the bench's

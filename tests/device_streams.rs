@@ -316,6 +316,40 @@ fn a_corrupted_chunk_of_one_stripe_is_named_and_nothing_is_committed() {
     assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
 }
 
+/// A fault of the RDMA transport on one stream (imitated by the sender's test hook: a
+/// zero-length WRITE_WITH_IMM that repeats chunk 6's immediate on stripe 1, as a faulty
+/// retransmission may deliver) is named on both sides (stream, stripe, chunks, what to do) and
+/// nothing of the file is committed, no temporary file left.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_transport_fault_on_one_stream_is_named_and_nothing_is_committed() {
+    need_rxe0();
+    let port = 7492;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = dir_with(tmp.path(), "out");
+    let src = tmp.path().join("f.bin");
+    std::fs::write(&src, pseudo_random(12 << 20, 19)).unwrap();
+    let r = common::recv(port, &out, &["--once"]);
+    // Stripes of 4 MiB; file chunk 70 (64 KiB chunks) is chunk 6 of stripe 1, on stream 1.
+    let args = send_args(port, &[&src], &["--streams", "3", "--chunk", "64K"]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = spawn_env("send", &a, &[("RDMAXFER_TEST_REPLAY_CHUNK", "70")]).finish(T);
+    d.failed("send --streams 3 with a repeated chunk");
+    let rd = r.finish(T);
+    rd.failed("recv of a striped file with a repeated chunk");
+    let want = "stream 1, stripe 1 of 3 of f.bin: the RDMA transport delivered data chunk 6 \
+                (0 bytes, into slot 6) where chunk 7 (mod 65536) was expected";
+    let what = "nothing of this file is committed: send it again";
+    let recv_says = format!("{}{}", rd.out, rd.err);
+    assert!(recv_says.contains(want), "receiver:\n{recv_says}");
+    assert!(recv_says.contains(what), "receiver:\n{recv_says}");
+    let send_says = format!("{}{}", d.out, d.err);
+    assert!(send_says.contains(want), "sender:\n{send_says}");
+    let sj = d.one_json();
+    assert_ne!(sj["files"][0]["result"], "ok", "{sj}");
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+}
+
 /// The stream count the default rule picks for a big file on one device: the guest's CPUs,
 /// at most 2 per device, at most 4 (computed here from the rule, not from the code).
 fn default_for_one_device() -> u64 {

@@ -383,6 +383,9 @@ pub fn send(a: SendArgs) -> Result<()> {
         })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
     let corrupt_chunk = test_hook("RDMAXFER_TEST_CORRUPT_CHUNK");
+    // Test-only fault hook (debug builds): a transport fault after this chunk (its immediate
+    // delivered twice).
+    let replay_chunk = test_hook("RDMAXFER_TEST_REPLAY_CHUNK");
     // Test-only hold (debug builds): this stripe sends its data after the others' verdicts.
     let hold_stripe = test_hook("RDMAXFER_TEST_HOLD_STRIPE");
     let devices = a.conn.devices().len();
@@ -400,6 +403,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         checksum: a.checksum,
         verify: a.verify,
         corrupt_chunk,
+        replay_chunk,
         hold_stripe,
         streams,
     };

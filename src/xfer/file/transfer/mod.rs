@@ -26,6 +26,7 @@ use super::proto::{self, Digest, EntryKind, Msg, Reason};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 
+mod fault;
 mod joint;
 mod receive;
 mod send;
@@ -136,6 +137,10 @@ pub struct SenderOptions {
     pub verify: Algo,
     /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
     pub corrupt_chunk: Option<u64>,
+    /// Test-only fault: after posting this chunk (0-based, per file), post a zero-length RDMA
+    /// WRITE_WITH_IMM repeating its immediate, as a faulty transport's retransmission may
+    /// deliver (the receiver must name it and commit nothing).
+    pub replay_chunk: Option<u64>,
     /// Test-only hold: the stripe of this index (of every striped file) sends its data only
     /// once every other stripe of its file has its verdict (its stream waits, MR in hand).
     pub hold_stripe: Option<u16>,
@@ -156,6 +161,7 @@ impl Default for SenderOptions {
             checksum: false,
             verify: Algo::DEFAULT,
             corrupt_chunk: None,
+            replay_chunk: None,
             hold_stripe: None,
             streams: 1,
         }

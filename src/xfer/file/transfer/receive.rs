@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use super::fault;
 use super::joint::{Joint, Streams};
 use super::stripe;
 use super::{
@@ -104,6 +105,7 @@ pub fn receive_streams(
         ring: &mut ring,
         budget: &mut budget,
         role,
+        stream: None,
     };
     let r = receive_session(ep, opts, &mut s, report, progress);
     if let Err(e) = &r {
@@ -127,6 +129,8 @@ pub(super) struct SessionState<'a, 'b> {
     pub(super) ring: &'a mut Option<StagingRing>,
     pub(super) budget: &'a mut Budget,
     role: Role<'b>,
+    /// This connection's stream of a session with several (for errors).
+    pub(super) stream: Option<u16>,
 }
 
 fn receive_session(
@@ -190,6 +194,7 @@ fn receive_session(
                     None => (proto::new_session_id(), 1),
                 };
                 let index = 0;
+                st.stream = (streams > 1).then_some(index);
                 send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
             }
             Msg::Join(jn) if was_first => {
@@ -206,6 +211,7 @@ fn receive_session(
                     .map_err(|e| refuse_session(ep, e))?;
                 let (id, streams, index) = (j.id, j.granted, jn.index);
                 st.budget.share(j.progress.clone());
+                st.stream = Some(index);
                 send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
                 joint = Some(j);
             }
@@ -360,14 +366,15 @@ const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
 /// buffer at its offset and hashes it (see [`Sink::write_chunk_at`]), so the network, the disk
 /// and hashing on every core overlap. A write error does not stop the draining: it is returned
 /// with the sink for the ACK. Other errors (protocol, connection, an ERR from the sender) end
-/// the file (the sink is dropped, which removes or keeps the temporary file).
+/// the file (the sink is dropped, which removes or keeps the temporary file). `label` names
+/// the part in errors ([`fault::part_label`]).
 pub(super) fn receive_data<T: ChunkTarget>(
     ep: &mut Endpoint,
     r: &mut StagingRing,
     budget: &mut Budget,
     sink: T,
-    held: u64,
-    size: u64,
+    (held, size): (u64, u64),
+    label: &str,
 ) -> Result<(T, Option<Error>)> {
     let slot = u64::from(r.slot_size);
     let first = held / slot;
@@ -412,27 +419,27 @@ pub(super) fn receive_data<T: ChunkTarget>(
                 let StagingRing {
                     region, slot_count, ..
                 } = &*r;
-                let got = budget.wait(ep, |ep| {
-                    ep.recv_with(|m| -> Result<Chunk> {
-                        let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
-                            return Ok(Chunk::Ctl(decode_ctl(m.data)));
-                        };
-                        let imm = proto::decode_imm(imm, *slot_count)?;
-                        if imm.seq != seq {
-                            return Err(Error::Protocol(format!(
-                                "data chunk {} arrived where chunk {seq} (mod 65536) was expected",
-                                imm.seq
-                            )));
-                        }
-                        if len as usize != want {
-                            return Err(Error::Protocol(format!(
-                                "data chunk {seq} is {len} bytes, expected {want}"
-                            )));
-                        }
-                        region.read_at(usize::from(imm.slot) * slot as usize, &mut buf[..want])?;
-                        Ok(Chunk::Data(want))
-                    })?
-                })?;
+                let got = budget
+                    .wait(ep, |ep| {
+                        ep.recv_with(|m| -> Result<Chunk> {
+                            let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
+                                return Ok(Chunk::Ctl(decode_ctl(m.data)));
+                            };
+                            let imm = proto::decode_imm(imm, *slot_count)?;
+                            if imm.seq != seq {
+                                return Err(fault::out_of_sequence(
+                                    label, imm.seq, len, imm.slot, seq,
+                                ));
+                            }
+                            if len as usize != want {
+                                return Err(fault::wrong_length(label, seq, len, want));
+                            }
+                            region
+                                .read_at(usize::from(imm.slot) * slot as usize, &mut buf[..want])?;
+                            Ok(Chunk::Data(want))
+                        })?
+                    })
+                    .map_err(|e| fault::invalid_request(label, Some(u64::from(seq)), e))?;
                 let n = match got {
                     Chunk::Data(n) => n,
                     Chunk::Ctl(Ok(Msg::Err { reason, message })) => {
@@ -534,6 +541,7 @@ fn receive_file(
         lease,
         ring,
         budget,
+        stream,
         ..
     } = st;
     let kind = h.kind;
@@ -576,7 +584,8 @@ fn receive_file(
     send_msg(ep, &r.offer(held, held_hash))?;
 
     let size = h.size;
-    let (mut sink, write_failure) = match receive_data(ep, r, budget, sink, held, size) {
+    let label = fault::part_label(*stream, None, &h.name);
+    let (mut sink, write_failure) = match receive_data(ep, r, budget, sink, (held, size), &label) {
         Ok(x) => x,
         Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
     };

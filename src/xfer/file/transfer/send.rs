@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use super::fault::{self, Faults};
 use super::streams::{RangeSource, StripeJob, PHASE_TARGET as PHASE};
 use super::{
     decode_ctl, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
@@ -456,13 +457,17 @@ fn send_file(
         &reading,
         &remote,
         mr.slot_count,
-        // The test hook names a chunk of the file: a stripe's own chunks count from its offset.
-        match stripe {
-            None => opts.corrupt_chunk,
-            Some(s) => opts
-                .corrupt_chunk
-                .and_then(|c| c.checked_sub(s.stripe.offset / u64::from(mr.slot_size))),
-        },
+        // The test hooks name chunks of the file: a stripe's own chunks count from its offset.
+        Faults::for_part(
+            opts.corrupt_chunk,
+            opts.replay_chunk,
+            stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
+        ),
+        &fault::part_label(
+            stripe.map(|s| s.stream),
+            stripe.map(|s| (s.stripe.index, s.stripe.count)),
+            name,
+        ),
         &mut |n| {
             progress(Progress::Bytes {
                 name,
@@ -578,7 +583,8 @@ fn send_digests(ep: &mut Endpoint, chunks: &Chunks, session: Option<&AtomicU64>)
 /// and network overlap. Returns the whole file's digest and the bytes written (also with an
 /// error). Its waits for credits and completions go on while `session` moves (see
 /// [`wait_on`]); each chunk read, posted or completed counts as the session's progress.
-// The ring, the source and the receiver's ring, plus the test hook and the progress callbacks.
+/// `label` names the part in errors ([`fault::part_label`]).
+// The ring, the source and the receiver's ring, plus the test hooks and the progress callbacks.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
@@ -586,7 +592,8 @@ pub(super) fn send_data<S: ChunkSource>(
     src: &S,
     remote: &RemoteRegion,
     slot_count: u32,
-    corrupt_chunk: Option<u64>,
+    faults: Faults,
+    label: &str,
     progress: &mut dyn FnMut(u64),
     session: Option<&AtomicU64>,
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
@@ -605,7 +612,7 @@ pub(super) fn send_data<S: ChunkSource>(
                 let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                 let Ok((k, mut buf)) = job else { return };
                 let got = src.read_chunk_at(k, &mut buf).inspect(|&n| {
-                    if corrupt_chunk == Some(k) && n > 0 {
+                    if faults.corrupt == Some(k) && n > 0 {
                         buf[0] ^= 0xff;
                     }
                 });
@@ -652,6 +659,10 @@ pub(super) fn send_data<S: ChunkSource>(
                         return Err(pe.error);
                     }
                     in_flight += 1;
+                    if faults.replay == Some(k) {
+                        replay(ep, remote, u64::from(slot_idx) * slot, rel, imm, session)?;
+                        in_flight += 1;
+                    }
                     k += 1;
                     written += n as u64;
                     moved(session, 1);
@@ -680,11 +691,13 @@ pub(super) fn send_data<S: ChunkSource>(
                         }
                     }
                 } else {
-                    collect(ep, r, &mut in_flight, session)?;
+                    collect(ep, r, &mut in_flight, session)
+                        .map_err(|e| fault::invalid_request(label, None, e))?;
                 }
             }
             while in_flight > 0 {
-                collect(ep, r, &mut in_flight, session)?;
+                collect(ep, r, &mut in_flight, session)
+                    .map_err(|e| fault::invalid_request(label, None, e))?;
             }
             Ok(())
         })();
@@ -704,6 +717,24 @@ pub(super) fn send_data<S: ChunkSource>(
         res.map_err(|e| (e, written))?;
         src.finish().map(|h| (h, written)).map_err(|e| (e, written))
     })
+}
+
+/// Test-only ([`Faults::replay`]): a zero-length WRITE_WITH_IMM at `off` repeating `imm`.
+fn replay(
+    ep: &mut Endpoint,
+    remote: &RemoteRegion,
+    off: u64,
+    wr_id: u64,
+    imm: u32,
+    session: Option<&AtomicU64>,
+) -> Result<()> {
+    wait_on(ep, session, Endpoint::wait_credit)?;
+    let wr = SendRequest::new(
+        wr_id,
+        SendOp::WriteWithImm(remote.slice(off, 0)?, imm),
+        std::iter::empty::<Sge>(),
+    );
+    ep.post(wr).map_err(|pe| pe.error)
 }
 
 /// Waits for at least one data-chunk completion and takes its buffers back; each counts as

@@ -93,6 +93,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(super) struct StripeJob {
     pub(super) stripe: Stripe,
     pub(super) track: Arc<FileTrack>,
+    /// The stream that sends it (set when a stream takes it; for errors).
+    pub(super) stream: u16,
 }
 
 /// A stripe's verdict as the sender records it.
@@ -304,7 +306,15 @@ fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job>
         });
         for stripe in stripes {
             let track = track.clone();
-            jobs.push(Job::Part(i, StripeJob { stripe, track }));
+            let stream = stripe.index;
+            jobs.push(Job::Part(
+                i,
+                StripeJob {
+                    stripe,
+                    track,
+                    stream,
+                },
+            ));
         }
     }
     jobs
@@ -520,7 +530,7 @@ fn work(
         while let Some(job) = queue.next(me) {
             let (i, stripe) = match job {
                 Job::Whole(i) => (i, None),
-                Job::Part(i, s) => (i, Some(s)),
+                Job::Part(i, s) => (i, Some(StripeJob { stream: me, ..s })),
             };
             let index = stripe.as_ref().map_or(0, |s| s.stripe.index);
             let mut events = |p: Progress<'_>| {

@@ -7,6 +7,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
+use super::fault;
 use super::joint::{wait_others, Answer, FileState, Joint};
 use super::receive::{
     admit, answer_refuse, answer_skip, ensure_ring, open_sink, receive_data, tell_peer,
@@ -148,6 +149,7 @@ pub(super) fn receive_stripe(
         lease,
         ring,
         budget,
+        stream,
         ..
     } = st;
     if h.kind != EntryKind::File || s.end() > h.size {
@@ -241,7 +243,8 @@ pub(super) fn receive_stripe(
     }
     send_msg(ep, &r.offer(held, held_digest))?;
     let chunks = w.chunks.clone();
-    let (w, write_failure) = match receive_data(ep, r, budget, w, held, s.len) {
+    let label = fault::part_label(*stream, Some((s.index, s.count)), &h.name);
+    let (w, write_failure) = match receive_data(ep, r, budget, w, (held, s.len), &label) {
         Ok(x) => x,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
