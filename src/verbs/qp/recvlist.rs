@@ -7,6 +7,7 @@ use crate::verbs::cq::{Buf, Bufs, Table};
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::wr::one_sge;
 
+use super::batch::posted_before;
 use super::post::table_full;
 use super::{PostListError, QpState, QueuePair};
 
@@ -134,19 +135,11 @@ impl QueuePair {
         // SAFETY: `self.qp` is live until drop; `l.raw` and `l.sg` are untouched until the call
         // returns, and the pointers set above stay within them.
         let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), base, &mut bad) };
+        // Unknown which were posted: keep every entry (as if all were).
         let posted = if rc == 0 {
             n
         } else {
-            // ibv_post_recv(3): `bad` is the first request not posted; the ones before it were.
-            let k = (bad as usize).wrapping_sub(base as usize)
-                / std::mem::size_of::<sys::ibv_recv_wr>();
-            let in_list = !bad.is_null() && (bad as usize) >= (base as usize) && k < n;
-            // Unknown which were posted: keep every buffer in the table.
-            if in_list {
-                k
-            } else {
-                n
-            }
+            posted_before(bad, base, n)
         };
         let unposted = take_back(t, self.qpn, &l.raw[posted..]);
         for r in &mut l.raw {

@@ -25,6 +25,7 @@ use crate::sys;
 use crate::verbs::cq::{Buf, Table};
 use crate::verbs::mr::SharedBuf;
 
+use super::batch::posted_before;
 use super::post::{not_rts, table_full};
 use super::{PostListError, QpState, QueuePair, SendOp, Sge};
 
@@ -186,19 +187,11 @@ impl QueuePair {
         // SAFETY: `self.qp` is live until drop; `l.raw` and `sge` are untouched until the call
         // returns, and the pointers set above stay within them.
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), base, &mut bad) };
+        // Unknown which were posted: keep every entry (as if all were).
         let posted = if rc == 0 {
             n
         } else {
-            // ibv_post_send(3): `bad` is the first request not posted; the ones before it were.
-            let k = (bad as usize).wrapping_sub(base as usize)
-                / std::mem::size_of::<sys::ibv_send_wr>();
-            let in_list = !bad.is_null() && (bad as usize) >= (base as usize) && k < n;
-            // Unknown which were posted: keep every entry (as if all were).
-            if in_list {
-                k
-            } else {
-                n
-            }
+            posted_before(bad, base, n)
         };
         if posted == 0 {
             // Nothing on the send queue: every entry of the list goes.
