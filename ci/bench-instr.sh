@@ -11,8 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
 ci_path
 # INSTR_TOOLS=rdmaxfer skips the anchors (their rows of the last run that counted them stand);
-# INSTR_OPS selects the bandwidth cases (write send send-e), INSTR_SIDES their sides (client
+# INSTR_OPS selects the bandwidth cases (write-e send-e; also write send), INSTR_SIDES their sides (client
 # server): see ci/guest-bench-instr.sh.
-export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS INSTR_TOOLS INSTR_SIZES INSTR_OPS INSTR_SIDES INSTR_RUN_TIMEOUT"
+export CI_GUEST_ENV="${CI_GUEST_ENV:-} INSTR_PARTS INSTR_TOOLS INSTR_SIZES INSTR_OPS INSTR_SIDES INSTR_RUN_TIMEOUT INSTR_BW_FLAGS"
 export CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-7200}"
 ci_guest_bench target/bench/instr ci/guest-bench-instr.sh "${1:-2}"

@@ -12,21 +12,26 @@
 # the repetitions leaves the worst runs out, and the event-mode rows (both tools with -e: they
 # sleep instead of spinning) have no spins at all. Soft-RoCE's protocol work runs in the kernel
 # and is not counted.
-# Bandwidth method (settled): perftest has events for SEND only, so busy-polling rows are also
-# counted "ex-poll": each profile's instructions inside the provider's CQ poll (librxe's
-# most-called function, found by ci/callgrind-polls.py; its calls are the polls, empty or not)
-# are taken out, for both tools alike, and the polls per work request are printed next to it.
-# What remains of a spin is the tool's own loop around ibv_poll_cq (a few instructions in
-# perftest, more in rdmaxfer's wait), so the rdmaxfer figure errs high, never low. The goal
-# (<= 1.3 x the anchor) is read from the send-e rows (events, no spins) of the plain table.
-# CAVEAT (first run, session 11): ib_write_bw / ib_send_bw clients make one provider call per
-# work request (the post), not per poll: their spin is in perftest's own loop, so their ex-poll
-# rows subtract the post, not the spin. Only the server rows of the ex-poll table compare.
+# Bandwidth method (settled, session 12): the per-work-request figure is the plain table's
+# (min Ir at -n 2000 - min Ir at -n 1000) / 1000 with both tools' one-off reporting work out of
+# it: perftest runs with -N (its peak bandwidth is an O(n^2) search over every (post, completion)
+# pair: ~15,000 instructions per work request at these counts, which made earlier anchors
+# meaningless), and its clock calibration (get_cpu_mhz, a gettimeofday loop of varying length,
+# once per run: +-200 per work request of noise) is subtracted (the calib column, from
+# ci/callgrind-polls.py); rdmaxfer's report keeps one mark per completion, not per message.
+# send-e: both tools sleep on events (ib_send_bw -e, --event). write-e: ib_write_bw has no event
+# mode, so it busy-polls while rdmaxfer sleeps (--event); its provider calls per work request are
+# in the ex-poll table (1.0 when its polls are no more than its posts: then its count holds
+# little spin, and what spin it holds counts for the anchor, against rdmaxfer). The goal
+# (<= 1.3 x the anchor) is read from the send-e and write-e rows of the plain table; busy-poll
+# rows (write, send) measure how long a side waited, not its work. The ex-poll table takes each
+# profile's instructions inside the provider's most-called function out (a poll, or perftest's
+# per-work-request post when it polls less often than it posts: then that row compares nothing).
 # INSTR_PARTS="pp ppe bw" (default) selects the parts: ping-pong busy-polling, ping-pong with -e,
 # bandwidth. INSTR_TOOLS="anchors rdmaxfer" (default) selects the tools: with only rdmaxfer the
 # anchors (ibv_rc_pingpong, perftest) are not run again but their rows are read from
 # OUTDIR.anchors/, which every run that counts them rewrites (count the anchors once, then
-# iterate on rdmaxfer). INSTR_OPS="write send send-e" (default) selects the bandwidth cases,
+# iterate on rdmaxfer). INSTR_OPS="write-e send-e" (default) selects the bandwidth cases (also write, send),
 # INSTR_SIZES="2 4096" (default) the ping-pong message sizes, INSTR_SIDES="client server"
 # (default) the sides counted; INSTR_RUN_TIMEOUT (default 300 s) bounds each run (a loaded host
 # needs more for the -n 2000 runs). A row whose runs were skipped prints n/a.
@@ -117,17 +122,21 @@ run_bw() {
   local tool="$1" op="$2" side="$3" n="$4" r="$5" name ev=() s=() c=()
   name="$out/bw.$tool.$op.$side.$n.$r"
   port=$((port + 1))
-  if [[ $op == send-e ]]; then
-    op=send
-    if [[ $tool == rdmaxfer ]]; then ev=(--event); else ev=(-e); fi
+  if [[ $op == *-e ]]; then
+    op=${op%-e}
+    # perftest has events for SEND only: ib_write_bw busy-polls in write-e (see the header).
+    if [[ $tool == rdmaxfer ]]; then ev=(--event); elif [[ $op == send ]]; then ev=(-e); fi
   fi
   if [[ $tool == rdmaxfer ]]; then
     # --timeout 120: a side under callgrind on a busy host can take over 10 s to set up.
-    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --timeout 120 --listen "$ip" --count 1 -p "$port")
-    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" --timeout 120 -p "$port" "$ip")
+    # INSTR_BW_FLAGS: more rdmaxfer bench flags for both sides (e.g. --per-message).
+    s=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" ${INSTR_BW_FLAGS:-} --timeout 120 --listen "$ip" --count 1 -p "$port")
+    c=("$bin" bench "$op" -d rxe0 --oob -s 65536 -n "$n" "${ev[@]}" ${INSTR_BW_FLAGS:-} --timeout 120 -p "$port" "$ip")
   else
-    s=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port")
-    c=("ib_${op}_bw" -d rxe0 -x 1 -F -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
+    # -N (no peak): perftest's peak bandwidth is an O(n^2) search over every (post, completion)
+    # pair after the loop, which would add ~n/2 iterations per work request to the difference.
+    s=("ib_${op}_bw" -d rxe0 -x 1 -F -N -s 65536 -n "$n" "${ev[@]}" -p "$port")
+    c=("ib_${op}_bw" -d rxe0 -x 1 -F -N -s 65536 -n "$n" "${ev[@]}" -p "$port" "$ip")
   fi
   measure "$name" "$side" tcp || return 1
   # The total, then the provider's CQ poll: calls and the instructions inside them.
@@ -137,7 +146,7 @@ run_bw() {
 }
 
 bwtsv="$out/instr-bw.tsv"
-printf 'tool\tcase\tside\titers\trep\tinstructions\tpolls\tpoll_instructions\n' >"$bwtsv"
+printf 'tool\tcase\tside\titers\trep\tinstructions\tpolls\tpoll_instructions\tcalib\n' >"$bwtsv"
 
 parts=" ${INSTR_PARTS:-pp ppe bw} "
 # Anchor rows this run does not count come from the last run that did.
@@ -151,7 +160,7 @@ for f in "$tsv" "$bwtsv"; do
 done
 for r in $(seq 1 "$reps"); do
   if [[ $parts == *" bw "* ]]; then
-    for op in ${INSTR_OPS:-write send send-e}; do
+    for op in ${INSTR_OPS:-write-e send-e}; do
       for tool in perftest rdmaxfer; do
         wanted "$tool" || continue
         for side in ${INSTR_SIDES:-client server}; do
@@ -195,7 +204,8 @@ import csv, sys
 def table(path, anchor, cases, n1, n2, head, unit):
     rows = list(csv.DictReader(open(path), delimiter="\t"))
     def least(tool, case, side, n):
-        v = [int(r["instructions"]) for r in rows
+        # Less perftest's clock calibration (calib: once per run, of varying length).
+        v = [int(r["instructions"]) - int(r.get("calib") or 0) for r in rows
              if (r["tool"], r["case"], r["side"], r["iters"]) == (tool, case, side, n)]
         return min(v) if v else None
     def per(tool, case, side):
@@ -213,9 +223,11 @@ def table(path, anchor, cases, n1, n2, head, unit):
 table(sys.argv[1], "ibv_rc_pingpong", ("2", "4096", "2-e", "4096-e"), "1000", "3000",
       "; rdmaxfer's statistics after the loop left out;\n   -e: both sides sleep on events",
       "round trip")
-table(sys.argv[2], "perftest", ("write", "send", "send-e"), "1000", "2000",
-      ". write and send busy-poll: their counts\n   are mostly empty polls while the kernel "
-      "moves the data; send-e sleeps on events on both\n   sides (ib_send_bw -e, --event)",
+table(sys.argv[2], "perftest", ("write", "write-e", "send", "send-e"), "1000", "2000",
+      "; perftest -N, less its clock calibration.\n   send-e: both sleep on events (ib_send_bw "
+      "-e, --event); write-e: rdmaxfer sleeps (--event),\n   ib_write_bw busy-polls (it has no "
+      "events; its polls/WR are in the ex-poll table); write and\n   send: both busy-poll (a "
+      "measure of the wait, not the work)",
       "64 KiB work request")
 
 # Bandwidth without busy-poll spins: per work request, (instructions - those inside the provider's
@@ -230,12 +242,14 @@ def bw_per(tool, case, side):
              and r.get("polls") not in (None, "")]
         if not v:
             return None
-        r = min(v, key=lambda r: int(r["instructions"]) - int(r["poll_instructions"]))
-        best[n] = (int(r["instructions"]) - int(r["poll_instructions"]), int(r["polls"]))
+        ex = lambda r: (int(r["instructions"]) - int(r["poll_instructions"])
+                        - int(r.get("calib") or 0))
+        r = min(v, key=ex)
+        best[n] = (ex(r), int(r["polls"]))
     return tuple((best["2000"][i] - best["1000"][i]) / 1000 for i in (0, 1))
 print("== per 64 KiB work request without the provider's CQ polls (ex-poll; polls/WR: calls removed)")
 print(f"{'case':>8} {'side':<7} {'perftest':>10} {'polls/WR':>9} {'rdmaxfer':>10} {'polls/WR':>9} {'ratio':>7}")
-for case in ("write", "send", "send-e"):
+for case in ("write", "write-e", "send", "send-e"):
     for side in ("client", "server"):
         a, r = bw_per("perftest", case, side), bw_per("rdmaxfer", case, side)
         f = lambda v, i: "n/a" if v is None else f"{v[i]:.0f}"

@@ -72,8 +72,8 @@ for r in $(seq 1 "$rounds"); do
   pair "rdx_read_64k.r$r"  "$rdx" bench read  -d rxe0 --oob -s 65536   -n 2000
   pair "rdx_read_1m.r$r"   "$rdx" bench read  -d rxe0 --oob -s 1048576 -n 200
   pair "rdx_send_64k.r$r"  "$rdx" bench send  -d rxe0 --oob -s 65536   -n 1000
-  # The same with each refill of the send queue as one post list of one shared source (A/B).
-  pair "rdx_send_64k_list.r$r" "$rdx" bench send -d rxe0 --oob -s 65536 -n 1000 --post-lists
+  # The same one SEND per call from the connection's send buffers (the default posts lists: A/B).
+  pair "rdx_send_64k_msg.r$r" "$rdx" bench send -d rxe0 --oob -s 65536 -n 1000 --per-message
   pair "rdx_cpu_poll.r$r"  "$rdx" bench write -d rxe0 --oob -s 1048576 -n 200 --json
   pair "rdx_cpu_event.r$r" "$rdx" bench write -d rxe0 --oob -s 1048576 -n 200 --json --event
 done

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
 
-use rdmaxfer::verbs::{Context, LocalBuf, SendBatch, WaitMode};
+use rdmaxfer::verbs::{Context, LocalBuf, SharedList, WaitMode};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener};
 use rdmaxfer::Error;
 
@@ -71,7 +71,7 @@ fn shared_source_lists_stay_within_credits_and_every_message_arrives() {
         let mut src = LocalBuf::new(c.pd(), LEN).unwrap();
         src.copy_from_slice(&pattern());
         let src = src.freeze();
-        let mut b = SendBatch::with_capacity(16);
+        let mut b = SharedList::with_capacity(16);
         let mut lens = Vec::with_capacity(N);
         let mut longest = 0;
         for list in 0.. {
@@ -115,7 +115,7 @@ fn a_refused_list_posts_nothing_and_leaves_the_endpoint_usable() {
     need_rxe0();
     let (mut s, mut c) = pair(7603, 4, 4, WaitMode::Poll);
     let big = LocalBuf::new(c.pd(), 2 * LEN).unwrap().freeze();
-    let mut b = SendBatch::with_capacity(4);
+    let mut b = SharedList::with_capacity(4);
     let credits = c.credits();
     match c.send_shared_list(&big, LEN + 1, 2, 1, false, &mut b) {
         Err(Error::InvalidArgument(why)) => assert!(why.contains("exceeds"), "{why}"),

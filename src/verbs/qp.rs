@@ -14,9 +14,13 @@ use crate::verbs::gid::Gid;
 use crate::verbs::pd::ProtectionDomain;
 pub use crate::verbs::wr::{PostError, SendOp, SendRequest, Sge};
 pub use batch::{PostListError, SendBatch};
+pub use recvlist::RecvList;
+pub use shared::{SharedList, SharedPost};
 
 mod batch;
 mod post;
+mod recvlist;
+mod shared;
 
 /// Queue sizes asked for at creation (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,10 @@ use crate::error::{Error, Result};
 use crate::verbs::cq::{Completion, CompletionQueue, Polled, SoloCq, WaitMode};
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
-use crate::verbs::qp::{PostError, PostListError, QueuePair, SendBatch, SendOp, SendRequest, Sge};
+use crate::verbs::qp::{
+    PostError, PostListError, QueuePair, RecvList, SendBatch, SendOp, SendRequest, Sge, SharedList,
+    SharedPost,
+};
 
 /// One QP and its own CQ, used by one owner at a time (see the [module docs](self)).
 pub struct SoloQueue {
@@ -95,6 +98,19 @@ impl SoloQueue {
         self.qp.post_send_batch_into(t, b)
     }
 
+    /// [`QueuePair::post_shared_list`] (one shared source, one doorbell), without a lock.
+    #[inline(always)]
+    pub fn post_shared_list(
+        &mut self,
+        l: &mut SharedList,
+        p: &SharedPost<'_>,
+        signaled: impl FnMut(usize) -> bool,
+        wr_id: impl FnMut(usize, u32) -> u64,
+    ) -> std::result::Result<usize, PostListError> {
+        let (_, t) = self.cq.split();
+        self.qp.post_shared_into(t, l, p, signaled, wr_id)
+    }
+
     /// [`QueuePair::post_send_buf`], without a lock.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -121,6 +137,20 @@ impl SoloQueue {
     ) -> std::result::Result<(), PostError> {
         let (_, t) = self.cq.split();
         self.qp.post_recv_into(t, wr_id, sges)
+    }
+
+    /// Receives into every buffer of `bufs` (taken out of it, in order), all with `wr_id`, as one
+    /// list (one `ibv_post_recv(3)`), without a lock; on failure the buffers not posted come
+    /// back in the error.
+    #[inline(always)]
+    pub fn post_recv_list(
+        &mut self,
+        l: &mut RecvList,
+        wr_id: u64,
+        bufs: &mut Vec<LocalBuf>,
+    ) -> std::result::Result<usize, PostListError> {
+        let (_, t) = self.cq.split();
+        self.qp.post_recv_list_into(t, l, wr_id, bufs)
     }
 
     /// [`QueuePair::post_recv_buf`], without a lock.

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::verbs::{LocalBuf, RemoteRegion, SendBatch, SendOp, SendRequest, Sge};
+use crate::verbs::{
+    LocalBuf, RemoteRegion, SendBatch, SendOp, SendRequest, Sge, SharedList, SharedPost,
+};
 use crate::xfer::rdma_rw::Initiator;
 
 /// Which operation to measure.
@@ -137,17 +139,44 @@ pub fn report(
     window: usize,
     cpu: CpuUsed,
 ) -> BwReport {
-    let iters = done_at.len() as u64;
-    let end = done_at.last().copied().unwrap_or(start);
+    let marks: Vec<Mark> = done_at
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i as u64 + 1, *t))
+        .collect();
+    report_marks(op, size, start, &marks, window, cpu)
+}
+
+/// A point of a run: how many messages had completed, and when (one per completion event, not
+/// per message: a completion that retires many messages is one mark).
+pub type Mark = (u64, Instant);
+
+/// [`report`] from marks (in order): the peak is the best rate between two marks at least
+/// `window` messages apart (the closest such pair for each mark).
+pub fn report_marks(
+    op: BenchOp,
+    size: usize,
+    start: Instant,
+    marks: &[Mark],
+    window: usize,
+    cpu: CpuUsed,
+) -> BwReport {
+    let (iters, end) = marks.last().copied().unwrap_or((0, start));
     let secs = end.duration_since(start).as_secs_f64().max(1e-9);
     let avg = size as f64 * iters as f64 / secs / MIB;
-    let w = window.max(1);
+    let w = window.max(1) as u64;
     let mut peak = avg;
-    if done_at.len() > w {
-        for i in w..done_at.len() {
-            let dt = done_at[i].duration_since(done_at[i - w]).as_secs_f64();
+    let mut j = 0;
+    for &(n, t) in marks {
+        // The latest mark at least `w` messages before this one.
+        while j + 1 < marks.len() && marks[j + 1].0 + w <= n {
+            j += 1;
+        }
+        let (m, u) = marks[j];
+        if m + w <= n {
+            let dt = t.duration_since(u).as_secs_f64();
             if dt > 0.0 {
-                peak = peak.max(size as f64 * w as f64 / dt / MIB);
+                peak = peak.max(size as f64 * (n - m) as f64 / dt / MIB);
             }
         }
     }
@@ -192,14 +221,37 @@ pub fn run_initiator(
     };
     // Every free slot of the send queue is filled with one post list (one doorbell), as
     // perftest does with -l; one WR in `signal_every` asks for a completion, which retires
-    // the unsignaled ones before it.
-    let mut batch = SendBatch::with_capacity(depth as usize);
+    // the unsignaled ones before it. WRITEs of the one shared source go as a lean list (the
+    // range checked once per list, a table entry only for the signaled WRs and the list's last).
+    let mut batch = SendBatch::with_capacity(if p.op == BenchOp::Read {
+        depth as usize
+    } else {
+        0
+    });
+    let mut list = SharedList::with_capacity(depth as usize);
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
-    let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
+    let mut marks: Vec<Mark> = Vec::with_capacity(timestamps_capacity(p.iters));
     let (mut posted, mut completed) = (0u64, 0u64);
     while completed < p.iters {
-        while posted < p.iters && posted - completed < depth {
+        let room = (depth - (posted - completed)).min(p.iters - posted);
+        if let (BenchOp::Write, Some(t), 1..) = (p.op, target, room) {
+            let base = posted;
+            let sp = SharedPost {
+                src: &src,
+                off: 0,
+                len: p.size,
+                n: room as usize,
+                first: SendOp::Write(t),
+                rest: SendOp::Write(t),
+            };
+            ini.post_shared(&mut list, &sp, base, |i| {
+                let k = base + i as u64 + 1;
+                k % signal_every == 0 || k == p.iters
+            })?;
+            posted += room;
+        }
+        while p.op != BenchOp::Write && posted < p.iters && posted - completed < depth {
             let last = posted + 1 == p.iters;
             let signaled = (posted + 1) % signal_every == 0 || last;
             let (op, sge) = match (p.op, target) {
@@ -207,7 +259,6 @@ pub fn run_initiator(
                     SendOp::Read(t),
                     Sge::new(dsts.pop().expect("one READ buffer per WR in flight")),
                 ),
-                (BenchOp::Write, Some(t)) => (SendOp::Write(t), Sge::new(src.clone())),
                 _ => (SendOp::Send, Sge::new(src.clone())),
             };
             let mut wr = SendRequest::new(posted, op, [sge]);
@@ -222,20 +273,23 @@ pub fn run_initiator(
         }
         for c in ini.wait_wc(16, p.timeout)? {
             let c = c.result()?;
-            let n = c.wr_id + 1 - completed;
-            let now = Instant::now();
-            for _ in 0..n {
-                done_at.push(now);
-            }
             completed = c.wr_id + 1;
+            marks.push((completed, Instant::now()));
             dsts.extend(c.into_all_local_bufs());
         }
     }
     let cpu = cpu0.stop();
-    Ok(report(p.op, p.size, start, &done_at, depth as usize, cpu))
+    Ok(report_marks(
+        p.op,
+        p.size,
+        start,
+        &marks,
+        depth as usize,
+        cpu,
+    ))
 }
 
-/// Room reserved up front for one timestamp per iteration: capped (an iteration count is a
+/// Room reserved up front for one mark per iteration (at most): capped (an iteration count is a
 /// caller's value and may exceed memory), the vector grows past it if needed.
 fn timestamps_capacity(iters: u64) -> usize {
     usize::try_from(iters.min(1 << 24)).unwrap_or(1 << 24)
@@ -265,10 +319,32 @@ mod tests {
         assert!(r.line().contains("1048576"));
         assert!("write".parse::<BenchOp>().is_ok() && "x".parse::<BenchOp>().is_err());
     }
+
+    #[test]
+    fn marks_cover_many_messages_each() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        // 4 messages by 1 s, 8 by 1.5 s (4 in 0.5 s: the peak), 12 by 3 s.
+        let marks = [(4, at(1000)), (8, at(1500)), (12, at(3000))];
+        let r = report_marks(
+            BenchOp::Send,
+            MIB as usize,
+            start,
+            &marks,
+            4,
+            CpuUsed::default(),
+        );
+        assert_eq!(r.iters, 12);
+        assert!((r.bw_avg_mib_s - 4.0).abs() < 1e-9, "{}", r.bw_avg_mib_s);
+        assert!((r.bw_peak_mib_s - 8.0).abs() < 1e-9, "{}", r.bw_peak_mib_s);
+        // A window wider than the run: the peak is the average.
+        let r = report_marks(BenchOp::Send, 1, start, &marks, 100, CpuUsed::default());
+        assert_eq!(r.bw_peak_mib_s, r.bw_avg_mib_s);
+    }
 }
 
 use crate::verbs::{ExposedRegion, RemoteAccess};
-use crate::xfer::endpoint::{Endpoint, EndpointOptions};
+use crate::xfer::endpoint::{Endpoint, EndpointOptions, RecvScratch};
 use crate::xfer::onesided::{recv_msg, send_msg, Msg, Purpose};
 use crate::xfer::params::{fmt_size, Limits, SessionKind, SessionParams};
 
@@ -475,9 +551,19 @@ pub fn serve_bench(ep: &mut Endpoint, limits: &Limits) -> Result<ServedBench> {
                     region: ready,
                 },
             )?;
-            for i in 0..iters {
-                let n = ep.recv_with(|m| m.data.len())?;
-                if n != size {
+            // Every message that has arrived is taken at once (at most a poll batch), and their
+            // receives go back as one list.
+            let mut scratch = RecvScratch::default();
+            let (mut seen, mut bad) = (0u64, None);
+            while seen < iters {
+                let want = usize::try_from(iters - seen).unwrap_or(usize::MAX).min(16);
+                ep.recv_many(want, &mut scratch, |m| {
+                    if m.data.len() != size && bad.is_none() {
+                        bad = Some((seen, m.data.len()));
+                    }
+                    seen += 1;
+                })?;
+                if let Some((i, n)) = bad {
                     return Err(Error::Protocol(format!(
                         "message {i} is {n} bytes, expected {size}"
                     )));
@@ -556,10 +642,10 @@ fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
         None
     };
     let depth = p.tx_depth.max(1);
-    let mut batch = SendBatch::with_capacity(if p.post_lists { depth as usize } else { 0 });
+    let mut list = SharedList::with_capacity(if p.post_lists { depth as usize } else { 0 });
     let cpu0 = CpuMeter::start();
     let start = Instant::now();
-    let mut done_at = Vec::with_capacity(timestamps_capacity(p.iters));
+    let mut marks: Vec<Mark> = Vec::with_capacity(timestamps_capacity(p.iters));
     let mut sent = 0u64;
     while sent < p.iters {
         let Some(src) = &src else {
@@ -569,7 +655,7 @@ fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
                 }
             })?;
             sent += 1;
-            done_at.push(Instant::now());
+            marks.push((sent, Instant::now()));
             continue;
         };
         let left = usize::try_from(p.iters - sent).unwrap_or(usize::MAX);
@@ -580,15 +666,14 @@ fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
             left.min(depth as usize),
             (depth / 4).max(1),
             more,
-            &mut batch,
+            &mut list,
         )?;
         sent += n as u64;
-        let now = Instant::now();
-        done_at.extend(std::iter::repeat_n(now, n));
+        marks.push((sent, Instant::now()));
     }
     ep.flush()?;
-    if let Some(last) = done_at.last_mut() {
-        *last = Instant::now();
+    if let Some(last) = marks.last_mut() {
+        last.1 = Instant::now();
     }
     let cpu = cpu0.stop();
     match recv_msg(ep)? {
@@ -599,11 +684,11 @@ fn send_stream(ep: &mut Endpoint, p: &BwParams) -> Result<BwReport> {
             )))
         }
     }
-    Ok(report(
+    Ok(report_marks(
         BenchOp::Send,
         p.size,
         start,
-        &done_at,
+        &marks,
         p.tx_depth as usize,
         cpu,
     ))

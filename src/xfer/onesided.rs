@@ -450,6 +450,15 @@ impl Initiator for Endpoint {
     ) -> std::result::Result<usize, crate::verbs::PostListError> {
         Endpoint::post_batch(self, b)
     }
+    fn post_shared(
+        &mut self,
+        l: &mut crate::verbs::SharedList,
+        p: &crate::verbs::SharedPost<'_>,
+        first_wr_id: u64,
+        signaled: impl FnMut(usize) -> bool,
+    ) -> std::result::Result<usize, crate::verbs::PostListError> {
+        self.post_shared_list(l, p, first_wr_id, signaled)
+    }
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<crate::verbs::Completion>> {
         self.poll_user(max, timeout)
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::verbs::{
     Completion, CompletionQueue, LocalBuf, PostError, PostListError, ProtectionDomain, QueuePair,
-    RemoteRegion, RemoteSlice, SendBatch, SendOp, SendRequest, Sge,
+    RemoteRegion, RemoteSlice, SendBatch, SendOp, SendRequest, Sge, SharedList, SharedPost,
 };
 
 /// Something that can post the caller's send-queue work requests and hand back their completions:
@@ -34,6 +34,31 @@ pub trait Initiator {
             posted += 1;
         }
         Ok(posted)
+    }
+    /// Posts `p.n` RDMA WRITEs of one shared source as one list, work request `i` with `wr_id`
+    /// `first_wr_id + i` and signaled where `signaled(i)` says (the list's last always comes
+    /// back, in a completion's `retired` list if unsignaled); returns how many were posted. The
+    /// queue implementations post it lean ([`QueuePair::post_shared_list`]: one check per list,
+    /// table entries only for the signaled and the last); the default posts a [`SendBatch`].
+    fn post_shared(
+        &mut self,
+        l: &mut SharedList,
+        p: &SharedPost<'_>,
+        first_wr_id: u64,
+        mut signaled: impl FnMut(usize) -> bool,
+    ) -> Result<usize, PostListError> {
+        let _ = l;
+        let mut b = SendBatch::with_capacity(p.n);
+        for i in 0..p.n {
+            let op = if i == 0 { p.first } else { p.rest };
+            let wr = SendRequest::new(
+                first_wr_id + i as u64,
+                op,
+                [Sge::range(p.src.clone(), p.off, p.len)],
+            );
+            b.push(if signaled(i) { wr } else { wr.unsignaled() });
+        }
+        self.post_batch(&mut b)
     }
     /// Waits up to `timeout` for at least one completion of the caller's work requests.
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>>;
@@ -63,6 +88,16 @@ impl Initiator for RawQp<'_> {
     }
     fn post_batch(&mut self, b: &mut SendBatch) -> Result<usize, PostListError> {
         self.qp.post_send_batch(b)
+    }
+    fn post_shared(
+        &mut self,
+        l: &mut SharedList,
+        p: &SharedPost<'_>,
+        first_wr_id: u64,
+        signaled: impl FnMut(usize) -> bool,
+    ) -> Result<usize, PostListError> {
+        self.qp
+            .post_shared_list(l, p, signaled, |i, _| first_wr_id + i as u64)
     }
     fn wait_wc(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
         self.cq.wait(max, timeout)

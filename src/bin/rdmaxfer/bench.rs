@@ -30,9 +30,13 @@ pub struct Args {
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     tx_depth: u32,
     /// send: post each refill of the send queue as one list of SENDs of one shared source
-    /// (perftest's -l) instead of one SEND per call from the connection's send buffers.
-    #[arg(long)]
+    /// (perftest's -l). The default; kept for scripts that name it.
+    #[arg(long, conflicts_with = "per_message")]
     post_lists: bool,
+    /// send: one SEND per call from the connection's send buffers, each stamped with its
+    /// sequence number, instead of post lists.
+    #[arg(long)]
+    per_message: bool,
     /// Print one JSON object instead of perftest's lines.
     #[arg(long)]
     json: bool,
@@ -51,7 +55,7 @@ fn print(a: &Args, r: &BwReport) -> Result<()> {
             "op": r.op, "size": r.size, "iters": r.iters, "bw_peak_mib_s": r.bw_peak_mib_s,
             "bw_avg_mib_s": r.bw_avg_mib_s, "msg_rate_mpps": r.msg_rate_mpps,
             "cpu_seconds": r.cpu_seconds, "cpu_user_seconds": r.cpu_user_seconds,
-            "seconds": r.seconds, "tx_depth": a.tx_depth, "post_lists": a.post_lists,
+            "seconds": r.seconds, "tx_depth": a.tx_depth, "post_lists": !a.per_message,
             "event": a.conn.event, "transport": if a.conn.oob { "oob" } else { "rdma_cm" },
         });
         println!("{v}");
@@ -104,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
                 iters: a.iters,
                 tx_depth: a.tx_depth,
                 timeout: base.timeout,
-                post_lists: a.post_lists,
+                post_lists: !a.per_message,
             };
             let mut opts = bench::endpoint_options(&base, op, a.size, a.tx_depth);
             opts.session = Some(bench::session_params(&p));

@@ -118,6 +118,18 @@ fn refuse_all(b: &mut SendBatch, error: Error) -> PostListError {
     }
 }
 
+/// How many requests of a list of `n` at `base` were posted when the post stopped at `bad`
+/// (`ibv_post_send(3)`, `ibv_post_recv(3)`: the ones before it were); `n` when `bad` is not one
+/// of the list (then which were posted is unknown: the caller keeps everything as if posted).
+pub(super) fn posted_before<T>(bad: *mut T, base: *mut T, n: usize) -> usize {
+    let k = (bad as usize).wrapping_sub(base as usize) / std::mem::size_of::<T>().max(1);
+    if !bad.is_null() && (bad as usize) >= (base as usize) && k < n {
+        k
+    } else {
+        n
+    }
+}
+
 fn bufs_of(w: SendRequest) -> Bufs {
     w.into_bufs()
 }
@@ -237,17 +249,9 @@ impl QueuePair {
         let posted = if rc == 0 {
             n
         } else {
-            // ibv_post_send(3): `bad` is the first request not posted; the ones before it were.
-            let k =
-                (bad as usize).wrapping_sub(raw as usize) / std::mem::size_of::<sys::ibv_send_wr>();
-            let in_list = !bad.is_null() && (bad as usize) >= (raw as usize) && k < n;
-            if in_list {
-                k
-            } else {
-                // Unknown which were posted: keep every buffer in the table (a posted one must
-                // stay there until its completion; the others are freed when the QP is).
-                n
-            }
+            // Unknown which were posted (n): keep every buffer in the table (a posted one must
+            // stay there until its completion; the others are freed when the QP is).
+            posted_before(bad, raw, n)
         };
         let mut unposted = Vec::new();
         if posted < n {

@@ -1,10 +1,10 @@
 //! The caller's own work requests posted as a list (one doorbell): [`Endpoint::post_batch`].
 
 use crate::error::{Error, Result};
-use crate::verbs::{PostListError, SendBatch, SendOp, SendRequest, Sge, SharedBuf};
+use crate::verbs::{PostListError, SendBatch, SendOp, SharedBuf, SharedList, SharedPost};
 use crate::xfer::wire::{self, ImmKind};
 
-use super::conn::{Endpoint, Flow, WR_DATA};
+use super::conn::{Endpoint, Flow, WR_LIST};
 use super::options::RESERVED_WR_ID;
 
 impl Endpoint {
@@ -42,12 +42,55 @@ impl Endpoint {
         self.q.post_send_batch(b)
     }
 
+    /// Posts the caller's RDMA WRITEs of one shared source as one list (one doorbell), as
+    /// [`SoloQueue::post_shared_list`](crate::verbs::SoloQueue::post_shared_list) does: `p.n`
+    /// WRITEs of `p.src[p.off..p.off + p.len]`, work request `i` with `wr_id` `first_wr_id + i`,
+    /// signaled where `signaled(i)` says and table entries only where needed, so only the
+    /// signaled ones complete (each retires the ones before it; the list's last, if unsignaled,
+    /// comes back in a later completion's `retired`). Their completions come from
+    /// [`poll_user`](Self::poll_user). Every `wr_id` must be below [`RESERVED_WR_ID`]; SENDs and
+    /// WRITE_WITH_IMM (they take credits) are refused, as in [`post_batch`](Self::post_batch).
+    pub fn post_shared_list(
+        &mut self,
+        l: &mut SharedList,
+        p: &SharedPost<'_>,
+        first_wr_id: u64,
+        signaled: impl FnMut(usize) -> bool,
+    ) -> Result<usize, PostListError> {
+        let last = first_wr_id.checked_add(p.n as u64);
+        let refused = if last.is_none_or(|end| end > RESERVED_WR_ID) {
+            Some(Error::InvalidArgument(format!(
+                "wr_id must be below {RESERVED_WR_ID:#x}"
+            )))
+        } else if !matches!((p.first, p.rest), (SendOp::Write(_), SendOp::Write(_))) {
+            Some(Error::InvalidArgument(format!(
+                "a shared list of the caller's takes RDMA WRITE only, not {}: use \
+                 Endpoint::send_shared_list for SENDs",
+                p.rest.name()
+            )))
+        } else {
+            self.check_usable().err()
+        };
+        if let Some(error) = refused {
+            return Err(PostListError {
+                error,
+                posted: 0,
+                unposted: Vec::new(),
+            });
+        }
+        self.q
+            .post_shared_list(l, p, signaled, |i, _| first_wr_id + i as u64)
+    }
+
     /// Sends up to `n` messages, each the first `len` bytes of `src` (one read-only buffer
     /// shared by every message in flight: a bandwidth source, nothing to fill), as one post list
     /// (one doorbell); returns how many were posted, at least one. Each message takes a credit
     /// and a send-queue slot as [`send`](Self::send) does: this waits (at most the timeout) for
-    /// the first of each, then posts as many as both allow. `b` is the caller's scratch list
-    /// (kept across calls: nothing allocated per list).
+    /// the first of each, then posts as many as both allow. `l` is the caller's scratch list
+    /// (kept across calls: nothing allocated per list). The list is lean
+    /// ([`SoloQueue::post_shared_list`](crate::verbs::SoloQueue::post_shared_list)): the range is
+    /// checked once, and only signaled SENDs and the list's last hold a table entry (with a
+    /// clone of `src`), each standing for the SENDs before it.
     ///
     /// One message in `signal_every` asks for a completion, and so does the one taking the
     /// last send-queue slot (a wait for a slot always ends); with `more` (the caller sends
@@ -60,7 +103,7 @@ impl Endpoint {
         n: usize,
         signal_every: u32,
         more: bool,
-        b: &mut SendBatch,
+        l: &mut SharedList,
     ) -> Result<usize> {
         self.check_usable()?;
         if len > self.peer_msg_size {
@@ -88,21 +131,31 @@ impl Endpoint {
         let room = (self.own_sq - self.sends_posted).min(self.credits());
         let k = u32::try_from(n).unwrap_or(u32::MAX).clamp(1, room);
         let every = signal_every.max(1);
-        b.drain().for_each(drop);
-        for i in 0..k {
-            let slot = self.sends_posted + i + 1;
-            let signaled = slot % every == 0 || slot >= self.own_sq || (!more && i + 1 == k);
-            let op = match &mut self.flow {
-                Flow::Credits { owed, .. } => {
-                    SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed)))
-                }
-                Flow::Implicit { .. } => SendOp::Send,
-            };
-            let wr = SendRequest::new(WR_DATA, op, [Sge::range(src.clone(), 0, len)]);
-            b.push(if signaled { wr } else { wr.unsignaled() });
-        }
-        let last_signaled = b.iter().last().is_some_and(SendRequest::is_signaled);
-        let posted = match self.q.post_send_batch(b) {
+        let (first, rest) = match &mut self.flow {
+            Flow::Credits { owed, .. } => (
+                SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed))),
+                SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, 0)),
+            ),
+            Flow::Implicit { .. } => (SendOp::Send, SendOp::Send),
+        };
+        let (base, own_sq) = (self.sends_posted, self.own_sq);
+        let signaled = |i: usize| {
+            let slot = base + i as u32 + 1;
+            slot % every == 0 || slot >= own_sq || (!more && i as u32 + 1 == k)
+        };
+        let last_signaled = signaled(k as usize - 1);
+        let p = SharedPost {
+            src,
+            off: 0,
+            len,
+            n: k as usize,
+            first,
+            rest,
+        };
+        let posted = match self
+            .q
+            .post_shared_list(l, &p, signaled, |_, covered| WR_LIST | u64::from(covered))
+        {
             Ok(p) => p,
             Err(e) => {
                 // The first `e.posted` are on the wire (they complete as usual); the credits

@@ -16,6 +16,25 @@ use super::options::{LocalInfo, PeerInfo, RESERVED_WR_ID};
 pub(super) const WR_DATA: u64 = RESERVED_WR_ID | 1;
 pub(super) const WR_CREDIT: u64 = RESERVED_WR_ID | 2;
 pub(super) const WR_RECV: u64 = RESERVED_WR_ID | 3;
+/// The table entry of part of a shared list of our SENDs ([`Endpoint::send_shared_list`]): its
+/// low 32 bits say how many SENDs it stands for (see [`sends_of`]).
+pub(super) const WR_LIST: u64 = RESERVED_WR_ID | (1 << 40);
+
+/// True for the `wr_id` of a shared list's entry ([`WR_LIST`]).
+#[inline(always)]
+pub(super) fn is_list(wr_id: u64) -> bool {
+    wr_id & !0xffff_ffff == WR_LIST
+}
+
+/// How many of our own SENDs the completion (or retired entry) of `wr_id` stands for.
+#[inline(always)]
+pub(super) fn sends_of(wr_id: u64) -> u32 {
+    if is_list(wr_id) {
+        wr_id as u32
+    } else {
+        1
+    }
+}
 
 /// A received message waiting for the application: what [`Endpoint::recv_with`] needs of its
 /// completion (kept small: it is queued and taken once per message).

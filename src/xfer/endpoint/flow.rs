@@ -10,7 +10,9 @@ use crate::verbs::{
 };
 use crate::xfer::wire::{self, ImmKind};
 
-use super::conn::{credit_flow, Deadline, Endpoint, Flow, Ready, WR_CREDIT, WR_DATA, WR_RECV};
+use super::conn::{
+    credit_flow, is_list, sends_of, Deadline, Endpoint, Flow, Ready, WR_CREDIT, WR_DATA, WR_RECV,
+};
 use super::options::RESERVED_WR_ID;
 
 /// Polls of the CQ in poll mode before a wait starts reading the clock.
@@ -131,9 +133,10 @@ impl Endpoint {
             return Err(e);
         }
         match c.wr_id {
-            WR_DATA | WR_CREDIT => {
-                // One completion for this SEND; unsignaled ones before it were retired above.
-                self.sends_posted = self.sends_posted.saturating_sub(1);
+            id if id == WR_DATA || id == WR_CREDIT || is_list(id) => {
+                // One completion for this SEND (or for the part of a shared list that its entry
+                // covers); unsignaled ones before it were retired above.
+                self.sends_posted = self.sends_posted.saturating_sub(sends_of(id));
                 while let Some(b) = c.take_local() {
                     self.send_pool.push(b);
                 }
@@ -186,7 +189,7 @@ impl Endpoint {
             if r.wr_id < RESERVED_WR_ID {
                 return true;
             }
-            self.sends_posted = self.sends_posted.saturating_sub(1);
+            self.sends_posted = self.sends_posted.saturating_sub(sends_of(r.wr_id));
             self.send_pool
                 .extend(r.bufs.drain(..).filter_map(crate::verbs::Buf::into_local));
             false

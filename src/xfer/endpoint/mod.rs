@@ -74,13 +74,14 @@
 //! `setup` (what every set-up shares), `wake` (a listener's shutdown from another thread),
 //! `cm` and `oob` (the two set-ups and their listeners),
 //! `accept` (accepting in two steps), `flow` (the credit engine and the waits) and `messaging`
-//! (send, receive, the caller's own work requests), `batch` (those as a post list), then `nonblock` (descriptors and `try_*`
+//! (send, receive, the caller's own work requests), `batch` (those as a post list), `bulk` (messages taken in bulk), then `nonblock` (descriptors and `try_*`
 //! calls for event loops). Each imports only the ones listed before it.
 //!
 //! [`wire::encode_imm`]: crate::xfer::wire::encode_imm
 
 mod accept;
 mod batch;
+mod bulk;
 mod cm;
 mod conn;
 mod flow;
@@ -92,6 +93,7 @@ mod setup;
 mod wake;
 
 pub use accept::Pending;
+pub use bulk::RecvScratch;
 pub use cm::{Dial, Listener};
 pub use conn::Endpoint;
 pub use messaging::Message;
