@@ -202,7 +202,10 @@ pub fn run_initiator(
     p: &BwParams,
 ) -> Result<BwReport> {
     let depth = p.tx_depth.clamp(1, ini.send_depth().max(1)) as u64;
-    let signal_every = (depth / 4).max(1);
+    // One completion per quarter of the queue, and at most 8 MiB between two (at 1 MiB a
+    // quarter of 128 would leave 32 MiB unacknowledged between completions).
+    let per_8mib = ((8u64 << 20) / (p.size as u64).max(1)).max(1);
+    let signal_every = (depth / 4).clamp(1, per_8mib);
     let target = match (p.op, remote) {
         (BenchOp::Send, _) => None,
         (_, Some(r)) => Some(r.slice(0, p.size as u64)?),
