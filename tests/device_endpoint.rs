@@ -438,3 +438,58 @@ fn a_peer_that_closes_right_after_its_last_receive_lets_our_close_succeed() {
     }
     server.join().unwrap();
 }
+
+/// A wait's deadline is honest in both wait modes: a receive that nothing answers fails with a
+/// timeout no earlier than its deadline and well before ten times it (generous under load),
+/// leaves the endpoint usable, and (event mode, which also sleeps on the CM channel) the peer's
+/// disconnect ends a wait with a far deadline at once, as a disconnect, not a timeout.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_wait_times_out_on_time_and_a_disconnect_ends_it_early() {
+    need_rxe0();
+    const DEADLINE: Duration = Duration::from_millis(200);
+    for (port, wait) in [(7261u16, WaitMode::Event), (7262, WaitMode::Poll)] {
+        let opts = EndpointOptions {
+            wait,
+            ..small_options()
+        };
+        let mut l = Listener::bind(addr(port), &opts).unwrap();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let server = thread::spawn(move || {
+            let mut ep = l.accept(Some(T)).expect("accept");
+            // Silent until the client has timed out twice.
+            go_rx.recv_timeout(T * 6).expect("the client's go");
+            ep.send(b"late").unwrap();
+            // Then gone: the client's next receive (with a far deadline) sees the disconnect.
+            go_rx.recv_timeout(T * 6).expect("the client's second go");
+            drop(ep);
+        });
+        let mut c = Endpoint::connect_cm(addr(port), &opts).unwrap();
+        c.set_timeout(DEADLINE);
+        for _ in 0..2 {
+            let t0 = std::time::Instant::now();
+            let e = c.recv().expect_err("nothing was sent");
+            let took = t0.elapsed();
+            assert!(e.is_timeout(), "{wait:?}: {e}");
+            assert!(
+                took >= DEADLINE && took < DEADLINE * 10,
+                "{wait:?}: a {DEADLINE:?} deadline fired after {took:?}"
+            );
+        }
+        go_tx.send(()).unwrap();
+        c.set_timeout(T * 3);
+        assert_eq!(c.recv().expect("usable after timeouts"), b"late");
+        go_tx.send(()).unwrap();
+        let t0 = std::time::Instant::now();
+        match c.recv() {
+            Err(Error::Connection(m)) => assert!(m.contains("disconnected"), "{wait:?}: {m}"),
+            other => panic!("{wait:?}: a receive must fail with the disconnect, got {other:?}"),
+        }
+        assert!(
+            t0.elapsed() < T * 3,
+            "{wait:?}: the disconnect took {:?}",
+            t0.elapsed()
+        );
+        server.join().unwrap();
+    }
+}

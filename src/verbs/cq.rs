@@ -6,6 +6,7 @@
 //! posted memory stays out of reach of safe code (and survives `mem::forget` of any handle).
 
 use std::cell::UnsafeCell;
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,12 +18,27 @@ use crate::verbs::device::Context;
 
 mod completion;
 mod notify;
+mod ring;
 mod table;
 pub use completion::{
     wc_status_str, Buf, Bufs, Completion, Retired, WaitMode, WcOpcode, REM_ACCESS_ERR, WR_FLUSH_ERR,
 };
 pub use notify::CqChannel;
+pub(crate) use ring::{Ring, RingDone};
 pub(crate) use table::{Done, Polled, Table};
+
+/// How one sleep on a completion channel ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slept {
+    /// The CQ's event came and was read: arm again before the next sleep.
+    Event,
+    /// The other descriptor is readable.
+    Also,
+    /// Cut short without an event (a signal, a spurious wake-up).
+    Cut,
+    /// The time given passed.
+    Quiet,
+}
 
 /// Completion events read per `ibv_ack_cq_events(3)` call.
 const ACK_BATCH: u32 = 64;
@@ -79,6 +95,14 @@ impl SoloCq {
         &self.cq
     }
 
+    /// The table, borrowed shared.
+    #[inline(always)]
+    pub(crate) fn table(&self) -> &Table {
+        // SAFETY: `table` points into the `CqInner` that `self.cq` keeps alive; it is changed only
+        // through `&mut self` (`split`), which cannot coexist with this borrow.
+        unsafe { self.table.as_ref() }
+    }
+
     /// The CQ and its table, borrowed exclusively.
     #[inline(always)]
     pub(crate) fn split(&mut self) -> (&CompletionQueue, &mut Table) {
@@ -109,6 +133,9 @@ pub(crate) struct CqInner {
     /// Completion events read but not acknowledged yet (`ibv_ack_cq_events(3)` in batches, and
     /// before the CQ is destroyed).
     unacked: AtomicU32,
+    /// The CQ was armed by someone other than its `SoloQueue`'s per-message wait (`arm`, the
+    /// shared wait): that wait then looks at the CQ before every sleep until it arms it itself.
+    foreign_arm: AtomicBool,
     wait_lock: Mutex<()>,
     mode: WaitMode,
     ctx: Context,
@@ -218,6 +245,7 @@ impl CompletionQueue {
                 table,
                 leak: AtomicBool::new(false),
                 unacked: AtomicU32::new(0),
+                foreign_arm: AtomicBool::new(false),
                 wait_lock: Mutex::new(()),
                 mode,
                 ctx: ctx.clone(),
@@ -373,6 +401,8 @@ impl CompletionQueue {
             // the ones after the first wait in the stash for the next look.
             // SAFETY: valid CQ; the stash has room for STASH entries.
             let n = unsafe { sys::shim_ibv_poll_cq(cq, table::STASH as i32, t.stash.as_mut_ptr()) };
+            // Short: the CQ was empty after these (see `Table::drained`).
+            t.drained = n < table::STASH as i32;
             if n != 0 {
                 if n < 0 {
                     return Err(Error::verb("ibv_poll_cq", libc::EIO));
@@ -475,6 +505,7 @@ impl CompletionQueue {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                     });
+                    self.note_foreign_arm();
                     // SAFETY: valid CQ.
                     let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
                     if rc != 0 {
@@ -491,46 +522,89 @@ impl CompletionQueue {
     }
 
     fn sleep_on_channel(&self, ch: &Channel, left: Duration) -> Result<()> {
-        self.sleep_in(ch, left).map(|_| ())
+        let mut left = left;
+        self.sleep_in(ch, &mut left, None).map(|_| ())
     }
 
-    /// Sleeps on the channel for at most `left`: `Some(true)` if the CQ's event came and was
-    /// read (the notification is used up), `Some(false)` if the sleep was cut short without one
-    /// (a signal, a spurious wake-up), `None` if `left` passed.
-    fn sleep_in(&self, ch: &Channel, left: Duration) -> Result<Option<bool>> {
+    /// Sleeps on the channel (and on `also`, if given) for at most `left`, which is decreased
+    /// by the time slept as the kernel measured it (`ppoll(2)` writes back the time left), so
+    /// a caller keeps an honest deadline without reading the clock. Reads the CQ's event if it
+    /// came (the notification is then used up).
+    fn sleep_in(
+        &self,
+        ch: &Channel,
+        left: &mut Duration,
+        also: Option<BorrowedFd<'_>>,
+    ) -> Result<Slept> {
         // SAFETY: the channel is valid while the CQ lives.
         let fd = unsafe { (*ch.0.as_ptr()).fd };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
+        let mut pfds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: also.map_or(-1, |f| f.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let nfds: libc::nfds_t = if also.is_some() { 2 } else { 1 };
+        let mut ts = libc::timespec {
+            tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
         };
-        // Whole milliseconds, at least 1 (64-bit arithmetic: this runs once per wake-up).
-        let ms = (left.as_secs().saturating_mul(1000))
-            .saturating_add(u64::from(left.subsec_millis()))
-            .clamp(1, i32::MAX as u64) as i32;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // The raw system call, not glibc's ppoll (which hides it): Linux writes the time left
+        // back into `ts` (poll(2), NOTES).
+        // SAFETY: `pfds` has room for `nfds` entries and `ts` is a valid timespec, both live
+        // across the call; a null signal mask leaves the mask alone (ppoll(2)).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                pfds.as_mut_ptr(),
+                nfds,
+                &mut ts as *mut libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        };
+        *left = Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999),
+        );
         if rc < 0 {
             let e = crate::error::last_errno();
             return if e == libc::EINTR {
-                Ok(Some(false))
+                Ok(Slept::Cut)
             } else {
-                Err(Error::verb("poll(comp_channel)", e))
+                Err(Error::verb("ppoll(comp_channel)", e))
             };
         }
         if rc == 0 {
-            return Ok(None);
+            *left = Duration::ZERO;
+            return Ok(Slept::Quiet);
         }
-        let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
-        let mut ctx: *mut libc::c_void = std::ptr::null_mut();
-        // SAFETY: valid channel and out-pointers; the fd is non-blocking.
-        let rc = unsafe { sys::ibv_get_cq_event(ch.0.as_ptr(), &mut cq, &mut ctx) };
-        if rc != 0 {
-            return Ok(Some(false));
+        if pfds[0].revents != 0 {
+            let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
+            let mut ctx: *mut libc::c_void = std::ptr::null_mut();
+            // SAFETY: valid channel and out-pointers; the fd is non-blocking.
+            let rc = unsafe { sys::ibv_get_cq_event(ch.0.as_ptr(), &mut cq, &mut ctx) };
+            if rc == 0 {
+                self.count_event();
+                return Ok(Slept::Event);
+            }
         }
-        // Acknowledged in batches (each ack takes a lock in libibverbs), and the rest before
-        // the CQ is destroyed (CqInner::drop), so ibv_destroy_cq never waits for one.
+        if pfds[1].revents != 0 {
+            return Ok(Slept::Also);
+        }
+        Ok(Slept::Cut)
+    }
+
+    /// One more event read: acknowledged in batches (each ack takes a lock in libibverbs), and
+    /// the rest before the CQ is destroyed (CqInner::drop), so ibv_destroy_cq never waits.
+    #[inline(always)]
+    fn count_event(&self) {
         if self.inner.unacked.fetch_add(1, Ordering::AcqRel) + 1 >= ACK_BATCH {
             let n = self.inner.unacked.swap(0, Ordering::AcqRel);
             if n > 0 {
@@ -539,13 +613,24 @@ impl CompletionQueue {
                 unsafe { sys::ibv_ack_cq_events(self.as_ptr(), n) };
             }
         }
-        Ok(Some(true))
+    }
+
+    /// Marks an arm other than [`notify_next`](Self::notify_next)'s (see `CqInner::foreign_arm`).
+    pub(crate) fn note_foreign_arm(&self) {
+        self.inner.foreign_arm.store(true, Ordering::Relaxed);
+    }
+
+    /// True if the CQ was armed by someone else since [`notify_next`](Self::notify_next).
+    #[inline(always)]
+    pub(crate) fn foreign_armed(&self) -> bool {
+        self.inner.foreign_arm.load(Ordering::Relaxed)
     }
 
     /// Arms the CQ's notification (`ibv_req_notify_cq(3)`, next completion): the next completion
     /// added wakes [`sleep_once`](Self::sleep_once).
     #[inline(always)]
     pub(crate) fn notify_next(&self) -> Result<()> {
+        self.inner.foreign_arm.store(false, Ordering::Relaxed);
         // SAFETY: valid CQ.
         let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
         if rc != 0 {
@@ -554,13 +639,17 @@ impl CompletionQueue {
         Ok(())
     }
 
-    /// One sleep on the completion channel of an event-mode CQ armed with [`notify_next`](Self::notify_next),
-    /// as `sleep_in`: `Some(true)` if its event came (arm again before the next sleep). A
-    /// polling CQ has no channel: `None` at once.
-    pub(crate) fn sleep_once(&self, left: Duration) -> Result<Option<bool>> {
+    /// One sleep on the completion channel of an event-mode CQ armed with
+    /// [`notify_next`](Self::notify_next), and on `also` if given, at most `left` (decreased by
+    /// the time slept): see [`Slept`]. A polling CQ has no channel: [`Slept::Quiet`] at once.
+    pub(crate) fn sleep_once(
+        &self,
+        left: &mut Duration,
+        also: Option<BorrowedFd<'_>>,
+    ) -> Result<Slept> {
         match &self.inner.channel {
-            Some(ch) => self.sleep_in(ch, left),
-            None => Ok(None),
+            Some(ch) => self.sleep_in(ch, left, also),
+            None => Ok(Slept::Quiet),
         }
     }
 

@@ -7,10 +7,11 @@
 //! table: the QP's and the CQ's own `&self` posting and polling refuse that CQ, so two threads
 //! can only use the queue one after the other (`&mut`), and `mem::forget` of it only leaks.
 
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::verbs::cq::{Completion, CompletionQueue, Polled, SoloCq, WaitMode};
+use crate::verbs::cq::{Completion, CompletionQueue, Polled, Slept, SoloCq, WaitMode};
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::qp::{
@@ -33,6 +34,8 @@ pub(crate) enum Waited {
     Got(Polled),
     /// The CQ's event came (or the sleep was interrupted) but no completion with it.
     Woke,
+    /// The other descriptor given is readable.
+    Other,
     /// Nothing within the time given (or a polling CQ found nothing).
     Quiet,
 }
@@ -164,6 +167,30 @@ impl SoloQueue {
         self.qp.post_recv_buf_into(t, wr_id, buf)
     }
 
+    /// Makes `bufs` (each registered in the QP's context) the queue's receive ring and posts a
+    /// receive into each: they stay with the queue for good. A slot's completion comes as a
+    /// [`RingDone`](crate::verbs::cq::RingDone); read the slot with [`ring_data`](Self::ring_data), then give it back with
+    /// [`repost_ring`](Self::repost_ring). Once per queue; `wr_id` names its receives in error
+    /// completions.
+    pub(crate) fn set_recv_ring(&mut self, wr_id: u64, bufs: Vec<LocalBuf>) -> Result<()> {
+        let (_, t) = self.cq.split();
+        self.qp.set_recv_ring(t, wr_id, bufs)
+    }
+
+    /// Posts ring slot `slot` again (its receive completed and the owner is done with it).
+    #[inline(always)]
+    pub(crate) fn repost_ring(&mut self, slot: u32) -> Result<()> {
+        let (_, t) = self.cq.split();
+        self.qp.post_ring_recv(t, slot)
+    }
+
+    /// The first `len` bytes of ring slot `slot`, if its receive completed and it is not posted
+    /// again (so the device cannot write it while the slice lives: re-posting takes `&mut`).
+    #[inline(always)]
+    pub(crate) fn ring_data(&self, slot: u32, len: usize) -> Option<&[u8]> {
+        self.cq.table().ring.data(slot, len)
+    }
+
     /// Hands back an emptied [`Completion::retired`] list: the next completion that retires
     /// unsignaled sends reuses it (no allocation per signaled SEND).
     #[inline(always)]
@@ -263,21 +290,33 @@ impl SoloQueue {
         Ok(out.len() - base)
     }
 
-    /// The per-message wait: one look at the CQ and, in event mode, at most two sleeps of at
-    /// most `slice` each, with no clock read. The notification stays armed between calls (armed
-    /// again as soon as its event is read, as `ibv_rc_pingpong -e` does), so a wait that finds
-    /// nothing costs one poll before the sleep, and a wake-up one acknowledgement in 64.
+    /// The per-message wait: one look at the CQ and, in event mode, one sleep on the
+    /// completion channel (and on `also`, e.g. a CM channel) of at most `left`, which is
+    /// decreased by the time slept (as the kernel measured it: no clock read). The
+    /// notification stays armed between calls (armed again as soon as its event is read, as
+    /// `ibv_rc_pingpong -e` does), and once a look after that arm found the CQ empty, the next
+    /// wait sleeps without looking first: everything that lands later raises an event.
     #[inline(always)]
-    pub(crate) fn wait_one(&mut self, slice: Duration) -> Result<Waited> {
+    pub(crate) fn wait_one(
+        &mut self,
+        left: &mut Duration,
+        also: Option<BorrowedFd<'_>>,
+    ) -> Result<Waited> {
         let event = self.mode() == WaitMode::Event;
         let (cq, t) = self.cq.split();
-        if let Some(c) = cq.spin_in(t, 1)? {
+        if let Some(c) = t.take_polled() {
             return Ok(Waited::Got(c));
+        }
+        let quiet = event && self.armed && t.drained && !cq.foreign_armed();
+        if !quiet {
+            if let Some(c) = cq.spin_in(t, 1)? {
+                return Ok(Waited::Got(c));
+            }
         }
         if !event {
             return Ok(Waited::Quiet);
         }
-        if !self.armed {
+        if !self.armed || cq.foreign_armed() {
             cq.notify_next()?;
             self.armed = true;
             // A completion may have landed before the notification was armed.
@@ -285,20 +324,18 @@ impl SoloQueue {
                 return Ok(Waited::Got(c));
             }
         }
-        // An event whose completion an earlier look already took (it fired after that look armed
-        // the CQ) ends the first sleep at once, with nothing new: then one more sleep.
-        for _ in 0..2 {
-            match cq.sleep_once(slice)? {
-                None => return Ok(Waited::Quiet),
-                Some(false) => return Ok(Waited::Woke),
-                Some(true) => {
-                    cq.notify_next()?;
-                    if let Some(c) = cq.spin_in(t, 1)? {
-                        return Ok(Waited::Got(c));
-                    }
+        match cq.sleep_once(left, also)? {
+            Slept::Quiet => Ok(Waited::Quiet),
+            Slept::Cut => Ok(Waited::Woke),
+            Slept::Also => Ok(Waited::Other),
+            Slept::Event => {
+                cq.notify_next()?;
+                if let Some(c) = cq.spin_in(t, 1)? {
+                    return Ok(Waited::Got(c));
                 }
+                // The event of a completion an earlier look took (it landed after that arm).
+                Ok(Waited::Woke)
             }
         }
-        Ok(Waited::Woke)
     }
 }

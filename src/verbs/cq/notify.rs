@@ -59,6 +59,7 @@ impl CompletionQueue {
             unsafe { sys::ibv_ack_cq_events(cq, 1) };
             n += 1;
         }
+        self.note_foreign_arm();
         // SAFETY: valid CQ (alive while `self` is).
         let rc = unsafe { sys::shim_ibv_req_notify_cq(self.as_ptr(), 0) };
         if rc != 0 {

@@ -7,7 +7,8 @@ use crate::sys;
 use crate::verbs::cq::{Buf, Bufs, Completion, Retired, WcOpcode};
 use crate::verbs::mr::LocalBuf;
 
-pub(crate) const RECV_BIT: u64 = 1 << 63;
+pub(crate) use super::ring::RECV_BIT;
+use super::ring::{Ring, RingDone};
 
 pub(crate) struct Entry {
     pub(crate) wr_id: u64,
@@ -45,19 +46,33 @@ impl Done {
     }
 }
 
-/// A completion as the per-message path takes it: [`Done`] when it can, else in full (boxed:
-/// the usual case stays small to move).
+/// A completion as the per-message path takes it: a ring receive or [`Done`] when it can, else
+/// in full (boxed: the usual case stays small to move).
 pub(crate) enum Polled {
     Done(Done),
+    Ring(RingDone),
     Full(Box<Completion>),
 }
 
 impl Polled {
-    /// As a [`Completion`].
+    /// As a [`Completion`]. A ring receive's buffer stays in the ring: its completion has none,
+    /// and its `wr_id` is the slot's internal id (the owner of a ring takes [`Polled`]s).
     #[inline(always)]
     pub(crate) fn into_completion(self) -> Completion {
         match self {
             Polled::Done(d) => d.into_completion(),
+            Polled::Ring(d) => Completion {
+                wr_id: Ring::id(d.slot),
+                status: sys::IBV_WC_SUCCESS,
+                vendor_err: 0,
+                opcode: d.opcode,
+                byte_len: d.byte_len,
+                imm: d.imm,
+                qp_num: 0,
+                bufs: Bufs::new(),
+                retired: Vec::new(),
+                op: "RECV",
+            },
             Polled::Full(c) => *c,
         }
     }
@@ -159,6 +174,11 @@ pub(crate) struct Table {
     /// Buffers of sends retired the lean way, for the owner to take
     /// ([`take_retired`](Self::take_retired)); dropped with the table otherwise.
     retired_bufs: Vec<LocalBuf>,
+    /// A single-owner queue's receive ring (empty otherwise).
+    pub(crate) ring: Ring,
+    /// A poll since the CQ was last armed came back short: every completion that landed before
+    /// that arm has been taken, so an armed CQ may be slept on without looking first.
+    pub(crate) drained: bool,
 }
 
 /// Completions a busy-poll asks `ibv_poll_cq(3)` for at once.
@@ -195,6 +215,8 @@ impl Table {
             spare: Vec::new(),
             lean_from: u64::MAX,
             retired_bufs: Vec::new(),
+            ring: Ring::default(),
+            drained: false,
         }
     }
 
@@ -306,7 +328,7 @@ impl Table {
 
     /// The next completion already taken from the CQ: polled for someone else, or stashed.
     #[inline(always)]
-    pub(super) fn take_polled(&mut self) -> Option<Polled> {
+    pub(crate) fn take_polled(&mut self) -> Option<Polled> {
         if let Some(c) = self.pending.pop_front() {
             return Some(Polled::Full(Box::new(c)));
         }
@@ -332,6 +354,12 @@ impl Table {
     /// buffer, succeeded and retires nothing.
     #[inline(always)]
     pub(super) fn complete_lean(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
+        if Ring::is_ring_id(wc.wr_id) {
+            return self.ring.complete(wc).map(|r| match r {
+                Ok(d) => Polled::Ring(d),
+                Err(c) => Polled::Full(c),
+            });
+        }
         let (i, s) = self.slot_of(wc)?;
         let one_local = matches!(
             s.entry.as_ref().map(|e| e.bufs.as_slice()),
@@ -447,6 +475,12 @@ impl Table {
     /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
     #[inline(always)]
     pub(super) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
+        if Ring::is_ring_id(wc.wr_id) {
+            return self.ring.complete(wc).map(|r| match r {
+                Ok(d) => Polled::Ring(d).into_completion(),
+                Err(c) => *c,
+            });
+        }
         let (i, _) = self.slot_of(wc)?;
         let mut retired = Vec::new();
         if wc.wr_id & RECV_BIT == 0 {

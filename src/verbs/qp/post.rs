@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::sys;
-use crate::verbs::cq::{Buf, Bufs, Table};
+use crate::verbs::cq::{Buf, Bufs, Ring, Table};
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::wr::{context_mismatch, one_sge, SgList, SgeVec};
 
@@ -394,6 +394,83 @@ impl QueuePair {
         }
         Ok(())
     }
+}
+
+impl QueuePair {
+    /// Makes `bufs` the receive ring of this QP's single-owner CQ (`t`) and posts every slot;
+    /// each buffer must be registered in this QP's context. Once only.
+    pub(crate) fn set_recv_ring(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        bufs: Vec<LocalBuf>,
+    ) -> Result<()> {
+        if t.ring.is_set() {
+            return Err(Error::InvalidState {
+                op: "set a receive ring",
+                state: "a ring set already",
+                needs: "a queue without one",
+            });
+        }
+        if u32::try_from(bufs.len()).is_err() {
+            return Err(Error::TooLarge {
+                what: "receive ring",
+                detail: format!("{} slots exceed u32::MAX", bufs.len()),
+            });
+        }
+        let sges = bufs
+            .iter()
+            .map(|b| one_sge(self.ctx, "ibv_post_recv", b, 0, b.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let n = bufs.len() as u32;
+        t.ring.set(wr_id, bufs, sges);
+        for slot in 0..n {
+            self.post_ring_recv(t, slot)?;
+        }
+        Ok(())
+    }
+
+    /// Posts the receive of ring slot `slot` (into its whole buffer), which must not be posted.
+    #[inline(always)]
+    pub(crate) fn post_ring_recv(&self, t: &mut Table, slot: u32) -> Result<()> {
+        let state = self.state();
+        if matches!(state, QpState::Reset | QpState::Error) {
+            return Err(Error::InvalidState {
+                op: "ibv_post_recv",
+                state: state.name(),
+                needs: "INIT, RTR or RTS",
+            });
+        }
+        let Some(mut sge) = t.ring.take_for_post(slot) else {
+            return Err(ring_slot_busy(slot));
+        };
+        let mut w = sys::ibv_recv_wr {
+            wr_id: Ring::id(slot),
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        // The ring keeps the slot's buffer until the table is dropped (after the QP is
+        // destroyed) or leaked with it, and lends it out only while it is not posted.
+        // SAFETY: `self.qp` is live until drop; `w` and `sge` live across the call; the SGE was
+        // checked against the slot's buffer, registered in this QP's context (set_recv_ring).
+        let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            t.ring.unpost(slot);
+            return Err(Error::verb("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+}
+
+/// A ring slot re-posted that is not the owner's (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn ring_slot_busy(slot: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "receive ring slot {slot} does not exist or is posted already"
+    ))
 }
 
 /// A send posted on a QP that is not in RTS (out of line: never on a real path).

@@ -106,12 +106,7 @@ impl Endpoint {
         l: &mut SharedList,
     ) -> Result<usize> {
         self.check_usable()?;
-        if len > self.peer_msg_size {
-            return Err(Error::InvalidArgument(format!(
-                "message of {len} bytes exceeds the limit of {}",
-                self.peer_msg_size
-            )));
-        }
+        self.check_msg_len(len)?;
         if len > src.len() {
             return Err(Error::InvalidArgument(format!(
                 "message of {len} bytes is longer than its {}-byte source",

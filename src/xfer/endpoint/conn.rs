@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, Done, LocalBuf, ProtectionDomain, QueuePair, Retired,
+    Completion, CompletionQueue, Context, LocalBuf, ProtectionDomain, QueuePair, Retired, RingDone,
     SoloQueue, WcOpcode,
 };
 
@@ -37,9 +37,11 @@ pub(super) fn sends_of(wr_id: u64) -> u32 {
 }
 
 /// A received message waiting for the application: what [`Endpoint::recv_with`] needs of its
-/// completion (kept small: it is queued and taken once per message).
+/// completion (small and `Copy`: its buffer stays in the queue's receive ring).
+#[derive(Clone, Copy)]
 pub(super) struct Ready {
-    pub(super) buf: LocalBuf,
+    /// The receive ring slot holding the message.
+    pub(super) slot: u32,
     /// Bytes received (or written, for an RDMA WRITE_WITH_IMM).
     pub(super) len: u32,
     pub(super) imm: Option<u32>,
@@ -48,28 +50,13 @@ pub(super) struct Ready {
 
 impl Ready {
     #[inline(always)]
-    pub(super) fn of_done(d: Done) -> Ready {
+    pub(super) fn of_ring(d: RingDone) -> Ready {
         Ready {
+            slot: d.slot,
             len: d.byte_len,
             imm: d.imm,
             write_imm: d.opcode == WcOpcode::RecvRdmaWithImm,
-            buf: d.buf,
         }
-    }
-
-    #[inline(always)]
-    pub(super) fn of(mut c: Completion) -> Result<Ready> {
-        let (len, imm) = (c.byte_len, c.imm);
-        let write_imm = c.opcode == WcOpcode::RecvRdmaWithImm;
-        let buf = c
-            .take_local()
-            .ok_or_else(|| Error::Protocol("receive completion without its buffer".into()))?;
-        Ok(Ready {
-            buf,
-            len,
-            imm,
-            write_imm,
-        })
     }
 }
 
@@ -105,12 +92,10 @@ pub struct Endpoint {
     /// the caller with its next completion.
     pub(super) user_retired: Vec<Retired>,
     pub(super) send_pool: Vec<LocalBuf>,
-    /// Receive buffers taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
+    /// Receive ring slots taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
     /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
     /// their credits).
-    pub(super) deferred: Vec<(LocalBuf, usize)>,
-    /// Completions of the last wait, handled at once (kept for its capacity).
-    pub(super) woken: Vec<Completion>,
+    pub(super) deferred: Vec<(u32, usize)>,
     pub(super) pd: ProtectionDomain,
     pub(super) ctx: Context,
     pub(super) flow: Flow,
@@ -143,17 +128,33 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// A deadline that reads the clock only when a wait actually starts: reading it can cost
-/// microseconds (HPET in an emulated guest), which would show in every round trip.
+/// A deadline that reads no clock for what arrives soon: reading it can cost microseconds
+/// (HPET in an emulated guest), which would show in every round trip. An event-mode wait's
+/// first sleep is timed by the kernel (`left` is decreased by the time slept); from the second
+/// sleep on (or, busy-polling, after the first spin) the clock runs: `at`.
 pub(super) struct Deadline {
     pub(super) timeout: Duration,
+    /// What is left before the clock started.
+    pub(super) left: Duration,
     pub(super) at: Option<Instant>,
+    /// A sleep ended without the completion waited for: the next one starts the clock.
+    pub(super) woke: bool,
 }
 
 impl Deadline {
+    pub(super) fn new(timeout: Duration) -> Deadline {
+        Deadline {
+            timeout,
+            left: timeout,
+            at: None,
+            woke: false,
+        }
+    }
+
+    /// The clock's deadline, started now (with what is left) if it has not been.
     pub(super) fn at(&mut self) -> Instant {
-        let t = self.timeout;
-        *self.at.get_or_insert_with(|| Instant::now() + t)
+        let left = self.left;
+        *self.at.get_or_insert_with(|| Instant::now() + left)
     }
 }
 
@@ -248,10 +249,7 @@ impl Endpoint {
 
     #[inline(always)]
     pub(super) fn deadline(&self) -> Deadline {
-        Deadline {
-            timeout: self.timeout,
-            at: None,
-        }
+        Deadline::new(self.timeout)
     }
 
     /// Ends the connection gracefully: waits for sent messages to complete (or for the peer's

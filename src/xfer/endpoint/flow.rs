@@ -1,12 +1,14 @@
 //! The credit engine: completions handled, credits applied and returned, receives re-posted,
 //! and the waits for progress (see the module docs of [`super`]).
 
+use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, Done, LocalBuf, Polled, Retired, SendOp, SendRequest, WaitMode, Waited, WcOpcode,
+    Completion, Done, LocalBuf, Polled, Retired, RingDone, SendOp, SendRequest, WaitMode, Waited,
+    WcOpcode,
 };
 use crate::xfer::wire::{self, ImmKind};
 
@@ -57,9 +59,27 @@ impl Endpoint {
     #[inline(always)]
     pub(super) fn handle_polled(&mut self, p: Polled) -> Result<()> {
         match p {
+            Polled::Ring(r) => self.handle_ring(r),
             Polled::Done(d) => self.handle_done(d),
             Polled::Full(c) => self.handle(*c),
         }
+    }
+
+    /// A message (or credit message) received into a slot of the receive ring.
+    #[inline(always)]
+    fn handle_ring(&mut self, r: RingDone) -> Result<()> {
+        if let (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) =
+            (&mut self.flow, r.opcode, r.imm)
+        {
+            let (kind, n) = wire::decode_imm(imm)?;
+            *credits = credits.saturating_add(n);
+            if kind == ImmKind::Credit {
+                // Credit messages are not counted in the window: re-post at once.
+                return self.q.repost_ring(r.slot);
+            }
+        }
+        self.ready.push_back(Ready::of_ring(r));
+        Ok(())
     }
 
     /// [`handle`](Self::handle) for the usual completion: a data SEND's or a receive's (anything
@@ -78,21 +98,6 @@ impl Endpoint {
                 {
                     self.send_credit_msg()?;
                 }
-                Ok(())
-            }
-            WR_RECV => {
-                if let (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) =
-                    (&mut self.flow, d.opcode, d.imm)
-                {
-                    let (kind, n) = wire::decode_imm(imm)?;
-                    *credits = credits.saturating_add(n);
-                    if kind == ImmKind::Credit {
-                        // Credit messages are not counted in the window: re-post at once.
-                        self.q.post_recv_buf(WR_RECV, d.buf)?;
-                        return Ok(());
-                    }
-                }
-                self.ready.push_back(Ready::of_done(d));
                 Ok(())
             }
             _ => self.handle(d.into_completion()),
@@ -148,22 +153,12 @@ impl Endpoint {
                     self.send_credit_msg()?;
                 }
             }
-            WR_RECV => match (&mut self.flow, c.opcode, c.imm) {
-                (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) => {
-                    let (kind, n) = wire::decode_imm(imm)?;
-                    *credits = credits.saturating_add(n);
-                    match kind {
-                        ImmKind::Data => self.ready.push_back(Ready::of(c)?),
-                        ImmKind::Credit => {
-                            // Credit messages are not counted in the window: re-post at once.
-                            for buf in c.into_local_bufs() {
-                                self.q.post_recv_buf(WR_RECV, buf)?;
-                            }
-                        }
-                    }
-                }
-                _ => self.ready.push_back(Ready::of(c)?),
-            },
+            WR_RECV => {
+                // Successful receives come from the ring (handle_ring), never in full.
+                return Err(Error::Protocol(
+                    "a receive completion outside the receive ring".into(),
+                ));
+            }
             other => {
                 return Err(Error::Protocol(format!(
                     "completion with unknown internal wr_id {other:#x}"
@@ -225,61 +220,93 @@ impl Endpoint {
             return self.settle(true);
         }
         let seen = self.disconnected;
-        if !seen && deadline.at.is_none() {
-            // No clock read for what arrives soon (see Deadline).
-            match self.q.mode() {
-                WaitMode::Poll => {
-                    // Busy-poll for a while: nothing but the poll itself per empty look.
-                    if let Some(c) = self.q.spin(SPIN_POLLS)? {
-                        return self.handle_polled(c);
-                    }
-                }
-                WaitMode::Event => {
-                    // One look and at most two sleeps of at most CM_CHECK: the deadline starts
-                    // counting after them (at most 100 ms late).
-                    let slice = deadline.timeout.min(CM_CHECK);
-                    match self.q.wait_one(slice)? {
-                        Waited::Got(c) => return self.handle_polled(c),
-                        Waited::Woke => {}
-                        Waited::Quiet => {
-                            // `slice` of the deadline has passed.
-                            let left = deadline.timeout.saturating_sub(slice);
-                            deadline.at = Some(Instant::now() + left);
-                            self.check_cm()?;
-                        }
-                    }
-                }
-            }
+        match self.q.mode() {
+            WaitMode::Event => self.pump_event(deadline, what, seen),
+            WaitMode::Poll => self.pump_poll(deadline, what, seen),
         }
-        let after = deadline.timeout;
-        let deadline = deadline.at();
+    }
+
+    /// [`pump`](Self::pump) sleeping on the completion channel and, over CM, on the CM channel
+    /// too (a disconnect wakes it at once). The deadline is honest: the first sleep's time is
+    /// the kernel's account (no clock read for what arrives within one sleep), the clock runs
+    /// from the second sleep on.
+    #[inline(always)]
+    fn pump_event(
+        &mut self,
+        deadline: &mut Deadline,
+        what: &'static str,
+        seen: bool,
+    ) -> Result<()> {
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             if self.disconnected {
                 return self.after_disconnect(seen, what);
             }
-            if left.is_zero() {
-                return Err(Error::Timeout { what, after });
+            if deadline.woke {
+                let at = deadline.at();
+                deadline.left = at.saturating_duration_since(Instant::now());
             }
-            let slice = if self.cm.is_some() {
-                left.min(CM_CHECK)
-            } else {
-                left
-            };
-            // One vector for the endpoint's waits: no allocation per wake-up.
-            let mut cs = std::mem::take(&mut self.woken);
-            match self.q.wait_into(32, slice, &mut cs) {
-                Ok(_) => {
-                    for c in cs.drain(..) {
-                        self.handle(c)?;
-                    }
-                    self.woken = cs;
-                    return Ok(());
-                }
-                Err(e) if e.is_timeout() => self.check_cm()?,
-                Err(e) => return Err(e),
+            if deadline.left.is_zero() {
+                return Err(Error::Timeout {
+                    what,
+                    after: deadline.timeout,
+                });
+            }
+            let cm = self.cm.as_ref().map(|id| id.as_fd());
+            match self.q.wait_one(&mut deadline.left, cm)? {
+                Waited::Got(c) => return self.handle_polled(c),
+                Waited::Other => self.check_cm()?,
+                Waited::Woke | Waited::Quiet => {}
+            }
+            deadline.woke = true;
+        }
+    }
+
+    /// [`pump`](Self::pump) busy-polling: spins first without a clock, then with one, looking
+    /// for CM events (a peer's disconnect) every [`CM_CHECK`].
+    #[inline(always)]
+    fn pump_poll(&mut self, deadline: &mut Deadline, what: &'static str, seen: bool) -> Result<()> {
+        if !seen && deadline.at.is_none() {
+            // Busy-poll for a while: nothing but the poll itself per empty look.
+            if let Some(c) = self.q.spin(SPIN_POLLS)? {
+                return self.handle_polled(c);
             }
         }
+        let at = deadline.at();
+        let mut next_cm = Instant::now();
+        loop {
+            if self.disconnected {
+                return self.after_disconnect(seen, what);
+            }
+            if let Some(c) = self.q.spin(256)? {
+                return self.handle_polled(c);
+            }
+            let now = Instant::now();
+            if now >= at {
+                return Err(Error::Timeout {
+                    what,
+                    after: deadline.timeout,
+                });
+            }
+            if self.cm.is_some() && now >= next_cm {
+                self.check_cm()?;
+                next_cm = now + CM_CHECK;
+            }
+        }
+    }
+
+    /// Handles what is in the CQ now, at most `max` completions; returns how many.
+    pub(super) fn poll_now_up_to(&mut self, max: usize) -> Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.q.spin(1)? {
+                Some(c) => {
+                    n += 1;
+                    self.handle_polled(c)?;
+                }
+                None => break,
+            }
+        }
+        Ok(n)
     }
 
     /// A wait once the peer has disconnected: what arrived before the disconnect is taken
@@ -288,18 +315,10 @@ impl Endpoint {
     /// `disconnected` (a wait for our own sends ends there: see
     /// [`wait_sent`](Self::wait_sent)); any later wait fails, as nothing more will arrive.
     fn after_disconnect(&mut self, seen: bool, what: &'static str) -> Result<()> {
-        let mut cs = Vec::new();
-        self.q.poll_into(32, &mut cs)?;
-        if cs.is_empty() {
-            if seen {
-                return Err(Error::Connection(format!(
-                    "the peer disconnected while waiting for {what}"
-                )));
-            }
-            return Ok(());
-        }
-        for c in cs {
-            self.handle(c)?;
+        if self.poll_now_up_to(32)? == 0 && seen {
+            return Err(Error::Connection(format!(
+                "the peer disconnected while waiting for {what}"
+            )));
         }
         Ok(())
     }
@@ -353,8 +372,8 @@ impl Endpoint {
     /// (with `credit_msg`, a credit message once enough are owed; see [`repost`](Self::repost)).
     #[inline(always)]
     pub(super) fn settle(&mut self, credit_msg: bool) -> Result<()> {
-        while let Some((buf, _)) = self.deferred.pop() {
-            self.repost(buf, credit_msg)?;
+        while let Some((slot, _)) = self.deferred.pop() {
+            self.repost(slot, credit_msg)?;
         }
         Ok(())
     }
@@ -362,8 +381,8 @@ impl Endpoint {
     /// Re-posts one receive buffer and accounts for its credit; with `credit_msg`, a credit
     /// message goes out once enough are owed (else they wait for the next message or re-post).
     #[inline(always)]
-    pub(super) fn repost(&mut self, buf: LocalBuf, credit_msg: bool) -> Result<()> {
-        self.q.post_recv_buf(WR_RECV, buf)?;
+    pub(super) fn repost(&mut self, slot: u32, credit_msg: bool) -> Result<()> {
+        self.q.repost_ring(slot)?;
         match &mut self.flow {
             Flow::Credits {
                 owed, threshold, ..

@@ -53,12 +53,7 @@ impl Endpoint {
         more: bool,
     ) -> Result<R> {
         self.check_usable()?;
-        if len > self.peer_msg_size {
-            return Err(Error::InvalidArgument(format!(
-                "message of {len} bytes exceeds the limit of {}",
-                self.peer_msg_size
-            )));
-        }
+        self.check_msg_len(len)?;
         let mut after = Some(after);
         let mut out = None;
         let can_send_now =
@@ -100,10 +95,22 @@ impl Endpoint {
         Ok(out.expect("`after` ran before or after the post"))
     }
 
+    /// Refuses a message longer than the peer takes.
+    #[inline(always)]
+    pub(super) fn check_msg_len(&self, len: usize) -> Result<()> {
+        if len > self.peer_msg_size {
+            return Err(too_long(len, self.peer_msg_size));
+        }
+        Ok(())
+    }
+
     /// The payload of the last message [`recv_deferred`](Self::recv_deferred) took and that is
     /// not re-posted yet (empty if none).
     pub(super) fn last_deferred(&self) -> &[u8] {
-        self.deferred.last().map_or(&[], |(b, n)| &b[..*n])
+        self.deferred
+            .last()
+            .and_then(|&(slot, n)| self.q.ring_data(slot, n))
+            .unwrap_or(&[])
     }
 
     /// Sends `data` as one message (copied into a registered buffer).
@@ -137,7 +144,7 @@ impl Endpoint {
             self.pump(&mut deadline, "a message from the peer")?;
         }
         let Ready {
-            buf,
+            slot,
             len,
             imm,
             write_imm,
@@ -158,12 +165,10 @@ impl Endpoint {
                 rdma_write_len: Some(len as u32),
             })
         } else {
-            let data = buf.get(..len).ok_or_else(|| {
-                Error::Protocol(format!(
-                    "received {len} bytes into a {}-byte buffer",
-                    buf.len()
-                ))
-            })?;
+            let data = self
+                .q
+                .ring_data(slot, len)
+                .ok_or_else(|| overlong(len, self.msg_size))?;
             f(Message {
                 data,
                 imm,
@@ -171,9 +176,9 @@ impl Endpoint {
             })
         };
         if defer {
-            self.deferred.push((buf, if write_imm { 0 } else { len }));
+            self.deferred.push((slot, if write_imm { 0 } else { len }));
         } else {
-            self.repost(buf, true).map_err(|e| self.fail(e))?;
+            self.repost(slot, true).map_err(|e| self.fail(e))?;
         }
         Ok(out)
     }
@@ -317,7 +322,7 @@ impl Endpoint {
     /// [`post`](Self::post), handling the endpoint's own on the way. Returns at least one.
     pub fn poll_user(&mut self, max: usize, timeout: Duration) -> Result<Vec<Completion>> {
         self.check_usable()?;
-        let mut deadline = Deadline { timeout, at: None };
+        let mut deadline = Deadline::new(timeout);
         while self.user_done.is_empty() {
             self.pump(&mut deadline, "a work completion")?;
         }
@@ -331,9 +336,9 @@ impl Endpoint {
     /// disconnect, so they can name the cause of what the caller saw as a lost connection.
     pub fn last_words(&mut self) -> Option<Vec<u8>> {
         for _ in 0..LAST_WORDS_POLLS {
-            match self.q.poll_one() {
+            match self.q.spin(1) {
                 Ok(Some(c)) => {
-                    if let Err(e) = self.handle(c) {
+                    if let Err(e) = self.handle_polled(c) {
                         tracing::debug!("a completion after the failure: {e}");
                     }
                 }
@@ -342,9 +347,25 @@ impl Endpoint {
         }
         while let Some(r) = self.ready.pop_front() {
             if !r.write_imm {
-                return r.buf.get(..r.len as usize).map(<[u8]>::to_vec);
+                return self.q.ring_data(r.slot, r.len as usize).map(<[u8]>::to_vec);
             }
         }
         None
     }
+}
+
+/// A message longer than the peer takes (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn too_long(len: usize, limit: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "message of {len} bytes exceeds the limit of {limit}"
+    ))
+}
+
+/// A receive completion longer than its buffer (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn overlong(len: usize, size: usize) -> Error {
+    Error::Protocol(format!("received {len} bytes into a {size}-byte buffer"))
 }

@@ -26,11 +26,15 @@
 //! # Per-message path
 //! A message costs one post, at most one `ibv_poll_cq` per completion (a look takes up to four
 //! at once and keeps the rest for the next) and no allocation; the queue is single-owner
-//! ([`SoloQueue`](crate::verbs::SoloQueue): no lock), and the usual completion (one buffer,
-//! nothing retired) is handled without building a full [`Completion`](crate::verbs::Completion).
-//! A wait reads no clock unless it lasts: poll mode spins first, event mode keeps the CQ armed
-//! between waits (as `ibv_rc_pingpong -e`) and sleeps at most twice 50 ms before the deadline
-//! starts counting. The functions on that path are `#[inline(always)]`: in an emulated guest
+//! ([`SoloQueue`](crate::verbs::SoloQueue): no lock), receives go to a ring of slots the queue
+//! owns (re-posted by slot: no table entry, no buffer moved), and the usual completion (one
+//! buffer, nothing retired) is handled without building a full
+//! [`Completion`](crate::verbs::Completion). A wait reads no clock unless it lasts: poll mode
+//! spins first; event mode keeps the CQ armed between waits (as `ibv_rc_pingpong -e`), sleeps
+//! without looking first when a look since the last arm found the CQ empty, sleeps on the CM
+//! channel too (a disconnect wakes it), and times its first sleep by the kernel's account
+//! (`ppoll(2)` writes back the time left), so the deadline stays honest without a clock read;
+//! the clock runs from a second sleep on. The functions on that path are `#[inline(always)]`: in an emulated guest
 //! each call and return costs tens of nanoseconds (a translation-block lookup), which showed in
 //! every round trip.
 //!

@@ -15,9 +15,6 @@ use super::conn::Endpoint;
 use super::options::EndpointOptions;
 use super::setup::Parts;
 
-/// Completions taken from the CQ per poll.
-const BATCH: usize = 32;
-
 impl Endpoint {
     /// The completion channel's fd, or `None` for an endpoint made in poll mode. See the
     /// [endpoint module docs](crate::xfer::endpoint#non-blocking-use) for how to wait on it.
@@ -156,28 +153,7 @@ impl Endpoint {
 
     /// Handles every completion in the CQ now; returns how many.
     fn poll_now(&mut self) -> Result<usize> {
-        let mut total = 0;
-        let mut cs = std::mem::take(&mut self.woken);
-        loop {
-            cs.clear();
-            let r = self.q.poll_into(BATCH, &mut cs).and_then(|n| {
-                let mut r = Ok(n);
-                // After a failure the rest are dropped (their buffers are back from the device).
-                for c in cs.drain(..) {
-                    if r.is_ok() {
-                        r = self.handle(c).map(|()| n);
-                    }
-                }
-                r
-            });
-            match r {
-                Ok(n) if n == BATCH => total += n,
-                r => {
-                    self.woken = cs;
-                    return r.map(|n| total + n);
-                }
-            }
-        }
+        self.poll_now_up_to(usize::MAX)
     }
 }
 

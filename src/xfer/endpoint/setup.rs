@@ -148,12 +148,10 @@ impl Parts {
         })
     }
 
-    /// Posts `n` receives of `msg_size` bytes.
+    /// Posts `n` receives of `msg_size` bytes: the queue's receive ring.
     pub(super) fn post_receives(&mut self, msg_size: usize, n: u32) -> Result<()> {
-        for buf in LocalBuf::slots(&self.pd, msg_size, n as usize)? {
-            self.q.post_recv_buf(WR_RECV, buf)?;
-        }
-        Ok(())
+        let bufs = LocalBuf::slots(&self.pd, msg_size, n as usize)?;
+        self.q.set_recv_ring(WR_RECV, bufs)
     }
 
     /// A connected rdma_cm endpoint: the QP is in RTS (rdma_cm moved it) and `hello` is the
@@ -214,7 +212,6 @@ impl Parts {
             user_retired: Vec::new(),
             send_pool: self.send_pool,
             deferred: Vec::new(),
-            woken: Vec::new(),
             pd: self.pd,
             ctx: self.ctx,
             flow,

@@ -1,0 +1,158 @@
+//! The receive ring of a single-owner queue: receive buffers owned by the CQ's table for good,
+//! posted and re-posted by slot, so a receive costs no table entry, no buffer move and no
+//! allocation (see [`SoloQueue::set_recv_ring`](crate::verbs::SoloQueue::set_recv_ring)).
+//!
+//! Ownership: the ring keeps every slot's [`LocalBuf`] from its creation until the table is
+//! dropped (after the QP is destroyed) or leaked with it. A posted slot (the device may write
+//! it) is never lent out: [`data`](Ring::data) lends only a slot whose receive completed, and
+//! re-posting takes the queue by `&mut`, so no lent slice can outlive it.
+
+use crate::sys;
+use crate::verbs::mr::LocalBuf;
+
+use super::completion::{Bufs, Completion, WcOpcode};
+
+/// Bit 63 of a work request id: a receive (ring slot or table entry).
+pub(crate) const RECV_BIT: u64 = 1 << 63;
+
+/// Bits 32..63 of a work request id: zero for a ring slot's, never zero for a table entry's
+/// (whose generation is at least 1), so the two cannot be confused.
+const GEN_BITS: u64 = 0x7fff_ffff << 32;
+
+/// A successful receive into a ring slot: small and `Copy` (the buffer stays in the ring).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingDone {
+    /// The slot: read it with `SoloQueue::ring_data`, give it back with `SoloQueue::repost_ring`.
+    pub(crate) slot: u32,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) byte_len: u32,
+    pub(crate) imm: Option<u32>,
+}
+
+/// The ring (empty until the owner sets one up).
+#[derive(Default)]
+pub(crate) struct Ring {
+    bufs: Vec<LocalBuf>,
+    /// Each slot's whole buffer as an SGE, checked once when the ring was made.
+    sges: Vec<sys::ibv_sge>,
+    /// True while the slot's receive is posted (the device may write it).
+    posted: Vec<bool>,
+    /// The owner's `wr_id` for its receives (named in an error completion).
+    wr_id: u64,
+}
+
+impl Ring {
+    /// True for the work request id of a ring slot.
+    #[inline(always)]
+    pub(crate) fn is_ring_id(id: u64) -> bool {
+        id & RECV_BIT != 0 && id & GEN_BITS == 0
+    }
+
+    /// The work request id posted for `slot`.
+    #[inline(always)]
+    pub(crate) fn id(slot: u32) -> u64 {
+        RECV_BIT | u64::from(slot)
+    }
+
+    /// True once the ring is set up.
+    pub(crate) fn is_set(&self) -> bool {
+        !self.bufs.is_empty()
+    }
+
+    /// Takes `bufs` as the ring's slots with their checked SGEs (none posted yet).
+    pub(crate) fn set(&mut self, wr_id: u64, bufs: Vec<LocalBuf>, sges: Vec<sys::ibv_sge>) {
+        self.posted = vec![false; bufs.len()];
+        self.bufs = bufs;
+        self.sges = sges;
+        self.wr_id = wr_id;
+    }
+
+    /// Marks `slot` posted and returns its SGE, if it is a slot that is not posted.
+    #[inline(always)]
+    pub(crate) fn take_for_post(&mut self, slot: u32) -> Option<sys::ibv_sge> {
+        let i = slot as usize;
+        let p = self.posted.get_mut(i)?;
+        if *p {
+            return None;
+        }
+        *p = true;
+        self.sges.get(i).copied()
+    }
+
+    /// The post of `slot` failed: it is not posted.
+    pub(crate) fn unpost(&mut self, slot: u32) {
+        if let Some(p) = self.posted.get_mut(slot as usize) {
+            *p = false;
+        }
+    }
+
+    /// The first `len` bytes of `slot`, if its receive completed and it is not posted again.
+    #[inline(always)]
+    pub(crate) fn data(&self, slot: u32, len: usize) -> Option<&[u8]> {
+        let i = slot as usize;
+        if *self.posted.get(i)? {
+            return None;
+        }
+        self.bufs.get(i)?.get(..len)
+    }
+
+    /// Matches a ring slot's raw completion: the slot is no longer posted. A success is a
+    /// [`RingDone`]; an error (a flush) a full completion without buffers (they stay here).
+    /// `None` for a slot that was not posted (not ours).
+    #[inline(always)]
+    pub(crate) fn complete(
+        &mut self,
+        wc: &sys::ibv_wc,
+    ) -> Option<Result<RingDone, Box<Completion>>> {
+        let slot = wc.wr_id as u32;
+        let p = self.posted.get_mut(slot as usize)?;
+        if !*p {
+            return None;
+        }
+        *p = false;
+        if wc.status == sys::IBV_WC_SUCCESS {
+            let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
+            return Some(Ok(RingDone {
+                slot,
+                opcode: WcOpcode::from_raw(wc.opcode),
+                byte_len: wc.byte_len,
+                // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
+                imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
+            }));
+        }
+        Some(Err(Box::new(Completion {
+            wr_id: self.wr_id,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            opcode: WcOpcode::Other(wc.opcode),
+            byte_len: wc.byte_len,
+            imm: None,
+            qp_num: wc.qp_num,
+            bufs: Bufs::new(),
+            retired: Vec::new(),
+            op: "RECV",
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_ids_never_collide_with_table_ids() {
+        assert!(Ring::is_ring_id(Ring::id(0)));
+        assert!(Ring::is_ring_id(Ring::id(u32::MAX)));
+        // A table id has a generation of at least 1 in bits 32..62.
+        assert!(!Ring::is_ring_id(RECV_BIT | (1 << 32)));
+        assert!(!Ring::is_ring_id(5));
+        let mut r = Ring::default();
+        assert!(!r.is_set());
+        assert!(r.take_for_post(0).is_none() && r.data(0, 0).is_none());
+        let wc = sys::ibv_wc {
+            wr_id: Ring::id(0),
+            ..Default::default()
+        };
+        assert!(r.complete(&wc).is_none(), "no such slot");
+    }
+}
