@@ -1,25 +1,24 @@
 //! Messages taken in bulk, for a bandwidth receiver: [`Endpoint::recv_many`] takes every message
-//! that has arrived (up to a limit) and re-posts their buffers as one list.
+//! that has arrived (up to a limit), then re-posts their receive ring slots and returns their
+//! credits in one credit message.
 
-use crate::error::{Error, Result};
-use crate::verbs::{LocalBuf, RecvList};
+use crate::error::Result;
 
-use super::conn::{Endpoint, Flow, Ready, WR_RECV};
-use super::messaging::Message;
+use super::conn::{Endpoint, Flow, Ready};
+use super::messaging::{overlong, Message};
 
 /// Scratch space of [`Endpoint::recv_many`], kept across calls (nothing is allocated per batch).
 #[derive(Debug, Default)]
 pub struct RecvScratch {
-    bufs: Vec<LocalBuf>,
-    list: RecvList,
+    slots: Vec<u32>,
 }
 
 impl Endpoint {
     /// Waits (at most the timeout) for the next message, then takes it and up to `max - 1`
-    /// more that have already arrived (without waiting), lends each to `f` in order, and
-    /// re-posts all their buffers as one list (one `ibv_post_recv(3)`), returning their credits
-    /// as [`recv_with`](Self::recv_with) does (a credit message once enough are owed). Returns
-    /// how many messages were taken (at least one).
+    /// more that have already arrived (without waiting), lends each to `f` in order, then
+    /// re-posts their ring slots and returns their credits as [`recv_with`](Self::recv_with)
+    /// does (a credit message once enough are owed, at most one per call). Returns how many
+    /// messages were taken (at least one).
     pub fn recv_many(
         &mut self,
         max: usize,
@@ -44,7 +43,7 @@ impl Endpoint {
         let mut overrun = None;
         for _ in 0..n {
             let Ready {
-                buf,
+                slot,
                 len,
                 imm,
                 write_imm,
@@ -63,39 +62,34 @@ impl Endpoint {
                     imm,
                     rdma_write_len: Some(len),
                 });
-            } else if let Some(data) = buf.get(..len as usize) {
+            } else if let Some(data) = self.q.ring_data(slot, len as usize) {
                 f(Message {
                     data,
                     imm,
                     rdma_write_len: None,
                 });
             } else {
-                overrun.get_or_insert((len, buf.len()));
+                overrun.get_or_insert(len as usize);
             }
-            s.bufs.push(buf);
+            s.slots.push(slot);
         }
-        self.repost_list(s).map_err(|e| self.fail(e))?;
+        self.repost_slots(s).map_err(|e| self.fail(e))?;
         match overrun {
             None => Ok(n),
-            Some((len, cap)) => Err(self.fail(Error::Protocol(format!(
-                "received {len} bytes into a {cap}-byte buffer"
-            )))),
+            Some(len) => Err(self.fail(overlong(len, self.msg_size))),
         }
     }
 
-    /// Re-posts the buffers in `s` as one list and accounts for their credits.
-    fn repost_list(&mut self, s: &mut RecvScratch) -> Result<()> {
-        let n = s.bufs.len() as u32;
-        if let Err(e) = self.q.post_recv_list(&mut s.list, WR_RECV, &mut s.bufs) {
-            // The receives not posted (their buffers are dropped with the error) are credits
-            // the peer will never get back: the endpoint fails.
-            return Err(e.error);
+    /// Re-posts the ring slots in `s` and accounts for their credits (one credit message at
+    /// most, once enough are owed).
+    fn repost_slots(&mut self, s: &mut RecvScratch) -> Result<()> {
+        for slot in s.slots.drain(..) {
+            self.repost(slot, false)?;
         }
         if let Flow::Credits {
             owed, threshold, ..
-        } = &mut self.flow
+        } = &self.flow
         {
-            *owed += n;
             if *owed >= *threshold {
                 self.send_credit_msg()?;
             }

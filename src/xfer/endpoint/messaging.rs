@@ -366,6 +366,6 @@ fn too_long(len: usize, limit: usize) -> Error {
 /// A receive completion longer than its buffer (out of line: never on a real path).
 #[cold]
 #[inline(never)]
-fn overlong(len: usize, size: usize) -> Error {
+pub(super) fn overlong(len: usize, size: usize) -> Error {
     Error::Protocol(format!("received {len} bytes into a {size}-byte buffer"))
 }
