@@ -63,7 +63,8 @@ impl SharedList {
     }
 }
 
-/// One list of work requests over one shared source (see the [module docs](self)).
+/// One list of work requests over one shared source (why it is sound: the module docs of
+/// `verbs::qp::shared` and `docs/soundness.md`).
 #[derive(Clone, Copy, Debug)]
 pub struct SharedPost<'a> {
     /// The source every work request reads.
@@ -90,7 +91,7 @@ impl QueuePair {
     ///
     /// Nothing is posted if a check fails (state, the source's range and registration, the
     /// operation: an RDMA READ would write its source). If the device takes only the first `k`
-    /// (e.g. a full send queue), the error says so: see the [module docs](self).
+    /// (e.g. a full send queue), the error says so: see the module docs of `verbs::qp::shared`.
     pub fn post_shared_list(
         &self,
         l: &mut SharedList,
