@@ -134,3 +134,56 @@ fn a_refused_list_posts_nothing_and_leaves_the_endpoint_usable() {
         assert_eq!(s.recv().unwrap(), vec![0u8; LEN]);
     }
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn lists_wait_for_signal_every_slots_and_stay_long() {
+    need_rxe0();
+    const N: usize = 3000;
+    const EVERY: u32 = 8;
+    const WANT: usize = 32;
+    for (port, wait) in [(7604, WaitMode::Poll), (7605, WaitMode::Event)] {
+        // 30 send-queue slots (28 + 2), not a multiple of EVERY, and credits to spare: once the
+        // queue is full, each list must wait for EVERY free slots rather than post into each
+        // slot as it frees (lists of 1-3 with their signals scattered).
+        let (mut s, mut c) = pair(port, 256, 28, wait);
+        let server = thread::spawn(move || {
+            for i in 0..N {
+                s.recv_with(|m| assert_eq!(m.data.len(), 64, "message {i}"))
+                    .unwrap_or_else(|e| panic!("recv {i}: {e}"));
+            }
+            s.send(b"all here").unwrap();
+        });
+        let src = LocalBuf::new(c.pd(), 64).unwrap().freeze();
+        let mut b = SharedList::with_capacity(WANT);
+        let (mut sent, mut short, mut lists) = (0, Vec::new(), 0);
+        while sent < N {
+            let want = (N - sent).min(WANT);
+            let credits = c.credits() as usize;
+            let k = c
+                .send_shared_list(&src, 64, want, EVERY, sent + want < N, &mut b)
+                .unwrap_or_else(|e| panic!("list {lists}: {e}"));
+            assert!((1..=want).contains(&k), "list {lists}: {k} of {want}");
+            // Credits only grow while it waits: with EVERY of them, only slots can cut a list.
+            if k < want.min(EVERY as usize) && credits >= EVERY as usize {
+                short.push((lists, k));
+            }
+            sent += k;
+            lists += 1;
+        }
+        c.flush().unwrap();
+        assert_eq!(c.recv().unwrap(), b"all here");
+        server.join().unwrap();
+        assert!(
+            short.is_empty(),
+            "{wait:?}: {} of {lists} lists shorter than {EVERY} with credits to spare: {:?}",
+            short.len(),
+            &short[..short.len().min(10)]
+        );
+        let mean = N as f64 / lists as f64;
+        assert!(
+            mean >= f64::from(EVERY),
+            "{wait:?}: {mean:.1} messages per list"
+        );
+    }
+}

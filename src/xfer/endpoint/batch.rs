@@ -86,16 +86,17 @@ impl Endpoint {
     /// shared by every message in flight: a bandwidth source, nothing to fill), as one post list
     /// (one doorbell); returns how many were posted, at least one. Each message takes a credit
     /// and a send-queue slot as [`send`](Self::send) does: this waits (at most the timeout) for
-    /// the first of each, then posts as many as both allow. `l` is the caller's scratch list
-    /// (kept across calls: nothing allocated per list). The list is lean
+    /// a credit and for `min(n, signal_every)` free slots (only while a signaled SEND of ours
+    /// is outstanding; else for one), then posts as many as both allow. `l` is the caller's
+    /// scratch list (kept across calls: nothing allocated per list). The list is lean
     /// ([`SoloQueue::post_shared_list`](crate::verbs::SoloQueue::post_shared_list)): the range is
     /// checked once, and only signaled SENDs and the list's last hold a table entry (with a
     /// clone of `src`), each standing for the SENDs before it.
     ///
-    /// One message in `signal_every` asks for a completion, and so does the one taking the
-    /// last send-queue slot (a wait for a slot always ends); with `more` (the caller sends
-    /// again) the last of the list may go unsignaled, without it the last is signaled, so that
-    /// [`flush`](Self::flush) sees every message complete.
+    /// One message in `signal_every` (counted across lists) asks for a completion, and so does
+    /// the one taking the last send-queue slot (a wait for a slot always ends); with `more`
+    /// (the caller sends again) the last of the list may go unsignaled, without it the last is
+    /// signaled, so that [`flush`](Self::flush) sees every message complete.
     pub fn send_shared_list(
         &mut self,
         src: &SharedBuf,
@@ -120,12 +121,23 @@ impl Endpoint {
                 "send credit from the peer (it is not taking messages)",
             )?;
         }
+        let every = signal_every.max(1);
+        let n = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+        // A list's worth of slots (`every`, or `n` if fewer): waited for only while a signaled
+        // work request is outstanding (the SENDs before our unsignaled run), whose completion
+        // frees slots; never for one that cannot come. Posting into each slot as it frees would
+        // cut the lists short and scatter the signals.
+        let want = n.min(every).min(self.own_sq);
+        while self.own_sq.saturating_sub(self.sends_posted) < want
+            && self.sends_posted > self.unsignaled_run
+        {
+            self.pump(&mut deadline, "a send completion")?;
+        }
         while self.sends_posted >= self.own_sq {
             self.pump(&mut deadline, "a send completion")?;
         }
         let room = (self.own_sq - self.sends_posted).min(self.credits());
-        let k = u32::try_from(n).unwrap_or(u32::MAX).clamp(1, room);
-        let every = signal_every.max(1);
+        let k = n.min(room);
         let (first, rest) = match &mut self.flow {
             Flow::Credits { owed, .. } => (
                 SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed))),
@@ -133,12 +145,29 @@ impl Endpoint {
             ),
             Flow::Implicit { .. } => (SendOp::Send, SendOp::Send),
         };
-        let (base, own_sq) = (self.sends_posted, self.own_sq);
+        // One SEND in `every` of the running count of unsignaled ones (kept across lists) is
+        // signaled, and so are the one taking the last slot and, without `more`, the last.
+        let (base, own_sq, run) = (
+            self.sends_posted,
+            self.own_sq,
+            u64::from(self.unsignaled_run),
+        );
         let signaled = |i: usize| {
             let slot = base + i as u32 + 1;
-            slot % every == 0 || slot >= own_sq || (!more && i as u32 + 1 == k)
+            (run + i as u64 + 1) % u64::from(every) == 0
+                || slot >= own_sq
+                || (!more && i as u32 + 1 == k)
         };
-        let last_signaled = signaled(k as usize - 1);
+        // The run after the list: 0 if its last is signaled, else what follows its last
+        // periodic signal (or the whole list after the old run, if it had none).
+        let run_after = if signaled(k as usize - 1) {
+            0
+        } else if run % u64::from(every) + u64::from(k) >= u64::from(every) {
+            (run + u64::from(k)) % u64::from(every)
+        } else {
+            run + u64::from(k)
+        };
+        let run_after = u32::try_from(run_after).unwrap_or(u32::MAX);
         let p = SharedPost {
             src,
             off: 0,
@@ -155,23 +184,24 @@ impl Endpoint {
             Err(e) => {
                 // The first `e.posted` are on the wire (they complete as usual); the credits
                 // the others carried are lost with the endpoint, which fails here.
-                self.account_sends(e.posted as u32, false);
+                // Their signalling is unknown here: the endpoint fails, nothing waits on them.
+                self.account_sends(e.posted as u32, 0);
                 return Err(self.fail(e.error));
             }
         };
-        self.account_sends(posted as u32, !last_signaled);
+        self.account_sends(posted as u32, run_after);
         // After the post: receives the caller deferred go back now.
         self.settle(true).map_err(|e| self.fail(e))?;
         Ok(posted)
     }
 
-    /// `k` SENDs of ours posted: slots taken, credits spent, the tail's signalling noted.
-    fn account_sends(&mut self, k: u32, unsignaled_tail: bool) {
+    /// `k` SENDs of ours posted: slots taken, credits spent, the unsignaled run after them noted.
+    fn account_sends(&mut self, k: u32, unsignaled_run: u32) {
         if k == 0 {
             return;
         }
         self.sends_posted += k;
-        self.unsignaled_tail = unsignaled_tail;
+        self.unsignaled_run = unsignaled_run;
         match &mut self.flow {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => {
                 *credits = credits.saturating_sub(k)

@@ -101,9 +101,10 @@ pub struct Endpoint {
     pub(super) flow: Flow,
     /// Our own SENDs (data and credit) not completed (or retired) yet.
     pub(super) sends_posted: u32,
-    /// Our newest SEND was posted unsignaled (see [`send_then`](Endpoint::send_then)): it
-    /// completes only with a later signaled work request of the send queue.
-    pub(super) unsignaled_tail: bool,
+    /// Our SENDs posted unsignaled since our last signaled work request (see
+    /// [`send_then`](Endpoint::send_then)): they complete only with a later signaled one. While
+    /// `sends_posted` exceeds it, a signaled one is outstanding and its completion will come.
+    pub(super) unsignaled_run: u32,
     /// Send-queue slots for our own SENDs.
     pub(super) own_sq: u32,
     pub(super) msg_size: usize,

@@ -345,7 +345,7 @@ impl Endpoint {
         );
         self.q.post_send(wr)?;
         self.sends_posted += 1;
-        self.unsignaled_tail = false;
+        self.unsignaled_run = 0;
         Ok(())
     }
 

@@ -83,7 +83,11 @@ impl Endpoint {
             return Err(self.fail(e.error));
         }
         self.sends_posted += 1;
-        self.unsignaled_tail = !signaled;
+        self.unsignaled_run = if signaled {
+            0
+        } else {
+            self.unsignaled_run.saturating_add(1)
+        };
         match &mut self.flow {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
         }
@@ -210,7 +214,7 @@ impl Endpoint {
     /// never be seen, so the endpoint fails (a later [`close`](Self::close) does not wait for
     /// it; the queue keeps its buffer until teardown). Returns `e`.
     pub(crate) fn end_burst(&mut self, e: Error) -> Error {
-        if self.unsignaled_tail {
+        if self.unsignaled_run > 0 {
             self.failed
                 .get_or_insert_with(|| format!("a burst of messages ended early: {e}"));
         }
@@ -222,7 +226,7 @@ impl Endpoint {
     /// deferred receives for later).
     pub(crate) fn wait_sent(&mut self) -> Result<()> {
         self.check_usable()?;
-        if self.unsignaled_tail {
+        if self.unsignaled_run > 0 {
             // A caller of send_then(more) that did not send again (a bug): fail rather than
             // wait for a completion that never comes.
             return Err(self.fail(Error::InvalidState {
@@ -295,7 +299,7 @@ impl Endpoint {
         self.q.post_send(wr)?;
         if signaled {
             // Its completion retires our unsignaled SENDs before it.
-            self.unsignaled_tail = false;
+            self.unsignaled_run = 0;
         }
         if needs_credit {
             match &mut self.flow {

@@ -216,7 +216,7 @@ impl Parts {
             ctx: self.ctx,
             flow,
             sends_posted: 0,
-            unsignaled_tail: false,
+            unsignaled_run: 0,
             own_sq: self.own_sq,
             msg_size: opts.msg_size,
             recv_depth: opts.recv_depth,
