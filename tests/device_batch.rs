@@ -4,34 +4,16 @@
 //! They need rxe0, so they are `#[ignore]`d on the host; ci/test.sh runs them in the guest.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdmaxfer::verbs::{
-    Completion, ExposedRegion, LocalBuf, ProtectionDomain, QpCaps, RemoteAccess, RemoteRegion,
-    SendBatch, SendOp, SendRequest, Sge, WaitMode,
+    Completion, ExposedRegion, LocalBuf, ProtectionDomain, RemoteAccess, RemoteRegion, SendBatch,
+    SendOp, SendRequest, Sge,
 };
-use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
+mod common;
+use common::verbs::{loopback_pair, REM_ACCESS_ERR, T, WR_FLUSH_ERR};
 
-const T: Duration = Duration::from_secs(10);
 const LEN: usize = 4096;
-/// `IBV_WC_REM_ACCESS_ERR`, `IBV_WC_WR_FLUSH_ERR`.
-const REM_ACCESS_ERR: u32 = 10;
-const WR_FLUSH_ERR: u32 = 5;
-
-fn pair(send_depth: u32) -> LoopbackPair {
-    let opts = LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode: WaitMode::Poll,
-        caps: QpCaps {
-            max_send_wr: send_depth,
-            max_recv_wr: 16,
-            ..QpCaps::default()
-        },
-        ..Default::default()
-    };
-    LoopbackPair::new(&opts)
-        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
-}
 
 fn pattern(i: u64) -> Vec<u8> {
     (0..LEN).map(|k| (k as u64 * 7 + i * 13) as u8).collect()
@@ -89,7 +71,7 @@ fn write(
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_list_of_n_writes_lands_and_one_completion_returns_every_buffer() {
     const N: u64 = 16;
-    let p = pair(64);
+    let p = loopback_pair(64);
     let region = ExposedRegion::new(&p.pd, LEN * N as usize, RemoteAccess::Write).unwrap();
     let d = region.descriptor();
     let mut batch = SendBatch::with_capacity(N as usize);
@@ -120,7 +102,7 @@ fn selective_signalling_over_several_lists_returns_each_buffer_once() {
     const LISTS: u64 = 4;
     const PER: u64 = 8;
     const EVERY: u64 = 4;
-    let p = pair(64);
+    let p = loopback_pair(64);
     let n = LISTS * PER;
     let region = ExposedRegion::new(&p.pd, LEN * n as usize, RemoteAccess::Write).unwrap();
     let d = region.descriptor();
@@ -163,7 +145,7 @@ fn selective_signalling_over_several_lists_returns_each_buffer_once() {
 fn an_error_in_the_middle_of_a_list_returns_every_buffer_exactly_once() {
     const N: u64 = 8;
     const BAD: u64 = 3;
-    let p = pair(64);
+    let p = loopback_pair(64);
     let region = ExposedRegion::new(&p.pd, LEN * N as usize, RemoteAccess::Write).unwrap();
     let d = region.descriptor();
     let wrong = RemoteRegion {
@@ -223,7 +205,7 @@ fn an_error_in_the_middle_of_a_list_returns_every_buffer_exactly_once() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_list_that_fails_a_local_check_is_given_back_whole_and_the_qp_stays_usable() {
-    let p = pair(64);
+    let p = loopback_pair(64);
     let region = ExposedRegion::new(&p.pd, LEN * 4, RemoteAccess::Write).unwrap();
     let d = region.descriptor();
     let mut batch = SendBatch::default();
@@ -276,7 +258,7 @@ fn a_list_that_fails_a_local_check_is_given_back_whole_and_the_qp_stays_usable()
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_list_longer_than_the_send_queue_posts_what_fits_and_gives_back_the_rest() {
-    let p = pair(16);
+    let p = loopback_pair(16);
     // The device may round the queue up (rxe holds more than the 16 asked for): 8 times the
     // depth asked for cannot fit.
     let n = p.a.caps().max_send_wr as u64 * 8 + 5;

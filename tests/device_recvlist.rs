@@ -4,34 +4,17 @@
 //! `#[ignore]`d on the host; ci/test.sh runs them in the guest.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdmaxfer::verbs::{
-    Context, InitAttr, LocalBuf, Mtu, ProtectionDomain, QpCaps, QueuePair, RecvList, RtrAttr,
-    RtsAttr, SendRequest, Sge, SoloQueue, WaitMode, WcOpcode,
+    Context, LocalBuf, ProtectionDomain, QpCaps, QueuePair, RecvList, SendRequest, Sge, SoloQueue,
+    WaitMode, WcOpcode,
 };
 use rdmaxfer::Error;
+mod common;
+use common::verbs::{connect_qps, T};
 
-const T: Duration = Duration::from_secs(10);
 const LEN: usize = 256;
-
-fn connect(ctx: &Context, a: &QueuePair, b: &QueuePair) {
-    let port = ctx.first_active_port().unwrap();
-    let gid = ctx.choose_gid(port.port, None).unwrap();
-    let init = InitAttr {
-        port: port.port,
-        remote_read: true,
-        remote_write: true,
-    };
-    let mtu = port.active_mtu.unwrap_or(Mtu::M1024);
-    let sgid = u8::try_from(gid.index).unwrap();
-    for (qp, peer, rq, sq) in [(a, b, 7, 5), (b, a, 5, 7)] {
-        qp.to_init(&init).unwrap();
-        let rtr = RtrAttr::new(peer.qp_num(), rq, mtu, gid.gid, sgid, port.port);
-        qp.to_rtr(&rtr).unwrap();
-        qp.to_rts(&RtsAttr::new(sq)).unwrap();
-    }
-}
 
 fn addrs(bufs: &[LocalBuf]) -> Vec<usize> {
     bufs.iter().map(|b| b.as_ptr() as usize).collect()
@@ -53,7 +36,7 @@ fn a_receive_list_posts_every_buffer_once_or_gives_it_back() {
     .unwrap();
     let peer_cq = rdmaxfer::verbs::CompletionQueue::new(&ctx, 256, WaitMode::Poll).unwrap();
     let peer = QueuePair::new_rc(&pd, &peer_cq, &peer_cq, QpCaps::default()).unwrap();
-    connect(&ctx, q.qp(), &peer);
+    connect_qps(&ctx, q.qp(), &peer);
     let mut l = RecvList::default();
 
     // A buffer of another device fails the whole list: nothing posted, all given back in order.

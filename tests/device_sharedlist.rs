@@ -4,34 +4,17 @@
 //! source is whole again ([`SharedBuf::try_unfreeze`]) once the queue is done with it. They need
 //! rxe0, so they are `#[ignore]`d on the host; ci/test.sh runs them in the guest.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdmaxfer::verbs::{
-    Buf, Completion, ExposedRegion, LocalBuf, QpCaps, QueuePair, RemoteAccess, RemoteRegion,
-    SendOp, SendRequest, Sge, SharedBuf, SharedList, SharedPost, WaitMode,
+    Buf, Completion, ExposedRegion, LocalBuf, QueuePair, RemoteAccess, RemoteRegion, SendOp,
+    SendRequest, Sge, SharedBuf, SharedList, SharedPost,
 };
-use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
+use rdmaxfer::xfer::loopback::LoopbackPair;
+mod common;
+use common::verbs::{loopback_pair, REM_ACCESS_ERR, T, WR_FLUSH_ERR};
 
-const T: Duration = Duration::from_secs(10);
 const LEN: usize = 4096;
-/// `IBV_WC_REM_ACCESS_ERR`, `IBV_WC_WR_FLUSH_ERR`.
-const REM_ACCESS_ERR: u32 = 10;
-const WR_FLUSH_ERR: u32 = 5;
-
-fn pair(send_depth: u32) -> LoopbackPair {
-    let opts = LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode: WaitMode::Poll,
-        caps: QpCaps {
-            max_send_wr: send_depth,
-            max_recv_wr: 16,
-            ..QpCaps::default()
-        },
-        ..Default::default()
-    };
-    LoopbackPair::new(&opts)
-        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
-}
 
 fn source(p: &LoopbackPair) -> SharedBuf {
     let mut b = LocalBuf::new(&p.pd, LEN).unwrap();
@@ -77,7 +60,7 @@ fn clones(c: &Completion, ids: &mut Vec<u64>) {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_shared_list_lands_with_few_completions_and_the_source_comes_back_whole() {
     const N: usize = 10;
-    let p = pair(64);
+    let p = loopback_pair(64);
     let region = ExposedRegion::new(&p.pd, LEN, RemoteAccess::Write).unwrap();
     let d = region.descriptor();
     let src = source(&p);
@@ -123,7 +106,7 @@ fn an_error_in_the_middle_returns_every_clone_exactly_once() {
     // wrong rkey (REM_ACCESS_ERR), the rest flushed. With B's first signaled its error is its
     // entry's; without, it completes with wr_id 0 (no entry) and B's last entry is flushed.
     for first_signaled in [true, false] {
-        let p = pair(64);
+        let p = loopback_pair(64);
         let region = ExposedRegion::new(&p.pd, LEN, RemoteAccess::Write).unwrap();
         let d = region.descriptor();
         let wrong = RemoteRegion {
@@ -174,7 +157,7 @@ fn an_error_in_the_middle_returns_every_clone_exactly_once() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_shared_list_longer_than_the_send_queue_keeps_its_source_until_retired() {
-    let p = pair(16);
+    let p = loopback_pair(16);
     // The device may round the queue up: 8 times the depth asked for cannot fit.
     let n = p.a.caps().max_send_wr as usize * 8 + 5;
     let region = ExposedRegion::new(&p.pd, LEN, RemoteAccess::Write).unwrap();

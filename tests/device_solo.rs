@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rdmaxfer::verbs::{
-    CompletionQueue, Context, InitAttr, LocalBuf, Mtu, ProtectionDomain, QpCaps, QueuePair,
-    RtrAttr, RtsAttr, SendOp, SendRequest, Sge, SoloQueue, WaitMode, WcOpcode,
+    CompletionQueue, Context, LocalBuf, ProtectionDomain, QpCaps, QueuePair, SendOp, SendRequest,
+    Sge, SoloQueue, WaitMode, WcOpcode,
 };
 use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
 use rdmaxfer::Error;
-
-const T: Duration = Duration::from_secs(10);
+mod common;
+use common::verbs::{connect_qps, T};
 
 /// `len` (≥ 8) bytes that start with `seed` and differ for every seed.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -23,25 +23,6 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect();
     v[..8].copy_from_slice(&seed.to_le_bytes());
     v
-}
-
-/// Connects `a` and `b` to each other (RESET → INIT → RTR → RTS) on `ctx`'s first active port.
-fn connect(ctx: &Context, a: &QueuePair, b: &QueuePair) {
-    let port = ctx.first_active_port().unwrap();
-    let gid = ctx.choose_gid(port.port, None).unwrap();
-    let init = InitAttr {
-        port: port.port,
-        remote_read: true,
-        remote_write: true,
-    };
-    let mtu = port.active_mtu.unwrap_or(Mtu::M1024);
-    let sgid = u8::try_from(gid.index).unwrap();
-    for (qp, peer, rq, sq) in [(a, b, 7, 5), (b, a, 5, 7)] {
-        qp.to_init(&init).unwrap();
-        let rtr = RtrAttr::new(peer.qp_num(), rq, mtu, gid.gid, sgid, port.port);
-        qp.to_rtr(&rtr).unwrap();
-        qp.to_rts(&RtsAttr::new(sq)).unwrap();
-    }
 }
 
 #[test]
@@ -62,7 +43,7 @@ fn solo_queue_posts_and_polls_through_mut_and_refuses_every_shared_path() {
     let mixed = QueuePair::new_rc(&pd, &peer_cq, q.cq(), caps);
     assert!(matches!(mixed, Err(Error::InvalidArgument(_))), "{mixed:?}");
     let peer = QueuePair::new_rc(&pd, &peer_cq, &peer_cq, caps).unwrap();
-    connect(&ctx, q.qp(), &peer);
+    connect_qps(&ctx, q.qp(), &peer);
 
     // The QP's and the CQ's own `&self` paths refuse the single-owner CQ, giving buffers back.
     let e = q

@@ -2,6 +2,8 @@
 //! output is collected line by line, so tests synchronise on what they print, never on sleeps.
 #![allow(dead_code)]
 
+pub mod verbs;
+
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
