@@ -4,8 +4,8 @@
 
 use crate::error::Result;
 
-use super::conn::{Endpoint, Flow, Ready};
-use super::messaging::{overlong, Message};
+use super::conn::{Endpoint, Flow};
+use super::messaging::Message;
 
 /// Scratch space of [`Endpoint::recv_many`], kept across calls (nothing is allocated per batch).
 #[derive(Debug, Default)]
@@ -42,41 +42,19 @@ impl Endpoint {
         let n = max.min(self.ready.len());
         let mut overrun = None;
         for _ in 0..n {
-            let Ready {
-                slot,
-                len,
-                imm,
-                write_imm,
-            } = self.ready.pop_front().expect("n messages are ready");
-            if let Flow::Implicit { credits } = &mut self.flow {
-                // Request/response: a reply taken allows the next request.
-                *credits += 1;
+            let r = self.take_ready().expect("n messages are ready");
+            match self.lend(&r) {
+                Ok(m) => f(m),
+                Err(e) => {
+                    overrun.get_or_insert(e);
+                }
             }
-            let imm = match self.flow {
-                Flow::Credits { .. } if !write_imm => None,
-                _ => imm,
-            };
-            if write_imm {
-                f(Message {
-                    data: &[],
-                    imm,
-                    rdma_write_len: Some(len),
-                });
-            } else if let Some(data) = self.q.ring_data(slot, len as usize) {
-                f(Message {
-                    data,
-                    imm,
-                    rdma_write_len: None,
-                });
-            } else {
-                overrun.get_or_insert(len as usize);
-            }
-            s.slots.push(slot);
+            s.slots.push(r.slot);
         }
         self.repost_slots(s).map_err(|e| self.fail(e))?;
         match overrun {
             None => Ok(n),
-            Some(len) => Err(self.fail(overlong(len, self.msg_size))),
+            Some(e) => Err(self.fail(e)),
         }
     }
 

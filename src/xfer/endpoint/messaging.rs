@@ -147,44 +147,53 @@ impl Endpoint {
         while self.ready.is_empty() {
             self.pump(&mut deadline, "a message from the peer")?;
         }
-        let Ready {
-            slot,
-            len,
-            imm,
-            write_imm,
-        } = self.ready.pop_front().expect("not empty");
-        if let Flow::Implicit { credits } = &mut self.flow {
-            // Request/response: a reply taken allows the next request.
-            *credits += 1;
-        }
-        let imm = match self.flow {
-            Flow::Credits { .. } if !write_imm => None,
-            _ => imm,
-        };
-        let len = len as usize;
-        let out = if write_imm {
-            f(Message {
-                data: &[],
-                imm,
-                rdma_write_len: Some(len as u32),
-            })
-        } else {
-            let data = self
-                .q
-                .ring_data(slot, len)
-                .ok_or_else(|| overlong(len, self.msg_size))?;
-            f(Message {
-                data,
-                imm,
-                rdma_write_len: None,
-            })
+        let r = self.take_ready().expect("not empty");
+        let out = match self.lend(&r) {
+            Ok(m) => f(m),
+            Err(e) => return Err(self.fail(e)),
         };
         if defer {
-            self.deferred.push((slot, if write_imm { 0 } else { len }));
+            let len = if r.write_imm { 0 } else { r.len as usize };
+            self.deferred.push((r.slot, len));
         } else {
-            self.repost(slot, true).map_err(|e| self.fail(e))?;
+            self.repost(r.slot, true).map_err(|e| self.fail(e))?;
         }
         Ok(out)
+    }
+
+    /// Takes the oldest message that has arrived: in request/response flow a reply taken allows
+    /// the next request, and the immediate is the caller's only where it is not internal.
+    #[inline(always)]
+    pub(super) fn take_ready(&mut self) -> Option<Ready> {
+        let mut r = self.ready.pop_front()?;
+        match &mut self.flow {
+            Flow::Implicit { credits } => *credits += 1,
+            Flow::Credits { .. } if !r.write_imm => r.imm = None,
+            Flow::Credits { .. } => {}
+        }
+        Some(r)
+    }
+
+    /// The message `r` as lent to the caller; an error if its length overruns its slot.
+    #[inline(always)]
+    pub(super) fn lend(&self, r: &Ready) -> Result<Message<'_>> {
+        if r.write_imm {
+            return Ok(Message {
+                data: &[],
+                imm: r.imm,
+                rdma_write_len: Some(r.len),
+            });
+        }
+        let len = r.len as usize;
+        let data = self
+            .q
+            .ring_data(r.slot, len)
+            .ok_or_else(|| overlong(len, self.msg_size))?;
+        Ok(Message {
+            data,
+            imm: r.imm,
+            rdma_write_len: None,
+        })
     }
 
     /// Waits for the next message and returns a copy of its payload.
