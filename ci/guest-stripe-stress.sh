@@ -6,7 +6,9 @@
 # the file arrived identical, the sender's error if any, and the rxe0 counters that grew
 # (completer_retry_err: the requester's retransmissions after an ACK timeout; duplicate_request:
 # packets the responder got again). At the end the kernel's last messages. Prints
-# "stress: N of RUNS ok". Binary: $RDMAXFER_BIN (default target/debug/rdmaxfer).
+# "stress: N of RUNS ok". Binary: $RDMAXFER_BIN (default target/debug/rdmaxfer). With
+# STRESS_LOGS=DIR (under the repo, which the guest writes), a failed run's send and receive logs
+# are kept there (with RDMAXFER_TRACE_STREAMS=1 in CI_GUEST_ENV: the work-request trace).
 set -uo pipefail
 
 runs="${1:-10}" streams="${2:-4}" hogs="${3:-2}" mib="${4:-32}" chunk="${5:-64K}" slots="${6:-4}"
@@ -62,6 +64,9 @@ for r in $(seq 1 "$runs"); do
   if [[ $src != 0 || $rrc != 0 ]]; then
     grep -h "error" "$w/send.log" | grep -v '^{' | sed 's/^/  [send] /' | head -n 5
     grep -h "error" "$w/recv.log" | grep -v '^{' | sed 's/^/  [recv] /' | head -n 5
+    if [[ -n "${STRESS_LOGS:-}" ]]; then
+      mkdir -p "$STRESS_LOGS" && cp "$w/send.log" "$STRESS_LOGS/send-$r.log" && cp "$w/recv.log" "$STRESS_LOGS/recv-$r.log"
+    fi
   fi
 done
 echo "--- dmesg (last 20 lines):"

@@ -10,6 +10,8 @@ BIN="$W/rdmaxfer"
 # rdmaxfer's wait mode: one vCPU per guest, and busy-polling it starves rxe (in the same kernel)
 # of the CPU: -e (sleep on the completion channel) unless RIG_POLL=1.
 if [[ "${RIG_POLL:-0}" == 1 ]]; then EV=""; else EV="-e"; fi
+# RIG_TRACE_STREAMS=1: every post and completion of rdmaxfer's QPs goes to its log (stderr).
+[[ "${RIG_TRACE_STREAMS:-0}" == 1 ]] && export RDMAXFER_TRACE_STREAMS=1
 
 # netem ARGS... — the root qdisc of the wire NIC becomes a fresh netem ARGS (e.g. "loss 1%"). Not
 # `tc qdisc replace`: that keeps options of the previous netem that ARGS does not name (a `rate`).

@@ -6,7 +6,10 @@
 # Env: RIG_SOAK_N (500), RIG_BUILD=0 (use the existing release binary), RIG_BIN (the binary to
 # test, default target/release/rdmaxfer; under the tree, which the guests mount; each guest copies
 # it when it boots), RIG_MEMORY (1536M), RIG_BOOT_SECS (240: how long each guest may take to come
-# up; more on a loaded host).
+# up; more on a loaded host), RIG_STRIPED_N / RIG_STRIPED_RUNS (see test_striped),
+# RIG_TRACE_STREAMS=1 (rdmaxfer in the guests traces every work request and completion to its
+# log: RDMAXFER_TRACE_STREAMS), RIG_PCAP=1 (qemu dumps the wire's packets, headers only, to A's
+# agent dir as wire.pcap, read by ci/wire-imm.py; costs the host, not the guests).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -50,12 +53,14 @@ boot() {
   mkdir -p "$d/cmd" "$d/out"
   DIR[$node]="$d" NEXT[$node]=1 QEMU[$node]=""
   ci_log "booting $node (${IP[$node]}, ${NETDEV[$node]}), agent dir ${d#"$CI_ROOT"/}"
+  local dump=""
+  [[ "${RIG_PCAP:-0}" == 1 && $node == A ]] && dump=" -object filter-dump,id=d0,netdev=s0,file=$d/wire.pcap,maxlen=96"
   # qemu must not get a regular file as stdout (it truncates it): the console goes through cat.
   timeout -k 10 "${RIG_GUEST_TIMEOUT:-1500}" "${CI_VNG[@]}" --disable-kvm --run "$kernel" \
     --name "rig$node" --memory "${RIG_MEMORY:-1536M}" --cpus 1 \
     --rwdir "$CI_ROOT" --cwd "$CI_ROOT" \
-    --qemu-opts="-netdev socket,id=s0,${NETDEV[$node]} -device virtio-net-pci,netdev=s0,mac=${MAC[$node]}" \
-    --exec "RIG_BIN=$(printf %q "$RIG_BIN") RIG_POLL=${RIG_POLL:-0} bash ci/rig-agent.sh $node ${IP[$node]} ${MAC[$node]} $(printf %q "$d")" \
+    --qemu-opts="-netdev socket,id=s0,${NETDEV[$node]} -device virtio-net-pci,netdev=s0,mac=${MAC[$node]}$dump" \
+    --exec "RIG_BIN=$(printf %q "$RIG_BIN") RIG_POLL=${RIG_POLL:-0} RIG_TRACE_STREAMS=${RIG_TRACE_STREAMS:-0} bash ci/rig-agent.sh $node ${IP[$node]} ${MAC[$node]} $(printf %q "$d")" \
     </dev/null > >(cat >"$d/console.log") 2>&1 &
   VNG[$node]=$!
 }
@@ -321,11 +326,13 @@ striped_xfer() {
 
 # One file striped over 2 and over 4 streams (QPs) on a clean wire, 3 times each (the bench's
 # streams rows once failed at N = 2 with "remote invalid request"): verified, every stream served.
+# RIG_STRIPED_N (stream counts, "2 4") and RIG_STRIPED_RUNS (3) change the mix (e.g. "4" and 10
+# to chase the 4-stream fault of docs/rig.md).
 test_striped() {
   begin striped
   local n i
-  for i in 1 2 3; do
-    for n in 2 4; do
+  for i in $(seq 1 "${RIG_STRIPED_RUNS:-3}"); do
+    for n in ${RIG_STRIPED_N:-2 4}; do
       striped_xfer "striped, $n streams, run $i" "$n" ""
       port=$((port + 1))
     done

@@ -222,10 +222,19 @@ fn run(cli: Cli) -> Result<()> {
 
 /// Set (to anything): parse the command line, print the result and exit (host tests).
 const PARSE_ONLY_ENV: &str = "RDMAXFER_PARSE_ONLY";
+/// `1`: trace every work request posted and every completion polled, on every stream's QP, to
+/// stderr (as `RDMAXFER_LOG=rdmaxfer_wr=trace` would; see docs/rig.md).
+const TRACE_STREAMS_ENV: &str = "RDMAXFER_TRACE_STREAMS";
 
 fn main() -> ExitCode {
+    let mut filter = tracing_subscriber::EnvFilter::from_env("RDMAXFER_LOG");
+    if std::env::var_os(TRACE_STREAMS_ENV).is_some_and(|v| v == "1") {
+        // Every post and completion of every stream's QP (see `verbs::TRACE_TARGET`).
+        let wr = format!("{}=trace", verbs::TRACE_TARGET);
+        filter = filter.add_directive(wr.parse().expect("a valid directive"));
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("RDMAXFER_LOG"))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

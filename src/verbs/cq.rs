@@ -336,6 +336,7 @@ impl CompletionQueue {
             for wc in &wcs[..n as usize] {
                 // SAFETY: ibv_poll_cq initialised the first `n` entries.
                 let wc = unsafe { wc.assume_init_ref() };
+                table::trace_wc(wc);
                 if let Some(c) = t.complete(wc) {
                     out.push(c);
                 }
@@ -373,6 +374,7 @@ impl CompletionQueue {
             }
             // SAFETY: ibv_poll_cq initialised the entry.
             let wc = unsafe { wc.assume_init_ref() };
+            table::trace_wc(wc);
             if let Some(c) = t.complete(wc) {
                 return Ok(Some(c));
             }
@@ -408,6 +410,7 @@ impl CompletionQueue {
                     return Err(Error::verb("ibv_poll_cq", libc::EIO));
                 }
                 (t.stash_at, t.stash_len) = (0, n as usize);
+                t.stash[..n as usize].iter().for_each(table::trace_wc);
                 if let Some(c) = t.take_polled() {
                     return Ok(Some(c));
                 }
@@ -673,6 +676,7 @@ impl CompletionQueue {
                 return;
             }
             for wc in &wcs[..n as usize] {
+                table::trace_wc(wc);
                 if let Some(c) = t.complete(wc) {
                     if c.qp_num != qpn {
                         t.pending.push_back(c);

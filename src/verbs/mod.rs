@@ -28,3 +28,8 @@ pub use qp::{
 };
 pub use solo::SoloQueue;
 pub(crate) use solo::Waited;
+
+/// The `tracing` target of the work-request trace: each send and receive posted and each
+/// completion polled (with its QP, ids, opcode, immediate, length and status), at trace level.
+/// The CLI turns it on with `RDMAXFER_TRACE_STREAMS=1`; off, each site costs a level check.
+pub const TRACE_TARGET: &str = "rdmaxfer_wr";

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use crate::sys;
 use crate::verbs::cq::{Buf, Bufs, Completion, Retired, WcOpcode};
 use crate::verbs::mr::LocalBuf;
+use crate::verbs::TRACE_TARGET;
 
 pub(crate) use super::ring::RECV_BIT;
 use super::ring::{Ring, RingDone};
@@ -179,6 +180,26 @@ pub(crate) struct Table {
     /// A poll since the CQ was last armed came back short: every completion that landed before
     /// that arm has been taken, so an armed CQ may be slept on without looking first.
     pub(crate) drained: bool,
+}
+
+/// Logs a raw completion as polled, before it is matched (see [`TRACE_TARGET`]).
+#[inline(always)]
+pub(crate) fn trace_wc(wc: &sys::ibv_wc) {
+    tracing::trace!(
+        target: TRACE_TARGET,
+        "wc qpn={} id={:#x} status={} opcode={} byte_len={} imm={}",
+        wc.qp_num,
+        wc.wr_id,
+        wc.status,
+        wc.opcode,
+        wc.byte_len,
+        if wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0 {
+            // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
+            format!("{:#x}", u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data }))
+        } else {
+            "-".into()
+        },
+    );
 }
 
 /// Completions a busy-poll asks `ibv_poll_cq(3)` for at once.

@@ -6,6 +6,7 @@ use crate::sys;
 use crate::verbs::cq::{Buf, Bufs, Ring, Table};
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::wr::{context_mismatch, one_sge, SgList, SgeVec};
+use crate::verbs::TRACE_TARGET;
 
 use super::{PostError, QpState, QueuePair, SendOp, SendRequest, Sge};
 
@@ -230,6 +231,15 @@ impl QueuePair {
                 bufs: e.bufs,
             });
         }
+        tracing::trace!(
+            target: TRACE_TARGET,
+            "post_send qpn={} id={id:#x} wr_id={wr_id:#x} op={} imm={} len={total} \
+             remote={} signaled={signaled}",
+            self.qpn,
+            op.name(),
+            trace_imm(op),
+            trace_remote(op),
+        );
         Ok(())
     }
 
@@ -460,7 +470,24 @@ impl QueuePair {
             t.ring.unpost(slot);
             return Err(Error::verb("ibv_post_recv", rc));
         }
+        tracing::trace!(target: TRACE_TARGET, "post_recv qpn={} ring slot={slot}", self.qpn);
         Ok(())
+    }
+}
+
+/// For the trace: the immediate of `op` (`-` if none), as posted (host order).
+fn trace_imm(op: SendOp) -> String {
+    match op {
+        SendOp::SendWithImm(i) | SendOp::WriteWithImm(_, i) => format!("{i:#x}"),
+        _ => "-".into(),
+    }
+}
+
+/// For the trace: the remote address of `op` (`-` if none).
+fn trace_remote(op: SendOp) -> String {
+    match op {
+        SendOp::Write(r) | SendOp::WriteWithImm(r, _) | SendOp::Read(r) => format!("{:#x}", r.addr),
+        _ => "-".into(),
     }
 }
 

@@ -12,7 +12,7 @@ use super::{
     ReceiverOptions, SessionReport, MAX_CHUNK, MAX_RING_BYTES, MIN_CHUNK, MIN_SLOT, PEER_REPORTS,
 };
 use crate::error::{Error, Result};
-use crate::verbs::{ExposedRegion, RemoteAccess};
+use crate::verbs::{ExposedRegion, RemoteAccess, TRACE_TARGET};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
 use crate::xfer::file::digest;
@@ -410,6 +410,13 @@ pub(super) fn receive_data<T: ChunkTarget>(
         let mut off = held;
         let mut k = first;
         let mut seq: u16 = 0;
+        tracing::trace!(
+            target: TRACE_TARGET,
+            "{label}: receiving on qpn={} from chunk {first}, {} bytes, ring of {} x {slot} bytes",
+            ep.local().qpn,
+            size - held,
+            r.slot_count,
+        );
         let res: Result<()> = (|| {
             while off < size {
                 let want = (size - off).min(slot) as usize;
@@ -426,6 +433,12 @@ pub(super) fn receive_data<T: ChunkTarget>(
                                 return Ok(Chunk::Ctl(decode_ctl(m.data)));
                             };
                             let imm = proto::decode_imm(imm, *slot_count)?;
+                            tracing::trace!(
+                                target: TRACE_TARGET,
+                                "{label}: data seq={} slot={} len={len}, expected seq={seq}",
+                                imm.seq,
+                                imm.slot,
+                            );
                             if imm.seq != seq {
                                 return Err(fault::out_of_sequence(
                                     label, imm.seq, len, imm.slot, seq,

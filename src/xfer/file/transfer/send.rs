@@ -14,7 +14,7 @@ use super::{
     SenderOptions, SessionReport,
 };
 use crate::error::{Error, Result};
-use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
+use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge, TRACE_TARGET};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{moved, wait_on};
 use crate::xfer::file::digest::{self, Chunks, StripeDigests};
@@ -601,6 +601,13 @@ pub(super) fn send_data<S: ChunkSource>(
     let first = src.first_chunk();
     let chunks = src.size().div_ceil(slot);
     let mut written = 0u64;
+    tracing::trace!(
+        target: TRACE_TARGET,
+        "{label}: sending on qpn={} chunks {first}..{chunks} into a ring of {slot_count} x {slot} \
+         bytes at {:#x}",
+        ep.local().qpn,
+        remote.addr,
+    );
     let threads = digest::threads(r.total);
     let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, LocalBuf)>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, LocalBuf)>();
