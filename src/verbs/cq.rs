@@ -533,6 +533,7 @@ impl CompletionQueue {
     /// by the time slept as the kernel measured it (`ppoll(2)` writes back the time left), so
     /// a caller keeps an honest deadline without reading the clock. Reads the CQ's event if it
     /// came (the notification is then used up).
+    #[inline(always)]
     fn sleep_in(
         &self,
         ch: &Channel,
@@ -645,6 +646,7 @@ impl CompletionQueue {
     /// One sleep on the completion channel of an event-mode CQ armed with
     /// [`notify_next`](Self::notify_next), and on `also` if given, at most `left` (decreased by
     /// the time slept): see [`Slept`]. A polling CQ has no channel: [`Slept::Quiet`] at once.
+    #[inline(always)]
     pub(crate) fn sleep_once(
         &self,
         left: &mut Duration,

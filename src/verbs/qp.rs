@@ -320,6 +320,19 @@ impl QueuePair {
         QpState::from_u8(self.state.load(Ordering::Acquire))
     }
 
+    /// True in RTS (sends may be posted): [`state`](Self::state) without the conversion.
+    #[inline(always)]
+    pub(crate) fn is_rts(&self) -> bool {
+        self.state.load(Ordering::Acquire) == QpState::Rts as u8
+    }
+
+    /// True in INIT, RTR or RTS (receives may be posted).
+    #[inline(always)]
+    pub(crate) fn takes_recvs(&self) -> bool {
+        let s = self.state.load(Ordering::Acquire);
+        s != QpState::Reset as u8 && s < QpState::Error as u8
+    }
+
     /// Marks the state (for QPs that rdma_cm transitions).
     #[allow(dead_code)]
     pub(crate) fn set_state(&self, s: QpState) {

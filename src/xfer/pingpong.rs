@@ -108,6 +108,7 @@ impl Pattern {
     }
 
     #[cold]
+    #[inline(never)]
     fn check_seq_slow(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
         self.check_len_and_head(buf, seq, what)?;
         let n = buf.len();
@@ -155,6 +156,7 @@ impl Pattern {
     }
 
     #[cold]
+    #[inline(never)]
     fn check_slow(&self, buf: &[u8], seq: u64, what: &str) -> Result<()> {
         self.check_len_and_head(buf, seq, what)?;
         let n = self.base.len();
@@ -179,13 +181,32 @@ impl Pattern {
 
 /// Fills send buffers: the whole pattern only into a buffer not seen before, then just the
 /// stamps. The endpoint cycles through a few registered send buffers, which keep their contents
-/// (the device only reads them), so this saves a copy of the message per iteration.
+/// (the device only reads them), so this saves a copy of the message per iteration. The buffers
+/// filled are remembered in a small open-addressed table (a look-up is a hash and a compare or
+/// two, where a list was scanned); one it has no room for is filled in full every time.
 struct Filler<'a> {
     pat: &'a Pattern,
-    primed: Vec<usize>,
+    /// Addresses of filled buffers (0: free).
+    primed: [usize; PRIMED],
 }
 
-impl Filler<'_> {
+/// Buffers a [`Filler`] remembers (twice a ping-pong's send buffers: short probes).
+const PRIMED: usize = 2 * SEND_DEPTH;
+
+impl<'a> Filler<'a> {
+    fn new(pat: &'a Pattern) -> Filler<'a> {
+        Filler {
+            pat,
+            primed: [0; PRIMED],
+        }
+    }
+
+    /// How many buffers it has filled in full and remembers.
+    #[cfg(test)]
+    fn primed(&self) -> usize {
+        self.primed.iter().filter(|&&k| k != 0).count()
+    }
+
     #[inline(always)]
     fn fill(&mut self, buf: &mut [u8], seq: u64) {
         if buf.len() <= 8 {
@@ -194,12 +215,22 @@ impl Filler<'_> {
             return;
         }
         let key = buf.as_ptr() as usize;
-        if self.primed.contains(&key) {
-            self.pat.stamp(buf, seq);
-        } else {
-            self.pat.fill(buf, seq);
-            self.primed.push(key);
+        // Fibonacci hashing: the top bits of the product pick the first slot.
+        let mut i =
+            (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - PRIMED.ilog2())) % PRIMED;
+        for _ in 0..PRIMED {
+            let k = self.primed[i];
+            if k == key {
+                self.pat.stamp(buf, seq);
+                return;
+            }
+            if k == 0 {
+                self.primed[i] = key;
+                break;
+            }
+            i = (i + 1) % PRIMED;
         }
+        self.pat.fill(buf, seq);
     }
 }
 
@@ -469,10 +500,7 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     check_size(ep, size)?;
     let pat = Pattern::new(size);
     let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
-    let mut filler = Filler {
-        pat: &pat,
-        primed: Vec::new(),
-    };
+    let mut filler = Filler::new(&pat);
     let mut clock = None;
     let mut pings = || -> Result<()> {
         for seq in 0..iters {
@@ -528,10 +556,7 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     let check = matches!(ep.peer().kind, PeerKind::Rdmaxfer { .. });
     let pat = Pattern::new(size);
     let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
-    let mut filler = Filler {
-        pat: &pat,
-        primed: Vec::new(),
-    };
+    let mut filler = Filler::new(&pat);
     let clock = Clock::start();
     let mut sent_at = None;
     let mut pongs = || -> Result<()> {
@@ -624,16 +649,27 @@ mod tests {
             p.fill(&mut b, 99);
             assert_eq!(a, b);
             p.check(&a, 99, "pong").unwrap();
-            let mut f = Filler {
-                pat: &p,
-                primed: Vec::new(),
-            };
+            let mut f = Filler::new(&p);
             let mut c = vec![0u8; size];
             f.fill(&mut c, 5);
             f.fill(&mut c, 6);
             p.check(&c, 6, "pong").unwrap();
-            assert_eq!(f.primed.len(), usize::from(size > 8));
+            assert_eq!(f.primed(), usize::from(size > 8));
         }
+    }
+
+    #[test]
+    fn filler_with_more_buffers_than_it_remembers_still_fills_each() {
+        let p = Pattern::new(64);
+        let mut f = Filler::new(&p);
+        let mut bufs = vec![vec![0u8; 64]; PRIMED + 8];
+        for seq in 0..3 {
+            for b in &mut bufs {
+                f.fill(b, seq);
+                p.check(b, seq, "ping").unwrap();
+            }
+        }
+        assert_eq!(f.primed(), PRIMED);
     }
 
     #[test]

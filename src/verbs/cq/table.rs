@@ -354,8 +354,19 @@ impl Table {
             return Some(Polled::Full(Box::new(c)));
         }
         while self.stash_at < self.stash_len {
-            let wc = self.stash[self.stash_at];
+            let at = self.stash_at;
             self.stash_at += 1;
+            // The usual one, a ring receive, is matched in place (no copy of the raw completion).
+            if Ring::is_ring_id(self.stash[at].wr_id) {
+                if let Some(r) = self.ring.complete(&self.stash[at]) {
+                    return Some(match r {
+                        Ok(d) => Polled::Ring(d),
+                        Err(c) => Polled::Full(c),
+                    });
+                }
+                continue;
+            }
+            let wc = self.stash[at];
             if let Some(c) = self.complete_lean(&wc) {
                 return Some(c);
             }

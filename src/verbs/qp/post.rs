@@ -200,10 +200,9 @@ impl QueuePair {
         signaled: bool,
         inline: bool,
     ) -> std::result::Result<(), PostError> {
-        let state = self.state();
-        if state != QpState::Rts {
+        if !self.is_rts() {
             return Err(PostError {
-                error: not_rts(state),
+                error: not_rts(self.state()),
                 bufs,
             });
         }
@@ -443,13 +442,8 @@ impl QueuePair {
     /// Posts the receive of ring slot `slot` (into its whole buffer), which must not be posted.
     #[inline(always)]
     pub(crate) fn post_ring_recv(&self, t: &mut Table, slot: u32) -> Result<()> {
-        let state = self.state();
-        if matches!(state, QpState::Reset | QpState::Error) {
-            return Err(Error::InvalidState {
-                op: "ibv_post_recv",
-                state: state.name(),
-                needs: "INIT, RTR or RTS",
-            });
+        if !self.takes_recvs() {
+            return Err(no_recvs(self.state()));
         }
         let Some(mut sge) = t.ring.take_for_post(slot) else {
             return Err(ring_slot_busy(slot));
@@ -498,6 +492,17 @@ fn ring_slot_busy(slot: u32) -> Error {
     Error::InvalidArgument(format!(
         "receive ring slot {slot} does not exist or is posted already"
     ))
+}
+
+/// A receive posted on a QP in RESET or ERR (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn no_recvs(state: QpState) -> Error {
+    Error::InvalidState {
+        op: "ibv_post_recv",
+        state: state.name(),
+        needs: "INIT, RTR or RTS",
+    }
 }
 
 /// A send posted on a QP that is not in RTS (out of line: never on a real path).

@@ -61,8 +61,19 @@ impl Endpoint {
         if !can_send_now {
             out = after.take().map(|a| a(self.last_deferred()));
         }
-        let mut deadline = self.deadline();
-        let mut buf = self.reserve_send(&mut deadline)?;
+        // A deadline only when the send has to wait (see reserve_send).
+        let ready = if can_send_now {
+            self.send_pool.pop()
+        } else {
+            None
+        };
+        let mut buf = match ready {
+            Some(b) => b,
+            None => {
+                let mut deadline = self.deadline();
+                self.reserve_send(&mut deadline)?
+            }
+        };
         fill(&mut buf[..len]);
         let op = match &mut self.flow {
             Flow::Credits { owed, .. } => {
