@@ -19,13 +19,14 @@ use crate::verbs::device::Context;
 mod completion;
 mod notify;
 mod ring;
+mod sring;
 mod table;
 pub use completion::{
     wc_status_str, Buf, Bufs, Completion, Retired, WaitMode, WcOpcode, REM_ACCESS_ERR, WR_FLUSH_ERR,
 };
 pub use notify::CqChannel;
 pub(crate) use ring::{Ring, RingDone};
-pub(crate) use table::{Done, Polled, Table};
+pub(crate) use table::{Polled, Table};
 
 /// How one sleep on a completion channel ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

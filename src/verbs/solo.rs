@@ -198,19 +198,49 @@ impl SoloQueue {
         self.cq.split().1.recycle(retired);
     }
 
-    /// Lean retiring of unsignaled sends whose `wr_id` is at least `from` (each with one
-    /// exclusive buffer): the per-message path's completions retire them into the queue, and
-    /// the owner must [`take_retired`](Self::take_retired) after every completion it handles.
-    /// For owners that never hand the queue's completions on as [`Completion`]s.
-    pub(crate) fn set_lean_retire(&mut self, from: u64) {
-        self.cq.split().1.set_lean_retire(from);
+    /// Makes `bufs` (each registered in the QP's context) the queue's send ring: they stay with
+    /// the queue for good. Fill the next free slot with [`next_send_buf`](Self::next_send_buf),
+    /// post it with [`post_ring_send`](Self::post_ring_send); its completion (or a later one:
+    /// sends complete in order) frees it, and [`take_retired`](Self::take_retired) counts the
+    /// sends freed. Once per queue; `wr_id` names its sends in full completions.
+    pub(crate) fn set_send_ring(&mut self, wr_id: u64, bufs: Vec<LocalBuf>) -> Result<()> {
+        let (_, t) = self.cq.split();
+        self.qp.set_send_ring(t, wr_id, bufs)
     }
 
-    /// The buffers of sends retired the lean way (see [`set_lean_retire`](Self::set_lean_retire)),
-    /// appended to `out`; returns how many sends they were.
+    /// How many send ring slots are free.
     #[inline(always)]
-    pub(crate) fn take_retired(&mut self, out: &mut Vec<LocalBuf>) -> usize {
-        self.cq.split().1.take_retired(out)
+    pub(crate) fn free_send_slots(&self) -> usize {
+        self.cq.table().sring.free_slots()
+    }
+
+    /// The next free send ring slot's whole buffer, to fill before
+    /// [`post_ring_send`](Self::post_ring_send) (posting takes `&mut self`: the slice cannot
+    /// outlive it).
+    #[inline(always)]
+    pub(crate) fn next_send_buf(&mut self) -> Option<&mut [u8]> {
+        self.cq.split().1.sring.next_free()
+    }
+
+    /// Posts the first `len` bytes of the next free send ring slot as a SEND (`op`: SEND or
+    /// SEND_WITH_IMM), without a lock.
+    #[inline(always)]
+    pub(crate) fn post_ring_send(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> Result<()> {
+        let (_, t) = self.cq.split();
+        self.qp.post_ring_send(t, op, len, signaled, inline)
+    }
+
+    /// How many send ring sends completed (signaled, or retired by a later completion) since
+    /// the last call: count it after every completion handled.
+    #[inline(always)]
+    pub(crate) fn take_retired(&mut self) -> usize {
+        self.cq.split().1.take_retired()
     }
 
     /// [`CompletionQueue::poll_one`], without a lock.

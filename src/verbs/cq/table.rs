@@ -10,6 +10,7 @@ use crate::verbs::TRACE_TARGET;
 
 pub(crate) use super::ring::RECV_BIT;
 use super::ring::{Ring, RingDone};
+use super::sring::{is_send_ring_id, SendRing};
 
 pub(crate) struct Entry {
     pub(crate) wr_id: u64,
@@ -47,11 +48,17 @@ impl Done {
     }
 }
 
-/// A completion as the per-message path takes it: a ring receive or [`Done`] when it can, else
-/// in full (boxed: the usual case stays small to move).
+/// A completion as the per-message path takes it: a ring receive, a ring send or [`Done`] when
+/// it can, else in full (boxed: the usual case stays small to move).
 pub(crate) enum Polled {
     Done(Done),
     Ring(RingDone),
+    /// A send ring slot's successful completion that retired no table entry: the ring's sends
+    /// up to it are free again (how many: `SoloQueue::take_retired`).
+    Sent {
+        wr_id: u64,
+        qp_num: u32,
+    },
     Full(Box<Completion>),
 }
 
@@ -73,6 +80,18 @@ impl Polled {
                 bufs: Bufs::new(),
                 retired: Vec::new(),
                 op: "RECV",
+            },
+            Polled::Sent { wr_id, qp_num } => Completion {
+                wr_id,
+                status: sys::IBV_WC_SUCCESS,
+                vendor_err: 0,
+                opcode: WcOpcode::Send,
+                byte_len: 0,
+                imm: None,
+                qp_num,
+                bufs: Bufs::new(),
+                retired: Vec::new(),
+                op: "SEND",
             },
             Polled::Full(c) => *c,
         }
@@ -133,6 +152,8 @@ struct Slot {
     qpn: u32,
     /// Used: the next (newer) outstanding send of the same QP; free: the next free slot.
     next: u32,
+    /// A send's number in the table's send-queue sequence (see [`super::sring`]).
+    seq: u64,
     entry: Option<Entry>,
 }
 
@@ -168,15 +189,12 @@ pub(crate) struct Table {
     /// An empty retired list with room, handed back by [`recycle`](Self::recycle): the next
     /// completion that retires unsignaled sends fills it instead of allocating.
     spare: Vec<Retired>,
-    /// Lean retiring (see [`set_lean_retire`](Self::set_lean_retire)): unsignaled sends with a
-    /// caller's `wr_id` at or above this, each with one exclusive buffer, are retired by
-    /// [`complete_lean`](Self::complete_lean) into `retired_bufs` (`u64::MAX`: never).
-    lean_from: u64,
-    /// Buffers of sends retired the lean way, for the owner to take
-    /// ([`take_retired`](Self::take_retired)); dropped with the table otherwise.
-    retired_bufs: Vec<LocalBuf>,
+    /// The last send-queue number given to a send (table entry or send ring slot).
+    sq_seq: u64,
     /// A single-owner queue's receive ring (empty otherwise).
     pub(crate) ring: Ring,
+    /// A single-owner queue's send ring (empty otherwise).
+    pub(crate) sring: SendRing,
     /// A poll since the CQ was last armed came back short: every completion that landed before
     /// that arm has been taken, so an armed CQ may be slept on without looking first.
     pub(crate) drained: bool,
@@ -234,9 +252,9 @@ impl Table {
             stash_at: 0,
             stash_len: 0,
             spare: Vec::new(),
-            lean_from: u64::MAX,
-            retired_bufs: Vec::new(),
+            sq_seq: 0,
             ring: Ring::default(),
+            sring: SendRing::default(),
             drained: false,
         }
     }
@@ -264,6 +282,7 @@ impl Table {
                 id: 0,
                 qpn: 0,
                 next: NIL,
+                seq: 0,
                 entry: None,
             });
             i
@@ -275,10 +294,12 @@ impl Table {
             self.gen + 1
         };
         let id = u64::from(i) | (self.gen << 32) | if recv { RECV_BIT } else { 0 };
+        let seq = if recv { 0 } else { self.next_seq() };
         self.slots[i as usize] = Slot {
             id,
             qpn,
             next: NIL,
+            seq,
             entry: Some(Entry { wr_id, bufs, op }),
         };
         if !recv {
@@ -291,6 +312,13 @@ impl Table {
             c.tail = i;
         }
         Ok(id)
+    }
+
+    /// The next number of the send-queue sequence, for a send about to be posted.
+    #[inline(always)]
+    pub(crate) fn next_seq(&mut self) -> u64 {
+        self.sq_seq += 1;
+        self.sq_seq
     }
 
     /// Takes back the entry just pushed with `id` (the post failed).
@@ -367,6 +395,12 @@ impl Table {
                 continue;
             }
             let wc = self.stash[at];
+            if is_send_ring_id(wc.wr_id) {
+                if let Some(c) = self.complete_send_ring(&wc) {
+                    return Some(c);
+                }
+                continue;
+            }
             if let Some(c) = self.complete_lean(&wc) {
                 return Some(c);
             }
@@ -383,7 +417,7 @@ impl Table {
     }
 
     /// [`complete`](Self::complete), as a [`Done`] when the work request held one exclusive
-    /// buffer, succeeded and retires nothing.
+    /// buffer, succeeded and retires nothing (or as a send ring's [`Polled::Sent`]).
     #[inline(always)]
     pub(super) fn complete_lean(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
         if Ring::is_ring_id(wc.wr_id) {
@@ -391,6 +425,9 @@ impl Table {
                 Ok(d) => Polled::Ring(d),
                 Err(c) => Polled::Full(c),
             });
+        }
+        if is_send_ring_id(wc.wr_id) {
+            return self.complete_send_ring(wc);
         }
         let (i, s) = self.slot_of(wc)?;
         let one_local = matches!(
@@ -401,32 +438,17 @@ impl Table {
             return self.complete(wc).map(|c| Polled::Full(Box::new(c)));
         }
         if wc.wr_id & RECV_BIT == 0 {
-            let head = self.sq.get_mut(wc.qp_num)?.head;
-            if head != i {
-                // Earlier unsignaled sends retire with it: into `retired_bufs` if they all may,
-                // else in a full completion's list.
-                if !self.lean_chain(head, i) {
-                    return self.complete(wc).map(|c| Polled::Full(Box::new(c)));
-                }
-                let mut p = head;
-                while p != i {
-                    let next = self.slots[p as usize].next;
-                    if let Some(Entry { mut bufs, .. }) =
-                        release(&mut self.slots, &mut self.free, p)
-                    {
-                        if let Some(Buf::Local(b)) = bufs.pop() {
-                            self.retired_bufs.push(b);
-                        }
-                    }
-                    p = next;
-                }
-            }
-            let next = self.slots[i as usize].next;
+            let seq = s.seq;
             let c = self.sq.get_mut(wc.qp_num)?;
-            c.head = next;
+            if c.head != i {
+                // Earlier unsignaled sends retire with it: in a full completion's list.
+                return self.complete(wc).map(|c| Polled::Full(Box::new(c)));
+            }
+            c.head = self.slots[i as usize].next;
             if c.head == NIL {
                 c.tail = NIL;
             }
+            self.sring.retire_before(seq);
         }
         let mut e = release(&mut self.slots, &mut self.free, i)?;
         let Some(Buf::Local(buf)) = e.bufs.pop() else {
@@ -445,43 +467,65 @@ impl Table {
         }))
     }
 
-    /// From now on, a signaled send's completion that [`complete_lean`](Self::complete_lean)
-    /// takes retires the unsignaled sends before it into a buffer list of the table when each
-    /// has a caller's `wr_id` of at least `from` and one exclusive buffer, instead of a
-    /// [`Completion::retired`] list: the owner must then call [`take_retired`](Self::take_retired)
-    /// after every completion it handles (the completion itself does not say so).
-    pub(crate) fn set_lean_retire(&mut self, from: u64) {
-        self.lean_from = from;
-    }
-
-    /// Moves the buffers of sends retired the lean way to `out`; returns how many (one per
-    /// send).
+    /// Matches a send ring slot's raw completion: the ring's sends up to it are free again, and
+    /// so are the table's older sends of its QP (unsignaled ones, retired with it: then, or on
+    /// an error, the completion is a full one with them in its retired list). `None` for a
+    /// slot that is not posted (not ours).
     #[inline(always)]
-    pub(crate) fn take_retired(&mut self, out: &mut Vec<LocalBuf>) -> usize {
-        let n = self.retired_bufs.len();
-        if n > 0 {
-            out.append(&mut self.retired_bufs);
+    pub(super) fn complete_send_ring(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
+        let seq = self.sring.complete(wc.wr_id as u32)?;
+        let head = self.sq.get_mut(wc.qp_num).map_or(NIL, |c| c.head);
+        let older = head != NIL && self.slots[head as usize].seq < seq;
+        if wc.status == sys::IBV_WC_SUCCESS && !older {
+            return Some(Polled::Sent {
+                wr_id: self.sring.wr_id,
+                qp_num: wc.qp_num,
+            });
         }
-        n
-    }
-
-    /// True if the chain of sends from `p` up to (not including) slot `i` all qualify for lean
-    /// retiring (see [`set_lean_retire`](Self::set_lean_retire)).
-    #[inline(always)]
-    fn lean_chain(&self, mut p: u32, i: u32) -> bool {
-        while p != i {
-            let Some(s) = self.slots.get(p as usize) else {
-                return false;
-            };
-            match &s.entry {
-                Some(e)
-                    if e.wr_id >= self.lean_from
-                        && matches!(e.bufs.as_slice(), [Buf::Local(_)]) => {}
-                _ => return false,
+        let mut retired = Vec::new();
+        if older {
+            retired = std::mem::take(&mut self.spare);
+            let mut p = head;
+            while p != NIL && self.slots[p as usize].seq < seq {
+                let next = self.slots[p as usize].next;
+                if let Some(e) = release(&mut self.slots, &mut self.free, p) {
+                    retired.push(Retired {
+                        wr_id: e.wr_id,
+                        bufs: e.bufs,
+                    });
+                }
+                p = next;
             }
-            p = s.next;
+            if let Some(c) = self.sq.get_mut(wc.qp_num) {
+                c.head = p;
+                if p == NIL {
+                    c.tail = NIL;
+                }
+            }
         }
-        true
+        let ok = wc.status == sys::IBV_WC_SUCCESS;
+        Some(Polled::Full(Box::new(Completion {
+            wr_id: self.sring.wr_id,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            opcode: if ok {
+                WcOpcode::from_raw(wc.opcode)
+            } else {
+                WcOpcode::Other(wc.opcode)
+            },
+            byte_len: wc.byte_len,
+            imm: None,
+            qp_num: wc.qp_num,
+            bufs: Bufs::new(),
+            retired,
+            op: "SEND",
+        })))
+    }
+
+    /// How many of the send ring's sends completed (signaled or retired) since the last call.
+    #[inline(always)]
+    pub(crate) fn take_retired(&mut self) -> usize {
+        self.sring.take_retired()
     }
 
     /// Keeps an emptied retired list (its capacity) for the next completion that retires sends.
@@ -513,9 +557,15 @@ impl Table {
                 Err(c) => *c,
             });
         }
-        let (i, _) = self.slot_of(wc)?;
+        if is_send_ring_id(wc.wr_id) {
+            return self.complete_send_ring(wc).map(Polled::into_completion);
+        }
+        let (i, s) = self.slot_of(wc)?;
+        let seq = s.seq;
         let mut retired = Vec::new();
         if wc.wr_id & RECV_BIT == 0 {
+            // The send ring's older sends finished with it too.
+            self.sring.retire_before(seq);
             let c = self.sq.get_mut(wc.qp_num)?;
             // Sends complete in order: the ones before this (unsignaled) finished with it.
             if c.head != i {
@@ -684,33 +734,6 @@ mod tests {
         assert_eq!(t.take_polled().map(|p| p.into_completion().wr_id), Some(4));
         assert!(t.take_polled().is_none());
         assert!(!t.has_entries(4));
-    }
-
-    #[test]
-    fn lean_retiring_moves_own_unsignaled_buffers_and_falls_back_for_others() {
-        let parked = |t: &Table| t.retired_bufs.len();
-        let mut t = Table::default();
-        // Off by default: a send that retires others is a full completion.
-        let a = t.push(6, false, 10, Bufs::new(), "SEND").unwrap();
-        let b = t.push(6, false, 11, Bufs::new(), "SEND").unwrap();
-        assert!(matches!(
-            t.complete_lean(&wc(b, 6, 0)),
-            Some(Polled::Full(_))
-        ));
-        assert!(t.complete(&wc(a, 6, 0)).is_none(), "retired with b");
-        t.set_lean_retire(100);
-        // Entries without one exclusive buffer (or below `from`) never retire the lean way.
-        let c = t.push(6, false, 200, Bufs::new(), "SEND").unwrap();
-        let d = t.push(6, false, 201, Bufs::new(), "SEND").unwrap();
-        match t.complete_lean(&wc(d, 6, 0)) {
-            Some(Polled::Full(f)) => assert_eq!((f.wr_id, f.retired.len()), (201, 1)),
-            _ => panic!("no exclusive buffer: full completion"),
-        }
-        assert!(t.complete(&wc(c, 6, 0)).is_none());
-        assert_eq!(parked(&t), 0);
-        let mut out = Vec::new();
-        assert_eq!(t.take_retired(&mut out), 0);
-        assert!(out.is_empty() && !t.has_entries(6));
     }
 
     #[test]

@@ -467,6 +467,83 @@ impl QueuePair {
         tracing::trace!(target: TRACE_TARGET, "post_recv qpn={} ring slot={slot}", self.qpn);
         Ok(())
     }
+
+    /// Makes `bufs` the send ring of this QP's single-owner CQ (`t`): each buffer must be
+    /// registered in this QP's context. Once only; nothing is posted.
+    pub(crate) fn set_send_ring(
+        &self,
+        t: &mut Table,
+        wr_id: u64,
+        bufs: Vec<LocalBuf>,
+    ) -> Result<()> {
+        if t.sring.is_set() {
+            return Err(Error::InvalidState {
+                op: "set a send ring",
+                state: "a ring set already",
+                needs: "a queue without one",
+            });
+        }
+        if u32::try_from(bufs.len()).is_err() {
+            return Err(Error::TooLarge {
+                what: "send ring",
+                detail: format!("{} slots exceed u32::MAX", bufs.len()),
+            });
+        }
+        let sges = bufs
+            .iter()
+            .map(|b| one_sge(self.ctx, "ibv_post_send", b, 0, b.len()))
+            .collect::<Result<Vec<_>>>()?;
+        t.sring.set(wr_id, bufs, sges);
+        Ok(())
+    }
+
+    /// Posts the first `len` bytes of the send ring's next free slot (filled through
+    /// `SendRing::next_free`) as a SEND (`op`: SEND or SEND_WITH_IMM) (`ibv_post_send(3)`).
+    #[inline(always)]
+    pub(crate) fn post_ring_send(
+        &self,
+        t: &mut Table,
+        op: SendOp,
+        len: usize,
+        signaled: bool,
+        inline: bool,
+    ) -> Result<()> {
+        if !self.is_rts() {
+            return Err(not_rts(self.state()));
+        }
+        if !matches!(op, SendOp::Send | SendOp::SendWithImm(_)) {
+            return Err(Error::InvalidArgument(
+                "a send ring slot is posted as a SEND".into(),
+            ));
+        }
+        let mut w = self.send_wr(op, len as u64, signaled, inline)?;
+        let seq = t.next_seq();
+        let Some((slot, mut sge)) = t.sring.take_for_post(seq, len) else {
+            return Err(send_slot_missing(len));
+        };
+        w.wr_id = u64::from(slot);
+        w.sg_list = &mut sge;
+        w.num_sge = 1;
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // The ring keeps the slot's buffer until the table is dropped (after the QP is
+        // destroyed) or leaked with it, and lends it out only while it is not posted.
+        // SAFETY: `self.qp` is live until drop; `w` and `sge` live across the call; the SGE is
+        // the slot's buffer (registered in this QP's context, set_send_ring) cut to `len`.
+        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        if rc != 0 {
+            t.sring.unpost(slot);
+            return Err(Error::verb("ibv_post_send", rc));
+        }
+        tracing::trace!(
+            target: TRACE_TARGET,
+            "post_send qpn={} send ring slot={slot} seq={seq} op={} imm={} len={len} \
+             signaled={signaled}",
+            self.qpn,
+            op.name(),
+            trace_imm(op),
+        );
+        Ok(())
+    }
 }
 
 /// For the trace: the immediate of `op` (`-` if none), as posted (host order).
@@ -492,6 +569,13 @@ fn ring_slot_busy(slot: u32) -> Error {
     Error::InvalidArgument(format!(
         "receive ring slot {slot} does not exist or is posted already"
     ))
+}
+
+/// No free send ring slot, or one too small (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn send_slot_missing(len: usize) -> Error {
+    Error::InvalidArgument(format!("no free send ring slot of at least {len} bytes"))
 }
 
 /// A receive posted on a QP in RESET or ERR (out of line: never on a real path).

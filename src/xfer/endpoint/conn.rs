@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, LocalBuf, ProtectionDomain, QueuePair, Retired, RingDone,
+    Completion, CompletionQueue, Context, ProtectionDomain, QueuePair, Retired, RingDone,
     SoloQueue, WcOpcode,
 };
 
@@ -91,7 +91,6 @@ pub struct Endpoint {
     /// The caller's unsignaled work requests that one of our own completions retired: handed to
     /// the caller with its next completion.
     pub(super) user_retired: Vec<Retired>,
-    pub(super) send_pool: Vec<LocalBuf>,
     /// Receive ring slots taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
     /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
     /// their credits).

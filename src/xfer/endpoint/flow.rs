@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, Done, LocalBuf, Polled, Retired, RingDone, SendOp, SendRequest, WaitMode, Waited,
-    WcOpcode,
+    Completion, Polled, Retired, RingDone, SendOp, SendRequest, WaitMode, Waited, WcOpcode,
 };
 use crate::xfer::wire::{self, ImmKind};
 
@@ -60,7 +59,8 @@ impl Endpoint {
     pub(super) fn handle_polled(&mut self, p: Polled) -> Result<()> {
         match p {
             Polled::Ring(r) => self.handle_ring(r),
-            Polled::Done(d) => self.handle_done(d),
+            Polled::Sent { .. } => self.handle_sent(),
+            Polled::Done(d) => self.handle(d.into_completion()),
             Polled::Full(c) => self.handle(*c),
         }
     }
@@ -82,26 +82,19 @@ impl Endpoint {
         Ok(())
     }
 
-    /// [`handle`](Self::handle) for the usual completion: a data SEND's or a receive's (anything
-    /// else goes to `handle`).
+    /// [`handle`](Self::handle) for the usual completion of a data SEND (a send ring slot's,
+    /// retiring no table entry).
     #[inline(always)]
-    fn handle_done(&mut self, d: Done) -> Result<()> {
-        match d.wr_id {
-            WR_DATA => {
-                self.take_retired();
-                self.sends_posted = self.sends_posted.saturating_sub(1);
-                self.send_pool.push(d.buf);
-                if let Flow::Credits {
-                    credit_msg_pending: true,
-                    ..
-                } = self.flow
-                {
-                    self.send_credit_msg()?;
-                }
-                Ok(())
-            }
-            _ => self.handle(d.into_completion()),
+    fn handle_sent(&mut self) -> Result<()> {
+        self.take_retired();
+        if let Flow::Credits {
+            credit_msg_pending: true,
+            ..
+        } = self.flow
+        {
+            self.send_credit_msg()?;
         }
+        Ok(())
     }
 
     /// Handles one completion: returns send buffers, applies credits, queues messages.
@@ -140,10 +133,10 @@ impl Endpoint {
         match c.wr_id {
             id if id == WR_DATA || id == WR_CREDIT || is_list(id) => {
                 // One completion for this SEND (or for the part of a shared list that its entry
-                // covers); unsignaled ones before it were retired above.
-                self.sends_posted = self.sends_posted.saturating_sub(sends_of(id));
-                while let Some(b) = c.take_local() {
-                    self.send_pool.push(b);
+                // covers); unsignaled ones before it were retired above, and a data SEND (a send
+                // ring slot's) was counted with the ring's (take_retired).
+                if id != WR_DATA {
+                    self.sends_posted = self.sends_posted.saturating_sub(sends_of(id));
                 }
                 if let Flow::Credits {
                     credit_msg_pending: true,
@@ -168,25 +161,22 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Takes back our own unsignaled SENDs that the queue retired the lean way (see
-    /// `SoloQueue::set_lean_retire`): they count as completed, their buffers go back to the pool.
+    /// Counts our data SENDs that completed (their send ring slots are free again).
     #[inline(always)]
     fn take_retired(&mut self) {
-        let n = self.q.take_retired(&mut self.send_pool);
+        let n = self.q.take_retired();
         self.sends_posted = self.sends_posted.saturating_sub(n as u32);
     }
 
-    /// Takes our own unsignaled SENDs out of a completion's retired list: they count as
-    /// completed and their buffers go back to the pool; the caller's stay in the list.
+    /// Takes our own unsignaled SENDs (credit messages, shared lists) out of a completion's
+    /// retired list: they count as completed; the caller's stay in the list.
     #[inline(never)]
     fn retire_own(&mut self, retired: &mut Vec<Retired>) {
-        retired.retain_mut(|r| {
+        retired.retain(|r| {
             if r.wr_id < RESERVED_WR_ID {
                 return true;
             }
             self.sends_posted = self.sends_posted.saturating_sub(sends_of(r.wr_id));
-            self.send_pool
-                .extend(r.bufs.drain(..).filter_map(crate::verbs::Buf::into_local));
             false
         });
     }
@@ -349,23 +339,19 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Waits until a message may be sent (a credit and a send buffer).
+    /// Waits until a message may be sent (a credit and a free send slot).
     #[inline(always)]
-    pub(super) fn reserve_send(&mut self, deadline: &mut Deadline) -> Result<LocalBuf> {
+    pub(super) fn reserve_send(&mut self, deadline: &mut Deadline) -> Result<()> {
         while self.credits() == 0 {
             self.pump(
                 deadline,
                 "send credit from the peer (it is not taking messages)",
             )?;
         }
-        loop {
-            if self.sends_posted < self.own_sq {
-                if let Some(b) = self.send_pool.pop() {
-                    return Ok(b);
-                }
-            }
+        while self.sends_posted >= self.own_sq || self.q.free_send_slots() == 0 {
             self.pump(deadline, "a send completion")?;
         }
+        Ok(())
     }
 
     /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::verbs::{Completion, SendOp, SendRequest};
 use crate::xfer::wire::{self, ImmKind};
 
-use super::conn::{Deadline, Endpoint, Flow, Ready, WR_DATA};
+use super::conn::{Deadline, Endpoint, Flow, Ready};
 use super::options::RESERVED_WR_ID;
 
 /// Completions [`Endpoint::last_words`] handles at most (a receive window's worth and more).
@@ -56,25 +56,18 @@ impl Endpoint {
         self.check_msg_len(len)?;
         let mut after = Some(after);
         let mut out = None;
-        let can_send_now =
-            self.credits() > 0 && self.sends_posted < self.own_sq && !self.send_pool.is_empty();
+        let free = self.q.free_send_slots();
+        let can_send_now = self.credits() > 0 && self.sends_posted < self.own_sq && free > 0;
         if !can_send_now {
             out = after.take().map(|a| a(self.last_deferred()));
+            // A deadline only when the send has to wait (see reserve_send).
+            let mut deadline = self.deadline();
+            self.reserve_send(&mut deadline)?;
         }
-        // A deadline only when the send has to wait (see reserve_send).
-        let ready = if can_send_now {
-            self.send_pool.pop()
-        } else {
-            None
-        };
-        let mut buf = match ready {
-            Some(b) => b,
-            None => {
-                let mut deadline = self.deadline();
-                self.reserve_send(&mut deadline)?
-            }
-        };
-        fill(&mut buf[..len]);
+        match self.q.next_send_buf() {
+            Some(buf) => fill(&mut buf[..len]),
+            None => return Err(self.fail(no_send_slot())),
+        }
         let op = match &mut self.flow {
             Flow::Credits { owed, .. } => {
                 SendOp::SendWithImm(wire::encode_imm(ImmKind::Data, std::mem::take(owed)))
@@ -84,14 +77,10 @@ impl Endpoint {
         let inline = len as u64 <= u64::from(self.max_inline) && len > 0;
         // Unsignaled only while a later SEND is sure to come and a wait for a slot or a buffer
         // cannot depend on this one (see above).
-        let signaled = !more || self.sends_posted + 1 >= self.own_sq || self.send_pool.is_empty();
-        if let Err(e) = self
-            .q
-            .post_send_buf(WR_DATA, op, buf, 0, len, signaled, inline)
-        {
-            self.send_pool
-                .extend(e.bufs.into_iter().filter_map(crate::verbs::Buf::into_local));
-            return Err(self.fail(e.error));
+        let signaled =
+            !more || self.sends_posted + 1 >= self.own_sq || self.q.free_send_slots() <= 1;
+        if let Err(e) = self.q.post_ring_send(op, len, signaled, inline) {
+            return Err(self.fail(e));
         }
         self.sends_posted += 1;
         self.unsignaled_run = if signaled {
@@ -385,6 +374,13 @@ fn too_long(len: usize, limit: usize) -> Error {
     Error::InvalidArgument(format!(
         "message of {len} bytes exceeds the limit of {limit}"
     ))
+}
+
+/// No free send slot after reserve_send said there was one (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn no_send_slot() -> Error {
+    Error::Protocol("no free send slot after waiting for one".into())
 }
 
 /// A receive completion longer than its buffer (out of line: never on a real path).

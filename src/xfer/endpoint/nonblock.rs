@@ -111,7 +111,7 @@ impl Endpoint {
     }
 
     fn can_send_now(&self) -> bool {
-        self.credits() > 0 && self.sends_posted < self.own_sq && !self.send_pool.is_empty()
+        self.credits() > 0 && self.sends_posted < self.own_sq && self.q.free_send_slots() > 0
     }
 
     /// Ok if `ready` holds now or after handling what is in the CQ; else WouldBlock (or the

@@ -12,7 +12,7 @@ use crate::verbs::{
 };
 use crate::xfer::wire::Hello;
 
-use super::conn::{credit_flow, Endpoint, Flow, WR_RECV};
+use super::conn::{credit_flow, Endpoint, Flow, WR_DATA, WR_RECV};
 use super::options::{EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport};
 
 /// Outstanding RDMA READs asked for (capped by the device).
@@ -25,7 +25,6 @@ pub(super) struct Parts {
     pub(super) ctx: Context,
     pub(super) pd: ProtectionDomain,
     pub(super) q: SoloQueue,
-    pub(super) send_pool: Vec<LocalBuf>,
     pub(super) own_sq: u32,
     pub(super) port: PortAttr,
 }
@@ -135,14 +134,15 @@ impl Parts {
                 Err(_) => make_qp(&pd, cq, caps(opts, 0)?.0),
             }
         })?;
-        // The endpoint's own unsignaled SENDs retire without a list (flow.rs takes them back).
-        q.set_lean_retire(super::options::RESERVED_WR_ID);
-        let send_pool = LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?;
+        // The endpoint's SENDs go from the queue's send ring (flow.rs counts them back).
+        q.set_send_ring(
+            WR_DATA,
+            LocalBuf::slots(&pd, opts.msg_size, opts.send_depth as usize)?,
+        )?;
         Ok(Parts {
             ctx,
             pd,
             q,
-            send_pool,
             own_sq,
             port,
         })
@@ -210,7 +210,6 @@ impl Parts {
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
             user_retired: Vec::new(),
-            send_pool: self.send_pool,
             deferred: Vec::new(),
             pd: self.pd,
             ctx: self.ctx,

@@ -1,0 +1,284 @@
+//! The send ring of a single-owner queue: send buffers owned by the CQ's table for good, filled
+//! while free and posted by slot, so a SEND costs no table entry, no buffer move and no
+//! allocation (see [`SoloQueue::set_send_ring`](crate::verbs::SoloQueue::set_send_ring)).
+//!
+//! Ownership: the ring keeps every slot's [`LocalBuf`] from its creation until the table is
+//! dropped (after the QP is destroyed) or leaked with it. A posted slot (the device may read
+//! it) is never lent out: [`next_free`](SendRing::next_free) lends only a free slot, and posting
+//! takes the queue by `&mut`, so no lent slice can outlive it.
+//!
+//! Retiring: a send queue completes in post order, so a completion retires every send posted
+//! before it. Each post takes the next number of the table's send-queue sequence; a ring
+//! completion frees the ring's slots up to it, and a completion of a table entry frees the ring's
+//! slots with a lower number. The owner learns how many of its sends completed from
+//! [`take_retired`](SendRing::take_retired).
+
+use std::collections::VecDeque;
+
+use crate::sys;
+use crate::verbs::mr::LocalBuf;
+
+/// True for the work request id of a send ring slot: bits 32..63 zero (a table entry's id has a
+/// generation of at least 1 there, a receive ring slot's has bit 63).
+#[inline(always)]
+pub(crate) fn is_send_ring_id(id: u64) -> bool {
+    id >> 32 == 0
+}
+
+/// The ring (empty until the owner sets one up).
+#[derive(Default)]
+pub(crate) struct SendRing {
+    bufs: Vec<LocalBuf>,
+    /// Each slot's buffer address and key (the length is set per post), checked once.
+    sges: Vec<sys::ibv_sge>,
+    /// True while the slot's send is posted (the device may read it).
+    posted: Vec<bool>,
+    /// Free slots, the next one to post last.
+    free: Vec<u32>,
+    /// Posted slots, oldest first, with their send-queue sequence numbers.
+    order: VecDeque<(u64, u32)>,
+    /// Sends retired (completed, signaled or not) since the owner last took the count.
+    retired: usize,
+    /// The owner's `wr_id` for its sends (named in an error completion).
+    pub(crate) wr_id: u64,
+}
+
+impl SendRing {
+    /// True once the ring is set up.
+    pub(crate) fn is_set(&self) -> bool {
+        !self.bufs.is_empty()
+    }
+
+    /// Takes `bufs` as the ring's slots with their checked SGEs (all free).
+    pub(crate) fn set(&mut self, wr_id: u64, bufs: Vec<LocalBuf>, sges: Vec<sys::ibv_sge>) {
+        self.posted = vec![false; bufs.len()];
+        self.free = (0..bufs.len() as u32).rev().collect();
+        self.order = VecDeque::with_capacity(bufs.len());
+        self.bufs = bufs;
+        self.sges = sges;
+        self.wr_id = wr_id;
+    }
+
+    /// How many slots are free.
+    #[inline(always)]
+    pub(crate) fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    /// The next free slot's whole buffer, to fill before [`take_for_post`](Self::take_for_post).
+    #[inline(always)]
+    pub(crate) fn next_free(&mut self) -> Option<&mut [u8]> {
+        let &slot = self.free.last()?;
+        Some(&mut self.bufs.get_mut(slot as usize)?[..])
+    }
+
+    /// Marks the next free slot posted as send number `seq` of `len` bytes and returns its slot
+    /// and SGE; `None` if no slot is free or `len` exceeds it.
+    #[inline(always)]
+    pub(crate) fn take_for_post(&mut self, seq: u64, len: usize) -> Option<(u32, sys::ibv_sge)> {
+        let &slot = self.free.last()?;
+        let mut sge = *self.sges.get(slot as usize)?;
+        if len > sge.length as usize {
+            return None;
+        }
+        sge.length = len as u32;
+        self.free.pop();
+        self.posted[slot as usize] = true;
+        self.order.push_back((seq, slot));
+        Some((slot, sge))
+    }
+
+    /// The post of `slot` (the newest) failed: it is free again.
+    pub(crate) fn unpost(&mut self, slot: u32) {
+        if self.order.back().is_some_and(|&(_, s)| s == slot) {
+            self.order.pop_back();
+            self.posted[slot as usize] = false;
+            self.free.push(slot);
+        }
+    }
+
+    /// Frees the posted slots up to and including `slot` (its completion came) and returns its
+    /// send-queue number; `None` if `slot` is not posted (not ours: nothing changes).
+    #[inline(always)]
+    pub(crate) fn complete(&mut self, slot: u32) -> Option<u64> {
+        if !self.posted.get(slot as usize).copied().unwrap_or(false) {
+            return None;
+        }
+        while let Some((q, s)) = self.order.pop_front() {
+            self.release(s);
+            if s == slot {
+                return Some(q);
+            }
+        }
+        None
+    }
+
+    /// Frees the posted slots whose sends were posted before send number `seq` (a later send's
+    /// completion came).
+    #[inline(always)]
+    pub(crate) fn retire_before(&mut self, seq: u64) {
+        while let Some(&(q, s)) = self.order.front() {
+            if q >= seq {
+                break;
+            }
+            self.order.pop_front();
+            self.release(s);
+        }
+    }
+
+    /// The send-queue number of the oldest posted slot, if any.
+    #[cfg(test)]
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        self.order.front().map(|&(q, _)| q)
+    }
+
+    #[inline(always)]
+    fn release(&mut self, slot: u32) {
+        self.posted[slot as usize] = false;
+        self.free.push(slot);
+        self.retired += 1;
+    }
+
+    /// How many sends completed since the last call.
+    #[inline(always)]
+    pub(crate) fn take_retired(&mut self) -> usize {
+        std::mem::take(&mut self.retired)
+    }
+}
+
+#[cfg(test)]
+impl SendRing {
+    /// A ring of `n` slots of 64 bytes with no buffers behind them (for the retiring logic).
+    pub(crate) fn with_slots(wr_id: u64, n: u32) -> SendRing {
+        let sges = (0..n)
+            .map(|i| sys::ibv_sge {
+                addr: 0x1000 * u64::from(i + 1),
+                length: 64,
+                lkey: 7,
+            })
+            .collect();
+        SendRing {
+            posted: vec![false; n as usize],
+            free: (0..n).rev().collect(),
+            sges,
+            wr_id,
+            ..SendRing::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::completion::Bufs;
+    use super::super::table::{Polled, Table};
+    use super::*;
+
+    fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
+        sys::ibv_wc {
+            wr_id,
+            qp_num,
+            status,
+            ..Default::default()
+        }
+    }
+
+    /// Posts the next send ring slot as the table's next send; returns its work request id.
+    fn ring_post(t: &mut Table) -> u64 {
+        let seq = t.next_seq();
+        u64::from(t.sring.take_for_post(seq, 8).expect("a free slot").0)
+    }
+
+    #[test]
+    #[allow(clippy::field_reassign_with_default)] // Table's other fields are private
+    fn send_ring_and_table_sends_retire_each_other_in_post_order() {
+        let mut t = Table::default();
+        t.sring = SendRing::with_slots(77, 4);
+        // Ring sends alone: a signaled one frees those before it, with no full completion.
+        let r0 = ring_post(&mut t);
+        let r1 = ring_post(&mut t);
+        match t.complete_lean(&wc(r1, 6, 0)) {
+            Some(Polled::Sent { wr_id, qp_num }) => assert_eq!((wr_id, qp_num), (77, 6)),
+            _ => panic!("a ring send that retires no table entry is a lean one"),
+        }
+        assert_eq!(t.take_retired(), 2);
+        assert!(t.complete_lean(&wc(r0, 6, 0)).is_none(), "retired with r1");
+        // A table send (a credit message's) retires the ring sends before it, not after it.
+        let r2 = ring_post(&mut t);
+        let credit = t.push(6, false, 500, Bufs::new(), "SEND").unwrap();
+        let r3 = ring_post(&mut t);
+        let c = t.complete(&wc(credit, 6, 0)).expect("the credit message's");
+        assert_eq!((c.wr_id, c.retired.len(), t.take_retired()), (500, 0, 1));
+        assert!(
+            t.complete(&wc(r2, 6, 0)).is_none(),
+            "retired with the credit message"
+        );
+        // A ring send retires an older unsignaled table send: a full completion lists it.
+        let user = t.push(6, false, 42, Bufs::new(), "RDMA_WRITE").unwrap();
+        let r4 = ring_post(&mut t);
+        // r3 before it, signaled: lean.
+        assert!(matches!(
+            t.complete_lean(&wc(r3, 6, 0)),
+            Some(Polled::Sent { .. })
+        ));
+        match t.complete_lean(&wc(r4, 6, 0)) {
+            Some(Polled::Full(f)) => {
+                assert_eq!((f.wr_id, f.is_success(), f.retired.len()), (77, true, 1));
+                assert_eq!(f.retired[0].wr_id, 42);
+            }
+            _ => panic!("a ring send that retires a table entry is a full one"),
+        }
+        assert_eq!(t.take_retired(), 2);
+        assert!(t.complete(&wc(user, 6, 0)).is_none(), "retired with r4");
+        assert!(!t.has_entries(6) && t.sring.oldest().is_none());
+        // An error completion of a ring send is a full one with the ring's wr_id.
+        let r5 = ring_post(&mut t);
+        let f = t.complete(&wc(r5, 6, 5)).expect("the flushed send");
+        assert_eq!((f.wr_id, f.is_success(), t.take_retired()), (77, false, 1));
+        assert_eq!(t.sring.free_slots(), 4);
+    }
+
+    #[test]
+    fn ids_never_collide_with_table_or_receive_ring_ids() {
+        assert!(is_send_ring_id(0) && is_send_ring_id(u64::from(u32::MAX)));
+        assert!(!is_send_ring_id(1 << 32), "a table id (generation 1)");
+        assert!(!is_send_ring_id(super::super::ring::Ring::id(0)));
+    }
+
+    #[test]
+    fn slots_go_round_and_complete_in_order() {
+        let mut r = SendRing::with_slots(9, 3);
+        assert_eq!(r.free_slots(), 3);
+        let (a, sa) = r.take_for_post(1, 10).unwrap();
+        assert_eq!((a, sa.length), (0, 10));
+        assert!(r.take_for_post(2, 65).is_none(), "longer than the slot");
+        let (b, _) = r.take_for_post(2, 64).unwrap();
+        let (c, _) = r.take_for_post(3, 0).unwrap();
+        assert!(r.take_for_post(4, 1).is_none(), "all posted");
+        assert_eq!(r.complete(a), Some(1));
+        assert_eq!(r.complete(a), None, "freed already");
+        // A signaled completion frees the unsignaled sends before it.
+        assert_eq!(r.complete(c), Some(3));
+        assert!(r.complete(b).is_none());
+        assert_eq!(
+            (r.free_slots(), r.take_retired(), r.take_retired()),
+            (3, 3, 0)
+        );
+    }
+
+    #[test]
+    fn a_later_send_retires_older_slots_and_a_failed_post_is_undone() {
+        let mut r = SendRing::with_slots(9, 4);
+        let (a, _) = r.take_for_post(10, 1).unwrap();
+        let (b, _) = r.take_for_post(12, 1).unwrap();
+        let (c, _) = r.take_for_post(13, 1).unwrap();
+        r.unpost(b);
+        assert_eq!(r.free_slots(), 1, "only the newest can be undone");
+        r.unpost(c);
+        assert_eq!(r.free_slots(), 2);
+        r.retire_before(11);
+        assert_eq!((r.take_retired(), r.oldest()), (1, Some(12)));
+        assert!(r.complete(a).is_none());
+        r.retire_before(14);
+        assert_eq!((r.take_retired(), r.free_slots(), r.oldest()), (1, 4, None));
+    }
+}
