@@ -13,8 +13,6 @@
 //! slots with a lower number. The owner learns how many of its sends completed from
 //! [`take_retired`](SendRing::take_retired).
 
-use std::collections::VecDeque;
-
 use crate::sys;
 use crate::verbs::mr::LocalBuf;
 
@@ -25,50 +23,82 @@ pub(crate) fn is_send_ring_id(id: u64) -> bool {
     id >> 32 == 0
 }
 
-/// The ring (empty until the owner sets one up).
+/// The ring (empty until the owner sets one up). Slots are posted round the ring and retire in
+/// the same order (a send queue completes in order), so the posted ones are always the run
+/// `head, head + 1, ...` (mod the ring's size) of length `posted`.
 #[derive(Default)]
 pub(crate) struct SendRing {
     bufs: Vec<LocalBuf>,
     /// Each slot's buffer address and key (the length is set per post), checked once.
     sges: Vec<sys::ibv_sge>,
-    /// True while the slot's send is posted (the device may read it).
-    posted: Vec<bool>,
-    /// Free slots, the next one to post last.
-    free: Vec<u32>,
-    /// Posted slots, oldest first, with their send-queue sequence numbers.
-    order: VecDeque<(u64, u32)>,
+    /// Each posted slot's send-queue sequence number.
+    seqs: Vec<u64>,
+    /// The oldest posted slot (the next to post when none is).
+    head: u32,
+    /// How many slots are posted (the device may read them).
+    posted: u32,
     /// Sends retired (completed, signaled or not) since the owner last took the count.
     retired: usize,
-    /// The owner's `wr_id` for its sends (named in an error completion).
+    /// The owner's `wr_id` for its sends (named in a full completion).
     pub(crate) wr_id: u64,
 }
 
 impl SendRing {
     /// True once the ring is set up.
     pub(crate) fn is_set(&self) -> bool {
-        !self.bufs.is_empty()
+        !self.sges.is_empty()
     }
 
-    /// Takes `bufs` as the ring's slots with their checked SGEs (all free).
+    /// Takes `bufs` as the ring's slots with their checked SGEs (all free; at most `u32::MAX`).
     pub(crate) fn set(&mut self, wr_id: u64, bufs: Vec<LocalBuf>, sges: Vec<sys::ibv_sge>) {
-        self.posted = vec![false; bufs.len()];
-        self.free = (0..bufs.len() as u32).rev().collect();
-        self.order = VecDeque::with_capacity(bufs.len());
+        self.seqs = vec![0; sges.len()];
         self.bufs = bufs;
         self.sges = sges;
+        (self.head, self.posted, self.retired) = (0, 0, 0);
         self.wr_id = wr_id;
+    }
+
+    /// The number of slots.
+    #[inline(always)]
+    fn size(&self) -> u32 {
+        self.sges.len() as u32
+    }
+
+    /// `head + k` round the ring (`k` at most the ring's size).
+    #[inline(always)]
+    fn ahead(&self, k: u32) -> u32 {
+        let (i, n) = (self.head as u64 + k as u64, self.size() as u64);
+        (if i >= n { i - n } else { i }) as u32
+    }
+
+    /// How far `slot` is from `head` round the ring, if it is posted.
+    #[inline(always)]
+    fn posted_at(&self, slot: u32) -> Option<u32> {
+        let n = self.size();
+        if slot >= n {
+            return None;
+        }
+        let k = if slot >= self.head {
+            slot - self.head
+        } else {
+            slot + (n - self.head)
+        };
+        (k < self.posted).then_some(k)
     }
 
     /// How many slots are free.
     #[inline(always)]
     pub(crate) fn free_slots(&self) -> usize {
-        self.free.len()
+        (self.size() - self.posted) as usize
     }
 
     /// The next free slot's whole buffer, to fill before [`take_for_post`](Self::take_for_post).
     #[inline(always)]
     pub(crate) fn next_free(&mut self) -> Option<&mut [u8]> {
-        let &slot = self.free.last()?;
+        if self.posted >= self.size() {
+            return None;
+        }
+        let slot = self.ahead(self.posted);
         Some(&mut self.bufs.get_mut(slot as usize)?[..])
     }
 
@@ -76,24 +106,24 @@ impl SendRing {
     /// and SGE; `None` if no slot is free or `len` exceeds it.
     #[inline(always)]
     pub(crate) fn take_for_post(&mut self, seq: u64, len: usize) -> Option<(u32, sys::ibv_sge)> {
-        let &slot = self.free.last()?;
+        if self.posted >= self.size() {
+            return None;
+        }
+        let slot = self.ahead(self.posted);
         let mut sge = *self.sges.get(slot as usize)?;
         if len > sge.length as usize {
             return None;
         }
         sge.length = len as u32;
-        self.free.pop();
-        self.posted[slot as usize] = true;
-        self.order.push_back((seq, slot));
+        self.seqs[slot as usize] = seq;
+        self.posted += 1;
         Some((slot, sge))
     }
 
     /// The post of `slot` (the newest) failed: it is free again.
     pub(crate) fn unpost(&mut self, slot: u32) {
-        if self.order.back().is_some_and(|&(_, s)| s == slot) {
-            self.order.pop_back();
-            self.posted[slot as usize] = false;
-            self.free.push(slot);
+        if self.posted > 0 && self.posted_at(slot) == Some(self.posted - 1) {
+            self.posted -= 1;
         }
     }
 
@@ -101,42 +131,28 @@ impl SendRing {
     /// send-queue number; `None` if `slot` is not posted (not ours: nothing changes).
     #[inline(always)]
     pub(crate) fn complete(&mut self, slot: u32) -> Option<u64> {
-        if !self.posted.get(slot as usize).copied().unwrap_or(false) {
-            return None;
-        }
-        while let Some((q, s)) = self.order.pop_front() {
-            self.release(s);
-            if s == slot {
-                return Some(q);
-            }
-        }
-        None
+        let k = self.posted_at(slot)? + 1;
+        self.head = self.ahead(k);
+        self.posted -= k;
+        self.retired += k as usize;
+        Some(self.seqs[slot as usize])
     }
 
     /// Frees the posted slots whose sends were posted before send number `seq` (a later send's
     /// completion came).
     #[inline(always)]
     pub(crate) fn retire_before(&mut self, seq: u64) {
-        while let Some(&(q, s)) = self.order.front() {
-            if q >= seq {
-                break;
-            }
-            self.order.pop_front();
-            self.release(s);
+        while self.posted > 0 && self.seqs[self.head as usize] < seq {
+            self.head = self.ahead(1);
+            self.posted -= 1;
+            self.retired += 1;
         }
     }
 
     /// The send-queue number of the oldest posted slot, if any.
     #[cfg(test)]
     pub(crate) fn oldest(&self) -> Option<u64> {
-        self.order.front().map(|&(q, _)| q)
-    }
-
-    #[inline(always)]
-    fn release(&mut self, slot: u32) {
-        self.posted[slot as usize] = false;
-        self.free.push(slot);
-        self.retired += 1;
+        (self.posted > 0).then(|| self.seqs[self.head as usize])
     }
 
     /// How many sends completed since the last call.
@@ -158,8 +174,7 @@ impl SendRing {
             })
             .collect();
         SendRing {
-            posted: vec![false; n as usize],
-            free: (0..n).rev().collect(),
+            seqs: vec![0; n as usize],
             sges,
             wr_id,
             ..SendRing::default()
