@@ -1,7 +1,8 @@
 //! Device tests of the `Endpoint` library API (need rxe0 at 198.18.0.1; run inside the guest by
 //! ci/test.sh): many connections against one listener without leaks, handshake rejection, credit
 //! flow control under one-way streams, a corrupted pong caught at its sequence number,
-//! one-sided WRITE_WITH_IMM / READ through an endpoint, a peer's disconnect ending a flush
+//! one-sided WRITE_WITH_IMM / READ through an endpoint, a caller's unsignaled WRITE retired by our
+//! own SEND and handed back once, a peer's disconnect ending a flush
 //! and close in order, and a connection dialed (route, QP) before the server listens.
 
 use std::net::SocketAddr;
@@ -367,6 +368,86 @@ fn write_with_imm_and_read_through_an_endpoint() {
     let data = s.join().unwrap();
     assert_eq!(&data[100..4196], &want[..]);
     assert!(data[..100].iter().all(|&b| b == 0));
+}
+
+/// The caller's unsignaled work request and the endpoint's own SENDs (from the queue's send
+/// ring) share one send queue: our SEND's completion retires the caller's older WRITE, whose
+/// buffer comes back (once) with the caller's next completion; our later SENDs and the close
+/// still account for every one of ours.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn an_unsignaled_write_is_retired_by_our_send_and_handed_back_once() {
+    need_rxe0();
+    let opts = EndpointOptions {
+        msg_size: 64,
+        send_depth: 4,
+        ..Default::default()
+    };
+    let mut l = Listener::bind(addr(7244), &opts).unwrap();
+    let s = thread::spawn(move || {
+        let mut ep = l.accept(Some(T)).unwrap();
+        let region = ExposedRegion::new(ep.pd(), 4096, RemoteAccess::ReadWrite).unwrap();
+        ep.send(&region.descriptor().encode()).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            got.push(ep.recv().unwrap());
+        }
+        let data = region.to_vec();
+        ep.send(b"bye").unwrap();
+        ep.close().unwrap();
+        (got, data)
+    });
+    let mut c = Endpoint::connect_cm(addr(7244), &opts).unwrap();
+    let remote = RemoteRegion::decode(&c.recv().unwrap()).unwrap();
+    let mut a = LocalBuf::new(c.pd(), 16).unwrap();
+    a.fill(0xaa);
+    c.post(
+        SendRequest::new(
+            7,
+            SendOp::Write(remote.slice(0, 16).unwrap()),
+            [Sge::new(a)],
+        )
+        .unsignaled(),
+    )
+    .unwrap();
+    // More SENDs than the ring has slots: they wait for (and reuse) slots freed in order.
+    for i in 0..5u8 {
+        c.send(&[i; 3]).unwrap();
+    }
+    let mut b = LocalBuf::new(c.pd(), 16).unwrap();
+    b.fill(0xbb);
+    c.post(SendRequest::new(
+        8,
+        SendOp::Write(remote.slice(16, 16).unwrap()),
+        [Sge::new(b)],
+    ))
+    .unwrap();
+    let done = c.poll_user(4, T).unwrap();
+    assert_eq!(done.len(), 1, "one signaled work request of ours");
+    let d = done.into_iter().next().unwrap();
+    assert_eq!((d.wr_id, d.is_success()), (8, true));
+    let retired: Vec<u64> = d.retired.iter().map(|r| r.wr_id).collect();
+    assert_eq!(
+        retired,
+        [7],
+        "the unsignaled WRITE comes back with it, once"
+    );
+    let back: Vec<u8> = d.retired[0]
+        .bufs
+        .iter()
+        .flat_map(|b| b.as_slice().to_vec())
+        .collect();
+    assert_eq!(back, [0xaa; 16]);
+    c.send(b"last").unwrap();
+    assert_eq!(c.recv().unwrap(), b"bye");
+    c.close().unwrap();
+    let (got, data) = s.join().unwrap();
+    let want: Vec<Vec<u8>> = (0..5u8)
+        .map(|i| vec![i; 3])
+        .chain([b"last".to_vec()])
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(&data[..32], [[0xaa; 16], [0xbb; 16]].concat());
 }
 
 /// The interleaving behind a flake of the 200-connection test, made deterministic: the peer
