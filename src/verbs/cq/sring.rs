@@ -185,17 +185,9 @@ impl SendRing {
 #[cfg(test)]
 mod tests {
     use super::super::completion::Bufs;
+    use super::super::table::tests::wc;
     use super::super::table::{Polled, Table};
     use super::*;
-
-    fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
-        sys::ibv_wc {
-            wr_id,
-            qp_num,
-            status,
-            ..Default::default()
-        }
-    }
 
     /// Posts the next send ring slot as the table's next send; returns its work request id.
     fn ring_post(t: &mut Table) -> u64 {

@@ -233,6 +233,58 @@ fn release(slots: &mut [Slot], free: &mut u32, i: u32) -> Option<Entry> {
     s.entry.take()
 }
 
+/// Releases the send chain's slots from `p` on while `retire` holds for them (oldest first),
+/// their entries into `out`; returns the first slot kept (or [`NIL`]).
+#[inline(always)]
+fn retire_while(
+    slots: &mut [Slot],
+    free: &mut u32,
+    mut p: u32,
+    out: &mut Vec<Retired>,
+    retire: impl Fn(u32, &Slot) -> bool,
+) -> u32 {
+    while p != NIL && retire(p, &slots[p as usize]) {
+        let next = slots[p as usize].next;
+        if let Some(e) = release(slots, free, p) {
+            out.push(Retired {
+                wr_id: e.wr_id,
+                bufs: e.bufs,
+            });
+        }
+        p = next;
+    }
+    p
+}
+
+/// The full completion of `wc` for the owner's `wr_id`, with `bufs` and the `retired` before it.
+fn full(
+    wc: &sys::ibv_wc,
+    wr_id: u64,
+    bufs: Bufs,
+    retired: Vec<Retired>,
+    op: &'static str,
+) -> Completion {
+    let ok = wc.status == sys::IBV_WC_SUCCESS;
+    let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
+    Completion {
+        wr_id,
+        status: wc.status,
+        vendor_err: wc.vendor_err,
+        opcode: if ok {
+            WcOpcode::from_raw(wc.opcode)
+        } else {
+            WcOpcode::Other(wc.opcode)
+        },
+        byte_len: wc.byte_len,
+        // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
+        imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
+        qp_num: wc.qp_num,
+        bufs,
+        retired,
+        op,
+    }
+}
+
 impl Default for Table {
     fn default() -> Self {
         Table::with_capacity(0)
@@ -485,17 +537,13 @@ impl Table {
         let mut retired = Vec::new();
         if older {
             retired = std::mem::take(&mut self.spare);
-            let mut p = head;
-            while p != NIL && self.slots[p as usize].seq < seq {
-                let next = self.slots[p as usize].next;
-                if let Some(e) = release(&mut self.slots, &mut self.free, p) {
-                    retired.push(Retired {
-                        wr_id: e.wr_id,
-                        bufs: e.bufs,
-                    });
-                }
-                p = next;
-            }
+            let p = retire_while(
+                &mut self.slots,
+                &mut self.free,
+                head,
+                &mut retired,
+                |_, s| s.seq < seq,
+            );
             if let Some(c) = self.sq.get_mut(wc.qp_num) {
                 c.head = p;
                 if p == NIL {
@@ -503,23 +551,8 @@ impl Table {
                 }
             }
         }
-        let ok = wc.status == sys::IBV_WC_SUCCESS;
-        Some(Polled::Full(Box::new(Completion {
-            wr_id: self.sring.wr_id,
-            status: wc.status,
-            vendor_err: wc.vendor_err,
-            opcode: if ok {
-                WcOpcode::from_raw(wc.opcode)
-            } else {
-                WcOpcode::Other(wc.opcode)
-            },
-            byte_len: wc.byte_len,
-            imm: None,
-            qp_num: wc.qp_num,
-            bufs: Bufs::new(),
-            retired,
-            op: "SEND",
-        })))
+        let c = full(wc, self.sring.wr_id, Bufs::new(), retired, "SEND");
+        Some(Polled::Full(Box::new(c)))
     }
 
     /// How many of the send ring's sends completed (signaled or retired) since the last call.
@@ -578,51 +611,29 @@ impl Table {
                 retired = std::mem::take(&mut self.spare);
                 retired.reserve_exact(n);
             }
-            let mut p = c.head;
-            while p != i && p != NIL {
-                let next = self.slots[p as usize].next;
-                if let Some(e) = release(&mut self.slots, &mut self.free, p) {
-                    retired.push(Retired {
-                        wr_id: e.wr_id,
-                        bufs: e.bufs,
-                    });
-                }
-                p = next;
-            }
+            retire_while(
+                &mut self.slots,
+                &mut self.free,
+                c.head,
+                &mut retired,
+                |p, _| p != i,
+            );
             c.head = self.slots[i as usize].next;
             if c.head == NIL {
                 c.tail = NIL;
             }
         }
         let mine = release(&mut self.slots, &mut self.free, i)?;
-        let ok = wc.status == sys::IBV_WC_SUCCESS;
-        let with_imm = ok && wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
-        Some(Completion {
-            wr_id: mine.wr_id,
-            status: wc.status,
-            vendor_err: wc.vendor_err,
-            opcode: if ok {
-                WcOpcode::from_raw(wc.opcode)
-            } else {
-                WcOpcode::Other(wc.opcode)
-            },
-            byte_len: wc.byte_len,
-            // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
-            imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
-            qp_num: wc.qp_num,
-            bufs: mine.bufs,
-            retired,
-            op: mine.op,
-        })
+        Some(full(wc, mine.wr_id, mine.bufs, retired, mine.op))
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::error::Error;
 
-    fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
+    pub(in crate::verbs::cq) fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
         sys::ibv_wc {
             wr_id,
             qp_num,
