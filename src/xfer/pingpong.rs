@@ -516,7 +516,8 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
                     None => Ok(()),
                 },
                 !last,
-            )??;
+            )?
+            .map_err(|e| *e)?;
             if clock.is_none() {
                 // ibv_rc_pingpong starts its clock once the first ping is posted; so does this.
                 clock = Some(Clock::start());
@@ -527,7 +528,8 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
                 } else {
                     Ok(())
                 }
-            })??;
+            })?
+            .map_err(|e| *e)?;
             rtt.push(os::ticks().wrapping_sub(t));
         }
         Ok(())
@@ -545,8 +547,11 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
 /// The client's check of a pong, out of line so that a profile can tell it apart
 /// (`ci/guest-bench-instr.sh` counts the 4 KiB client with and without it).
 #[inline(never)]
-fn pong_check(pat: &Pattern, buf: &[u8], seq: u64) -> Result<()> {
-    pat.check(buf, seq, "pong")
+///
+/// Its error is boxed so that the closures returning it stay a pointer wide (a `Result<()>` is
+/// moved through memory on every round trip).
+fn pong_check(pat: &Pattern, buf: &[u8], seq: u64) -> std::result::Result<(), Box<Error>> {
+    pat.check(buf, seq, "pong").map_err(Box::new)
 }
 
 /// Runs the server side: answers `iters` pings of `size` bytes. The sequence stamps of each ping
@@ -561,18 +566,20 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     let mut sent_at = None;
     let mut pongs = || -> Result<()> {
         for seq in 0..iters {
+            // The check's error is boxed (see pong_check).
             ep.recv_deferred(|m| {
                 if check {
-                    pat.check_seq(m.data, seq, "ping")
+                    pat.check_seq(m.data, seq, "ping").map_err(Box::new)
                 } else if m.data.len() != size {
-                    Err(Error::Protocol(format!(
+                    Err(Box::new(Error::Protocol(format!(
                         "ping {seq}: got {} bytes, expected {size} (both sides must use the same -s)",
                         m.data.len()
-                    )))
+                    ))))
                 } else {
                     Ok(())
                 }
-            })??;
+            })?
+            .map_err(|e| *e)?;
             // One tick read per round trip: the end of this sample is the start of the next.
             let now = os::ticks();
             if let Some(t) = sent_at {

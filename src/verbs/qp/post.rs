@@ -301,6 +301,16 @@ impl QueuePair {
         Ok(w)
     }
 
+    /// The error [`send_wr`](Self::send_wr) gives for a work request it refuses.
+    #[cold]
+    #[inline(never)]
+    fn send_wr_error(&self, op: SendOp, total: u64, signaled: bool, inline: bool) -> Error {
+        match self.send_wr(op, total, signaled, inline) {
+            Err(e) => e,
+            Ok(_) => Error::InvalidArgument(format!("{} of {total} bytes refused", op.name())),
+        }
+    }
+
     /// Posts a receive (`ibv_post_recv(3)`) into exclusive buffers. Allowed from INIT on.
     pub fn post_recv(
         &self,
@@ -511,19 +521,39 @@ impl QueuePair {
         if !self.is_rts() {
             return Err(not_rts(self.state()));
         }
-        if !matches!(op, SendOp::Send | SendOp::SendWithImm(_)) {
-            return Err(Error::InvalidArgument(
-                "a send ring slot is posted as a SEND".into(),
-            ));
+        // send_wr's checks that a SEND needs (no remote slice), in line; its errors if any fails.
+        let (opcode, imm) = match op {
+            SendOp::Send => (sys::IBV_WR_SEND, 0),
+            SendOp::SendWithImm(i) => (sys::IBV_WR_SEND_WITH_IMM, i.to_be()),
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "a send ring slot is posted as a SEND".into(),
+                ))
+            }
+        };
+        let total = len as u64;
+        if total > u64::from(self.max_msg)
+            || (inline && total > u64::from(self.caps.max_inline_data))
+        {
+            return Err(self.send_wr_error(op, total, signaled, inline));
         }
-        let mut w = self.send_wr(op, len as u64, signaled, inline)?;
         let seq = t.next_seq();
         let Some((slot, mut sge)) = t.sring.take_for_post(seq, len) else {
             return Err(send_slot_missing(len));
         };
-        w.wr_id = u64::from(slot);
-        w.sg_list = &mut sge;
-        w.num_sge = 1;
+        let mut w = sys::ibv_send_wr {
+            wr_id: u64::from(slot),
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode,
+            send_flags: (if signaled {
+                sys::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 }),
+            ..Default::default()
+        };
+        w.__bindgen_anon_1.imm_data = imm;
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // The ring keeps the slot's buffer until the table is dropped (after the QP is
         // destroyed) or leaked with it, and lends it out only while it is not posted.
