@@ -396,6 +396,13 @@ impl CompletionQueue {
         if let Some(c) = t.take_polled() {
             return Ok(Some(c));
         }
+        self.poll_in(t, spins)
+    }
+
+    /// [`spin_in`](Self::spin_in) for a caller whose last `t.take_polled()` found nothing (the
+    /// stash and the pending list are empty): polls at once.
+    #[inline(always)]
+    pub(crate) fn poll_in(&self, t: &mut Table, spins: u32) -> Result<Option<Polled>> {
         let cq = self.as_ptr();
         let mut i = 0u32;
         while i < spins {

@@ -337,9 +337,10 @@ impl SoloQueue {
         if let Some(c) = t.take_polled() {
             return Ok(Waited::Got(c));
         }
+        // From here the stash and the pending list are empty: each look polls at once.
         let quiet = event && self.armed && t.drained && !cq.foreign_armed();
         if !quiet {
-            if let Some(c) = cq.spin_in(t, 1)? {
+            if let Some(c) = cq.poll_in(t, 1)? {
                 return Ok(Waited::Got(c));
             }
         }
@@ -350,7 +351,7 @@ impl SoloQueue {
             cq.notify_next()?;
             self.armed = true;
             // A completion may have landed before the notification was armed.
-            if let Some(c) = cq.spin_in(t, 1)? {
+            if let Some(c) = cq.poll_in(t, 1)? {
                 return Ok(Waited::Got(c));
             }
         }
@@ -360,7 +361,7 @@ impl SoloQueue {
             Slept::Also => Ok(Waited::Other),
             Slept::Event => {
                 cq.notify_next()?;
-                if let Some(c) = cq.spin_in(t, 1)? {
+                if let Some(c) = cq.poll_in(t, 1)? {
                     return Ok(Waited::Got(c));
                 }
                 // The event of a completion an earlier look took (it landed after that arm).

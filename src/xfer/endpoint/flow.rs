@@ -57,17 +57,28 @@ impl Endpoint {
     /// Handles one completion as the per-message path takes it.
     #[inline(always)]
     pub(super) fn handle_polled(&mut self, p: Polled) -> Result<()> {
+        if let Some(r) = self.handle_polled_take(p)? {
+            self.ready.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// [`handle_polled`](Self::handle_polled), a message received handed back instead of
+    /// queued in `ready` (the caller queues it or, if `ready` is empty, takes it at once).
+    #[inline(always)]
+    fn handle_polled_take(&mut self, p: Polled) -> Result<Option<Ready>> {
         match p {
             Polled::Ring(r) => self.handle_ring(r),
-            Polled::Sent { .. } => self.handle_sent(),
-            Polled::Done(d) => self.handle(d.into_completion()),
-            Polled::Full(c) => self.handle(*c),
+            Polled::Sent { .. } => self.handle_sent().map(|()| None),
+            Polled::Done(d) => self.handle(d.into_completion()).map(|()| None),
+            Polled::Full(c) => self.handle(*c).map(|()| None),
         }
     }
 
-    /// A message (or credit message) received into a slot of the receive ring.
+    /// A message (or credit message) received into a slot of the receive ring: the message,
+    /// for the caller to queue.
     #[inline(always)]
-    fn handle_ring(&mut self, r: RingDone) -> Result<()> {
+    fn handle_ring(&mut self, r: RingDone) -> Result<Option<Ready>> {
         if let (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) =
             (&mut self.flow, r.opcode, r.imm)
         {
@@ -75,11 +86,10 @@ impl Endpoint {
             *credits = credits.saturating_add(n);
             if kind == ImmKind::Credit {
                 // Credit messages are not counted in the window: re-post at once.
-                return self.q.repost_ring(r.slot);
+                return self.q.repost_ring(r.slot).map(|()| None);
             }
         }
-        self.ready.push_back(Ready::of_ring(r));
-        Ok(())
+        Ok(Some(Ready::of_ring(r)))
     }
 
     /// [`handle`](Self::handle) for the usual completion of a data SEND (a send ring slot's,
@@ -197,17 +207,31 @@ impl Endpoint {
     /// Waits for at least one completion and handles it, or fails at `deadline`.
     #[inline(always)]
     pub(super) fn pump(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+        if let Some(r) = self.pump_take(deadline, what)? {
+            self.ready.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// [`pump`](Self::pump), a message received handed back instead of queued (see
+    /// [`handle_polled_take`](Self::handle_polled_take)).
+    #[inline(always)]
+    pub(super) fn pump_take(
+        &mut self,
+        deadline: &mut Deadline,
+        what: &'static str,
+    ) -> Result<Option<Ready>> {
         // A timeout leaves the endpoint usable (the caller may wait again); errors do not.
         self.pump_inner(deadline, what)
             .map_err(|e| if e.is_timeout() { e } else { self.fail(e) })
     }
 
     #[inline(always)]
-    pub(super) fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<()> {
+    fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<Option<Ready>> {
         if !self.deferred.is_empty() {
             // Re-posting returns credits: progress that the caller's condition may be waiting
             // for (an OOB peer grants no credit of its own), so let it look again first.
-            return self.settle(true);
+            return self.settle(true).map(|()| None);
         }
         let seen = self.disconnected;
         match self.q.mode() {
@@ -226,10 +250,10 @@ impl Endpoint {
         deadline: &mut Deadline,
         what: &'static str,
         seen: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<Ready>> {
         loop {
             if self.disconnected {
-                return self.after_disconnect(seen, what);
+                return self.after_disconnect(seen, what).map(|()| None);
             }
             if deadline.woke {
                 let at = deadline.at();
@@ -243,7 +267,7 @@ impl Endpoint {
             }
             let cm = self.cm.as_ref().map(|id| id.as_fd());
             match self.q.wait_one(&mut deadline.left, cm)? {
-                Waited::Got(c) => return self.handle_polled(c),
+                Waited::Got(c) => return self.handle_polled_take(c),
                 Waited::Other => self.check_cm()?,
                 Waited::Woke | Waited::Quiet => {}
             }
@@ -254,21 +278,26 @@ impl Endpoint {
     /// [`pump`](Self::pump) busy-polling: spins first without a clock, then with one, looking
     /// for CM events (a peer's disconnect) every [`CM_CHECK`].
     #[inline(always)]
-    fn pump_poll(&mut self, deadline: &mut Deadline, what: &'static str, seen: bool) -> Result<()> {
+    fn pump_poll(
+        &mut self,
+        deadline: &mut Deadline,
+        what: &'static str,
+        seen: bool,
+    ) -> Result<Option<Ready>> {
         if !seen && deadline.at.is_none() {
             // Busy-poll for a while: nothing but the poll itself per empty look.
             if let Some(c) = self.q.spin(SPIN_POLLS)? {
-                return self.handle_polled(c);
+                return self.handle_polled_take(c);
             }
         }
         let at = deadline.at();
         let mut next_cm = Instant::now();
         loop {
             if self.disconnected {
-                return self.after_disconnect(seen, what);
+                return self.after_disconnect(seen, what).map(|()| None);
             }
             if let Some(c) = self.q.spin(256)? {
-                return self.handle_polled(c);
+                return self.handle_polled_take(c);
             }
             let now = Instant::now();
             if now >= at {

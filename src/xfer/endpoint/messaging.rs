@@ -144,10 +144,15 @@ impl Endpoint {
     ) -> Result<R> {
         self.check_usable()?;
         let mut deadline = self.deadline();
-        while self.ready.is_empty() {
-            self.pump(&mut deadline, "a message from the peer")?;
-        }
-        let r = self.take_ready().expect("not empty");
+        // A message that arrives while none is queued is taken at once (not queued first).
+        let r = loop {
+            if let Some(r) = self.take_ready() {
+                break r;
+            }
+            if let Some(r) = self.pump_take(&mut deadline, "a message from the peer")? {
+                break self.taken(r);
+            }
+        };
         let out = match self.lend(&r) {
             Ok(m) => f(m),
             Err(e) => return Err(self.fail(e)),
@@ -165,13 +170,19 @@ impl Endpoint {
     /// the next request, and the immediate is the caller's only where it is not internal.
     #[inline(always)]
     pub(super) fn take_ready(&mut self) -> Option<Ready> {
-        let mut r = self.ready.pop_front()?;
+        let r = self.ready.pop_front()?;
+        Some(self.taken(r))
+    }
+
+    /// [`take_ready`](Self::take_ready)'s accounting for message `r`, the oldest arrived.
+    #[inline(always)]
+    pub(super) fn taken(&mut self, mut r: Ready) -> Ready {
         match &mut self.flow {
             Flow::Implicit { credits } => *credits += 1,
             Flow::Credits { .. } if !r.write_imm => r.imm = None,
             Flow::Credits { .. } => {}
         }
-        Some(r)
+        r
     }
 
     /// The message `r` as lent to the caller; an error if its length overruns its slot.
