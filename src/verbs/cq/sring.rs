@@ -37,6 +37,8 @@ pub(crate) struct SendRing {
     head: u32,
     /// How many slots are posted (the device may read them).
     posted: u32,
+    /// The next slot to post: `head + posted` round the ring.
+    tail: u32,
     /// Sends retired (completed, signaled or not) since the owner last took the count.
     retired: usize,
     /// The owner's `wr_id` for its sends (named in a full completion).
@@ -54,7 +56,7 @@ impl SendRing {
         self.seqs = vec![0; sges.len()];
         self.bufs = bufs;
         self.sges = sges;
-        (self.head, self.posted, self.retired) = (0, 0, 0);
+        (self.head, self.posted, self.tail, self.retired) = (0, 0, 0, 0);
         self.wr_id = wr_id;
     }
 
@@ -64,11 +66,14 @@ impl SendRing {
         self.sges.len() as u32
     }
 
-    /// `head + k` round the ring (`k` at most the ring's size).
+    /// The slot after `i` round the ring (`i` a slot).
     #[inline(always)]
-    fn ahead(&self, k: u32) -> u32 {
-        let (i, n) = (self.head as u64 + k as u64, self.size() as u64);
-        (if i >= n { i - n } else { i }) as u32
+    fn next(&self, i: u32) -> u32 {
+        if i + 1 >= self.size() {
+            0
+        } else {
+            i + 1
+        }
     }
 
     /// How far `slot` is from `head` round the ring, if it is posted.
@@ -98,8 +103,7 @@ impl SendRing {
         if self.posted >= self.size() {
             return None;
         }
-        let slot = self.ahead(self.posted);
-        Some(&mut self.bufs.get_mut(slot as usize)?[..])
+        Some(&mut self.bufs.get_mut(self.tail as usize)?[..])
     }
 
     /// Marks the next free slot posted as send number `seq` of `len` bytes and returns its slot
@@ -109,7 +113,7 @@ impl SendRing {
         if self.posted >= self.size() {
             return None;
         }
-        let slot = self.ahead(self.posted);
+        let slot = self.tail;
         let mut sge = *self.sges.get(slot as usize)?;
         if len > sge.length as usize {
             return None;
@@ -117,6 +121,7 @@ impl SendRing {
         sge.length = len as u32;
         self.seqs[slot as usize] = seq;
         self.posted += 1;
+        self.tail = self.next(slot);
         Some((slot, sge))
     }
 
@@ -124,6 +129,7 @@ impl SendRing {
     pub(crate) fn unpost(&mut self, slot: u32) {
         if self.posted > 0 && self.posted_at(slot) == Some(self.posted - 1) {
             self.posted -= 1;
+            self.tail = slot;
         }
     }
 
@@ -132,7 +138,7 @@ impl SendRing {
     #[inline(always)]
     pub(crate) fn complete(&mut self, slot: u32) -> Option<u64> {
         let k = self.posted_at(slot)? + 1;
-        self.head = self.ahead(k);
+        self.head = self.next(slot);
         self.posted -= k;
         self.retired += k as usize;
         Some(self.seqs[slot as usize])
@@ -143,7 +149,7 @@ impl SendRing {
     #[inline(always)]
     pub(crate) fn retire_before(&mut self, seq: u64) {
         while self.posted > 0 && self.seqs[self.head as usize] < seq {
-            self.head = self.ahead(1);
+            self.head = self.next(self.head);
             self.posted -= 1;
             self.retired += 1;
         }
@@ -287,5 +293,64 @@ mod tests {
         assert!(r.complete(a).is_none());
         r.retire_before(14);
         assert_eq!((r.take_retired(), r.free_slots(), r.oldest()), (1, 4, None));
+    }
+
+    proptest::proptest! {
+        /// Posts, completions, retirements and undone posts in any order keep the ring where a
+        /// plain queue of (slot, seq) says it is: slots handed out round the ring in turn, a
+        /// completion freeing its slot and every older one, the count of retired sends exact.
+        #[test]
+        fn the_ring_matches_a_queue_model(
+            n in 1u32..6,
+            ops in proptest::collection::vec((0u8..4, 0u32..8), 0..200),
+        ) {
+            let mut r = SendRing::with_slots(9, n);
+            let mut model = std::collections::VecDeque::<(u32, u64)>::new();
+            let (mut next, mut seq, mut retired) = (0u32, 0u64, 0usize);
+            for (op, x) in ops {
+                match op {
+                    0 => {
+                        seq += 1;
+                        let got = r.take_for_post(seq, 1).map(|(slot, _)| slot);
+                        if model.len() < n as usize {
+                            proptest::prop_assert_eq!(got, Some(next));
+                            model.push_back((next, seq));
+                            next = (next + 1) % n;
+                        } else {
+                            proptest::prop_assert_eq!(got, None);
+                        }
+                    }
+                    1 => {
+                        let slot = x % n;
+                        let want = model.iter().position(|&(s, _)| s == slot).map(|p| {
+                            let q = model[p].1;
+                            model.drain(..=p);
+                            retired += p + 1;
+                            q
+                        });
+                        proptest::prop_assert_eq!(r.complete(slot), want);
+                    }
+                    2 => {
+                        let before = seq.saturating_sub(u64::from(x));
+                        while model.front().is_some_and(|&(_, q)| q < before) {
+                            model.pop_front();
+                            retired += 1;
+                        }
+                        r.retire_before(before);
+                    }
+                    _ => {
+                        let slot = x % n;
+                        if model.back().is_some_and(|&(s, _)| s == slot) {
+                            model.pop_back();
+                            next = slot;
+                        }
+                        r.unpost(slot);
+                    }
+                }
+                proptest::prop_assert_eq!(r.free_slots(), n as usize - model.len());
+                proptest::prop_assert_eq!(r.oldest(), model.front().map(|&(_, q)| q));
+            }
+            proptest::prop_assert_eq!(r.take_retired(), retired);
+        }
     }
 }

@@ -54,16 +54,32 @@ impl Endpoint {
     ) -> Result<R> {
         self.check_usable()?;
         self.check_msg_len(len)?;
-        let mut after = Some(after);
-        let mut out = None;
         let free = self.q.free_send_slots();
         let can_send_now = self.credits() > 0 && self.sends_posted < self.own_sq && free > 0;
+        // One call site for the post (its `fill` stays in line): `after` runs before a wait
+        // or after the post.
+        let mut after = Some(after);
+        let mut early = None;
         if !can_send_now {
-            out = after.take().map(|a| a(self.last_deferred()));
+            early = after.take().map(|a| a(self.last_deferred()));
             // A deadline only when the send has to wait (see reserve_send).
             let mut deadline = self.deadline();
             self.reserve_send(&mut deadline)?;
         }
+        self.post_data(len, fill, more)?;
+        let out = match after {
+            Some(a) => a(self.last_deferred()),
+            None => early.expect("`after` ran before the wait"),
+        };
+        // After the post: a reply that waited for this message is not delayed by re-posts.
+        self.settle(true).map_err(|e| self.fail(e))?;
+        Ok(out)
+    }
+
+    /// [`send_then`](Self::send_then)'s post, once a credit and a send slot are free: fills the
+    /// send ring's next slot and posts it.
+    #[inline(always)]
+    fn post_data(&mut self, len: usize, fill: impl FnOnce(&mut [u8]), more: bool) -> Result<()> {
         match self.q.next_send_buf() {
             Some(buf) => fill(&mut buf[..len]),
             None => return Err(self.fail(no_send_slot())),
@@ -91,12 +107,7 @@ impl Endpoint {
         match &mut self.flow {
             Flow::Credits { credits, .. } | Flow::Implicit { credits } => *credits -= 1,
         }
-        if let Some(a) = after.take() {
-            out = Some(a(self.last_deferred()));
-        }
-        // After the post: a reply that waited for this message is not delayed by re-posts.
-        self.settle(true).map_err(|e| self.fail(e))?;
-        Ok(out.expect("`after` ran before or after the post"))
+        Ok(())
     }
 
     /// Refuses a message longer than the peer takes.
