@@ -40,7 +40,8 @@
 # iterate on rdmaxfer). INSTR_OPS="write-e send-e" (default) selects the bandwidth cases (also write, send),
 # INSTR_SIZES="2 4096" (default) the ping-pong message sizes, INSTR_SIDES="client server"
 # (default) the sides counted; INSTR_RUN_TIMEOUT (default 300 s) bounds each run (a loaded host
-# needs more for the -n 2000 runs). A row whose runs were skipped prints n/a.
+# needs more for the -n 2000 runs); INSTR_VG_EXTRA adds callgrind options (e.g. --dump-instr=yes
+# for per-instruction counts). A row whose runs were skipped prints n/a.
 # Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
@@ -84,7 +85,7 @@ counted() {
 # HOW tells when the server is up: line (rdmaxfer's "listening on") or tcp (a listener on $port).
 measure() {
   local name="$1" side="$2" how="$3" spid src=0 crc=0 sv=() cv=()
-  local vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind")
+  local vg=(valgrind -q --tool=callgrind --callgrind-out-file="$name.callgrind" ${INSTR_VG_EXTRA:-})
   if [[ $side == server ]]; then sv=("${vg[@]}"); else cv=("${vg[@]}"); fi
   timeout "${INSTR_RUN_TIMEOUT:-300}" "${sv[@]}" "${s[@]}" >"$name.server.txt" 2>&1 &
   spid=$!

@@ -17,6 +17,7 @@ use crate::sys;
 use crate::verbs::device::Context;
 
 mod completion;
+mod left;
 mod notify;
 mod ring;
 mod sring;
@@ -24,8 +25,9 @@ mod table;
 pub use completion::{
     wc_status_str, Buf, Bufs, Completion, Retired, WaitMode, WcOpcode, REM_ACCESS_ERR, WR_FLUSH_ERR,
 };
+pub(crate) use left::SleepLeft;
 pub use notify::CqChannel;
-pub(crate) use ring::{Ring, RingDone};
+pub(crate) use ring::RingDone;
 pub(crate) use table::{Polled, Table};
 
 /// How one sleep on a completion channel ended.
@@ -145,7 +147,8 @@ pub(crate) struct CqInner {
 // SAFETY: the CQ and channel are only used through thread-safe verbs; a shared CQ's table is
 // behind a Mutex; a single-owner CQ's table is reached only through its one `SoloCq`, by `&mut`
 // (see there), and every `&self` path refuses it (`lock`); event waiting on a shared CQ is
-// serialised by `wait_lock`.
+// serialised by `wait_lock`. The raw pointers in the table (the rings' prebuilt work requests)
+// point only into the table's own slots, so they move with it.
 unsafe impl Send for CqInner {}
 // SAFETY: as above.
 unsafe impl Sync for CqInner {}
@@ -321,7 +324,7 @@ impl CompletionQueue {
     ) -> Result<()> {
         while out.len() < max {
             match t.take_polled() {
-                Some(c) => out.push(c.into_completion()),
+                Some(c) => out.push(c.into_completion(t)),
                 None => break,
             }
         }
@@ -361,7 +364,7 @@ impl CompletionQueue {
     #[inline(always)]
     pub(crate) fn poll_one_in(&self, t: &mut Table) -> Result<Option<Completion>> {
         if let Some(c) = t.take_polled() {
-            return Ok(Some(c.into_completion()));
+            return Ok(Some(c.into_completion(t)));
         }
         loop {
             let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
@@ -387,7 +390,7 @@ impl CompletionQueue {
     /// [`SoloQueue::spin_one`](crate::verbs::SoloQueue::spin_one)).
     #[inline(always)]
     pub(crate) fn spin_one_in(&self, t: &mut Table, spins: u32) -> Result<Option<Completion>> {
-        Ok(self.spin_in(t, spins)?.map(Polled::into_completion))
+        Ok(self.spin_in(t, spins)?.map(|p| p.into_completion(t)))
     }
 
     /// [`spin_one_in`](Self::spin_one_in), the completion as the per-message path takes it.
@@ -536,7 +539,7 @@ impl CompletionQueue {
     }
 
     fn sleep_on_channel(&self, ch: &Channel, left: Duration) -> Result<()> {
-        let mut left = left;
+        let mut left = SleepLeft::new(left);
         self.sleep_in(ch, &mut left, None).map(|_| ())
     }
 
@@ -548,7 +551,7 @@ impl CompletionQueue {
     fn sleep_in(
         &self,
         ch: &Channel,
-        left: &mut Duration,
+        left: &mut SleepLeft,
         also: Option<BorrowedFd<'_>>,
     ) -> Result<Slept> {
         // SAFETY: the channel is valid while the CQ lives.
@@ -566,28 +569,21 @@ impl CompletionQueue {
             },
         ];
         let nfds: libc::nfds_t = if also.is_some() { 2 } else { 1 };
-        let mut ts = libc::timespec {
-            tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
-        };
         // The raw system call, not glibc's ppoll (which hides it): Linux writes the time left
-        // back into `ts` (poll(2), NOTES).
-        // SAFETY: `pfds` has room for `nfds` entries and `ts` is a valid timespec, both live
-        // across the call; a null signal mask leaves the mask alone (ppoll(2)).
+        // back into the timespec (poll(2), NOTES).
+        // SAFETY: `pfds` has room for `nfds` entries and `left` holds a valid timespec
+        // (SleepLeft), both live across the call; a null signal mask leaves the mask alone
+        // (ppoll(2)).
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_ppoll,
                 pfds.as_mut_ptr(),
                 nfds,
-                &mut ts as *mut libc::timespec,
+                &mut left.0 as *mut libc::timespec,
                 std::ptr::null::<libc::sigset_t>(),
                 0usize,
             )
         };
-        *left = Duration::new(
-            u64::try_from(ts.tv_sec).unwrap_or(0),
-            u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999),
-        );
         if rc < 0 {
             let e = crate::error::last_errno();
             return if e == libc::EINTR {
@@ -597,7 +593,7 @@ impl CompletionQueue {
             };
         }
         if rc == 0 {
-            *left = Duration::ZERO;
+            *left = SleepLeft::ZERO;
             return Ok(Slept::Quiet);
         }
         if pfds[0].revents != 0 {
@@ -660,7 +656,7 @@ impl CompletionQueue {
     #[inline(always)]
     pub(crate) fn sleep_once(
         &self,
-        left: &mut Duration,
+        left: &mut SleepLeft,
         also: Option<BorrowedFd<'_>>,
     ) -> Result<Slept> {
         match &self.inner.channel {

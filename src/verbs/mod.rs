@@ -17,7 +17,7 @@ mod wr;
 pub use cq::{
     wc_status_str, Buf, Bufs, Completion, CompletionQueue, CqChannel, Retired, WaitMode, WcOpcode,
 };
-pub(crate) use cq::{Polled, RingDone};
+pub(crate) use cq::{Polled, RingDone, SleepLeft};
 pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, PortAttr, PortInfo};
 pub use gid::{select_gid, Gid, GidEntry, GidType};
 pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};

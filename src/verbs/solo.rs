@@ -11,7 +11,7 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::verbs::cq::{Completion, CompletionQueue, Polled, Slept, SoloCq, WaitMode};
+use crate::verbs::cq::{Completion, CompletionQueue, Polled, SleepLeft, Slept, SoloCq, WaitMode};
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::qp::{
@@ -243,6 +243,12 @@ impl SoloQueue {
         self.cq.split().1.take_retired()
     }
 
+    /// A completion this queue's wait handed out, in full.
+    #[inline(always)]
+    pub(crate) fn completion_of(&mut self, p: Polled) -> Completion {
+        p.into_completion(self.cq.split().1)
+    }
+
     /// [`CompletionQueue::poll_one`], without a lock.
     #[inline(always)]
     pub fn poll_one(&mut self) -> Result<Option<Completion>> {
@@ -329,7 +335,7 @@ impl SoloQueue {
     #[inline(always)]
     pub(crate) fn wait_one(
         &mut self,
-        left: &mut Duration,
+        left: &mut SleepLeft,
         also: Option<BorrowedFd<'_>>,
     ) -> Result<Waited> {
         let event = self.mode() == WaitMode::Event;

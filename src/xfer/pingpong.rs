@@ -36,6 +36,43 @@ fn has_tail(size: usize) -> bool {
     size >= 16
 }
 
+/// `$f::<K>($args)` for `$n == K` in 1..=7, else `$other`: a fixed size per length, so that
+/// each arm is a few loads and stores (not a `memcpy` call or a loop of shifts).
+macro_rules! by_short_len {
+    ($n:expr, $f:ident($($arg:expr),*), $other:expr) => {
+        match $n {
+            1 => $f::<1>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            4 => $f::<4>($($arg),*),
+            5 => $f::<5>($($arg),*),
+            6 => $f::<6>($($arg),*),
+            7 => $f::<7>($($arg),*),
+            _ => $other,
+        }
+    };
+}
+
+/// Writes the last `buf.len()` bytes of `s` into `buf` (shorter than 8 bytes; else nothing).
+#[inline(always)]
+fn put_low(buf: &mut [u8], s: &[u8; 8]) {
+    fn put<const K: usize>(buf: &mut [u8], s: &[u8; 8]) {
+        if let (Ok(b), Some(low)) = (<&mut [u8; K]>::try_from(buf), s.last_chunk::<K>()) {
+            *b = *low;
+        }
+    }
+    by_short_len!(buf.len(), put(buf, s), ())
+}
+
+/// True if `buf` (shorter than 8 bytes) is the last `buf.len()` bytes of `s` (see [`put_low`]).
+#[inline(always)]
+fn is_low(buf: &[u8], s: &[u8; 8]) -> bool {
+    fn is<const K: usize>(buf: &[u8], s: &[u8; 8]) -> bool {
+        <&[u8; K]>::try_from(buf).ok() == s.last_chunk::<K>()
+    }
+    buf.is_empty() || by_short_len!(buf.len(), is(buf, s), false)
+}
+
 impl Pattern {
     /// The pattern for `size`-byte messages.
     pub fn new(size: usize) -> Pattern {
@@ -70,12 +107,8 @@ impl Pattern {
         if let Some(head) = buf.first_chunk_mut::<8>() {
             *head = s;
         } else {
-            // Shorter than 8 bytes: the low bytes of `seq`, big-endian (computed, not copied,
-            // so that this stays a few stores rather than a `memcpy` call).
-            let k = buf.len();
-            for (i, d) in buf.iter_mut().enumerate() {
-                *d = (seq >> (8 * (k - 1 - i))) as u8;
-            }
+            // Shorter than 8 bytes: the low bytes of `seq`, big-endian.
+            put_low(buf, &s);
         }
         if has_tail(buf.len()) {
             if let Some(tail) = buf.last_chunk_mut::<8>() {
@@ -90,10 +123,7 @@ impl Pattern {
         let s = seq.to_be_bytes();
         let head = match buf.first_chunk::<8>() {
             Some(h) => *h == s,
-            None => {
-                let k = buf.len();
-                (0..k).all(|i| buf[i] == (seq >> (8 * (k - 1 - i))) as u8)
-            }
+            None => is_low(buf, &s),
         };
         head && (!has_tail(buf.len()) || buf.last_chunk::<8>() == Some(&(!seq).to_be_bytes()))
     }

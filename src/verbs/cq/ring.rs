@@ -29,14 +29,20 @@ pub(crate) struct RingDone {
     pub(crate) imm: Option<u32>,
 }
 
+/// One slot's receive request, built once (its id, and its SGE: the slot's whole buffer).
+struct RecvSlot {
+    wr: sys::ibv_recv_wr,
+    sge: sys::ibv_sge,
+    /// True while the slot's receive is posted (the device may write it).
+    posted: bool,
+}
+
 /// The ring (empty until the owner sets one up).
 #[derive(Default)]
 pub(crate) struct Ring {
     bufs: Vec<LocalBuf>,
-    /// Each slot's whole buffer as an SGE, checked once when the ring was made.
-    sges: Vec<sys::ibv_sge>,
-    /// True while the slot's receive is posted (the device may write it).
-    posted: Vec<bool>,
+    /// Each slot's request; its SGE checked once when the ring was made.
+    slots: Vec<RecvSlot>,
     /// The owner's `wr_id` for its receives (named in an error completion).
     wr_id: u64,
 }
@@ -61,28 +67,40 @@ impl Ring {
 
     /// Takes `bufs` as the ring's slots with their checked SGEs (none posted yet).
     pub(crate) fn set(&mut self, wr_id: u64, bufs: Vec<LocalBuf>, sges: Vec<sys::ibv_sge>) {
-        self.posted = vec![false; bufs.len()];
+        self.slots = sges
+            .into_iter()
+            .enumerate()
+            .map(|(i, sge)| RecvSlot {
+                wr: sys::ibv_recv_wr {
+                    wr_id: Ring::id(i as u32),
+                    num_sge: 1,
+                    ..Default::default()
+                },
+                sge,
+                posted: false,
+            })
+            .collect();
         self.bufs = bufs;
-        self.sges = sges;
         self.wr_id = wr_id;
     }
 
-    /// Marks `slot` posted and returns its SGE, if it is a slot that is not posted.
+    /// Marks `slot` posted and returns its receive request, if it is a slot that is not posted.
+    /// The request points into the ring: it is valid until the ring is changed again.
     #[inline(always)]
-    pub(crate) fn take_for_post(&mut self, slot: u32) -> Option<sys::ibv_sge> {
-        let i = slot as usize;
-        let p = self.posted.get_mut(i)?;
-        if *p {
+    pub(crate) fn take_for_post(&mut self, slot: u32) -> Option<*mut sys::ibv_recv_wr> {
+        let s = self.slots.get_mut(slot as usize)?;
+        if s.posted {
             return None;
         }
-        *p = true;
-        self.sges.get(i).copied()
+        s.posted = true;
+        s.wr.sg_list = &mut s.sge;
+        Some(&mut s.wr)
     }
 
     /// The post of `slot` failed: it is not posted.
     pub(crate) fn unpost(&mut self, slot: u32) {
-        if let Some(p) = self.posted.get_mut(slot as usize) {
-            *p = false;
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.posted = false;
         }
     }
 
@@ -90,7 +108,7 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn data(&self, slot: u32, len: usize) -> Option<&[u8]> {
         let i = slot as usize;
-        if *self.posted.get(i)? {
+        if self.slots.get(i)?.posted {
             return None;
         }
         self.bufs.get(i)?.get(..len)
@@ -105,11 +123,11 @@ impl Ring {
         wc: &sys::ibv_wc,
     ) -> Option<Result<RingDone, Box<Completion>>> {
         let slot = wc.wr_id as u32;
-        let p = self.posted.get_mut(slot as usize)?;
-        if !*p {
+        let s = self.slots.get_mut(slot as usize)?;
+        if !s.posted {
             return None;
         }
-        *p = false;
+        s.posted = false;
         if wc.status == sys::IBV_WC_SUCCESS {
             let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
             return Some(Ok(RingDone {

@@ -23,16 +23,25 @@ pub(crate) fn is_send_ring_id(id: u64) -> bool {
     id >> 32 == 0
 }
 
+/// One slot's work request, built once: a post sets only what changes (the length, opcode, flags
+/// and immediate) and points the request at the slot's own SGE.
+struct SendSlot {
+    wr: sys::ibv_send_wr,
+    /// The slot's buffer address and key, checked once; the length is set per post.
+    sge: sys::ibv_sge,
+    /// The slot's buffer length.
+    cap: u32,
+    /// The send-queue sequence number of the slot's last post.
+    seq: u64,
+}
+
 /// The ring (empty until the owner sets one up). Slots are posted round the ring and retire in
 /// the same order (a send queue completes in order), so the posted ones are always the run
 /// `head, head + 1, ...` (mod the ring's size) of length `posted`.
 #[derive(Default)]
 pub(crate) struct SendRing {
     bufs: Vec<LocalBuf>,
-    /// Each slot's buffer address and key (the length is set per post), checked once.
-    sges: Vec<sys::ibv_sge>,
-    /// Each posted slot's send-queue sequence number.
-    seqs: Vec<u64>,
+    slots: Vec<SendSlot>,
     /// The oldest posted slot (the next to post when none is).
     head: u32,
     /// How many slots are posted (the device may read them).
@@ -45,17 +54,33 @@ pub(crate) struct SendRing {
     pub(crate) wr_id: u64,
 }
 
+/// The slots of `sges` (whole buffers), their work request ids the slot numbers.
+fn slots_of(sges: Vec<sys::ibv_sge>) -> Vec<SendSlot> {
+    sges.into_iter()
+        .enumerate()
+        .map(|(i, sge)| SendSlot {
+            wr: sys::ibv_send_wr {
+                wr_id: i as u64,
+                num_sge: 1,
+                ..Default::default()
+            },
+            sge,
+            cap: sge.length,
+            seq: 0,
+        })
+        .collect()
+}
+
 impl SendRing {
     /// True once the ring is set up.
     pub(crate) fn is_set(&self) -> bool {
-        !self.sges.is_empty()
+        !self.slots.is_empty()
     }
 
     /// Takes `bufs` as the ring's slots with their checked SGEs (all free; at most `u32::MAX`).
     pub(crate) fn set(&mut self, wr_id: u64, bufs: Vec<LocalBuf>, sges: Vec<sys::ibv_sge>) {
-        self.seqs = vec![0; sges.len()];
+        self.slots = slots_of(sges);
         self.bufs = bufs;
-        self.sges = sges;
         (self.head, self.posted, self.tail, self.retired) = (0, 0, 0, 0);
         self.wr_id = wr_id;
     }
@@ -63,7 +88,7 @@ impl SendRing {
     /// The number of slots.
     #[inline(always)]
     fn size(&self) -> u32 {
-        self.sges.len() as u32
+        self.slots.len() as u32
     }
 
     /// The slot after `i` round the ring (`i` a slot).
@@ -107,22 +132,36 @@ impl SendRing {
     }
 
     /// Marks the next free slot posted as send number `seq` of `len` bytes and returns its slot
-    /// and SGE; `None` if no slot is free or `len` exceeds it.
+    /// and its work request, set to post those bytes with `opcode`, `flags` and `imm` (network
+    /// order); `None` if no slot is free or `len` exceeds it. The request points into the ring:
+    /// it is valid until the ring is changed again.
     #[inline(always)]
-    pub(crate) fn take_for_post(&mut self, seq: u64, len: usize) -> Option<(u32, sys::ibv_sge)> {
+    pub(crate) fn take_for_post(
+        &mut self,
+        seq: u64,
+        len: usize,
+        opcode: sys::ibv_wr_opcode,
+        flags: u32,
+        imm: u32,
+    ) -> Option<(u32, *mut sys::ibv_send_wr)> {
         if self.posted >= self.size() {
             return None;
         }
         let slot = self.tail;
-        let mut sge = *self.sges.get(slot as usize)?;
-        if len > sge.length as usize {
+        let s = self.slots.get_mut(slot as usize)?;
+        if len > s.cap as usize {
             return None;
         }
-        sge.length = len as u32;
-        self.seqs[slot as usize] = seq;
+        s.sge.length = len as u32;
+        s.seq = seq;
+        s.wr.opcode = opcode;
+        s.wr.send_flags = flags;
+        s.wr.__bindgen_anon_1.imm_data = imm;
+        s.wr.sg_list = &mut s.sge;
+        let wr: *mut sys::ibv_send_wr = &mut s.wr;
         self.posted += 1;
         self.tail = self.next(slot);
-        Some((slot, sge))
+        Some((slot, wr))
     }
 
     /// The post of `slot` (the newest) failed: it is free again.
@@ -141,14 +180,14 @@ impl SendRing {
         self.head = self.next(slot);
         self.posted -= k;
         self.retired += k as usize;
-        Some(self.seqs[slot as usize])
+        Some(self.slots[slot as usize].seq)
     }
 
     /// Frees the posted slots whose sends were posted before send number `seq` (a later send's
     /// completion came).
     #[inline(always)]
     pub(crate) fn retire_before(&mut self, seq: u64) {
-        while self.posted > 0 && self.seqs[self.head as usize] < seq {
+        while self.posted > 0 && self.slots[self.head as usize].seq < seq {
             self.head = self.next(self.head);
             self.posted -= 1;
             self.retired += 1;
@@ -158,7 +197,7 @@ impl SendRing {
     /// The send-queue number of the oldest posted slot, if any.
     #[cfg(test)]
     pub(crate) fn oldest(&self) -> Option<u64> {
-        (self.posted > 0).then(|| self.seqs[self.head as usize])
+        (self.posted > 0).then(|| self.slots[self.head as usize].seq)
     }
 
     /// How many sends completed since the last call.
@@ -180,11 +219,19 @@ impl SendRing {
             })
             .collect();
         SendRing {
-            seqs: vec![0; n as usize],
-            sges,
+            slots: slots_of(sges),
             wr_id,
             ..SendRing::default()
         }
+    }
+
+    /// [`take_for_post`](Self::take_for_post) of a SEND: the slot and the length posted.
+    pub(crate) fn post(&mut self, seq: u64, len: usize) -> Option<(u32, u32)> {
+        let (slot, wr) = self.take_for_post(seq, len, sys::IBV_WR_SEND, 0, 0)?;
+        // SAFETY: `wr` points at the slot's request, and its SGE at the slot's SGE, both in
+        // `self.slots`, unchanged since take_for_post.
+        let n = unsafe { (*(*wr).sg_list).length };
+        Some((slot, n))
     }
 }
 
@@ -198,7 +245,7 @@ mod tests {
     /// Posts the next send ring slot as the table's next send; returns its work request id.
     fn ring_post(t: &mut Table) -> u64 {
         let seq = t.next_seq();
-        u64::from(t.sring.take_for_post(seq, 8).expect("a free slot").0)
+        u64::from(t.sring.post(seq, 8).expect("a free slot").0)
     }
 
     #[test]
@@ -261,12 +308,12 @@ mod tests {
     fn slots_go_round_and_complete_in_order() {
         let mut r = SendRing::with_slots(9, 3);
         assert_eq!(r.free_slots(), 3);
-        let (a, sa) = r.take_for_post(1, 10).unwrap();
-        assert_eq!((a, sa.length), (0, 10));
-        assert!(r.take_for_post(2, 65).is_none(), "longer than the slot");
-        let (b, _) = r.take_for_post(2, 64).unwrap();
-        let (c, _) = r.take_for_post(3, 0).unwrap();
-        assert!(r.take_for_post(4, 1).is_none(), "all posted");
+        let (a, la) = r.post(1, 10).unwrap();
+        assert_eq!((a, la), (0, 10));
+        assert!(r.post(2, 65).is_none(), "longer than the slot");
+        let (b, _) = r.post(2, 64).unwrap();
+        let (c, _) = r.post(3, 0).unwrap();
+        assert!(r.post(4, 1).is_none(), "all posted");
         assert_eq!(r.complete(a), Some(1));
         assert_eq!(r.complete(a), None, "freed already");
         // A signaled completion frees the unsignaled sends before it.
@@ -281,9 +328,9 @@ mod tests {
     #[test]
     fn a_later_send_retires_older_slots_and_a_failed_post_is_undone() {
         let mut r = SendRing::with_slots(9, 4);
-        let (a, _) = r.take_for_post(10, 1).unwrap();
-        let (b, _) = r.take_for_post(12, 1).unwrap();
-        let (c, _) = r.take_for_post(13, 1).unwrap();
+        let (a, _) = r.post(10, 1).unwrap();
+        let (b, _) = r.post(12, 1).unwrap();
+        let (c, _) = r.post(13, 1).unwrap();
         r.unpost(b);
         assert_eq!(r.free_slots(), 1, "only the newest can be undone");
         r.unpost(c);
@@ -311,7 +358,7 @@ mod tests {
                 match op {
                     0 => {
                         seq += 1;
-                        let got = r.take_for_post(seq, 1).map(|(slot, _)| slot);
+                        let got = r.post(seq, 1).map(|(slot, _)| slot);
                         if model.len() < n as usize {
                             proptest::prop_assert_eq!(got, Some(next));
                             model.push_back((next, seq));

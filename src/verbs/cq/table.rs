@@ -51,7 +51,9 @@ impl Done {
 /// A completion as the per-message path takes it: a ring receive, a ring send or [`Done`] when
 /// it can, else in full (boxed: the usual case stays small to move).
 pub(crate) enum Polled {
-    Done(Done),
+    /// A [`Done`], kept in the table until [`into_completion`](Self::into_completion) takes it
+    /// (so that the usual cases, a few words each, are what moves).
+    Done,
     Ring(RingDone),
     /// A send ring slot's successful completion that retired no table entry: the ring's sends
     /// up to it are free again (how many: `SoloQueue::take_retired`).
@@ -65,10 +67,11 @@ pub(crate) enum Polled {
 impl Polled {
     /// As a [`Completion`]. A ring receive's buffer stays in the ring: its completion has none,
     /// and its `wr_id` is the slot's internal id (the owner of a ring takes [`Polled`]s).
+    /// `t` is the table that gave it.
     #[inline(always)]
-    pub(crate) fn into_completion(self) -> Completion {
+    pub(crate) fn into_completion(self, t: &mut Table) -> Completion {
         match self {
-            Polled::Done(d) => d.into_completion(),
+            Polled::Done => t.take_done(),
             Polled::Ring(d) => Completion {
                 wr_id: Ring::id(d.slot),
                 status: sys::IBV_WC_SUCCESS,
@@ -195,6 +198,8 @@ pub(crate) struct Table {
     pub(crate) ring: Ring,
     /// A single-owner queue's send ring (empty otherwise).
     pub(crate) sring: SendRing,
+    /// The completion of the last [`Polled::Done`] handed out, until it is taken.
+    done: Option<Done>,
     /// A poll since the CQ was last armed came back short: every completion that landed before
     /// that arm has been taken, so an armed CQ may be slept on without looking first.
     pub(crate) drained: bool,
@@ -307,7 +312,17 @@ impl Table {
             sq_seq: 0,
             ring: Ring::default(),
             sring: SendRing::default(),
+            done: None,
             drained: false,
+        }
+    }
+
+    /// The completion of the [`Polled::Done`] just handed out (see [`Polled::into_completion`]).
+    #[cold]
+    fn take_done(&mut self) -> Completion {
+        match self.done.take() {
+            Some(d) => d.into_completion(),
+            None => unreachable!("a Polled::Done's completion is taken once, by its owner"),
         }
     }
 
@@ -507,7 +522,7 @@ impl Table {
             unreachable!("checked above: one exclusive buffer");
         };
         let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
-        Some(Polled::Done(Done {
+        self.done = Some(Done {
             wr_id: e.wr_id,
             opcode: WcOpcode::from_raw(wc.opcode),
             byte_len: wc.byte_len,
@@ -516,7 +531,8 @@ impl Table {
             qp_num: wc.qp_num,
             buf,
             op: e.op,
-        }))
+        });
+        Some(Polled::Done)
     }
 
     /// Matches a send ring slot's raw completion: the ring's sends up to it are free again, and
@@ -586,12 +602,12 @@ impl Table {
     pub(super) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
         if Ring::is_ring_id(wc.wr_id) {
             return self.ring.complete(wc).map(|r| match r {
-                Ok(d) => Polled::Ring(d).into_completion(),
+                Ok(d) => Polled::Ring(d).into_completion(self),
                 Err(c) => *c,
             });
         }
         if is_send_ring_id(wc.wr_id) {
-            return self.complete_send_ring(wc).map(Polled::into_completion);
+            return self.complete_send_ring(wc).map(|p| p.into_completion(self));
         }
         let (i, s) = self.slot_of(wc)?;
         let seq = s.seq;
@@ -740,9 +756,10 @@ pub(super) mod tests {
         t.stash[1] = wc(r, 4, 12);
         t.stash[2] = wc(r2, 4, 0);
         (t.stash_at, t.stash_len) = (0, 3);
-        let first = t.take_polled().map(Polled::into_completion).unwrap();
+        let first = t.take_polled().unwrap().into_completion(&mut t);
         assert_eq!((first.wr_id, first.is_success()), (3, false));
-        assert_eq!(t.take_polled().map(|p| p.into_completion().wr_id), Some(4));
+        let p = t.take_polled().unwrap();
+        assert_eq!(p.into_completion(&mut t).wr_id, 4);
         assert!(t.take_polled().is_none());
         assert!(!t.has_entries(4));
     }

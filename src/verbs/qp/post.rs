@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::sys;
-use crate::verbs::cq::{Buf, Bufs, Ring, Table};
+use crate::verbs::cq::{Buf, Bufs, Table};
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::wr::{context_mismatch, one_sge, SgList, SgeVec};
 use crate::verbs::TRACE_TARGET;
@@ -455,21 +455,16 @@ impl QueuePair {
         if !self.takes_recvs() {
             return Err(no_recvs(self.state()));
         }
-        let Some(mut sge) = t.ring.take_for_post(slot) else {
+        let Some(wr) = t.ring.take_for_post(slot) else {
             return Err(ring_slot_busy(slot));
-        };
-        let mut w = sys::ibv_recv_wr {
-            wr_id: Ring::id(slot),
-            sg_list: &mut sge,
-            num_sge: 1,
-            ..Default::default()
         };
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
         // The ring keeps the slot's buffer until the table is dropped (after the QP is
         // destroyed) or leaked with it, and lends it out only while it is not posted.
-        // SAFETY: `self.qp` is live until drop; `w` and `sge` live across the call; the SGE was
-        // checked against the slot's buffer, registered in this QP's context (set_recv_ring).
-        let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), &mut w, &mut bad) };
+        // SAFETY: `self.qp` is live until drop; `wr` is the slot's request in the ring, unchanged
+        // since take_for_post, its SGE the slot's whole buffer, registered in this QP's context
+        // (checked by set_recv_ring).
+        let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
         if rc != 0 {
             t.ring.unpost(slot);
             return Err(Error::verb("ibv_post_recv", rc));
@@ -538,28 +533,21 @@ impl QueuePair {
             return Err(self.send_wr_error(op, total, signaled, inline));
         }
         let seq = t.next_seq();
-        let Some((slot, mut sge)) = t.sring.take_for_post(seq, len) else {
+        let flags = (if signaled {
+            sys::IBV_SEND_SIGNALED.0
+        } else {
+            0
+        }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 });
+        let Some((slot, wr)) = t.sring.take_for_post(seq, len, opcode, flags, imm) else {
             return Err(send_slot_missing(len));
         };
-        let mut w = sys::ibv_send_wr {
-            wr_id: u64::from(slot),
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode,
-            send_flags: (if signaled {
-                sys::IBV_SEND_SIGNALED.0
-            } else {
-                0
-            }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 }),
-            ..Default::default()
-        };
-        w.__bindgen_anon_1.imm_data = imm;
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // The ring keeps the slot's buffer until the table is dropped (after the QP is
         // destroyed) or leaked with it, and lends it out only while it is not posted.
-        // SAFETY: `self.qp` is live until drop; `w` and `sge` live across the call; the SGE is
-        // the slot's buffer (registered in this QP's context, set_send_ring) cut to `len`.
-        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), &mut w, &mut bad) };
+        // SAFETY: `self.qp` is live until drop; `wr` is the slot's request in the ring, unchanged
+        // since take_for_post, its SGE the slot's buffer (registered in this QP's context,
+        // set_send_ring) cut to `len`.
+        let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if rc != 0 {
             t.sring.unpost(slot);
             return Err(Error::verb("ibv_post_send", rc));

@@ -8,7 +8,7 @@ use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
     Completion, CompletionQueue, Context, ProtectionDomain, QueuePair, Retired, RingDone,
-    SoloQueue, WcOpcode,
+    SleepLeft, SoloQueue, WcOpcode,
 };
 
 use super::options::{LocalInfo, PeerInfo, RESERVED_WR_ID};
@@ -91,10 +91,10 @@ pub struct Endpoint {
     /// The caller's unsignaled work requests that one of our own completions retired: handed to
     /// the caller with its next completion.
     pub(super) user_retired: Vec<Retired>,
-    /// Receive ring slots taken by [`recv_deferred`](Endpoint::recv_deferred) and not re-posted
-    /// yet, with their payload length: [`settle`](Endpoint::settle) re-posts them (and returns
-    /// their credits).
-    pub(super) deferred: Vec<(u32, usize)>,
+    /// The receive ring slot taken by [`recv_deferred`](Endpoint::recv_deferred) and not
+    /// re-posted yet, with its payload length: [`settle`](Endpoint::settle) re-posts it (and
+    /// returns its credit), as does the next `recv_deferred`.
+    pub(super) deferred: Option<(u32, u32)>,
     pub(super) pd: ProtectionDomain,
     pub(super) ctx: Context,
     pub(super) flow: Flow,
@@ -134,18 +134,19 @@ impl std::fmt::Debug for Endpoint {
 /// sleep on (or, busy-polling, after the first spin) the clock runs: `at`.
 pub(super) struct Deadline {
     pub(super) timeout: Duration,
-    /// What is left before the clock started.
-    pub(super) left: Duration,
+    /// What is left before the clock started (as the sleeps take it: see [`SleepLeft`]).
+    pub(super) left: SleepLeft,
     pub(super) at: Option<Instant>,
     /// A sleep ended without the completion waited for: the next one starts the clock.
     pub(super) woke: bool,
 }
 
 impl Deadline {
+    #[inline(always)]
     pub(super) fn new(timeout: Duration) -> Deadline {
         Deadline {
             timeout,
-            left: timeout,
+            left: SleepLeft::new(timeout),
             at: None,
             woke: false,
         }
@@ -153,7 +154,7 @@ impl Deadline {
 
     /// The clock's deadline, started now (with what is left) if it has not been.
     pub(super) fn at(&mut self) -> Instant {
-        let left = self.left;
+        let left = self.left.duration();
         *self.at.get_or_insert_with(|| Instant::now() + left)
     }
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, Polled, Retired, RingDone, SendOp, SendRequest, WaitMode, Waited, WcOpcode,
+    Completion, Polled, Retired, RingDone, SendOp, SendRequest, SleepLeft, WaitMode, Waited,
+    WcOpcode,
 };
 use crate::xfer::wire::{self, ImmKind};
 
@@ -70,7 +71,10 @@ impl Endpoint {
         match p {
             Polled::Ring(r) => self.handle_ring(r),
             Polled::Sent { .. } => self.handle_sent().map(|()| None),
-            Polled::Done(d) => self.handle(d.into_completion()).map(|()| None),
+            Polled::Done => {
+                let c = self.q.completion_of(Polled::Done);
+                self.handle(c).map(|()| None)
+            }
             Polled::Full(c) => self.handle(*c).map(|()| None),
         }
     }
@@ -228,7 +232,7 @@ impl Endpoint {
 
     #[inline(always)]
     fn pump_inner(&mut self, deadline: &mut Deadline, what: &'static str) -> Result<Option<Ready>> {
-        if !self.deferred.is_empty() {
+        if self.deferred.is_some() {
             // Re-posting returns credits: progress that the caller's condition may be waiting
             // for (an OOB peer grants no credit of its own), so let it look again first.
             return self.settle(true).map(|()| None);
@@ -257,7 +261,7 @@ impl Endpoint {
             }
             if deadline.woke {
                 let at = deadline.at();
-                deadline.left = at.saturating_duration_since(Instant::now());
+                deadline.left = SleepLeft::new(at.saturating_duration_since(Instant::now()));
             }
             if deadline.left.is_zero() {
                 return Err(Error::Timeout {
@@ -383,11 +387,11 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Re-posts the buffers [`recv_deferred`](Self::recv_deferred) kept, returning their credits
+    /// Re-posts the buffer [`recv_deferred`](Self::recv_deferred) kept, returning its credit
     /// (with `credit_msg`, a credit message once enough are owed; see [`repost`](Self::repost)).
     #[inline(always)]
     pub(super) fn settle(&mut self, credit_msg: bool) -> Result<()> {
-        while let Some((slot, _)) = self.deferred.pop() {
+        if let Some((slot, _)) = self.deferred.take() {
             self.repost(slot, credit_msg)?;
         }
         Ok(())

@@ -123,8 +123,7 @@ impl Endpoint {
     /// not re-posted yet (empty if none).
     pub(super) fn last_deferred(&self) -> &[u8] {
         self.deferred
-            .last()
-            .and_then(|&(slot, n)| self.q.ring_data(slot, n))
+            .and_then(|(slot, n)| self.q.ring_data(slot, n as usize))
             .unwrap_or(&[])
     }
 
@@ -140,8 +139,8 @@ impl Endpoint {
     }
 
     /// Like [`recv_with`](Self::recv_with), but the buffer is re-posted (and its credit
-    /// returned) only by the next call that sends or waits: a ping-pong reply is then posted
-    /// before the re-post, which stays off the round trip.
+    /// returned) only by the next call that sends, waits or takes a message: a ping-pong reply is
+    /// then posted before the re-post, which stays off the round trip.
     #[inline(always)]
     pub(crate) fn recv_deferred<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
         self.recv_inner(f, true)
@@ -169,8 +168,11 @@ impl Endpoint {
             Err(e) => return Err(self.fail(e)),
         };
         if defer {
-            let len = if r.write_imm { 0 } else { r.len as usize };
-            self.deferred.push((r.slot, len));
+            let len = if r.write_imm { 0 } else { r.len };
+            // One deferred at a time: taking the next message re-posts the one before.
+            if let Some((slot, _)) = self.deferred.replace((r.slot, len)) {
+                self.repost(slot, true).map_err(|e| self.fail(e))?;
+            }
         } else {
             self.repost(r.slot, true).map_err(|e| self.fail(e))?;
         }

@@ -130,7 +130,7 @@ impl Endpoint {
         what: &'static str,
         ready: impl Fn(&Endpoint) -> bool,
     ) -> Result<()> {
-        if !self.deferred.is_empty() {
+        if self.deferred.is_some() {
             self.settle(true)?;
         }
         self.poll_now()?;

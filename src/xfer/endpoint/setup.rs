@@ -210,7 +210,7 @@ impl Parts {
             ready: VecDeque::new(),
             user_done: VecDeque::new(),
             user_retired: Vec::new(),
-            deferred: Vec::new(),
+            deferred: None,
             pd: self.pd,
             ctx: self.ctx,
             flow,
