@@ -425,7 +425,7 @@ impl CompletionQueue {
                 if tracing::level_enabled!(tracing::Level::TRACE) {
                     t.stash[..n as usize].iter().for_each(table::trace_wc);
                 }
-                if let Some(c) = t.take_polled() {
+                if let Some(c) = t.take_stashed() {
                     return Ok(Some(c));
                 }
                 // Only a destroyed QP's completions: look again.

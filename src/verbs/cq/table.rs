@@ -448,6 +448,13 @@ impl Table {
         if let Some(c) = self.pending.pop_front() {
             return Some(Polled::Full(Box::new(c)));
         }
+        self.take_stashed()
+    }
+
+    /// [`take_polled`](Self::take_polled) from the stash only, for a caller that found nothing
+    /// pending and holds the table since (nothing can have been added there).
+    #[inline(always)]
+    pub(crate) fn take_stashed(&mut self) -> Option<Polled> {
         while self.stash_at < self.stash_len {
             let at = self.stash_at;
             self.stash_at += 1;

@@ -49,27 +49,26 @@ impl Endpoint {
         &mut self,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
-        after: impl FnOnce(&[u8]) -> R,
+        mut after: impl FnMut(&[u8]) -> R,
         more: bool,
     ) -> Result<R> {
         self.check_usable()?;
         self.check_msg_len(len)?;
         let free = self.q.free_send_slots();
         let can_send_now = self.credits() > 0 && self.sends_posted < self.own_sq && free > 0;
-        // One call site for the post (its `fill` stays in line): `after` runs before a wait
-        // or after the post.
-        let mut after = Some(after);
+        // One call site for the post (its `fill` stays in line): `after` runs (once) before a
+        // wait or after the post.
         let mut early = None;
         if !can_send_now {
-            early = after.take().map(|a| a(self.last_deferred()));
+            early = Some(after(self.last_deferred()));
             // A deadline only when the send has to wait (see reserve_send).
             let mut deadline = self.deadline();
             self.reserve_send(&mut deadline)?;
         }
         self.post_data(len, fill, more)?;
-        let out = match after {
-            Some(a) => a(self.last_deferred()),
-            None => early.expect("`after` ran before the wait"),
+        let out = match early {
+            Some(r) => r,
+            None => after(self.last_deferred()),
         };
         // After the post: a reply that waited for this message is not delayed by re-posts.
         self.settle(true).map_err(|e| self.fail(e))?;
