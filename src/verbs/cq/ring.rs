@@ -24,7 +24,9 @@ const GEN_BITS: u64 = 0x7fff_ffff << 32;
 pub(crate) struct RingDone {
     /// The slot: read it with `SoloQueue::ring_data`, give it back with `SoloQueue::repost_ring`.
     pub(crate) slot: u32,
-    pub(crate) opcode: WcOpcode,
+    /// An RDMA WRITE_WITH_IMM's (`IBV_WC_RECV_RDMA_WITH_IMM`), else a SEND's (`IBV_WC_RECV`,
+    /// the only other opcode of a receive queue's successful completion).
+    pub(crate) write_imm: bool,
     pub(crate) byte_len: u32,
     pub(crate) imm: Option<u32>,
 }
@@ -45,6 +47,17 @@ pub(crate) struct Ring {
     slots: Vec<RecvSlot>,
     /// The owner's `wr_id` for its receives (named in an error completion).
     wr_id: u64,
+}
+
+impl RingDone {
+    /// The completion's opcode.
+    pub(crate) fn opcode(&self) -> WcOpcode {
+        if self.write_imm {
+            WcOpcode::RecvRdmaWithImm
+        } else {
+            WcOpcode::Recv
+        }
+    }
 }
 
 impl Ring {
@@ -132,7 +145,7 @@ impl Ring {
             let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
             return Some(Ok(RingDone {
                 slot,
-                opcode: WcOpcode::from_raw(wc.opcode),
+                write_imm: wc.opcode == sys::IBV_WC_RECV_RDMA_WITH_IMM,
                 byte_len: wc.byte_len,
                 // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
                 imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),

@@ -76,7 +76,7 @@ impl Polled {
                 wr_id: Ring::id(d.slot),
                 status: sys::IBV_WC_SUCCESS,
                 vendor_err: 0,
-                opcode: d.opcode,
+                opcode: d.opcode(),
                 byte_len: d.byte_len,
                 imm: d.imm,
                 qp_num: 0,

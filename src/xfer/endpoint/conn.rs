@@ -8,7 +8,7 @@ use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
     Completion, CompletionQueue, Context, ProtectionDomain, QueuePair, Retired, RingDone,
-    SleepLeft, SoloQueue, WcOpcode,
+    SleepLeft, SoloQueue,
 };
 
 use super::options::{LocalInfo, PeerInfo, RESERVED_WR_ID};
@@ -55,7 +55,7 @@ impl Ready {
             slot: d.slot,
             len: d.byte_len,
             imm: d.imm,
-            write_imm: d.opcode == WcOpcode::RecvRdmaWithImm,
+            write_imm: d.write_imm,
         }
     }
 }

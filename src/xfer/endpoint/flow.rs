@@ -8,7 +8,6 @@ use crate::cm::EventKind;
 use crate::error::{Error, Result};
 use crate::verbs::{
     Completion, Polled, Retired, RingDone, SendOp, SendRequest, SleepLeft, WaitMode, Waited,
-    WcOpcode,
 };
 use crate::xfer::wire::{self, ImmKind};
 
@@ -83,8 +82,8 @@ impl Endpoint {
     /// for the caller to queue.
     #[inline(always)]
     fn handle_ring(&mut self, r: RingDone) -> Result<Option<Ready>> {
-        if let (Flow::Credits { credits, .. }, WcOpcode::Recv, Some(imm)) =
-            (&mut self.flow, r.opcode, r.imm)
+        if let (Flow::Credits { credits, .. }, false, Some(imm)) =
+            (&mut self.flow, r.write_imm, r.imm)
         {
             let (kind, n) = wire::decode_imm(imm)?;
             *credits = credits.saturating_add(n);
