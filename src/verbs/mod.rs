@@ -27,7 +27,6 @@ pub use qp::{
     SendBatch, SendOp, SendRequest, Sge, SharedList, SharedPost,
 };
 pub use solo::SoloQueue;
-pub(crate) use solo::Waited;
 
 /// The `tracing` target of the work-request trace: each send and receive posted and each
 /// completion polled (with its QP, ids, opcode, immediate, length and status), at trace level.

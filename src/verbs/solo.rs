@@ -28,18 +28,6 @@ pub struct SoloQueue {
     armed: bool,
 }
 
-/// What one [`SoloQueue::wait_one`] found.
-pub(crate) enum Waited {
-    /// A completion.
-    Got(Polled),
-    /// The CQ's event came (or the sleep was interrupted) but no completion with it.
-    Woke,
-    /// The other descriptor given is readable.
-    Other,
-    /// Nothing within the time given (or a polling CQ found nothing).
-    Quiet,
-}
-
 impl std::fmt::Debug for SoloQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SoloQueue({:?}, {:?})", self.qp, self.cq.cq())
@@ -332,46 +320,51 @@ impl SoloQueue {
     /// notification stays armed between calls (armed again as soon as its event is read, as
     /// `ibv_rc_pingpong -e` does), and once a look after that arm found the CQ empty, the next
     /// wait sleeps without looking first: everything that lands later raises an event.
+    ///
+    /// `None` when no completion came: the sleep ended (the CQ's event came without one, a
+    /// signal cut it, or `left` ran out: then it is zero), or a polling CQ found nothing; and
+    /// `also_ready` is set when `also` is readable.
     #[inline(always)]
     pub(crate) fn wait_one(
         &mut self,
         left: &mut SleepLeft,
         also: Option<BorrowedFd<'_>>,
-    ) -> Result<Waited> {
+        also_ready: &mut bool,
+    ) -> Result<Option<Polled>> {
         let event = self.mode() == WaitMode::Event;
         let (cq, t) = self.cq.split();
         if let Some(c) = t.take_polled() {
-            return Ok(Waited::Got(c));
+            return Ok(Some(c));
         }
         // From here the stash and the pending list are empty: each look polls at once.
         let quiet = event && self.armed && t.drained && !cq.foreign_armed();
         if !quiet {
             if let Some(c) = cq.poll_in(t, 1)? {
-                return Ok(Waited::Got(c));
+                return Ok(Some(c));
             }
         }
         if !event {
-            return Ok(Waited::Quiet);
+            return Ok(None);
         }
         if !self.armed || cq.foreign_armed() {
             cq.notify_next()?;
             self.armed = true;
             // A completion may have landed before the notification was armed.
             if let Some(c) = cq.poll_in(t, 1)? {
-                return Ok(Waited::Got(c));
+                return Ok(Some(c));
             }
         }
         match cq.sleep_once(left, also)? {
-            Slept::Quiet => Ok(Waited::Quiet),
-            Slept::Cut => Ok(Waited::Woke),
-            Slept::Also => Ok(Waited::Other),
+            Slept::Quiet | Slept::Cut => Ok(None),
+            Slept::Also => {
+                *also_ready = true;
+                Ok(None)
+            }
+            // The event of a completion an earlier look took (it landed after that arm), if
+            // this look finds none.
             Slept::Event => {
                 cq.notify_next()?;
-                if let Some(c) = cq.poll_in(t, 1)? {
-                    return Ok(Waited::Got(c));
-                }
-                // The event of a completion an earlier look took (it landed after that arm).
-                Ok(Waited::Woke)
+                cq.poll_in(t, 1)
             }
         }
     }

@@ -136,9 +136,9 @@ pub(super) struct Deadline {
     pub(super) timeout: Duration,
     /// What is left before the clock started (as the sleeps take it: see [`SleepLeft`]).
     pub(super) left: SleepLeft,
+    /// The clock's deadline, once it runs (set when a sleep ends without the completion
+    /// waited for).
     pub(super) at: Option<Instant>,
-    /// A sleep ended without the completion waited for: the next one starts the clock.
-    pub(super) woke: bool,
 }
 
 impl Deadline {
@@ -148,7 +148,6 @@ impl Deadline {
             timeout,
             left: SleepLeft::new(timeout),
             at: None,
-            woke: false,
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, Polled, Retired, RingDone, SendOp, SendRequest, SleepLeft, WaitMode, Waited,
+    Completion, Polled, Retired, RingDone, SendOp, SendRequest, SleepLeft, WaitMode,
 };
 use crate::xfer::wire::{self, ImmKind};
 
@@ -258,8 +258,7 @@ impl Endpoint {
             if self.disconnected {
                 return self.after_disconnect(seen, what).map(|()| None);
             }
-            if deadline.woke {
-                let at = deadline.at();
+            if let Some(at) = deadline.at {
                 deadline.left = SleepLeft::new(at.saturating_duration_since(Instant::now()));
             }
             if deadline.left.is_zero() {
@@ -269,12 +268,15 @@ impl Endpoint {
                 });
             }
             let cm = self.cm.as_ref().map(|id| id.as_fd());
-            match self.q.wait_one(&mut deadline.left, cm)? {
-                Waited::Got(c) => return self.handle_polled_take(c),
-                Waited::Other => self.check_cm()?,
-                Waited::Woke | Waited::Quiet => {}
+            let mut cm_ready = false;
+            if let Some(c) = self.q.wait_one(&mut deadline.left, cm, &mut cm_ready)? {
+                return self.handle_polled_take(c);
             }
-            deadline.woke = true;
+            if cm_ready {
+                self.check_cm()?;
+            }
+            // A sleep ended without the completion: the clock runs from here.
+            deadline.at();
         }
     }
 
