@@ -166,9 +166,39 @@ impl Ring {
     }
 }
 
+/// `n` SGEs of `length` bytes at 0x1000, 0x2000, ... with key `lkey`, no buffers behind them (for
+/// the rings' bookkeeping tests).
+#[cfg(test)]
+pub(super) fn fake_sges(n: u32, length: u32, lkey: u32) -> Vec<sys::ibv_sge> {
+    (0..n)
+        .map(|i| sys::ibv_sge {
+            addr: 0x1000 * u64::from(i + 1),
+            length,
+            lkey,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slots_request_is_its_own_and_posts_once() {
+        let mut r = Ring::default();
+        r.set(4, Vec::new(), fake_sges(3, 32, 5));
+        let wr = r.take_for_post(2).expect("not posted");
+        // SAFETY: `wr` points at slot 2's request in `r.slots`, and its SGE at the slot's SGE;
+        // `r` is not changed before these reads.
+        let (w, sge) = unsafe { (&*wr, *(*wr).sg_list) };
+        assert_eq!((w.wr_id, w.num_sge), (Ring::id(2), 1));
+        assert!(w.next.is_null());
+        assert_eq!((sge.addr, sge.length, sge.lkey), (0x3000, 32, 5));
+        assert!(r.take_for_post(2).is_none(), "posted already");
+        r.unpost(2);
+        assert!(r.take_for_post(2).is_some(), "a failed post is undone");
+        assert!(r.take_for_post(3).is_none(), "no such slot");
+    }
 
     #[test]
     fn ring_ids_never_collide_with_table_ids() {

@@ -211,15 +211,8 @@ impl SendRing {
 impl SendRing {
     /// A ring of `n` slots of 64 bytes with no buffers behind them (for the retiring logic).
     pub(crate) fn with_slots(wr_id: u64, n: u32) -> SendRing {
-        let sges = (0..n)
-            .map(|i| sys::ibv_sge {
-                addr: 0x1000 * u64::from(i + 1),
-                length: 64,
-                lkey: 7,
-            })
-            .collect();
         SendRing {
-            slots: slots_of(sges),
+            slots: slots_of(super::ring::fake_sges(n, 64, 7)),
             wr_id,
             ..SendRing::default()
         }
@@ -302,6 +295,35 @@ mod tests {
         assert!(is_send_ring_id(0) && is_send_ring_id(u64::from(u32::MAX)));
         assert!(!is_send_ring_id(1 << 32), "a table id (generation 1)");
         assert!(!is_send_ring_id(super::super::ring::Ring::id(0)));
+    }
+
+    #[test]
+    fn a_post_sets_its_slots_request_and_nothing_else() {
+        let mut r = SendRing::with_slots(9, 2);
+        let flags = sys::IBV_SEND_SIGNALED.0 | sys::IBV_SEND_INLINE.0;
+        let (slot, wr) = r
+            .take_for_post(5, 12, sys::IBV_WR_SEND_WITH_IMM, flags, 0xdead_beef)
+            .unwrap();
+        // SAFETY: `wr` points at slot 0's request in `r.slots`, and its SGE at the slot's SGE;
+        // `r` is not changed before these reads.
+        let (w, sge) = unsafe { (&*wr, *(*wr).sg_list) };
+        assert_eq!((slot, w.wr_id, w.num_sge), (0, 0, 1));
+        assert!(w.next.is_null(), "one request, not a list");
+        assert_eq!((w.opcode, w.send_flags), (sys::IBV_WR_SEND_WITH_IMM, flags));
+        // SAFETY: a SEND_WITH_IMM's union member is `imm_data`.
+        assert_eq!(unsafe { w.__bindgen_anon_1.imm_data }, 0xdead_beef);
+        assert_eq!((sge.addr, sge.length, sge.lkey), (0x1000, 12, 7));
+        assert!(std::ptr::eq(w.sg_list, &r.slots[0].sge));
+        // The next post is the next slot's, its own SGE, at its own length.
+        let (slot, wr) = r.take_for_post(6, 64, sys::IBV_WR_SEND, 0, 0).unwrap();
+        // SAFETY: as above, for slot 1.
+        let (w, sge) = unsafe { (&*wr, *(*wr).sg_list) };
+        assert_eq!(
+            (slot, w.wr_id, w.opcode, w.send_flags),
+            (1, 1, sys::IBV_WR_SEND, 0)
+        );
+        assert_eq!((sge.addr, sge.length), (0x2000, 64));
+        assert_eq!(r.slots[0].sge.length, 12, "slot 0 untouched");
     }
 
     #[test]
