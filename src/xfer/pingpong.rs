@@ -351,7 +351,9 @@ pub struct Stats {
     pub cpu_seconds: f64,
     /// CPU seconds per iteration.
     pub cpu_seconds_per_iter: f64,
-    /// Round-trip times, µs (server: from posting a pong to the next ping; one sample fewer).
+    /// Round-trip times, µs: from one round trip's start to the next's, as ib_send_lat takes
+    /// them (client: before each ping, and after the last pong; server: as each ping arrived,
+    /// one sample fewer).
     pub rtt_us: Summary,
     /// Half the round-trip times, µs.
     pub one_way_us: Summary,
@@ -428,12 +430,17 @@ fn finish(
     size: usize,
     iters: u64,
     clock: Clock,
-    ticks: &[u64],
+    stamps: &[u64],
     checked: bool,
 ) -> Stats {
     let (el, us_per_tick) = clock.us_per_tick();
     let cpu = os::cpu_time().saturating_sub(clock.cpu0).as_secs_f64();
-    let rtt: Vec<f64> = ticks.iter().map(|&t| t as f64 * us_per_tick).collect();
+    // One sample per pair of consecutive stamps (as ib_send_lat takes them): the loop reads the
+    // clock once per round trip and does no arithmetic on it.
+    let rtt: Vec<f64> = stamps
+        .windows(2)
+        .map(|w| w[1].wrapping_sub(w[0]) as f64 * us_per_tick)
+        .collect();
     let rtt_us = Summary::of(&rtt);
     let bytes = size as u64 * iters * 2;
     let usec = el.as_secs_f64() * 1e6;
@@ -529,12 +536,13 @@ pub fn admit(
 pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     check_size(ep, size)?;
     let pat = Pattern::new(size);
-    let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
+    // The tick count at the start of each round trip, and once after the last.
+    let mut stamps = Vec::with_capacity(iters.min(1 << 24) as usize + 1);
     let mut filler = Filler::new(&pat);
     let mut clock = None;
     let mut pings = || -> Result<()> {
         for seq in 0..iters {
-            let t = os::ticks();
+            stamps.push(os::ticks());
             let last = seq + 1 == iters;
             // Pong `seq - 1` is checked once ping `seq` is posted, off the round trip. Every
             // ping but the last may go unsignaled (the next one's completion retires it).
@@ -560,8 +568,8 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
                 }
             })?
             .map_err(|e| *e)?;
-            rtt.push(os::ticks().wrapping_sub(t));
         }
+        stamps.push(os::ticks());
         Ok(())
     };
     pings().map_err(|e| ep.end_burst(e))?;
@@ -569,7 +577,7 @@ pub fn run_client(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     // the last receive (flush) is not part of the ping-pong.
     ep.wait_sent()?;
     let clock = clock.unwrap_or_else(Clock::start);
-    let stats = finish(ep, Role::Client, size, iters, clock, &rtt, true);
+    let stats = finish(ep, Role::Client, size, iters, clock, &stamps, true);
     ep.flush()?;
     Ok(stats)
 }
@@ -590,10 +598,10 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     check_size(ep, size)?;
     let check = matches!(ep.peer().kind, PeerKind::Rdmaxfer { .. });
     let pat = Pattern::new(size);
-    let mut rtt = Vec::with_capacity(iters.min(1 << 24) as usize);
+    // The tick count as each ping arrived: a round trip's sample is the time to the next.
+    let mut stamps = Vec::with_capacity(iters.min(1 << 24) as usize);
     let mut filler = Filler::new(&pat);
     let clock = Clock::start();
-    let mut sent_at = None;
     let mut pongs = || -> Result<()> {
         for seq in 0..iters {
             // The check's error is boxed (see pong_check).
@@ -611,11 +619,7 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
             })?
             .map_err(|e| *e)?;
             // One tick read per round trip: the end of this sample is the start of the next.
-            let now = os::ticks();
-            if let Some(t) = sent_at {
-                rtt.push(now.wrapping_sub(t));
-            }
-            sent_at = Some(now);
+            stamps.push(os::ticks());
             // Every pong but the last may go unsignaled: one wake-up per round trip.
             ep.send_then(size, |b| filler.fill(b, seq), |_| (), seq + 1 < iters)?;
         }
@@ -623,7 +627,7 @@ pub fn run_server(ep: &mut Endpoint, size: usize, iters: u64) -> Result<Stats> {
     };
     pongs().map_err(|e| ep.end_burst(e))?;
     ep.wait_sent()?;
-    let stats = finish(ep, Role::Server, size, iters, clock, &rtt, check);
+    let stats = finish(ep, Role::Server, size, iters, clock, &stamps, check);
     ep.flush()?;
     Ok(stats)
 }
