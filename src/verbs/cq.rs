@@ -571,9 +571,9 @@ impl CompletionQueue {
         let nfds: libc::nfds_t = if also.is_some() { 2 } else { 1 };
         // The raw system call, not glibc's ppoll (which hides it): Linux writes the time left
         // back into the timespec (poll(2), NOTES).
+        // A null signal mask leaves the mask alone (ppoll(2)).
         // SAFETY: `pfds` has room for `nfds` entries and `left` holds a valid timespec
-        // (SleepLeft), both live across the call; a null signal mask leaves the mask alone
-        // (ppoll(2)).
+        // (SleepLeft), both live across the call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_ppoll,

@@ -461,9 +461,9 @@ impl QueuePair {
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
         // The ring keeps the slot's buffer until the table is dropped (after the QP is
         // destroyed) or leaked with it, and lends it out only while it is not posted.
-        // SAFETY: `self.qp` is live until drop; `wr` is the slot's request in the ring, unchanged
-        // since take_for_post, its SGE the slot's whole buffer, registered in this QP's context
-        // (checked by set_recv_ring).
+        // `wr` is the slot's request, its SGE the slot's whole buffer (checked by set_recv_ring).
+        // SAFETY: `self.qp` is live until drop; `wr` and its SGE are in the ring, unchanged since
+        // take_for_post; the buffer is registered in this QP's context.
         let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
         if rc != 0 {
             t.ring.unpost(slot);
@@ -544,9 +544,9 @@ impl QueuePair {
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // The ring keeps the slot's buffer until the table is dropped (after the QP is
         // destroyed) or leaked with it, and lends it out only while it is not posted.
-        // SAFETY: `self.qp` is live until drop; `wr` is the slot's request in the ring, unchanged
-        // since take_for_post, its SGE the slot's buffer (registered in this QP's context,
-        // set_send_ring) cut to `len`.
+        // `wr` is the slot's request, its SGE the slot's buffer cut to `len` (set_send_ring).
+        // SAFETY: `self.qp` is live until drop; `wr` and its SGE are in the ring, unchanged since
+        // take_for_post; the buffer is registered in this QP's context.
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if rc != 0 {
             t.sring.unpost(slot);
