@@ -125,10 +125,11 @@ run() {
     sleeps=$'\t' # unknown
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$label" "$side" "$n" "$r" "$all" "$sleeps" >>"$tsv"
   if [[ $tool == rdmaxfer && $side == client ]]; then
-    # The client's pong checks (xfer::pingpong::pong_check, kept out of line): the goal lets the
-    # 4 KiB client add them, so its count is also given without them.
+    # The client's pong checks (xfer::pingpong::pong_check_full, kept out of line; a pong of at
+    # most 8 bytes is its stamp, checked in line and counted): the goal lets the 4 KiB client add
+    # them, so its count is also given without them.
     check="$(callgrind_annotate --inclusive=yes --threshold=100 "$name.callgrind" 2>/dev/null |
-      awk '/xfer::pingpong::pong_check / {gsub(",", "", $1); print $1; exit}')"
+      awk '/xfer::pingpong::pong_check_full / {gsub(",", "", $1); print $1; exit}')"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' rdmaxfer-nocheck "$label" "$side" "$n" "$r" \
       "$((all - ${check:-0}))" "$sleeps" >>"$tsv"
   fi

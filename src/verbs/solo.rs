@@ -213,15 +213,9 @@ impl SoloQueue {
     /// Posts the first `len` bytes of the next free send ring slot as a SEND (`op`: SEND or
     /// SEND_WITH_IMM), without a lock.
     #[inline(always)]
-    pub(crate) fn post_ring_send(
-        &mut self,
-        op: SendOp,
-        len: usize,
-        signaled: bool,
-        inline: bool,
-    ) -> Result<()> {
+    pub(crate) fn post_ring_send(&mut self, op: SendOp, len: usize, signaled: bool) -> Result<()> {
         let (_, t) = self.cq.split();
-        self.qp.post_ring_send(t, op, len, signaled, inline)
+        self.qp.post_ring_send(t, op, len, signaled)
     }
 
     /// How many send ring sends completed (signaled, or retired by a later completion) since

@@ -494,9 +494,12 @@ impl QueuePair {
                 detail: format!("{} slots exceed u32::MAX", bufs.len()),
             });
         }
+        // A slot takes at most the QP's largest message: a post within its slot needs no check
+        // of that.
+        let max = self.max_msg as usize;
         let sges = bufs
             .iter()
-            .map(|b| one_sge(self.ctx, "ibv_post_send", b, 0, b.len()))
+            .map(|b| one_sge(self.ctx, "ibv_post_send", b, 0, b.len().min(max)))
             .collect::<Result<Vec<_>>>()?;
         t.sring.set(wr_id, bufs, sges);
         Ok(())
@@ -504,6 +507,7 @@ impl QueuePair {
 
     /// Posts the first `len` bytes of the send ring's next free slot (filled through
     /// `SendRing::next_free`) as a SEND (`op`: SEND or SEND_WITH_IMM) (`ibv_post_send(3)`).
+    /// Sent inline (`IBV_SEND_INLINE`) when the QP's `max_inline_data` takes `len`.
     #[inline(always)]
     pub(crate) fn post_ring_send(
         &self,
@@ -511,7 +515,6 @@ impl QueuePair {
         op: SendOp,
         len: usize,
         signaled: bool,
-        inline: bool,
     ) -> Result<()> {
         if !self.is_rts() {
             return Err(not_rts(self.state()));
@@ -526,12 +529,9 @@ impl QueuePair {
                 ))
             }
         };
-        let total = len as u64;
-        if total > u64::from(self.max_msg)
-            || (inline && total > u64::from(self.caps.max_inline_data))
-        {
-            return Err(self.send_wr_error(op, total, signaled, inline));
-        }
+        // Inline whenever the QP takes it (the slots' caps are within the largest message: see
+        // set_send_ring).
+        let inline = len != 0 && len <= self.caps.max_inline_data as usize;
         let seq = t.next_seq();
         let flags = (if signaled {
             sys::IBV_SEND_SIGNALED.0
@@ -539,7 +539,7 @@ impl QueuePair {
             0
         }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 });
         let Some((slot, wr)) = t.sring.take_for_post(seq, len, opcode, flags, imm) else {
-            return Err(send_slot_missing(len));
+            return Err(self.ring_send_refused(op, len, signaled));
         };
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // The ring keeps the slot's buffer until the table is dropped (after the QP is
@@ -594,6 +594,19 @@ fn ring_slot_busy(slot: u32) -> Error {
 #[inline(never)]
 fn send_slot_missing(len: usize) -> Error {
     Error::InvalidArgument(format!("no free send ring slot of at least {len} bytes"))
+}
+
+impl QueuePair {
+    /// Why the send ring refused `len` bytes: over the largest message, or no free slot that
+    /// large (out of line: never on a real path).
+    #[cold]
+    #[inline(never)]
+    fn ring_send_refused(&self, op: SendOp, len: usize, signaled: bool) -> Error {
+        if len as u64 > u64::from(self.max_msg) {
+            return self.send_wr_error(op, len as u64, signaled, false);
+        }
+        send_slot_missing(len)
+    }
 }
 
 /// A receive posted on a QP in RESET or ERR (out of line: never on a real path).

@@ -37,28 +37,9 @@ pub(super) fn sends_of(wr_id: u64) -> u32 {
 }
 
 /// A received message waiting for the application: what [`Endpoint::recv_with`] needs of its
-/// completion (small and `Copy`: its buffer stays in the queue's receive ring).
-#[derive(Clone, Copy)]
-pub(super) struct Ready {
-    /// The receive ring slot holding the message.
-    pub(super) slot: u32,
-    /// Bytes received (or written, for an RDMA WRITE_WITH_IMM).
-    pub(super) len: u32,
-    pub(super) imm: Option<u32>,
-    pub(super) write_imm: bool,
-}
-
-impl Ready {
-    #[inline(always)]
-    pub(super) fn of_ring(d: RingDone) -> Ready {
-        Ready {
-            slot: d.slot,
-            len: d.byte_len,
-            imm: d.imm,
-            write_imm: d.write_imm,
-        }
-    }
-}
+/// completion, as the ring handed it over (small and `Copy`: its buffer stays in the queue's
+/// receive ring; `byte_len` is what an RDMA WRITE_WITH_IMM wrote, for one).
+pub(super) type Ready = RingDone;
 
 pub(super) enum Flow {
     /// `credits`: messages we may still send; `owed`: receives re-posted but not yet announced.
@@ -110,7 +91,6 @@ pub struct Endpoint {
     /// Receives we keep posted.
     pub(super) recv_depth: u32,
     pub(super) peer_msg_size: usize,
-    pub(super) max_inline: u32,
     pub(super) timeout: Duration,
     pub(super) failed: Option<String>,
     pub(super) disconnected: bool,

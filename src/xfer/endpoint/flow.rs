@@ -92,7 +92,7 @@ impl Endpoint {
                 return self.q.repost_ring(r.slot).map(|()| None);
             }
         }
-        Ok(Some(Ready::of_ring(r)))
+        Ok(Some(r))
     }
 
     /// [`handle`](Self::handle) for the usual completion of a data SEND (a send ring slot's,
@@ -258,14 +258,15 @@ impl Endpoint {
             if self.disconnected {
                 return self.after_disconnect(seen, what).map(|()| None);
             }
+            // Until a sleep ends without the completion, `left` is what the wait started with.
             if let Some(at) = deadline.at {
                 deadline.left = SleepLeft::new(at.saturating_duration_since(Instant::now()));
-            }
-            if deadline.left.is_zero() {
-                return Err(Error::Timeout {
-                    what,
-                    after: deadline.timeout,
-                });
+                if deadline.left.is_zero() {
+                    return Err(Error::Timeout {
+                        what,
+                        after: deadline.timeout,
+                    });
+                }
             }
             let cm = self.cm.as_ref().map(|id| id.as_fd());
             let mut cm_ready = false;

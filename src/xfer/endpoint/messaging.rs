@@ -24,6 +24,25 @@ pub struct Message<'a> {
     pub rdma_write_len: Option<u32>,
 }
 
+/// Waits (at most the timeout) for the next message and takes it: `Ready`, or returns the error.
+/// A macro, not a function: the message stays in registers (returned in a `Result`, it went
+/// through memory on every message).
+macro_rules! next_ready {
+    ($ep:expr) => {{
+        $ep.check_usable()?;
+        let mut deadline = $ep.deadline();
+        // A message that arrives while none is queued is taken at once (not queued first).
+        loop {
+            if let Some(r) = $ep.take_ready() {
+                break r;
+            }
+            if let Some(r) = $ep.pump_take(&mut deadline, "a message from the peer")? {
+                break $ep.taken(r);
+            }
+        }
+    }};
+}
+
 impl Endpoint {
     /// Sends a message of `len` bytes that `fill` writes into a registered buffer, waiting (at
     /// most the timeout) for a credit and a free buffer.
@@ -89,12 +108,11 @@ impl Endpoint {
             }
             Flow::Implicit { .. } => SendOp::Send,
         };
-        let inline = len as u64 <= u64::from(self.max_inline) && len > 0;
         // Unsignaled only while a later SEND is sure to come and a wait for a slot or a buffer
         // cannot depend on this one (see above).
         let signaled =
             !more || self.sends_posted + 1 >= self.own_sq || self.q.free_send_slots() <= 1;
-        if let Err(e) = self.q.post_ring_send(op, len, signaled, inline) {
+        if let Err(e) = self.q.post_ring_send(op, len, signaled) {
             return Err(self.fail(e));
         }
         self.sends_posted += 1;
@@ -118,9 +136,10 @@ impl Endpoint {
         Ok(())
     }
 
-    /// The payload of the last message [`recv_deferred`](Self::recv_deferred) took and that is
-    /// not re-posted yet (empty if none).
-    pub(super) fn last_deferred(&self) -> &[u8] {
+    /// The payload of the last message [`recv_deferred`](Self::recv_deferred) (or
+    /// [`take_deferred`](Self::take_deferred)) took and that is not re-posted yet (empty if none).
+    #[inline(always)]
+    pub(crate) fn last_deferred(&self) -> &[u8] {
         self.deferred
             .and_then(|(slot, n)| self.q.ring_data(slot, n as usize))
             .unwrap_or(&[])
@@ -145,37 +164,50 @@ impl Endpoint {
         self.recv_inner(f, true)
     }
 
+    /// Like [`recv_deferred`](Self::recv_deferred), but lends nothing: the message's payload is
+    /// then `after`'s argument in the next [`send_then`](Self::send_then) (or
+    /// [`last_deferred`](Self::last_deferred)'s). Returns its length (0 for an RDMA
+    /// WRITE_WITH_IMM). For a caller that looks at a message only after its next send (the
+    /// ping-pong client): one look-up of the payload, not two.
+    #[inline(always)]
+    pub(crate) fn take_deferred(&mut self) -> Result<usize> {
+        let r = next_ready!(self);
+        let len = if r.write_imm { 0 } else { r.byte_len as usize };
+        if len > self.msg_size {
+            return Err(self.fail(overlong(len, self.msg_size)));
+        }
+        self.defer(&r)?;
+        Ok(len)
+    }
+
     #[inline(always)]
     pub(super) fn recv_inner<R>(
         &mut self,
         f: impl FnOnce(Message<'_>) -> R,
         defer: bool,
     ) -> Result<R> {
-        self.check_usable()?;
-        let mut deadline = self.deadline();
-        // A message that arrives while none is queued is taken at once (not queued first).
-        let r = loop {
-            if let Some(r) = self.take_ready() {
-                break r;
-            }
-            if let Some(r) = self.pump_take(&mut deadline, "a message from the peer")? {
-                break self.taken(r);
-            }
-        };
+        let r = next_ready!(self);
         let out = match self.lend(&r) {
             Ok(m) => f(m),
             Err(e) => return Err(self.fail(e)),
         };
         if defer {
-            let len = if r.write_imm { 0 } else { r.len };
-            // One deferred at a time: taking the next message re-posts the one before.
-            if let Some((slot, _)) = self.deferred.replace((r.slot, len)) {
-                self.repost(slot, true).map_err(|e| self.fail(e))?;
-            }
+            self.defer(&r)?;
         } else {
             self.repost(r.slot, true).map_err(|e| self.fail(e))?;
         }
         Ok(out)
+    }
+
+    /// Keeps message `r`'s buffer until the next call that sends, waits or takes a message.
+    #[inline(always)]
+    fn defer(&mut self, r: &Ready) -> Result<()> {
+        let len = if r.write_imm { 0 } else { r.byte_len };
+        // One deferred at a time: taking the next message re-posts the one before.
+        if let Some((slot, _)) = self.deferred.replace((r.slot, len)) {
+            self.repost(slot, true).map_err(|e| self.fail(e))?;
+        }
+        Ok(())
     }
 
     /// Takes the oldest message that has arrived: in request/response flow a reply taken allows
@@ -204,10 +236,10 @@ impl Endpoint {
             return Ok(Message {
                 data: &[],
                 imm: r.imm,
-                rdma_write_len: Some(r.len),
+                rdma_write_len: Some(r.byte_len),
             });
         }
-        let len = r.len as usize;
+        let len = r.byte_len as usize;
         let data = self
             .q
             .ring_data(r.slot, len)
@@ -383,7 +415,10 @@ impl Endpoint {
         }
         while let Some(r) = self.ready.pop_front() {
             if !r.write_imm {
-                return self.q.ring_data(r.slot, r.len as usize).map(<[u8]>::to_vec);
+                return self
+                    .q
+                    .ring_data(r.slot, r.byte_len as usize)
+                    .map(<[u8]>::to_vec);
             }
         }
         None

@@ -204,7 +204,6 @@ impl Parts {
         let peer_msg_size = peer
             .msg_size
             .map_or(opts.msg_size, |m| (m as usize).min(opts.msg_size));
-        let max_inline = self.q.qp().caps().max_inline_data;
         Endpoint {
             q: self.q,
             ready: VecDeque::new(),
@@ -220,7 +219,6 @@ impl Parts {
             msg_size: opts.msg_size,
             recv_depth: opts.recv_depth,
             peer_msg_size,
-            max_inline,
             timeout: opts.timeout,
             failed: None,
             disconnected: false,
