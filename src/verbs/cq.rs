@@ -46,6 +46,12 @@ pub(crate) enum Slept {
 /// Completion events read per `ibv_ack_cq_events(3)` call.
 const ACK_BATCH: u32 = 64;
 
+/// The per-message busy-poll yields the CPU once per this many empty looks: about 0.4 ms under
+/// emulation, longer than a 4 KiB round trip's wait. Yielding every 256 (25 µs) made the 4 KiB
+/// ping-pong 4-12 % slower than ibv_rc_pingpong, which never yields (interleaved rounds in one
+/// guest, docs/benchmarks.md).
+const SPIN_YIELD: u32 = 4096;
+
 struct Channel(NonNull<sys::ibv_comp_channel>);
 
 impl Drop for Channel {
@@ -433,8 +439,8 @@ impl CompletionQueue {
             }
             // No spin_loop() hint: PAUSE makes an emulated (TCG) vCPU leave its translated code
             // (0.14 µs each, measured), which would slow the polling.
-            if i % 256 == 0 {
-                // Let kernel threads (rxe's deferred work) run on a busy guest.
+            if i % SPIN_YIELD == 0 {
+                // Let other threads run on a busy host in a long wait (not within a message's).
                 std::thread::yield_now();
             }
         }
