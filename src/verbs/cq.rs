@@ -412,30 +412,11 @@ impl CompletionQueue {
     /// stash and the pending list are empty): polls at once.
     #[inline(always)]
     pub(crate) fn poll_in(&self, t: &mut Table, spins: u32) -> Result<Option<Polled>> {
-        let cq = self.as_ptr();
         let mut i = 0u32;
         while i < spins {
             i += 1;
-            // Up to STASH at once (a send's and a receive's completion often come together);
-            // the ones after the first wait in the stash for the next look.
-            // SAFETY: valid CQ; the stash has room for STASH entries.
-            let n = unsafe { sys::shim_ibv_poll_cq(cq, table::STASH as i32, t.stash.as_mut_ptr()) };
-            // Short: the CQ was empty after these (see `Table::drained`).
-            t.drained = n < table::STASH as i32;
-            if n != 0 {
-                if n < 0 {
-                    return Err(Error::verb("ibv_poll_cq", libc::EIO));
-                }
-                (t.stash_at, t.stash_len) = (0, n as usize);
-                // One level check per poll, not one loop per poll (off is the usual case).
-                if tracing::level_enabled!(tracing::Level::TRACE) {
-                    t.stash[..n as usize].iter().for_each(table::trace_wc);
-                }
-                if let Some(c) = t.take_stashed() {
-                    return Ok(Some(c));
-                }
-                // Only a destroyed QP's completions: look again.
-                continue;
+            if let Some(c) = self.poll_once(t)? {
+                return Ok(Some(c));
             }
             // No spin_loop() hint: PAUSE makes an emulated (TCG) vCPU leave its translated code
             // (0.14 µs each, measured), which would slow the polling.
@@ -445,6 +426,32 @@ impl CompletionQueue {
             }
         }
         Ok(None)
+    }
+
+    /// One look for [`poll_in`](Self::poll_in), its caller's stash and pending list empty:
+    /// one `ibv_poll_cq(3)` of up to STASH completions (a send's and a receive's often come
+    /// together); the ones after the first wait in the stash for the next look. `None` if the
+    /// CQ was empty (or held only a destroyed QP's completions).
+    #[inline(always)]
+    pub(crate) fn poll_once(&self, t: &mut Table) -> Result<Option<Polled>> {
+        // SAFETY: valid CQ; the stash has room for STASH entries.
+        let n = unsafe {
+            sys::shim_ibv_poll_cq(self.as_ptr(), table::STASH as i32, t.stash.as_mut_ptr())
+        };
+        // Short: the CQ was empty after these (see `Table::drained`).
+        t.drained = n < table::STASH as i32;
+        if n <= 0 {
+            if n < 0 {
+                return Err(Error::verb("ibv_poll_cq", libc::EIO));
+            }
+            return Ok(None);
+        }
+        (t.stash_at, t.stash_len) = (0, n as usize);
+        // One level check per poll, not one loop per poll (off is the usual case).
+        if tracing::level_enabled!(tracing::Level::TRACE) {
+            t.stash[..n as usize].iter().for_each(table::trace_wc);
+        }
+        Ok(t.take_stashed())
     }
 
     /// Polls up to `max` completions without blocking (`ibv_poll_cq(3)`).

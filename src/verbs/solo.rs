@@ -172,6 +172,30 @@ impl SoloQueue {
         self.qp.post_ring_recv(t, slot)
     }
 
+    /// Releases ring slot `slot` (its receive completed and the owner is done with it) for the
+    /// next [`post_released`](Self::post_released): from here it is the queue's (not lent).
+    /// Returns how many slots are released and not posted yet.
+    #[inline(always)]
+    pub(crate) fn release_ring(&mut self, slot: u32) -> Result<usize> {
+        let (_, t) = self.cq.split();
+        t.ring.release(slot).ok_or_else(|| ring_slot_not_held(slot))
+    }
+
+    /// Posts the released ring slots' receives as one list (one `ibv_post_recv(3)`); returns
+    /// how many.
+    #[inline(always)]
+    pub(crate) fn post_released(&mut self) -> Result<usize> {
+        let (_, t) = self.cq.split();
+        self.qp.post_ring_released(t)
+    }
+
+    /// What ring slot `slot`'s last receive got (meaningful while the owner holds the slot:
+    /// after its completion, before it is posted again); `None` if there is no such slot.
+    #[inline(always)]
+    pub(crate) fn ring_done(&self, slot: u32) -> Option<&crate::verbs::cq::RingDone> {
+        self.cq.table().ring.done(slot)
+    }
+
     /// The first `len` bytes of ring slot `slot`, if its receive completed and it is not posted
     /// again (so the device cannot write it while the slice lives: re-posting takes `&mut`).
     #[inline(always)]
@@ -333,7 +357,7 @@ impl SoloQueue {
         // From here the stash and the pending list are empty: each look polls at once.
         let quiet = event && self.armed && t.drained && !cq.foreign_armed();
         if !quiet {
-            if let Some(c) = cq.poll_in(t, 1)? {
+            if let Some(c) = cq.poll_once(t)? {
                 return Ok(Some(c));
             }
         }
@@ -344,7 +368,7 @@ impl SoloQueue {
             cq.notify_next()?;
             self.armed = true;
             // A completion may have landed before the notification was armed.
-            if let Some(c) = cq.poll_in(t, 1)? {
+            if let Some(c) = cq.poll_once(t)? {
                 return Ok(Some(c));
             }
         }
@@ -358,8 +382,17 @@ impl SoloQueue {
             // this look finds none.
             Slept::Event => {
                 cq.notify_next()?;
-                cq.poll_in(t, 1)
+                cq.poll_once(t)
             }
         }
     }
+}
+
+/// A slot released that its owner does not hold (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+fn ring_slot_not_held(slot: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "receive ring slot {slot} does not exist or is posted already"
+    ))
 }

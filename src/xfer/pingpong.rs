@@ -436,15 +436,20 @@ fn check_size(ep: &Endpoint, size: usize) -> Result<()> {
 const SEND_DEPTH: usize = 16;
 /// What a ping-pong endpoint's send buffers may take together before it keeps fewer.
 const SEND_BYTES: usize = 256 << 10;
+/// Receives of a ping-pong endpoint, at most (fewer for large messages: see
+/// [`endpoint_options`]).
+const RECV_DEPTH: usize = 32;
 
 /// Endpoint options for a ping-pong of `size`-byte messages (either side): one message in
-/// flight, and 4 receives keep credit returns piggy-backed. Up to 16 send buffers (within
-/// 256 KiB, at least 2): every message but the last may go unsignaled, and one signaled SEND per
-/// cycle through the buffers retires the ones before it (see `Endpoint::send_then`).
+/// flight. Up to 32 receives (within 256 KiB, at least 4) keep credit returns piggy-backed and
+/// let taken receives go back up to 15 at a time (one list post: see `credit_flow`). Up to 16 send
+/// buffers (within 256 KiB, at least 2): every message but the last may go unsignaled, and one
+/// signaled SEND per cycle through the buffers retires the ones before it (see
+/// `Endpoint::send_then`).
 pub fn endpoint_options(base: &EndpointOptions, size: usize) -> EndpointOptions {
     EndpointOptions {
         msg_size: size,
-        recv_depth: 4,
+        recv_depth: (SEND_BYTES / size.max(1)).clamp(4, RECV_DEPTH) as u32,
         send_depth: (SEND_BYTES / size.max(1)).clamp(2, SEND_DEPTH) as u32,
         extra_send_wr: 0,
         ..base.clone()

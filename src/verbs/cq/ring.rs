@@ -5,7 +5,8 @@
 //! Ownership: the ring keeps every slot's [`LocalBuf`] from its creation until the table is
 //! dropped (after the QP is destroyed) or leaked with it. A posted slot (the device may write
 //! it) is never lent out: [`data`](Ring::data) lends only a slot whose receive completed, and
-//! re-posting takes the queue by `&mut`, so no lent slice can outlive it.
+//! re-posting takes the queue by `&mut`, so no lent slice can outlive it. A slot released for
+//! the next list post ([`release`](Ring::release)) counts as posted from then on.
 
 use crate::sys;
 use crate::verbs::mr::LocalBuf;
@@ -19,8 +20,9 @@ pub(crate) const RECV_BIT: u64 = 1 << 63;
 /// (whose generation is at least 1), so the two cannot be confused.
 const GEN_BITS: u64 = 0x7fff_ffff << 32;
 
-/// A successful receive into a ring slot: small and `Copy` (the buffer stays in the ring).
-#[derive(Clone, Copy, Debug)]
+/// A successful receive into a ring slot, as the slot keeps it until it is posted again: small
+/// and `Copy` (the buffer stays in the ring).
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RingDone {
     /// The slot: read it with `SoloQueue::ring_data`, give it back with `SoloQueue::repost_ring`.
     pub(crate) slot: u32,
@@ -35,8 +37,11 @@ pub(crate) struct RingDone {
 struct RecvSlot {
     wr: sys::ibv_recv_wr,
     sge: sys::ibv_sge,
-    /// True while the slot's receive is posted (the device may write it).
+    /// True while the slot is the queue's: its receive is posted (the device may write it), or
+    /// it is released for the next list post.
     posted: bool,
+    /// Its last receive's completion (while `posted` is false).
+    done: RingDone,
 }
 
 /// The ring (empty until the owner sets one up).
@@ -47,6 +52,8 @@ pub(crate) struct Ring {
     slots: Vec<RecvSlot>,
     /// The owner's `wr_id` for its receives (named in an error completion).
     wr_id: u64,
+    /// Slots released for the next list post, in order (room for every slot: no allocation).
+    released: Vec<u32>,
 }
 
 impl RingDone {
@@ -91,10 +98,12 @@ impl Ring {
                 },
                 sge,
                 posted: false,
+                done: RingDone::default(),
             })
             .collect();
         self.bufs = bufs;
         self.wr_id = wr_id;
+        self.released = Vec::with_capacity(self.slots.len());
     }
 
     /// Marks `slot` posted and returns its receive request, if it is a slot that is not posted.
@@ -107,7 +116,65 @@ impl Ring {
         }
         s.posted = true;
         s.wr.sg_list = &mut s.sge;
+        s.wr.next = std::ptr::null_mut();
         Some(&mut s.wr)
+    }
+
+    /// Releases `slot` (its receive completed and its owner is done with it) for the next list
+    /// post, [`take_list`](Self::take_list): it counts as posted from here. Returns how many
+    /// slots are released; `None` if `slot` is not one whose receive completed.
+    #[inline(always)]
+    pub(crate) fn release(&mut self, slot: u32) -> Option<usize> {
+        let s = self.slots.get_mut(slot as usize)?;
+        if s.posted {
+            return None;
+        }
+        s.posted = true;
+        self.released.push(slot);
+        Some(self.released.len())
+    }
+
+    /// Links the released slots' receive requests into one list, in release order, and returns
+    /// its head (`None` if none is released). The list points into the ring: it is valid until
+    /// the ring is changed again. After posting it, call [`list_posted`](Self::list_posted).
+    pub(crate) fn take_list(&mut self) -> Option<*mut sys::ibv_recv_wr> {
+        if self.released.is_empty() {
+            return None;
+        }
+        // One base pointer for every link: no reference to another slot is made in between,
+        // so the links stay valid.
+        let base = self.slots.as_mut_ptr();
+        let mut next: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        for &i in self.released.iter().rev() {
+            // SAFETY: `release` pushed only indexes of `slots`, each once (a released slot is
+            // `posted` until `list_posted`), and `slots` is not resized after `set`.
+            let s = unsafe { &mut *base.add(i as usize) };
+            s.wr.sg_list = &mut s.sge;
+            s.wr.next = next;
+            next = &mut s.wr;
+        }
+        Some(next)
+    }
+
+    /// After the post of [`take_list`](Self::take_list)'s list: the slots from `bad` on (the
+    /// request `ibv_post_recv(3)` stopped at; null if all were posted) are not posted. Returns
+    /// how many were.
+    pub(crate) fn list_posted(&mut self, bad: *const sys::ibv_recv_wr) -> usize {
+        if bad.is_null() {
+            let n = self.released.len();
+            self.released.clear();
+            return n;
+        }
+        let at = self
+            .released
+            .iter()
+            .position(|&i| std::ptr::eq(&self.slots[i as usize].wr, bad))
+            .unwrap_or(self.released.len());
+        for &i in &self.released[at..] {
+            self.slots[i as usize].posted = false;
+        }
+        self.released.clear();
+        at
     }
 
     /// The post of `slot` failed: it is not posted.
@@ -127,14 +194,19 @@ impl Ring {
         self.bufs.get(i)?.get(..len)
     }
 
-    /// Matches a ring slot's raw completion: the slot is no longer posted. A success is a
-    /// [`RingDone`]; an error (a flush) a full completion without buffers (they stay here).
-    /// `None` for a slot that was not posted (not ours).
+    /// The completion of `slot`'s last receive (what the slot holds while its owner has it:
+    /// after its completion, before it is posted again); `None` if there is no such slot.
     #[inline(always)]
-    pub(crate) fn complete(
-        &mut self,
-        wc: &sys::ibv_wc,
-    ) -> Option<Result<RingDone, Box<Completion>>> {
+    pub(crate) fn done(&self, slot: u32) -> Option<&RingDone> {
+        self.slots.get(slot as usize).map(|s| &s.done)
+    }
+
+    /// Matches a ring slot's raw completion: the slot is no longer posted. A success is the
+    /// slot, whose [`done`](Self::done) then tells what came; an error (a flush) a full
+    /// completion without buffers (they stay here). `None` for a slot that was not posted (not
+    /// ours).
+    #[inline(always)]
+    pub(crate) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Result<u32, Box<Completion>>> {
         let slot = wc.wr_id as u32;
         let s = self.slots.get_mut(slot as usize)?;
         if !s.posted {
@@ -143,13 +215,15 @@ impl Ring {
         s.posted = false;
         if wc.status == sys::IBV_WC_SUCCESS {
             let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
-            return Some(Ok(RingDone {
+            // Kept in the slot, not handed up: the slot number alone moves.
+            s.done = RingDone {
                 slot,
                 write_imm: wc.opcode == sys::IBV_WC_RECV_RDMA_WITH_IMM,
                 byte_len: wc.byte_len,
                 // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.
                 imm: with_imm.then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
-            }));
+            };
+            return Some(Ok(slot));
         }
         Some(Err(Box::new(Completion {
             wr_id: self.wr_id,
@@ -198,6 +272,60 @@ mod tests {
         r.unpost(2);
         assert!(r.take_for_post(2).is_some(), "a failed post is undone");
         assert!(r.take_for_post(3).is_none(), "no such slot");
+    }
+
+    #[test]
+    fn released_slots_post_as_one_list_in_order() {
+        let mut r = Ring::default();
+        r.set(4, Vec::new(), fake_sges(4, 32, 5));
+        assert!(r.take_list().is_none(), "nothing released");
+        for (n, slot) in [2, 0, 3].into_iter().enumerate() {
+            assert_eq!(r.release(slot), Some(n + 1));
+        }
+        assert!(r.release(0).is_none(), "released already");
+        assert!(r.release(4).is_none(), "no such slot");
+        assert!(
+            r.take_for_post(2).is_none(),
+            "a released slot counts as posted"
+        );
+        let head = r.take_list().expect("three released");
+        let mut seen = Vec::new();
+        let mut wr = head;
+        while !wr.is_null() {
+            // SAFETY: the list links requests in `r.slots`, each with its slot's SGE; `r` is
+            // not changed during these reads.
+            let (w, sge) = unsafe { (&*wr, *(*wr).sg_list) };
+            assert_eq!((w.num_sge, sge.length, sge.lkey), (1, 32, 5));
+            assert_eq!(sge.addr, 0x1000 * (w.wr_id - Ring::id(0) + 1));
+            seen.push(w.wr_id);
+            wr = w.next;
+        }
+        assert_eq!(seen, [Ring::id(2), Ring::id(0), Ring::id(3)]);
+        assert_eq!(r.list_posted(std::ptr::null()), 3);
+        assert!(r.take_list().is_none(), "the list went");
+        assert!(r.take_for_post(3).is_none(), "posted");
+        assert!(r.take_for_post(1).is_some(), "never released");
+    }
+
+    #[test]
+    fn a_failed_list_post_gives_back_the_slots_from_where_it_stopped() {
+        let mut r = Ring::default();
+        r.set(4, Vec::new(), fake_sges(3, 32, 5));
+        for slot in 0..3 {
+            r.release(slot).expect("not posted");
+        }
+        let head = r.take_list().expect("released");
+        // SAFETY: `head` is slot 0's request in `r.slots`, linked to slot 1's; no change to `r`
+        // before this read.
+        let second = unsafe { (*head).next };
+        assert_eq!(r.list_posted(second), 1);
+        assert!(r.take_for_post(0).is_none(), "posted before the failure");
+        assert!(r.take_for_post(1).is_some() && r.take_for_post(2).is_some());
+        r.unpost(2);
+        let w = r.take_for_post(2).expect("unposted");
+        // SAFETY: `w` is slot 2's request in `r.slots`; `r` is not changed before this read.
+        let next = unsafe { (*w).next };
+        assert!(next.is_null(), "a single post is a list of one");
     }
 
     #[test]

@@ -8,8 +8,8 @@ use crate::verbs::cq::{Buf, Bufs, Completion, Retired, WcOpcode};
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::TRACE_TARGET;
 
+use super::ring::Ring;
 pub(crate) use super::ring::RECV_BIT;
-use super::ring::{Ring, RingDone};
 use super::sring::{is_send_ring_id, SendRing};
 
 pub(crate) struct Entry {
@@ -54,7 +54,8 @@ pub(crate) enum Polled {
     /// A [`Done`], kept in the table until [`into_completion`](Self::into_completion) takes it
     /// (so that the usual cases, a few words each, are what moves).
     Done,
-    Ring(RingDone),
+    /// A ring slot's successful receive: the slot (what came: `Ring::done`).
+    Ring(u32),
     /// A send ring slot's successful completion that retired no table entry: the ring's sends
     /// up to it are free again (how many: `SoloQueue::take_retired`).
     Sent {
@@ -72,18 +73,22 @@ impl Polled {
     pub(crate) fn into_completion(self, t: &mut Table) -> Completion {
         match self {
             Polled::Done => t.take_done(),
-            Polled::Ring(d) => Completion {
-                wr_id: Ring::id(d.slot),
-                status: sys::IBV_WC_SUCCESS,
-                vendor_err: 0,
-                opcode: d.opcode(),
-                byte_len: d.byte_len,
-                imm: d.imm,
-                qp_num: 0,
-                bufs: Bufs::new(),
-                retired: Vec::new(),
-                op: "RECV",
-            },
+            Polled::Ring(slot) => {
+                // A slot handed out as completed is not posted until its owner re-posts it.
+                let d = t.ring.done(slot).copied().unwrap_or_default();
+                Completion {
+                    wr_id: Ring::id(slot),
+                    status: sys::IBV_WC_SUCCESS,
+                    vendor_err: 0,
+                    opcode: d.opcode(),
+                    byte_len: d.byte_len,
+                    imm: d.imm,
+                    qp_num: 0,
+                    bufs: Bufs::new(),
+                    retired: Vec::new(),
+                    op: "RECV",
+                }
+            }
             Polled::Sent { wr_id, qp_num } => Completion {
                 wr_id,
                 status: sys::IBV_WC_SUCCESS,

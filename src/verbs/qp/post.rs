@@ -444,9 +444,43 @@ impl QueuePair {
         let n = bufs.len() as u32;
         t.ring.set(wr_id, bufs, sges);
         for slot in 0..n {
-            self.post_ring_recv(t, slot)?;
+            if t.ring.release(slot).is_none() {
+                return Err(ring_slot_busy(slot));
+            }
         }
-        Ok(())
+        self.post_ring_released(t).map(|_| ())
+    }
+
+    /// Posts the receives of the ring slots released with `Ring::release`, as one list (one
+    /// `ibv_post_recv(3)`); returns how many. On an error, the ones not posted stay with the
+    /// owner's ring but are lost to it (the QP is unusable then).
+    #[inline(always)]
+    pub(crate) fn post_ring_released(&self, t: &mut Table) -> Result<usize> {
+        if !self.takes_recvs() {
+            return Err(no_recvs(self.state()));
+        }
+        let Some(wr) = t.ring.take_list() else {
+            return Ok(0);
+        };
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        // The ring keeps each slot's buffer until the table is dropped (after the QP is
+        // destroyed) or leaked with it, and lends a released slot out no more. `wr` heads the
+        // list of the released slots' requests, each with its slot's SGE (set_recv_ring checked).
+        // SAFETY: `self.qp` is live until drop; the list and its SGEs are unchanged since
+        // take_list; the buffers are registered in this QP's context.
+        let rc = unsafe { sys::shim_ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
+        // A provider that fails without naming where: none counts as posted.
+        let bad = match (rc, bad.is_null()) {
+            (0, _) => std::ptr::null(),
+            (_, true) => wr.cast_const(),
+            (_, false) => bad.cast_const(),
+        };
+        let n = t.ring.list_posted(bad);
+        if rc != 0 {
+            return Err(Error::verb("ibv_post_recv", rc));
+        }
+        tracing::trace!(target: TRACE_TARGET, "post_recv qpn={} ring slots={n}", self.qpn);
+        Ok(n)
     }
 
     /// Posts the receive of ring slot `slot` (into its whole buffer), which must not be posted.

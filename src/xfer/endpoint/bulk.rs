@@ -42,14 +42,18 @@ impl Endpoint {
         let n = max.min(self.ready.len());
         let mut overrun = None;
         for _ in 0..n {
-            let r = self.take_ready().expect("n messages are ready");
-            match self.lend(&r) {
+            let slot = self.take_ready().expect("n messages are ready");
+            let lent = match self.q.ring_done(slot) {
+                Some(r) => self.lend(r),
+                None => Err(super::messaging::not_arrived(slot)),
+            };
+            match lent {
                 Ok(m) => f(m),
                 Err(e) => {
                     overrun.get_or_insert(e);
                 }
             }
-            s.slots.push(r.slot);
+            s.slots.push(slot);
         }
         self.repost_slots(s).map_err(|e| self.fail(e))?;
         match overrun {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::cm::CmId;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    Completion, CompletionQueue, Context, ProtectionDomain, QueuePair, Retired, RingDone,
-    SleepLeft, SoloQueue,
+    Completion, CompletionQueue, Context, ProtectionDomain, QueuePair, Retired, SleepLeft,
+    SoloQueue,
 };
 
 use super::options::{LocalInfo, PeerInfo, RESERVED_WR_ID};
@@ -36,10 +36,10 @@ pub(super) fn sends_of(wr_id: u64) -> u32 {
     }
 }
 
-/// A received message waiting for the application: what [`Endpoint::recv_with`] needs of its
-/// completion, as the ring handed it over (small and `Copy`: its buffer stays in the queue's
-/// receive ring; `byte_len` is what an RDMA WRITE_WITH_IMM wrote, for one).
-pub(super) type Ready = RingDone;
+/// A received message waiting for the application: its slot in the queue's receive ring, which
+/// keeps the buffer and what came ([`SoloQueue::ring_done`]) until the slot is re-posted. Only
+/// the slot number moves.
+pub(super) type Ready = u32;
 
 pub(super) enum Flow {
     /// `credits`: messages we may still send; `owed`: receives re-posted but not yet announced.
@@ -48,17 +48,37 @@ pub(super) enum Flow {
         owed: u32,
         threshold: u32,
         credit_msg_pending: bool,
+        /// Receives re-posted together (one list post): see [`credit_flow`].
+        batch: u32,
     },
     /// One outstanding message, one more per message taken from the peer.
     Implicit { credits: u32 },
 }
 
-pub(super) fn credit_flow(peer_depth: u32) -> Flow {
+/// Receives re-posted together at most (see [`credit_flow`]).
+pub(super) const REPOST_BATCH: u32 = 16;
+
+/// Credit flow with a peer that grants `peer_depth` credits, our own window `own_depth`
+/// receives.
+///
+/// Taken messages' receives are re-posted `batch` at a time, one list post each. That cannot
+/// stall both sides: a peer out of credits has used every receive we announced, so with nothing
+/// left in flight or unread the whole window is either released (`< batch`) or re-posted and
+/// owed (`< threshold`, else a credit message goes), which `batch <= own_depth - threshold`
+/// rules out. A batch stays below the threshold: its credits then ride on the next message
+/// (not on a credit message of their own), as a single re-post's do.
+pub(super) fn credit_flow(peer_depth: u32, own_depth: u32) -> Flow {
+    let threshold = peer_depth.div_ceil(2);
+    let batch = own_depth
+        .saturating_sub(threshold)
+        .min(threshold.saturating_sub(1))
+        .clamp(1, REPOST_BATCH);
     Flow::Credits {
         credits: peer_depth,
         owed: 0,
-        threshold: peer_depth.div_ceil(2),
+        threshold,
         credit_msg_pending: false,
+        batch,
     }
 }
 

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::cm::EventKind;
 use crate::error::{Error, Result};
-use crate::verbs::{
-    Completion, Polled, Retired, RingDone, SendOp, SendRequest, SleepLeft, WaitMode,
-};
+use crate::verbs::{Completion, Polled, Retired, SendOp, SendRequest, SleepLeft, WaitMode};
 use crate::xfer::wire::{self, ImmKind};
 
 use super::conn::{
@@ -42,7 +40,7 @@ impl Endpoint {
         let h = wire::Hello::decode(&theirs)?;
         // Our hello used one of the peer's receives and we have not been told it is re-posted;
         // we re-posted the one its hello used and owe it that credit.
-        let mut flow = credit_flow(h.recv_depth);
+        let mut flow = credit_flow(h.recv_depth, self.recv_depth);
         if let Flow::Credits { credits, owed, .. } = &mut flow {
             *credits = h.recv_depth - 1;
             *owed = 1;
@@ -81,18 +79,23 @@ impl Endpoint {
     /// A message (or credit message) received into a slot of the receive ring: the message,
     /// for the caller to queue.
     #[inline(always)]
-    fn handle_ring(&mut self, r: RingDone) -> Result<Option<Ready>> {
-        if let (Flow::Credits { credits, .. }, false, Some(imm)) =
-            (&mut self.flow, r.write_imm, r.imm)
-        {
-            let (kind, n) = wire::decode_imm(imm)?;
-            *credits = credits.saturating_add(n);
-            if kind == ImmKind::Credit {
-                // Credit messages are not counted in the window: re-post at once.
-                return self.q.repost_ring(r.slot).map(|()| None);
+    fn handle_ring(&mut self, slot: u32) -> Result<Option<Ready>> {
+        if let Flow::Credits { credits, .. } = &mut self.flow {
+            // The slot just completed (were it not a slot, its taker would fail).
+            let (write_imm, imm) = self
+                .q
+                .ring_done(slot)
+                .map_or((true, None), |r| (r.write_imm, r.imm));
+            if let (false, Some(imm)) = (write_imm, imm) {
+                let (kind, n) = wire::decode_imm(imm)?;
+                *credits = credits.saturating_add(n);
+                if kind == ImmKind::Credit {
+                    // Credit messages are not counted in the window: re-post at once.
+                    return self.q.repost_ring(slot).map(|()| None);
+                }
             }
         }
-        Ok(Some(r))
+        Ok(Some(slot))
     }
 
     /// [`handle`](Self::handle) for the usual completion of a data SEND (a send ring slot's,
@@ -399,22 +402,37 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Re-posts one receive buffer and accounts for its credit; with `credit_msg`, a credit
-    /// message goes out once enough are owed (else they wait for the next message or re-post).
+    /// Gives one receive buffer back: in credit flow it is released, and re-posted with the
+    /// ones before it once a batch is released (see [`credit_flow`]), which accounts for their
+    /// credits; with `credit_msg`, a credit message goes out once enough are owed (else they
+    /// wait for the next message or re-post).
     #[inline(always)]
     pub(super) fn repost(&mut self, slot: u32, credit_msg: bool) -> Result<()> {
-        self.q.repost_ring(slot)?;
-        match &mut self.flow {
-            Flow::Credits {
-                owed, threshold, ..
-            } => {
-                *owed += 1;
-                if credit_msg && *owed >= *threshold {
-                    self.send_credit_msg()?;
+        match self.flow {
+            Flow::Credits { batch, .. } => {
+                if self.q.release_ring(slot)? < batch as usize {
+                    return Ok(());
                 }
+                self.post_released(credit_msg)
             }
             // Its credit came when the message was taken (see recv_inner).
-            Flow::Implicit { .. } => {}
+            Flow::Implicit { .. } => self.q.repost_ring(slot),
+        }
+    }
+
+    /// Posts the released receives (one list post) and accounts for their credits (see
+    /// [`repost`](Self::repost)). Once per batch: kept out of the per-message path.
+    #[inline(never)]
+    pub(super) fn post_released(&mut self, credit_msg: bool) -> Result<()> {
+        let n = self.q.post_released()?;
+        if let Flow::Credits {
+            owed, threshold, ..
+        } = &mut self.flow
+        {
+            *owed += n as u32;
+            if credit_msg && *owed >= *threshold {
+                self.send_credit_msg()?;
+            }
         }
         Ok(())
     }
@@ -427,14 +445,21 @@ mod tests {
     #[test]
     fn credit_threshold_is_half_rounded_up() {
         for (depth, want) in [(1, 1), (2, 1), (3, 2), (16, 8)] {
-            match credit_flow(depth) {
+            match credit_flow(depth, depth) {
                 Flow::Credits {
                     credits,
                     threshold,
                     owed,
+                    batch,
                     ..
                 } => {
                     assert_eq!((credits, threshold, owed), (depth, want, 0));
+                    // Both sides out of credits is ruled out (see credit_flow).
+                    assert!(batch >= 1 && (batch == 1 || batch + threshold <= depth));
+                    assert!(
+                        batch == 1 || batch < threshold,
+                        "a batch's credits ride on data"
+                    );
                     // At most two unread credit messages: each carries >= threshold credits.
                     assert!(depth / threshold <= 2);
                 }

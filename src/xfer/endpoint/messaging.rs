@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::verbs::{Completion, SendOp, SendRequest};
+use crate::verbs::{Completion, RingDone, SendOp, SendRequest};
 use crate::xfer::wire::{self, ImmKind};
 
 use super::conn::{Deadline, Endpoint, Flow, Ready};
@@ -171,13 +171,24 @@ impl Endpoint {
     /// ping-pong client): one look-up of the payload, not two.
     #[inline(always)]
     pub(crate) fn take_deferred(&mut self) -> Result<usize> {
-        let r = next_ready!(self);
-        let len = if r.write_imm { 0 } else { r.byte_len as usize };
-        if len > self.msg_size {
-            return Err(self.fail(overlong(len, self.msg_size)));
+        let slot = next_ready!(self);
+        let r = self.arrived(slot)?;
+        let len = if r.write_imm { 0 } else { r.byte_len };
+        if len as usize > self.msg_size {
+            return Err(self.fail(overlong(len as usize, self.msg_size)));
         }
-        self.defer(&r)?;
-        Ok(len)
+        self.defer(slot, len)?;
+        Ok(len as usize)
+    }
+
+    /// What came into ring slot `slot`, a message taken and not given back yet (an error if
+    /// the slot is not one: never on a real path).
+    #[inline(always)]
+    pub(super) fn arrived(&mut self, slot: u32) -> Result<RingDone> {
+        match self.q.ring_done(slot) {
+            Some(r) => Ok(*r),
+            None => Err(self.fail(not_arrived(slot))),
+        }
     }
 
     #[inline(always)]
@@ -186,25 +197,26 @@ impl Endpoint {
         f: impl FnOnce(Message<'_>) -> R,
         defer: bool,
     ) -> Result<R> {
-        let r = next_ready!(self);
+        let slot = next_ready!(self);
+        let r = self.arrived(slot)?;
         let out = match self.lend(&r) {
             Ok(m) => f(m),
             Err(e) => return Err(self.fail(e)),
         };
         if defer {
-            self.defer(&r)?;
+            self.defer(slot, if r.write_imm { 0 } else { r.byte_len })?;
         } else {
-            self.repost(r.slot, true).map_err(|e| self.fail(e))?;
+            self.repost(slot, true).map_err(|e| self.fail(e))?;
         }
         Ok(out)
     }
 
-    /// Keeps message `r`'s buffer until the next call that sends, waits or takes a message.
+    /// Keeps the buffer of the message in `slot` (its payload `len` bytes) until the next call
+    /// that sends, waits or takes a message.
     #[inline(always)]
-    fn defer(&mut self, r: &Ready) -> Result<()> {
-        let len = if r.write_imm { 0 } else { r.byte_len };
+    fn defer(&mut self, slot: u32, len: u32) -> Result<()> {
         // One deferred at a time: taking the next message re-posts the one before.
-        if let Some((slot, _)) = self.deferred.replace((r.slot, len)) {
+        if let Some((slot, _)) = self.deferred.replace((slot, len)) {
             self.repost(slot, true).map_err(|e| self.fail(e))?;
         }
         Ok(())
@@ -220,18 +232,16 @@ impl Endpoint {
 
     /// [`take_ready`](Self::take_ready)'s accounting for message `r`, the oldest arrived.
     #[inline(always)]
-    pub(super) fn taken(&mut self, mut r: Ready) -> Ready {
-        match &mut self.flow {
-            Flow::Implicit { credits } => *credits += 1,
-            Flow::Credits { .. } if !r.write_imm => r.imm = None,
-            Flow::Credits { .. } => {}
+    pub(super) fn taken(&mut self, r: Ready) -> Ready {
+        if let Flow::Implicit { credits } = &mut self.flow {
+            *credits += 1;
         }
         r
     }
 
     /// The message `r` as lent to the caller; an error if its length overruns its slot.
     #[inline(always)]
-    pub(super) fn lend(&self, r: &Ready) -> Result<Message<'_>> {
+    pub(super) fn lend(&self, r: &RingDone) -> Result<Message<'_>> {
         if r.write_imm {
             return Ok(Message {
                 data: &[],
@@ -246,7 +256,11 @@ impl Endpoint {
             .ok_or_else(|| overlong(len, self.msg_size))?;
         Ok(Message {
             data,
-            imm: r.imm,
+            // In credit flow a SEND's immediate is internal (its credits).
+            imm: match self.flow {
+                Flow::Credits { .. } => None,
+                Flow::Implicit { .. } => r.imm,
+            },
             rdma_write_len: None,
         })
     }
@@ -413,12 +427,15 @@ impl Endpoint {
                 Ok(None) | Err(_) => break,
             }
         }
-        while let Some(r) = self.ready.pop_front() {
-            if !r.write_imm {
-                return self
-                    .q
-                    .ring_data(r.slot, r.byte_len as usize)
-                    .map(<[u8]>::to_vec);
+        while let Some(slot) = self.ready.pop_front() {
+            match self.q.ring_done(slot) {
+                Some(r) if !r.write_imm => {
+                    return self
+                        .q
+                        .ring_data(slot, r.byte_len as usize)
+                        .map(<[u8]>::to_vec);
+                }
+                _ => {}
             }
         }
         None
@@ -439,6 +456,13 @@ fn too_long(len: usize, limit: usize) -> Error {
 #[inline(never)]
 fn no_send_slot() -> Error {
     Error::Protocol("no free send slot after waiting for one".into())
+}
+
+/// A message taken whose slot no longer says what came (out of line: never on a real path).
+#[cold]
+#[inline(never)]
+pub(super) fn not_arrived(slot: u32) -> Error {
+    Error::Protocol(format!("receive ring slot {slot} holds no message"))
 }
 
 /// A receive completion longer than its buffer (out of line: never on a real path).

@@ -17,18 +17,21 @@
 //!
 //! A receive is re-posted (and its credit returned) when the application takes the message
 //! ([`Endpoint::recv_with`]), so a peer that does not read stalls the sender (until its
-//! deadline) instead of overrunning it.
+//! deadline) instead of overrunning it. With credits, taken receives go back in batches (one
+//! list post for up to 16, fewer than half the window: see `credit_flow`), whose credits ride on
+//! the next message.
 //!
 //! # Deadlines
 //! Every step waits at most [`EndpointOptions::timeout`]: address and route resolution,
 //! connecting, accepting, each TCP read and write, and each wait for a completion.
 //!
 //! # Per-message path
-//! A message costs one post, at most one `ibv_poll_cq` per completion (a look takes up to four
-//! at once and keeps the rest for the next) and no allocation; the queue is single-owner
-//! ([`SoloQueue`](crate::verbs::SoloQueue): no lock), receives go to a ring of slots the queue
-//! owns (re-posted by slot: no table entry, no buffer moved), and the usual completion (one
-//! buffer, nothing retired) is handled without building a full
+//! A message costs one post, a share of a batched receive post, at most one `ibv_poll_cq` per
+//! completion (a look takes up to four at once and keeps the rest for the next) and no
+//! allocation; the queue is single-owner ([`SoloQueue`](crate::verbs::SoloQueue): no lock),
+//! receives go to a ring of slots the queue owns (re-posted by slot: no table entry, no buffer
+//! moved; a completed slot keeps what came, and only its number moves), and the usual
+//! completion (one buffer, nothing retired) is handled without building a full
 //! [`Completion`](crate::verbs::Completion). A wait reads no clock unless it lasts: poll mode
 //! spins first; event mode keeps the CQ armed between waits (as `ibv_rc_pingpong -e`), sleeps
 //! without looking first when a look since the last arm found the CQ empty, sleeps on the CM

@@ -190,7 +190,13 @@ impl Parts {
             recv_depth: Some(hello.recv_depth),
             msg_size: Some(hello.msg_size),
         };
-        self.into_endpoint(opts, credit_flow(hello.recv_depth), local, peer, Some(id))
+        self.into_endpoint(
+            opts,
+            credit_flow(hello.recv_depth, opts.recv_depth),
+            local,
+            peer,
+            Some(id),
+        )
     }
 
     pub(super) fn into_endpoint(
