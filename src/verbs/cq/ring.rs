@@ -56,17 +56,6 @@ pub(crate) struct Ring {
     released: Vec<u32>,
 }
 
-impl RingDone {
-    /// The completion's opcode.
-    pub(crate) fn opcode(&self) -> WcOpcode {
-        if self.write_imm {
-            WcOpcode::RecvRdmaWithImm
-        } else {
-            WcOpcode::Recv
-        }
-    }
-}
-
 impl Ring {
     /// True for the work request id of a ring slot.
     #[inline(always)]
@@ -199,6 +188,28 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn done(&self, slot: u32) -> Option<&RingDone> {
         self.slots.get(slot as usize).map(|s| &s.done)
+    }
+
+    /// Slot `slot`'s last receive as a [`Completion`]: without buffers (they stay in the ring),
+    /// its `wr_id` the slot's internal id.
+    pub(crate) fn completion(&self, slot: u32) -> Completion {
+        let d = self.done(slot).copied().unwrap_or_default();
+        Completion {
+            wr_id: Ring::id(slot),
+            status: sys::IBV_WC_SUCCESS,
+            vendor_err: 0,
+            opcode: if d.write_imm {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
+            byte_len: d.byte_len,
+            imm: d.imm,
+            qp_num: 0,
+            bufs: Bufs::new(),
+            retired: Vec::new(),
+            op: "RECV",
+        }
     }
 
     /// Matches a ring slot's raw completion: the slot is no longer posted. A success is the

@@ -73,22 +73,7 @@ impl Polled {
     pub(crate) fn into_completion(self, t: &mut Table) -> Completion {
         match self {
             Polled::Done => t.take_done(),
-            Polled::Ring(slot) => {
-                // A slot handed out as completed is not posted until its owner re-posts it.
-                let d = t.ring.done(slot).copied().unwrap_or_default();
-                Completion {
-                    wr_id: Ring::id(slot),
-                    status: sys::IBV_WC_SUCCESS,
-                    vendor_err: 0,
-                    opcode: d.opcode(),
-                    byte_len: d.byte_len,
-                    imm: d.imm,
-                    qp_num: 0,
-                    bufs: Bufs::new(),
-                    retired: Vec::new(),
-                    op: "RECV",
-                }
-            }
+            Polled::Ring(slot) => t.ring.completion(slot),
             Polled::Sent { wr_id, qp_num } => Completion {
                 wr_id,
                 status: sys::IBV_WC_SUCCESS,
