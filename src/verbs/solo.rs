@@ -15,8 +15,8 @@ use crate::verbs::cq::{Completion, CompletionQueue, Polled, SleepLeft, Slept, So
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::qp::{
-    PostError, PostListError, QueuePair, RecvList, SendBatch, SendOp, SendRequest, Sge, SharedList,
-    SharedPost,
+    ring_slot_busy, PostError, PostListError, QueuePair, RecvList, SendBatch, SendOp, SendRequest,
+    Sge, SharedList, SharedPost,
 };
 
 /// One QP and its own CQ, used by one owner at a time (see the [module docs](self)).
@@ -178,7 +178,7 @@ impl SoloQueue {
     #[inline(always)]
     pub(crate) fn release_ring(&mut self, slot: u32) -> Result<usize> {
         let (_, t) = self.cq.split();
-        t.ring.release(slot).ok_or_else(|| ring_slot_not_held(slot))
+        t.ring.release(slot).ok_or_else(|| ring_slot_busy(slot))
     }
 
     /// Posts the released ring slots' receives as one list (one `ibv_post_recv(3)`); returns
@@ -386,13 +386,4 @@ impl SoloQueue {
             }
         }
     }
-}
-
-/// A slot released that its owner does not hold (out of line: never on a real path).
-#[cold]
-#[inline(never)]
-fn ring_slot_not_held(slot: u32) -> Error {
-    Error::InvalidArgument(format!(
-        "receive ring slot {slot} does not exist or is posted already"
-    ))
 }

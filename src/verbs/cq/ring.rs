@@ -24,8 +24,6 @@ const GEN_BITS: u64 = 0x7fff_ffff << 32;
 /// and `Copy` (the buffer stays in the ring).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RingDone {
-    /// The slot: read it with `SoloQueue::ring_data`, give it back with `SoloQueue::repost_ring`.
-    pub(crate) slot: u32,
     /// An RDMA WRITE_WITH_IMM's (`IBV_WC_RECV_RDMA_WITH_IMM`), else a SEND's (`IBV_WC_RECV`,
     /// the only other opcode of a receive queue's successful completion).
     pub(crate) write_imm: bool,
@@ -228,7 +226,6 @@ impl Ring {
             let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM.0 != 0;
             // Kept in the slot, not handed up: the slot number alone moves.
             s.done = RingDone {
-                slot,
                 write_imm: wc.opcode == sys::IBV_WC_RECV_RDMA_WITH_IMM,
                 byte_len: wc.byte_len,
                 // SAFETY: `imm_data` is the active union member when IBV_WC_WITH_IMM is set.

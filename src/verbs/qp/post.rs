@@ -614,10 +614,11 @@ fn trace_remote(op: SendOp) -> String {
     }
 }
 
-/// A ring slot re-posted that is not the owner's (out of line: never on a real path).
+/// A ring slot re-posted or released that is not the owner's (out of line: never on a real
+/// path).
 #[cold]
 #[inline(never)]
-fn ring_slot_busy(slot: u32) -> Error {
+pub(crate) fn ring_slot_busy(slot: u32) -> Error {
     Error::InvalidArgument(format!(
         "receive ring slot {slot} does not exist or is posted already"
     ))

@@ -43,10 +43,7 @@ impl Endpoint {
         let mut overrun = None;
         for _ in 0..n {
             let slot = self.take_ready().expect("n messages are ready");
-            let lent = match self.q.ring_done(slot) {
-                Some(r) => self.lend(r),
-                None => Err(super::messaging::not_arrived(slot)),
-            };
+            let lent = self.arrival(slot).and_then(|r| self.lend(slot, &r));
             match lent {
                 Ok(m) => f(m),
                 Err(e) => {

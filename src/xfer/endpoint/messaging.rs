@@ -185,10 +185,17 @@ impl Endpoint {
     /// the slot is not one: never on a real path).
     #[inline(always)]
     pub(super) fn arrived(&mut self, slot: u32) -> Result<RingDone> {
-        match self.q.ring_done(slot) {
-            Some(r) => Ok(*r),
-            None => Err(self.fail(not_arrived(slot))),
-        }
+        self.arrival(slot).map_err(|e| self.fail(e))
+    }
+
+    /// [`arrived`](Self::arrived) without failing the endpoint (for callers that fail it
+    /// later).
+    #[inline(always)]
+    pub(super) fn arrival(&self, slot: u32) -> Result<RingDone> {
+        self.q
+            .ring_done(slot)
+            .copied()
+            .ok_or_else(|| not_arrived(slot))
     }
 
     #[inline(always)]
@@ -199,7 +206,7 @@ impl Endpoint {
     ) -> Result<R> {
         let slot = next_ready!(self);
         let r = self.arrived(slot)?;
-        let out = match self.lend(&r) {
+        let out = match self.lend(slot, &r) {
             Ok(m) => f(m),
             Err(e) => return Err(self.fail(e)),
         };
@@ -239,9 +246,10 @@ impl Endpoint {
         r
     }
 
-    /// The message `r` as lent to the caller; an error if its length overruns its slot.
+    /// The message `r` in ring slot `slot` as lent to the caller; an error if its length
+    /// overruns the slot.
     #[inline(always)]
-    pub(super) fn lend(&self, r: &RingDone) -> Result<Message<'_>> {
+    pub(super) fn lend(&self, slot: u32, r: &RingDone) -> Result<Message<'_>> {
         if r.write_imm {
             return Ok(Message {
                 data: &[],
@@ -252,7 +260,7 @@ impl Endpoint {
         let len = r.byte_len as usize;
         let data = self
             .q
-            .ring_data(r.slot, len)
+            .ring_data(slot, len)
             .ok_or_else(|| overlong(len, self.msg_size))?;
         Ok(Message {
             data,
