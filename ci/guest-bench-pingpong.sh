@@ -4,6 +4,7 @@
 #   ib_send_lat -s 2 t_typical        vs  rdmaxfer pingpong -s 2 one-way p50      (target <= 1.05)
 #   ibv_rc_pingpong -s 4096 usec/iter vs  rdmaxfer pingpong -s 4096 usec/iter     (target <= 1.0)
 #   rdmaxfer event vs poll mode: CPU seconds per iteration (reported).
+# Servers run on vCPU 0, clients on vCPU 1 (BENCH_PIN=0: unpinned).
 # Needs the release binary: cargo build --release --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench}"
@@ -19,6 +20,15 @@ printf 'round\ttool\tmetric\tvalue\n' >"$tsv"
 
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
+# Server on vCPU 0, client on vCPU 1, for the anchors and rdmaxfer alike (BENCH_PIN=0: not
+# pinned). Two busy-polling processes that the guest's scheduler puts on one vCPU take turns by
+# the tick: unpinned 4 KiB rounds of either tool ranged 230-1560 us/iter on a noisy host, pinned
+# ones 180-310 (session 19).
+srv=() cli=()
+if [[ ${BENCH_PIN:-1} != 0 ]] && (($(nproc) >= 2)); then
+  srv=(taskset -c 0) cli=(taskset -c 1)
+fi
+
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$tsv"; }
 
 # anchor NAME ROUND CMD... — a TCP-exchange tool (perftest, ibv_rc_pingpong): server, then client.
@@ -26,10 +36,10 @@ anchor() {
   local name="$1" r="$2" spid src=0 crc=0
   shift 2
   port=$((port + 1))
-  timeout 300 "$@" -p "$port" >"$out/$name.$r.server.txt" 2>&1 &
+  timeout 300 "${srv[@]}" "$@" -p "$port" >"$out/$name.$r.server.txt" 2>&1 &
   spid=$!
   wait_tcp "$port" "$spid" || { echo "!! $name: server never listened"; fails=$((fails + 1)); return 1; }
-  timeout 300 "$@" -p "$port" "$ip" >"$out/$name.$r.client.txt" 2>&1 || crc=$?
+  timeout 300 "${cli[@]}" "$@" -p "$port" "$ip" >"$out/$name.$r.client.txt" 2>&1 || crc=$?
   wait "$spid" || src=$?
   if ((src || crc)); then
     echo "!! $name round $r: server rc $src, client rc $crc"; tail -n 5 "$out/$name.$r."*.txt
@@ -42,11 +52,11 @@ ours() {
   local name="$1" r="$2" spid src=0 crc=0
   shift 2
   port=$((port + 1))
-  timeout 300 "$bin" pingpong --listen "$ip" -p "$port" --count 1 --json "$@" \
+  timeout 300 "${srv[@]}" "$bin" pingpong --listen "$ip" -p "$port" --count 1 --json "$@" \
     >"$out/$name.$r.server.json" 2>"$out/$name.$r.server.err" &
   spid=$!
   wait_line "$out/$name.$r.server.err" "$spid" || { echo "!! $name: server never listened"; cat "$out/$name.$r.server.err"; fails=$((fails + 1)); return 1; }
-  timeout 300 "$bin" pingpong "$ip" -p "$port" --json "$@" >"$out/$name.$r.client.json" 2>"$out/$name.$r.client.err" || crc=$?
+  timeout 300 "${cli[@]}" "$bin" pingpong "$ip" -p "$port" --json "$@" >"$out/$name.$r.client.json" 2>"$out/$name.$r.client.err" || crc=$?
   wait "$spid" || src=$?
   if ((src || crc)); then
     echo "!! $name round $r: server rc $src, client rc $crc"; cat "$out/$name.$r."*.err
