@@ -75,3 +75,27 @@ cores_report() {
   done < <(cores_list "$dir" | comm -13 "$before" -)
   return $((found ? 1 : 0))
 }
+
+# stamp_lines LOG TIMES — copies stdin to stdout and to LOG; for each "test NAME ... RESULT"
+# line, appends "SECONDS BINARY::NAME RESULT" to TIMES, SECONDS being the time since the result
+# or "running N tests" line before it (with one test thread, libtest prints a test's result
+# line when it ends).
+stamp_lines() {
+  local log="$1" times="$2" line prev="$EPOCHREALTIME" now bin
+  bin="$(basename "$log" .log)"
+  bin="${bin#guest-tests.}"
+  bin="${bin%-*}"
+  : >"$log"
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    printf '%s\n' "$line"
+    printf '%s\n' "$line" >>"$log"
+    now="$EPOCHREALTIME"
+    if [[ "$line" =~ ^test\ ([^ ]+)\ \.\.\.\ (ok|FAILED|ignored) ]]; then
+      awk -v a="$prev" -v b="$now" -v n="$bin::${BASH_REMATCH[1]}" -v r="${BASH_REMATCH[2]}" \
+        'BEGIN { printf "%.1f %s %s\n", b - a, n, r }' >>"$times"
+      prev="$now"
+    elif [[ "$line" =~ ^running\  ]]; then
+      prev="$now"
+    fi
+  done
+}

@@ -13,6 +13,11 @@ limit="${CI_DEVICE_TEST_TIMEOUT:-600}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 cores="${CI_CORE_DIR:-target/ci/cores}"
 cores_enable "$cores" || echo "[guest-tests] WARNING: crashes will leave no core" >&2
+# Per-test wall times (a test's result line is stamped when it ends; with one test thread its
+# time is the gap since the line before): every binary's in $times, the slowest at the end.
+times="${CI_DEVICE_TIMES:-target/ci/logs/device-times.txt}"
+mkdir -p "$(dirname "$times")"
+: >"$times"
 rc=0
 for bin in "$@"; do
   name="$(basename "$bin")"
@@ -20,7 +25,7 @@ for bin in "$@"; do
   before="/tmp/guest-tests.$name.cores"
   cores_list "$cores" >"$before"
   echo "[guest-tests] === $name --ignored --test-threads=1 (limit ${limit}s)"
-  timeout -k 10 "$limit" "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
+  timeout -k 10 "$limit" "$bin" --ignored --test-threads=1 2>&1 | stamp_lines "$log" "$times"
   r="${PIPESTATUS[0]}"
   if ! cores_report "$cores" "$before"; then
     echo "[guest-tests] $name: a process crashed (core and backtrace above)"
@@ -38,6 +43,8 @@ for bin in "$@"; do
     fi
   fi
 done
+echo "[guest-tests] slowest device tests (seconds; all in $times):"
+sort -rn "$times" | head -n 15 | sed 's/^/[guest-tests]   /'
 if [[ -n "${CI_VALGRIND_BINS:-}" ]]; then
   vlog="${CI_VALGRIND_LOG:?CI_VALGRIND_LOG must name the log of the memcheck phase}"
   echo "[guest-tests] === memcheck phase: ci/guest-valgrind.sh $CI_VALGRIND_BINS > $vlog"

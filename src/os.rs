@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// CPU time (user + system) this process has used so far (`getrusage(2)`, `RUSAGE_SELF`).
@@ -201,6 +202,28 @@ impl Epoll {
 impl AsFd for Epoll {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
+    }
+}
+
+/// The descriptor the crate hands out for a device channel (an RDMA CM event channel, a
+/// completion channel): an [`Epoll`] watching the channel, made on first use. It is
+/// readiness-only: readable while the channel is, and nothing else. The channel's own
+/// descriptor is a device file (`/dev/infiniband/rdma_cm`) whose `write(2)` takes commands
+/// with raw user pointers, so it never leaves the crate (`docs/soundness.md`, "Descriptors").
+#[derive(Debug, Default)]
+pub(crate) struct ReadyFd(OnceLock<Epoll>);
+
+impl ReadyFd {
+    /// The epoll descriptor watching `channel`, made on the first call; every call passes the
+    /// owner's one channel, open as long as `self`.
+    pub(crate) fn get(&self, channel: BorrowedFd<'_>) -> io::Result<BorrowedFd<'_>> {
+        if let Some(ep) = self.0.get() {
+            return Ok(ep.as_fd());
+        }
+        let ep = Epoll::new()?;
+        ep.add(channel)?;
+        // Two first calls at once: one instance is kept, the other closed.
+        Ok(self.0.get_or_init(|| ep).as_fd())
     }
 }
 

@@ -474,7 +474,7 @@ fn a_peer_disconnect_ends_a_flush_and_close_in_order() {
     ep.send(b"first").unwrap();
     assert_eq!(closed_rx.recv_timeout(T).unwrap(), b"first");
     // The peer's DISCONNECTED is queued on our CM channel (not taken yet).
-    let cm = ep.cm_fd().expect("a CM endpoint has a CM channel");
+    let cm = ep.cm_fd().unwrap().expect("a CM endpoint has a CM channel");
     assert!(
         wait_readable(cm, Some(T)).unwrap(),
         "no disconnect within {T:?}"

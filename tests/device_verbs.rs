@@ -287,6 +287,10 @@ fn wrong_rkey_is_a_remote_access_error() {
         }
         other => panic!("expected a completion error, got {other:?}"),
     }
+    // The device moved the QP to ERR by itself: the cached state still says RTS until asked.
+    assert_eq!(p.a.state(), QpState::Rts);
+    assert_eq!(p.a.query_state().unwrap(), QpState::Error);
+    assert_eq!(p.a.state(), QpState::Error);
     // Reading a write-only exposure is refused by the peer the same way.
     let p = pair();
     let wo = ExposedRegion::new(&p.pd, 64, RemoteAccess::Write).unwrap();

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::verbs::WaitMode;
 use crate::xfer::endpoint::{Connecting, Endpoint, EndpointOptions, Message};
 
-use crate::cm::CmId;
+use crate::cm::{CmChannel, CmId};
 use crate::verbs::CqChannel;
 
 use super::{established, readable, reg_err};
@@ -36,7 +36,7 @@ pub struct AsyncEndpoint {
     // Each holds a handle of its channel's owner (CQ, CM id). Declared before `ep`: dropped
     // first, so the endpoint's own teardown order (QP, CQ, ..., CM id) is unchanged.
     cq: AsyncFd<CqChannel>,
-    cm: Option<AsyncFd<CmId>>,
+    cm: Option<AsyncFd<CmChannel>>,
     pub(super) ep: Endpoint,
     /// The wr_id of the next one-sided operation.
     next_wr: u64,

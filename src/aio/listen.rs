@@ -9,7 +9,7 @@ use crate::xfer::endpoint::{EndpointOptions, Listener, Pending};
 use crate::xfer::params::SessionParams;
 
 use super::endpoint::async_options;
-use crate::cm::CmId;
+use crate::cm::CmChannel;
 
 use super::{established, readable, reg_err, AsyncEndpoint};
 
@@ -18,7 +18,7 @@ use super::{established, readable, reg_err, AsyncEndpoint};
 /// that stalls mid-handshake holds up no other.
 pub struct AsyncListener {
     // Holds a handle of the listening id; declared before `l`, so dropped first.
-    fd: AsyncFd<CmId>,
+    fd: AsyncFd<CmChannel>,
     l: Listener,
 }
 

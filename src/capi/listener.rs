@@ -112,7 +112,8 @@ pub extern "C" fn rdmaxfer_listener_fd(
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_listener_fd", || {
         let l = handle(listener, "listener")?;
-        out(out_fd, "out_fd")?.set(l.server.fd().as_raw_fd());
+        let o = out(out_fd, "out_fd")?;
+        o.set(l.server.fd()?.as_raw_fd());
         Ok(())
     })
 }

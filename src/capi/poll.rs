@@ -21,7 +21,7 @@ fn try_twice<R>(c: &mut Conn, mut f: impl FnMut(&mut Endpoint) -> Result<R>) -> 
     let ep = c.rdmaxfer_peer()?;
     match f(ep) {
         Err(e) if e.is_would_block() => {
-            if ep.completion_fd().is_some() {
+            if ep.raw_fds().0.is_some() {
                 ep.arm()?;
             }
             Ok(f(ep)?)
@@ -62,14 +62,15 @@ pub extern "C" fn rdmaxfer_conn_fd(
 fn watch(ep: &mut Endpoint) -> CResult<Epoll> {
     let io = |e| Fail::from(crate::Error::io("epoll for the connection's descriptor", e));
     let epoll = Epoll::new().map_err(io)?;
-    let cq = ep.completion_fd().ok_or_else(|| {
+    let (cq, cm) = ep.raw_fds();
+    let cq = cq.ok_or_else(|| {
         Fail::state(
             "the connection has no completion channel: make it in event mode \
              (rdmaxfer_config_set_event_mode(cfg, 1) before connecting or listening)",
         )
     })?;
     epoll.add(cq).map_err(io)?;
-    if let Some(cm) = ep.cm_fd() {
+    if let Some(cm) = cm {
         epoll.add(cm).map_err(io)?;
     }
     ep.arm()?;

@@ -69,6 +69,8 @@ pub(crate) struct IdInner {
     lock: Mutex<()>,
     /// Destroyed in `drop` only if the id was.
     channel: ManuallyDrop<Channel>,
+    /// The readiness-only descriptor handed out for the channel ([`CmId::fd`]).
+    ready: os::ReadyFd,
 }
 
 // SAFETY: librdmacm calls may be made from any thread; all of ours on this id (and all reads of
@@ -293,31 +295,37 @@ fn ms(t: Duration) -> i32 {
     t.as_millis().clamp(1, i32::MAX as u128) as i32
 }
 
-/// The id's own event channel fd (non-blocking): readable when an event is queued for
-/// [`CmId::try_next_event`]. Open as long as the id; for an event loop (`poll(2)`, epoll).
-impl std::os::fd::AsFd for CmId {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+impl CmId {
+    /// A descriptor that is readable while an event is queued on the id's own event channel,
+    /// for [`CmId::try_next_event`] in an event loop (`poll(2)`, epoll, a reactor's
+    /// registration). It is an epoll instance watching the channel (made on the first call,
+    /// open as long as the id), never the channel's own descriptor: that one is
+    /// `/dev/infiniband/rdma_cm`, whose `write(2)` takes commands with raw pointers.
+    pub fn fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        self.inner
+            .ready
+            .get(self.channel_fd())
+            .map_err(|e| Error::io("epoll_create1 (a CM id's readiness descriptor)", e))
+    }
+
+    /// The event channel's own descriptor (non-blocking), for the crate's own waits only.
+    pub(crate) fn channel_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         // SAFETY: the channel (and so its fd) is destroyed only when the id's last reference
         // goes (`IdInner::drop`), and `self` holds one for the returned lifetime.
         unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.channel.fd()) }
     }
-}
 
-impl std::os::fd::AsRawFd for CmId {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.inner.channel.fd()
-    }
-}
-
-impl CmId {
     /// Registers the id's event channel with the current tokio runtime's reactor, for
     /// readability. The returned `AsyncFd` holds this handle of the id.
     #[cfg(feature = "tokio")]
-    pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CmId>> {
+    pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CmChannel>> {
         // SAFETY: register_with_interest's contract (fd open and the same while registered):
-        // the AsyncFd owns `self`, which keeps the id's one channel (never replaced) open.
+        // the AsyncFd owns the handle, which keeps the id's one channel (never replaced) open.
         unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
+            tokio::io::unix::AsyncFd::register_with_interest(
+                CmChannel(self),
+                tokio::io::Interest::READABLE,
+            )
         }
         .map_err(std::io::Error::from)
     }
@@ -343,6 +351,7 @@ impl CmId {
                 id,
                 lock: Mutex::new(()),
                 channel: ManuallyDrop::new(channel),
+                ready: os::ReadyFd::default(),
             }),
         })
     }
@@ -672,6 +681,7 @@ impl CmId {
                 id: raw,
                 lock: Mutex::new(()),
                 channel: ManuallyDrop::new(channel),
+                ready: os::ReadyFd::default(),
             }),
         };
         // rdma_migrate_id waits until the id's retrieved events are acked: ack the request first.
@@ -688,6 +698,18 @@ impl CmId {
             responder_resources,
             initiator_depth,
         })
+    }
+}
+
+/// A CM id as the owner of its event channel's descriptor, for the crate's own reactor
+/// registrations (`aio`); crate-private, so the device descriptor never reaches safe code.
+#[cfg(feature = "tokio")]
+pub(crate) struct CmChannel(CmId);
+
+#[cfg(feature = "tokio")]
+impl std::os::fd::AsRawFd for CmChannel {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.inner.channel.fd()
     }
 }
 

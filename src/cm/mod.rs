@@ -14,6 +14,8 @@ mod event;
 mod id;
 
 pub use event::{reject_reason_str, Event, EventKind};
+#[cfg(feature = "tokio")]
+pub(crate) use id::CmChannel;
 pub use id::{
     CmId, ConnParam, ConnectRequest, DEPTH_AUTO, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA,
     MAX_REJECT_PRIVATE_DATA,

@@ -26,7 +26,8 @@ pub use completion::{
     wc_status_str, Buf, Bufs, Completion, Retired, WaitMode, WcOpcode, REM_ACCESS_ERR, WR_FLUSH_ERR,
 };
 pub(crate) use left::SleepLeft;
-pub use notify::CqChannel;
+#[cfg(feature = "tokio")]
+pub(crate) use notify::CqChannel;
 pub(crate) use ring::RingDone;
 pub(crate) use table::{Polled, Table};
 
@@ -90,12 +91,20 @@ pub(crate) struct SoloCq {
     cq: CompletionQueue,
 }
 
-// SAFETY: the table pointer is reached only through `&mut self` (`table`, `split`), so moving the
-// handle to another thread moves that exclusive access with it; `&SoloCq` gives only the
-// (thread-safe) `CompletionQueue`.
+// SAFETY: the table is changed only through `&mut self` (`split`), so moving the handle to
+// another thread moves that exclusive access with it; `Table` is `Send` (asserted below), and
+// `CompletionQueue` is `Send`.
 unsafe impl Send for SoloCq {}
-// SAFETY: as above: a shared reference cannot reach the table.
+// SAFETY: through `&SoloCq`, threads reach the `CompletionQueue` (`Sync`) and a `&Table`
+// (`table`) at once, never a `&mut Table` (`split` takes `&mut self`). A shared `&Table` across
+// threads is sound because `Table` is `Sync` (asserted below): no interior mutability, and its
+// ring slots' raw requests are `Sync` by their own justified impls (`ring.rs`, `sring.rs`).
 unsafe impl Sync for SoloCq {}
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Table>();
+    send_and_sync::<CompletionQueue>();
+};
 
 impl SoloCq {
     /// The CQ.
@@ -135,6 +144,9 @@ pub(crate) fn solo_refused(op: &'static str) -> Error {
 pub(crate) struct CqInner {
     cq: NonNull<sys::ibv_cq>,
     channel: Option<Channel>,
+    /// The readiness-only descriptor handed out for the channel
+    /// ([`CompletionQueue::channel_fd`]).
+    ready: crate::os::ReadyFd,
     table: TableCell,
     /// A QP of this CQ could not be destroyed: the device may still reach buffers in the table,
     /// so its drop leaks them.
@@ -252,6 +264,7 @@ impl CompletionQueue {
             inner: Arc::new(CqInner {
                 cq,
                 channel,
+                ready: crate::os::ReadyFd::default(),
                 table,
                 leak: AtomicBool::new(false),
                 unacked: AtomicU32::new(0),

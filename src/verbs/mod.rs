@@ -14,9 +14,9 @@ pub mod qp;
 pub mod solo;
 mod wr;
 
-pub use cq::{
-    wc_status_str, Buf, Bufs, Completion, CompletionQueue, CqChannel, Retired, WaitMode, WcOpcode,
-};
+#[cfg(feature = "tokio")]
+pub(crate) use cq::CqChannel;
+pub use cq::{wc_status_str, Buf, Bufs, Completion, CompletionQueue, Retired, WaitMode, WcOpcode};
 pub(crate) use cq::{Polled, RingDone, SleepLeft};
 pub use device::{device_names, devices, Context, DeviceAttr, DeviceInfo, Mtu, PortAttr, PortInfo};
 pub use gid::{select_gid, Gid, GidEntry, GidType};

@@ -315,7 +315,15 @@ impl QueuePair {
         self.caps
     }
 
-    /// The state rdmaxfer last moved it to.
+    /// The state rdmaxfer last moved it to, or last read with
+    /// [`query_state`](Self::query_state). The device also moves a QP to ERR by itself (a
+    /// remote access error, retries exhausted), which this does not see: after an error
+    /// completion it may still say RTS.
+    ///
+    /// No check relies on it for soundness: a post it lets through to a QP the device has moved
+    /// to ERR is refused by the device (the buffers come back with the error) or completes with
+    /// a flush error (they come back with the completion), and a drop moves the QP to ERR and
+    /// drains it whatever this says.
     #[inline(always)]
     pub fn state(&self) -> QpState {
         QpState::from_u8(self.state.load(Ordering::Acquire))
@@ -362,6 +370,36 @@ impl QueuePair {
             rnr_retry: attr.rnr_retry,
             max_rd_atomic: attr.max_rd_atomic,
         })
+    }
+
+    /// The state the device has the QP in now (`ibv_query_qp(3)`, `IBV_QP_STATE`); from then on
+    /// [`state`](Self::state) says it too. SQD and SQE, which rdmaxfer never asks for, read as
+    /// [`QpState::Error`] (no send of an RC QP proceeds in them).
+    pub fn query_state(&self) -> Result<QpState> {
+        let _g = self.modify_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut attr = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        // SAFETY: `self.qp` is live until drop; both out-structures are ours and outlive the call.
+        let rc = unsafe {
+            sys::ibv_query_qp(
+                self.qp.as_ptr(),
+                &mut attr,
+                sys::IBV_QP_STATE.0 as i32,
+                &mut init,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::verb("ibv_query_qp", rc));
+        }
+        let s = match attr.qp_state {
+            sys::IBV_QPS_RESET => QpState::Reset,
+            sys::IBV_QPS_INIT => QpState::Init,
+            sys::IBV_QPS_RTR => QpState::Rtr,
+            sys::IBV_QPS_RTS => QpState::Rts,
+            _ => QpState::Error,
+        };
+        self.state.store(s as u8, Ordering::Release);
+        Ok(s)
     }
 
     /// The send CQ.

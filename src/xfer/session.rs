@@ -75,8 +75,9 @@ impl Server {
     }
 
     /// The descriptor to watch for the next peer (non-blocking): readable when
-    /// [`take`](Self::take) with a zero wait may find one.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    /// [`take`](Self::take) with a zero wait may find one. Readiness-only ([`Listener::fd`],
+    /// [`OobListener::fd`]).
+    pub fn fd(&self) -> Result<BorrowedFd<'_>> {
         match self {
             Server::Cm(l) => l.fd(),
             Server::Oob(l) => l.fd(),

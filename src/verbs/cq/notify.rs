@@ -14,7 +14,7 @@
 //!
 //! Events are read and acknowledged at once, so `ibv_destroy_cq` never waits for one.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::BorrowedFd;
 
 use crate::error::{Error, Result};
 use crate::sys;
@@ -22,10 +22,26 @@ use crate::sys;
 use super::CompletionQueue;
 
 impl CompletionQueue {
-    /// The completion channel's file descriptor (non-blocking; readable when an armed CQ got a
+    /// A descriptor that is readable while the completion channel is (an armed CQ got a
     /// completion), or `None` for a CQ made in [`WaitMode::Poll`](super::WaitMode::Poll),
-    /// which has no channel. It stays open as long as the CQ.
-    pub fn channel_fd(&self) -> Option<BorrowedFd<'_>> {
+    /// which has no channel. It is an epoll instance watching the channel (made on the first
+    /// call, open as long as the CQ), never the channel's own descriptor, whose `read(2)` would
+    /// take events that `ibv_destroy_cq(3)` then waits for forever.
+    pub fn channel_fd(&self) -> Result<Option<BorrowedFd<'_>>> {
+        let Some(fd) = self.raw_channel_fd() else {
+            return Ok(None);
+        };
+        let ready = self.inner.ready.get(fd).map_err(|e| {
+            Error::io(
+                "epoll_create1 (a completion channel's readiness descriptor)",
+                e,
+            )
+        })?;
+        Ok(Some(ready))
+    }
+
+    /// The completion channel's own descriptor (non-blocking), for the crate's own waits only.
+    pub(crate) fn raw_channel_fd(&self) -> Option<BorrowedFd<'_>> {
         let ch = self.inner.channel.as_ref()?;
         // SAFETY: the channel is valid while the CQ lives (it is destroyed after the CQ).
         let fd = unsafe { (*ch.0.as_ptr()).fd };
@@ -69,33 +85,25 @@ impl CompletionQueue {
     }
 }
 
-/// A completion queue's channel, kept open by a handle to the CQ: for event loops that want an
-/// owner of the descriptor (e.g. tokio's `AsyncFd`). Made by [`CompletionQueue::channel`].
+/// A completion queue's channel, kept open by a handle to the CQ: the owner of the
+/// descriptor for the crate's own reactor registrations (`aio`). Crate-private, so the channel's
+/// own descriptor never reaches safe code.
+#[cfg(feature = "tokio")]
 #[derive(Clone)]
-pub struct CqChannel(CompletionQueue);
+pub(crate) struct CqChannel(CompletionQueue);
 
-impl std::fmt::Debug for CqChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CqChannel({})", self.as_raw_fd())
-    }
-}
-
+#[cfg(feature = "tokio")]
 impl CompletionQueue {
     /// The CQ's completion channel with a handle that keeps it open, or `None` in poll mode.
-    pub fn channel(&self) -> Option<CqChannel> {
+    pub(crate) fn channel(&self) -> Option<CqChannel> {
         self.inner.channel.as_ref()?;
         Some(CqChannel(self.clone()))
     }
 }
 
+#[cfg(feature = "tokio")]
 impl CqChannel {
-    /// The CQ whose channel this is.
-    pub fn cq(&self) -> &CompletionQueue {
-        &self.0
-    }
-
     /// Registers the channel with the current tokio runtime's reactor, for readability.
-    #[cfg(feature = "tokio")]
     pub(crate) fn register(self) -> std::io::Result<tokio::io::unix::AsyncFd<CqChannel>> {
         // SAFETY: register_with_interest's contract (fd open and the same while registered):
         // the AsyncFd owns `self`, whose CQ handle keeps the CQ's one channel open till dropped.
@@ -106,16 +114,12 @@ impl CqChannel {
     }
 }
 
-impl AsFd for CqChannel {
-    fn as_fd(&self) -> BorrowedFd<'_> {
+#[cfg(feature = "tokio")]
+impl std::os::fd::AsRawFd for CqChannel {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.0
-            .channel_fd()
+            .raw_channel_fd()
             .expect("a CqChannel is made only for a CQ with a channel")
-    }
-}
-
-impl AsRawFd for CqChannel {
-    fn as_raw_fd(&self) -> RawFd {
-        self.as_fd().as_raw_fd()
+            .as_raw_fd()
     }
 }

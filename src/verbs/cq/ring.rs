@@ -42,6 +42,14 @@ struct RecvSlot {
     done: RingDone,
 }
 
+// SAFETY: `wr`'s pointers are plain values (its own SGE, the next slot's request of a list, or
+// null), set and dereferenced only through `&mut` (a post takes the table by `&mut`); no
+// `&self` path dereferences or changes them, so moving or sharing a slot between threads cannot
+// race on what they point to.
+unsafe impl Send for RecvSlot {}
+// SAFETY: as above.
+unsafe impl Sync for RecvSlot {}
+
 /// The ring (empty until the owner sets one up).
 #[derive(Default)]
 pub(crate) struct Ring {

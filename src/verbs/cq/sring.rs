@@ -35,6 +35,14 @@ struct SendSlot {
     seq: u64,
 }
 
+// SAFETY: `wr`'s pointers are plain values (its own SGE in the slot's ring, or null; the other
+// members are unused by a SEND), set and dereferenced only through `&mut` (a post takes the
+// table by `&mut`); no `&self` path dereferences or changes them, so moving or sharing a slot
+// between threads cannot race on what they point to.
+unsafe impl Send for SendSlot {}
+// SAFETY: as above.
+unsafe impl Sync for SendSlot {}
+
 /// The ring (empty until the owner sets one up). Slots are posted round the ring and retire in
 /// the same order (a send queue completes in order), so the posted ones are always the run
 /// `head, head + 1, ...` (mod the ring's size) of length `posted`.

@@ -134,14 +134,18 @@ impl<V: Default> QpMap<V> {
 const NIL: u32 = u32::MAX;
 /// The low 32 bits of an internal work request id are its slot index.
 const INDEX_MASK: u64 = 0xffff_ffff;
-/// Bits 32..63 of an internal id: a generation, so a stale id (a destroyed QP's late
-/// completion) never matches a reused slot.
+/// Bits 32..62 of an internal id: its slot's generation, 1 to `GEN_MASK`, one more each time
+/// the slot is used. A slot that has used its last generation is never used again
+/// ([`release`]), so a stale id (a destroyed QP's late completion) never matches a reused
+/// slot: no generation of a slot comes twice.
 const GEN_MASK: u64 = 0x7fff_ffff;
 
 /// One slot of the in-flight slab: a posted work request, or a free slot.
 struct Slot {
     /// The internal id posted as `wr_id` (0: free).
     id: u64,
+    /// The generation of the slot's last use (0: never used).
+    gen: u32,
     qpn: u32,
     /// Used: the next (newer) outstanding send of the same QP; free: the next free slot.
     next: u32,
@@ -171,7 +175,6 @@ impl Default for SendChain {
 pub(crate) struct Table {
     slots: Vec<Slot>,
     free: u32,
-    gen: u64,
     sq: QpMap<SendChain>,
     pub(super) pending: VecDeque<Completion>,
     /// Raw completions polled in one `ibv_poll_cq` call and not matched yet
@@ -218,13 +221,19 @@ pub(crate) fn trace_wc(wc: &sys::ibv_wc) {
 /// Completions a busy-poll asks `ibv_poll_cq(3)` for at once.
 pub(super) const STASH: usize = 4;
 
-/// Frees slot `i` (in use) and returns its entry.
+/// Frees slot `i` (in use) and returns its entry. A slot whose generation is the last
+/// (`GEN_MASK`) is not put back on the free list: it stays unused for good (after 2^31 uses,
+/// one slot's worth of memory), so that its generations never start over.
 #[inline(always)]
 fn release(slots: &mut [Slot], free: &mut u32, i: u32) -> Option<Entry> {
     let s = &mut slots[i as usize];
     s.id = 0;
-    s.next = *free;
-    *free = i;
+    if u64::from(s.gen) < GEN_MASK {
+        s.next = *free;
+        *free = i;
+    } else {
+        s.next = NIL;
+    }
     s.entry.take()
 }
 
@@ -292,7 +301,6 @@ impl Table {
         Table {
             slots: Vec::with_capacity(n),
             free: NIL,
-            gen: 0,
             sq: QpMap::default(),
             pending: VecDeque::new(),
             stash: Default::default(),
@@ -337,6 +345,7 @@ impl Table {
             };
             self.slots.push(Slot {
                 id: 0,
+                gen: 0,
                 qpn: 0,
                 next: NIL,
                 seq: 0,
@@ -344,16 +353,14 @@ impl Table {
             });
             i
         };
-        // Generations 1..=GEN_MASK: an id is never 0 (a free slot's).
-        self.gen = if self.gen >= GEN_MASK {
-            1
-        } else {
-            self.gen + 1
-        };
-        let id = u64::from(i) | (self.gen << 32) | if recv { RECV_BIT } else { 0 };
+        // Generations 1..=GEN_MASK: an id is never 0 (a free slot's). A free slot's generation
+        // is below GEN_MASK (`release`), so this one is new for the slot.
+        let gen = self.slots[i as usize].gen + 1;
+        let id = u64::from(i) | (u64::from(gen) << 32) | if recv { RECV_BIT } else { 0 };
         let seq = if recv { 0 } else { self.next_seq() };
         self.slots[i as usize] = Slot {
             id,
+            gen,
             qpn,
             next: NIL,
             seq,
@@ -642,149 +649,4 @@ impl Table {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-    use crate::error::Error;
-
-    pub(in crate::verbs::cq) fn wc(wr_id: u64, qp_num: u32, status: u32) -> sys::ibv_wc {
-        sys::ibv_wc {
-            wr_id,
-            qp_num,
-            status,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn qp_map_keeps_queues_apart() {
-        let mut m: QpMap<Vec<u32>> = QpMap::default();
-        assert!(m.get(7).is_none());
-        m.get_or_default(7).push(1);
-        m.get_or_default(9).push(2);
-        m.get_or_default(7).push(3);
-        assert_eq!(m.get(7), Some(&vec![1, 3]));
-        assert_eq!(m.get_mut(9).map(|v| v.len()), Some(1));
-        assert_eq!(m.remove(7), Some(vec![1, 3]));
-        assert!(m.get(7).is_none() && m.remove(7).is_none());
-        assert_eq!(m.get(9), Some(&vec![2]));
-    }
-
-    #[test]
-    fn signaled_completion_retires_earlier_unsignaled() {
-        let mut t = Table::default();
-        let a = t.push(5, false, 100, Bufs::new(), "RDMA WRITE").unwrap();
-        let b = t.push(5, false, 101, Bufs::new(), "RDMA WRITE").unwrap();
-        let c = t.push(5, false, 102, Bufs::new(), "SEND").unwrap();
-        assert!(a < b && b < c);
-        let done = t.complete(&wc(b, 5, 0)).unwrap();
-        assert_eq!(done.wr_id, 101);
-        assert_eq!(done.retired.len(), 1);
-        assert_eq!(done.retired[0].wr_id, 100);
-        assert_eq!(done.op(), "RDMA WRITE");
-        assert_eq!(t.outstanding(5), 1);
-        assert!(t.complete(&wc(a, 5, 0)).is_none(), "already retired");
-        let done = t.complete(&wc(c, 5, 12)).unwrap();
-        assert!(!done.is_success());
-        assert!(matches!(
-            done.to_error(),
-            Error::Completion {
-                status: 12,
-                wr_id: 102,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn recv_ids_are_separate_and_unknown_qp_is_ignored() {
-        let mut t = Table::default();
-        let r = t.push(9, true, 1, Bufs::new(), "RECV").unwrap();
-        assert_ne!(r & RECV_BIT, 0);
-        assert!(t.complete(&wc(r, 10, 0)).is_none());
-        let mut w = wc(r, 9, 0);
-        w.wc_flags = sys::IBV_WC_WITH_IMM.0;
-        w.__bindgen_anon_1.imm_data = 0xdeadbeefu32.to_be();
-        let c = t.complete(&w).unwrap();
-        assert_eq!(c.imm, Some(0xdeadbeef));
-        assert!(!t.has_entries(9));
-    }
-
-    #[test]
-    fn purge_and_pop_last() {
-        let mut t = Table::default();
-        let s1 = t.push(3, false, 1, Bufs::new(), "SEND").unwrap();
-        let r = t.push(3, true, 2, Bufs::new(), "RECV").unwrap();
-        assert_eq!(t.unpush(3, r).unwrap().wr_id, 2);
-        assert!(t.has_entries(3));
-        // A send taken back leaves the chain consistent for the next one.
-        let s2 = t.push(3, false, 3, Bufs::new(), "SEND").unwrap();
-        assert_eq!(t.unpush(3, s2).unwrap().wr_id, 3);
-        let s3 = t.push(3, false, 4, Bufs::new(), "SEND").unwrap();
-        let done = t.complete(&wc(s3, 3, 0)).unwrap();
-        assert_eq!((done.wr_id, done.retired.len()), (4, 1));
-        assert_eq!(done.retired[0].wr_id, 1);
-        assert!(t.complete(&wc(s1, 3, 0)).is_none(), "retired");
-        t.push(3, false, 5, Bufs::new(), "SEND").unwrap();
-        assert_eq!(t.purge(3).len(), 1);
-        assert!(!t.has_entries(3));
-    }
-
-    #[test]
-    fn lean_path_falls_back_to_full_completions_and_keeps_stash_order() {
-        let mut t = Table::default();
-        // No buffer (a credit message's SEND), an error, an unsignaled predecessor: all full.
-        let a = t.push(4, false, 1, Bufs::new(), "SEND").unwrap();
-        let b = t.push(4, false, 2, Bufs::new(), "SEND").unwrap();
-        let r = t.push(4, true, 3, Bufs::new(), "RECV").unwrap();
-        assert!(
-            t.complete_lean(&wc(a ^ (1 << 40), 4, 0)).is_none(),
-            "stale id"
-        );
-        match t.complete_lean(&wc(b, 4, 0)) {
-            Some(Polled::Full(c)) => {
-                assert_eq!((c.wr_id, c.retired.len()), (2, 1));
-                assert_eq!(c.retired[0].wr_id, 1);
-            }
-            _ => panic!("a completion that retires another is a full one"),
-        }
-        // Stashed completions come out in order, skipping unknown ones, before new polls.
-        let r2 = t.push(4, true, 4, Bufs::new(), "RECV").unwrap();
-        t.stash[0] = wc(0, 4, 0);
-        t.stash[1] = wc(r, 4, 12);
-        t.stash[2] = wc(r2, 4, 0);
-        (t.stash_at, t.stash_len) = (0, 3);
-        let first = t.take_polled().unwrap().into_completion(&mut t);
-        assert_eq!((first.wr_id, first.is_success()), (3, false));
-        let p = t.take_polled().unwrap();
-        assert_eq!(p.into_completion(&mut t).wr_id, 4);
-        assert!(t.take_polled().is_none());
-        assert!(!t.has_entries(4));
-    }
-
-    #[test]
-    fn slab_reuses_slots_and_stale_ids_never_match() {
-        let mut t = Table::with_capacity(4);
-        let old = t.push(1, true, 10, Bufs::new(), "RECV").unwrap();
-        assert_eq!(t.purge(1).len(), 1);
-        // The slot is reused by another QP; the destroyed QP's late completion must not match
-        // it, nor may the new entry's id with the old QP number.
-        let new = t.push(2, true, 20, Bufs::new(), "RECV").unwrap();
-        assert_eq!(old & INDEX_MASK, new & INDEX_MASK);
-        assert_ne!(old, new);
-        assert!(t.complete(&wc(old, 1, 0)).is_none());
-        assert!(t.complete(&wc(old, 2, 0)).is_none());
-        assert!(t.complete(&wc(new, 1, 0)).is_none());
-        assert!(t.complete(&wc(0, 2, 0)).is_none());
-        assert_eq!(t.complete(&wc(new, 2, 0)).unwrap().wr_id, 20);
-        // Steady state: posting and completing in turn never grows the slab.
-        let cap = t.slots.capacity();
-        for k in 0..1000u64 {
-            let s = t.push(2, false, k, Bufs::new(), "SEND").unwrap();
-            let r = t.push(2, true, k, Bufs::new(), "RECV").unwrap();
-            assert_eq!(t.complete(&wc(r, 2, 0)).unwrap().wr_id, k);
-            assert_eq!(t.complete(&wc(s, 2, 0)).unwrap().wr_id, k);
-        }
-        assert_eq!((t.slots.len(), t.slots.capacity()), (2, cap));
-        assert!(!t.has_entries(2));
-    }
-}
+pub(super) mod tests;

@@ -174,7 +174,7 @@ impl Listener {
                     after: wait.unwrap_or_default(),
                 });
             }
-            self.wake.wait(self.id.as_fd(), left)?;
+            self.wake.wait(self.id.channel_fd(), left)?;
         };
         Ok(Pending {
             peer: req.id.peer_addr(),

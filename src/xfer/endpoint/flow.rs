@@ -1,10 +1,9 @@
 //! The credit engine: completions handled, credits applied and returned, receives re-posted,
 //! and the waits for progress (see the module docs of [`super`]).
 
-use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
-use crate::cm::EventKind;
+use crate::cm::{CmId, EventKind};
 use crate::error::{Error, Result};
 use crate::verbs::{Completion, Polled, Retired, SendOp, SendRequest, SleepLeft, WaitMode};
 use crate::xfer::wire::{self, ImmKind};
@@ -271,7 +270,7 @@ impl Endpoint {
                     });
                 }
             }
-            let cm = self.cm.as_ref().map(|id| id.as_fd());
+            let cm = self.cm.as_ref().map(CmId::channel_fd);
             let mut cm_ready = false;
             if let Some(c) = self.q.wait_one(&mut deadline.left, cm, &mut cm_ready)? {
                 return self.handle_polled_take(c);

@@ -57,8 +57,11 @@
 //! - [`Listener::fd`]: the listener's CM event channel (connection requests).
 //! - [`Connecting::fd`], [`Accepting::fd`]: the channel of a connection being set up.
 //!
-//! All are non-blocking and stay open as long as their object. They are readable (`POLLIN`)
-//! when something may have happened; a `try_*` call then finds out what.
+//! All stay open as long as their object. They are readable (`POLLIN`) when something may
+//! have happened; a `try_*` call then finds out what. Each is readiness-only: an epoll
+//! instance watching the channel (made on the first call), never the device's own descriptor
+//! (`/dev/infiniband/rdma_cm`, whose `write(2)` takes commands with raw pointers): wait on it,
+//! register it with a reactor, but reading or writing it does nothing to the connection.
 //!
 //! ## Re-arming the completion channel
 //! The completion channel raises one event per [`Endpoint::arm`] (`ibv_req_notify_cq(3)`), and

@@ -2,7 +2,7 @@
 //! [endpoint module](crate::xfer::endpoint#non-blocking-use)).
 
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use crate::cm::{CmId, Event, EventKind};
@@ -16,16 +16,28 @@ use super::options::EndpointOptions;
 use super::setup::Parts;
 
 impl Endpoint {
-    /// The completion channel's fd, or `None` for an endpoint made in poll mode. See the
-    /// [endpoint module docs](crate::xfer::endpoint#non-blocking-use) for how to wait on it.
-    pub fn completion_fd(&self) -> Option<BorrowedFd<'_>> {
+    /// A descriptor readable while the completion channel is, or `None` for an endpoint made
+    /// in poll mode. See the [endpoint module docs](crate::xfer::endpoint#non-blocking-use) for
+    /// how to wait on it. Readiness-only: an epoll instance over the channel
+    /// ([`CompletionQueue::channel_fd`](crate::verbs::CompletionQueue::channel_fd)).
+    pub fn completion_fd(&self) -> Result<Option<BorrowedFd<'_>>> {
         self.q.cq().channel_fd()
     }
 
-    /// The connection's RDMA CM event channel fd (readable when the peer disconnects), or
-    /// `None` for an out-of-band endpoint.
-    pub fn cm_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.cm.as_ref().map(AsFd::as_fd)
+    /// A descriptor readable while an RDMA CM event (the peer's disconnect) is queued for the
+    /// connection, or `None` for an out-of-band endpoint. Readiness-only: an epoll instance
+    /// over the CM event channel ([`CmId::fd`]).
+    pub fn cm_fd(&self) -> Result<Option<BorrowedFd<'_>>> {
+        self.cm.as_ref().map(CmId::fd).transpose()
+    }
+
+    /// The completion channel's and the CM event channel's own descriptors, for the crate's own
+    /// waits (the C API's connection descriptor).
+    pub(crate) fn raw_fds(&self) -> (Option<BorrowedFd<'_>>, Option<BorrowedFd<'_>>) {
+        (
+            self.q.cq().raw_channel_fd(),
+            self.cm.as_ref().map(CmId::channel_fd),
+        )
     }
 
     /// A handle of the connection's CM id (for registering its channel with a reactor: the
@@ -158,10 +170,11 @@ impl Endpoint {
 }
 
 impl Listener {
-    /// The listener's RDMA CM event channel fd: readable when a connection request (or another
-    /// event) is queued for [`try_take`](Self::try_take).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.id.as_fd()
+    /// A descriptor readable when a connection request (or another event) is queued for
+    /// [`try_take`](Self::try_take). Readiness-only: an epoll instance over the listener's
+    /// RDMA CM event channel ([`CmId::fd`]).
+    pub fn fd(&self) -> Result<BorrowedFd<'_>> {
+        self.id.fd()
     }
 
     /// A handle of the listening CM id (for registering its channel with a reactor: the `aio`
@@ -212,9 +225,11 @@ impl Pending {
 }
 
 impl Accepting {
-    /// The connection's own CM event channel fd (readable when the client completes it).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.id.as_fd()
+    /// A descriptor readable when the client completes the connection (or another event
+    /// came). Readiness-only: an epoll instance over the connection's own CM event channel
+    /// ([`CmId::fd`]).
+    pub fn fd(&self) -> Result<BorrowedFd<'_>> {
+        self.id.fd()
     }
 
     /// The peer's address, when known.
@@ -293,9 +308,10 @@ impl Connecting {
         })
     }
 
-    /// The connection's CM event channel fd: readable when the next step may be taken.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.id.as_fd()
+    /// A descriptor readable when the next step may be taken. Readiness-only: an epoll
+    /// instance over the connection's CM event channel ([`CmId::fd`]).
+    pub fn fd(&self) -> Result<BorrowedFd<'_>> {
+        self.id.fd()
     }
 
     /// A handle of the connection's CM id (for registering its channel with a reactor: the

@@ -254,6 +254,8 @@ pub struct OobListener {
     pub(super) tcp: TcpListener,
     pub(super) opts: EndpointOptions,
     pub(super) wake: Arc<Wake>,
+    /// The readiness-only descriptor handed out ([`fd`](Self::fd)).
+    ready: crate::os::ReadyFd,
 }
 
 impl std::fmt::Debug for OobListener {
@@ -285,6 +287,7 @@ impl OobListener {
             tcp,
             opts: opts.clone(),
             wake: Wake::new()?,
+            ready: crate::os::ReadyFd::default(),
         })
     }
 
@@ -293,10 +296,13 @@ impl OobListener {
         ShutdownHandle(self.wake.clone())
     }
 
-    /// The descriptor to watch for the next client (the TCP listening socket, non-blocking),
-    /// as [`Listener::fd`](super::Listener::fd).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.tcp.as_fd()
+    /// A descriptor readable when a client is waiting, as [`Listener::fd`](super::Listener::fd):
+    /// readiness-only, an epoll instance over the TCP listening socket (so that no descriptor
+    /// the crate hands out can take a connection, or a device command, behind its back).
+    pub fn fd(&self) -> Result<BorrowedFd<'_>> {
+        self.ready
+            .get(self.tcp.as_fd())
+            .map_err(|e| Error::io("epoll_create1 (the TCP listener's readiness descriptor)", e))
     }
 
     /// The TCP address listened on.
