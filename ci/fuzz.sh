@@ -23,7 +23,12 @@ else
 fi
 
 t0="$SECONDS"
-ci_log "fuzz: cargo afl build --release (${targets[*]})"
+# cargo-afl compiles every crate with one codegen unit at AFL_OPT_LEVEL (its default 3): on two
+# cores the rdmaxfer crate alone then took over 20 min (over 9 at level 1), at level 0 the whole
+# cold build 125 s. These runs are seconds long, so the build matters more than the speed of an
+# execution; fuzz/Cargo.toml's overflow and debug-assertion checks stay on at every level.
+export AFL_OPT_LEVEL="${AFL_OPT_LEVEL:-0}"
+ci_log "fuzz: cargo afl build --release, AFL_OPT_LEVEL=$AFL_OPT_LEVEL (${targets[*]})"
 # fuzz/Cargo.lock pins the fuzz build; it also lists rdmaxfer's own dependencies, so a dependency
 # added to the main crate must be added here too (`cd fuzz && cargo update -w`), or this fails.
 cargo afl build --release --locked --bins ||

@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# ci/guest-tests.sh BIN... — runs INSIDE the guest: each device test binary with --ignored --test-threads=1.
-# With CI_VALGRIND_BINS="BIN..." (paths without spaces) and CI_VALGRIND_LOG=FILE it then runs, in
-# the same boot, ci/guest-valgrind.sh BIN... with its output in FILE; that phase does not change
-# this script's status (ci/test.sh's valgrind step reports it: ci/guest-valgrind.sh --report FILE).
+# ci/guest-tests.sh BIN... — runs INSIDE the guest: each device test binary with --ignored
+# --test-threads=1, its output shown, its per-test wall times in CI_DEVICE_TIMES (default
+# target/ci/logs/device-times.txt).
+# Optional, by environment (ci/test.sh sets them):
+# - CI_VALGRIND_BINS="BIN..." (paths without spaces), CI_VALGRIND_LOG=FILE, CI_VALGRIND_FILTERS:
+#   the memcheck phase, ci/guest-valgrind.sh BIN... in this boot with its output in FILE, after
+#   the binaries (before them with CI_VALGRIND_FIRST=1); it does not change this script's status
+#   (ci/test.sh's valgrind step reports it: ci/guest-valgrind.sh --report FILE).
+# - CI_CAPI_READY=FILE: a device_capi* binary first waits (bounded) until FILE exists; the host
+#   builds the C examples meanwhile, then writes "ok" (or "failed") there.
+# - CI_CONTAINER_BINS="BIN...": at the end, those binaries again inside the CI image
+#   (ci/guest-container.sh, docs/container.md), once CI_IMAGE_READY says the image is built.
 # Any process that crashes meanwhile (a test binary, or an rdmaxfer or C example it spawned)
 # leaves a core in CI_CORE_DIR (default target/ci/cores); after each test binary the backtraces
 # of the new cores are printed here ("[cores] CRASH: ..."), and a crash fails the run.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
-(($#)) || { echo "[guest-tests] no test binaries given" >&2; exit 2; }
-limit="${CI_DEVICE_TEST_TIMEOUT:-600}"
+(($#)) || [[ -n "${CI_VALGRIND_BINS:-}${CI_CONTAINER_BINS:-}" ]] || { echo "[guest-tests] no test binaries given" >&2; exit 2; }
+limit="${CI_DEVICE_TEST_TIMEOUT:-1200}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 cores="${CI_CORE_DIR:-target/ci/cores}"
 cores_enable "$cores" || echo "[guest-tests] WARNING: crashes will leave no core" >&2
@@ -19,8 +27,43 @@ times="${CI_DEVICE_TIMES:-target/ci/logs/device-times.txt}"
 mkdir -p "$(dirname "$times")"
 : >"$times"
 rc=0
+# ready VAR WHAT — with the variable named VAR set to a file (ci/test.sh builds WHAT on the host
+# meanwhile, then writes "ok" or "failed" there), waits until the file is there (bounded) and
+# says whether it reads "ok"; with VAR unset, true at once.
+ready() {
+  local file="${!1:-}" i t0=$SECONDS
+  [[ -z "$file" ]] && return 0
+  for ((i = 0; i < ${CI_READY_WAIT:-1800}; i++)); do
+    [[ -s "$file" ]] && break
+    sleep 1
+  done
+  echo "[guest-tests] waited $((SECONDS - t0))s for $2"
+  if [[ "$(cat "$file" 2>/dev/null)" != ok ]]; then
+    echo "[guest-tests] $2: not built ($file: $(cat "$file" 2>/dev/null || echo missing))"
+    return 1
+  fi
+}
+# memcheck_phase — with CI_VALGRIND_BINS="BIN..." (paths without spaces) and CI_VALGRIND_LOG=FILE,
+# runs ci/guest-valgrind.sh BIN... with its output in FILE; that does not change this script's
+# status (ci/test.sh's valgrind step reports it). CI_VALGRIND_FIRST=1 runs it before the rest.
+memcheck_phase() {
+  [[ -n "${CI_VALGRIND_BINS:-}" ]] || return 0
+  local vlog="${CI_VALGRIND_LOG:?CI_VALGRIND_LOG must name the log of the memcheck phase}" t0=$SECONDS
+  echo "[guest-tests] === memcheck phase: ci/guest-valgrind.sh $CI_VALGRIND_BINS > $vlog"
+  # shellcheck disable=SC2086 # a space-separated list of paths
+  bash "$(dirname "${BASH_SOURCE[0]}")/guest-valgrind.sh" $CI_VALGRIND_BINS >"$vlog" 2>&1
+  echo "[guest-tests] memcheck phase: exit $? after $((SECONDS - t0))s (reported by its own step)"
+}
+valgrind_first="${CI_VALGRIND_FIRST:-0}"
+if ((valgrind_first)); then memcheck_phase; fi
 for bin in "$@"; do
   name="$(basename "$bin")"
+  case "$name" in
+    device_capi*)
+      ready CI_CAPI_READY "the C examples" ||
+        echo "[guest-tests] $name: running it anyway: its C-example tests will fail"
+      ;;
+  esac
   log="/tmp/guest-tests.$name.log" # guest-only /tmp
   before="/tmp/guest-tests.$name.cores"
   cores_list "$cores" >"$before"
@@ -45,12 +88,17 @@ for bin in "$@"; do
 done
 echo "[guest-tests] slowest device tests (seconds; all in $times):"
 sort -rn "$times" | head -n 15 | sed 's/^/[guest-tests]   /'
-if [[ -n "${CI_VALGRIND_BINS:-}" ]]; then
-  vlog="${CI_VALGRIND_LOG:?CI_VALGRIND_LOG must name the log of the memcheck phase}"
-  echo "[guest-tests] === memcheck phase: ci/guest-valgrind.sh $CI_VALGRIND_BINS > $vlog"
-  t0=$SECONDS
-  # shellcheck disable=SC2086 # a space-separated list of paths
-  bash "$(dirname "${BASH_SOURCE[0]}")/guest-valgrind.sh" $CI_VALGRIND_BINS >"$vlog" 2>&1
-  echo "[guest-tests] memcheck phase: exit $? after $((SECONDS - t0))s (reported by its own step)"
+if ((!valgrind_first)); then memcheck_phase; fi
+# The CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS, those binaries run
+# again inside the image, in this guest; their results count like the rest.
+if [[ -n "${CI_CONTAINER_BINS:-}" ]]; then
+  echo "[guest-tests] === the CI container: ci/guest-container.sh $CI_CONTAINER_BINS"
+  if ready CI_IMAGE_READY "the CI image"; then
+    # shellcheck disable=SC2086 # a space-separated list of paths
+    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" $CI_CONTAINER_BINS || rc=1
+  else
+    echo "[guest-tests] the CI container FAILED without a test summary (no image)"
+    rc=1
+  fi
 fi
 exit "$rc"

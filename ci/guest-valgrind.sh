@@ -22,18 +22,20 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 limit="${CI_VALGRIND_TIMEOUT:-900}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+# CI_VALGRIND_FILTERS: libtest name filters for every binary (space-separated; default none).
+read -r -a filters <<<"${CI_VALGRIND_FILTERS:-}"
 rc=0
 command -v valgrind >/dev/null || { echo "[guest-valgrind] valgrind missing (ci/setup.sh installs it)"; rc=2; }
 for bin in "$@"; do
   ((rc == 2)) && break
   name="$(basename "$bin")"
   vlog="/tmp/guest-valgrind.$name.log" # guest-only /tmp
-  echo "[guest-valgrind] === valgrind $name --ignored --test-threads=1 (limit ${limit}s)"
+  echo "[guest-valgrind] === valgrind $name --ignored --test-threads=1 ${filters[*]} (limit ${limit}s)"
   t0=$SECONDS
   timeout -k 10 "$limit" valgrind --tool=memcheck --error-exitcode=1 \
     --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
     --suppressions="$root/tests/valgrind.supp" --log-file="$vlog" \
-    "$bin" --ignored --test-threads=1 2>&1
+    "$bin" --ignored --test-threads=1 "${filters[@]}" 2>&1
   r=$?
   cat "$vlog"
   errors="$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' "$vlog" | tail -1)"

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# ci/test.sh — command 2, every test: fmt, clippy, header check, docs, examples, host `cargo test` (all features: tokio too), the fuzz targets briefly, the C examples, device tests in one rxe guest (then two of them under valgrind); ends "N passed, M failed".
+# ci/test.sh — command 2, every test; ends "N passed, M failed" (CI runs it via .ci/run).
+# Order: set-up; the test binaries (debug, all features) built once; then the device tests start
+# in the rxe guest IN THE BACKGROUND (ci/guest-tests.sh, memcheck phase included) while the host
+# does the rest: the C library and examples (the guest runs device_capi* last, once they are
+# built: CI_CAPI_READY), fmt, clippy, docs, examples, header check, host `cargo test`, the fuzz
+# targets; then the guest's output and counts are joined, and the memcheck verdict.
+# CI_SERIAL=1 runs the guest after the host steps instead (nothing overlaps).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -9,25 +15,20 @@ mkdir -p "$logs"
 passed=0
 failed=0
 report=()
+declare -A bg_pid bg_t0
 
 finish() {
-  ci_log "=== summary"
+  ci_log "=== summary ($((SECONDS / 60)) min $((SECONDS % 60)) s in all)"
   printf '  %s\n' "${report[@]}"
   echo "$passed passed, $failed failed"
   if ((failed)); then exit 1; fi
   exit 0
 }
 
-# step NAME CMD... — run CMD (output shown and logged), add its "test result:" counts; a failing
-# step that reported no failed test (build error, crash, lint) counts as one failure.
-step() {
-  local name="$1" rc p f t0="$SECONDS"
-  shift
-  ci_log "=== $name: $*"
-  set +e
-  "$@" 2>&1 | tee "$logs/$name.log"
-  rc="${PIPESTATUS[0]}"
-  set -e
+# tally NAME RC T0 — adds the cargo-style "test result:" counts of $logs/NAME.log; a step that
+# failed without reporting a failed test (build error, crash, lint) counts as one failure.
+tally() {
+  local name="$1" rc="$2" t0="$3" p f
   read -r p f < <(awk '
     /^test result: / { for (i = 2; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
     /^\[guest-tests\] .* FAILED without a test summary/ { f++ }
@@ -35,24 +36,57 @@ step() {
   if ((rc != 0 && f == 0)); then f=1; fi
   passed=$((passed + p))
   failed=$((failed + f))
-  report+=("$(printf '%-12s %-4s %3s passed %3s failed  %4ss' "$name" "$( ((rc == 0)) && echo ok || echo FAIL)" "$p" "$f" "$((SECONDS - t0))")")
+  report+=("$(printf '%-14s %-4s %3s passed %3s failed  %4ss' "$name" "$( ((rc == 0)) && echo ok || echo FAIL)" "$p" "$f" "$((SECONDS - t0))")")
+}
+
+# step NAME CMD... — runs CMD (output shown and logged) and tallies it; returns CMD's status.
+step() {
+  local name="$1" rc t0="$SECONDS"
+  shift
+  ci_log "=== $name: $*"
+  set +e
+  "$@" 2>&1 | tee "$logs/$name.log"
+  rc="${PIPESTATUS[0]}"
+  set -e
+  tally "$name" "$rc" "$t0"
+  return "$rc"
+}
+
+# step_bg NAME CMD... — starts CMD in the background, its output only in $logs/NAME.log.
+step_bg() {
+  local name="$1"
+  shift
+  ci_log "=== $name (background, joined later): $*"
+  bg_t0[$name]="$SECONDS"
+  (
+    set +e
+    "$@" >"$logs/$name.log" 2>&1
+    echo "$?" >"$logs/$name.rc"
+  ) &
+  bg_pid[$name]="$!"
+}
+
+# step_join NAME — waits for a step_bg, shows its output and tallies it.
+step_join() {
+  local name="$1" rc
+  wait "${bg_pid[$name]}" || true
+  rc="$(cat "$logs/$name.rc" 2>/dev/null || echo 1)"
+  ci_log "=== $name (joined, exit $rc): its output"
+  cat "$logs/$name.log"
+  tally "$name" "$rc" "${bg_t0[$name]}"
   return "$rc"
 }
 
 step setup bash ci/setup.sh || finish
 ci_path
-step fmt cargo fmt --check || true
-step clippy cargo clippy --all-targets --all-features -- -D warnings || true
-# Rust docs (the guide's doc-tests run in host-tests) and examples/*.rs, async ones included.
-step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || true
-step examples cargo build --examples --all-features || true
-step header bash ci/gen-header.sh --check || true
-step host-tests cargo test --all-features --no-fail-fast || true
-# AFL++ fuzz targets of the peer-input decoders (fuzz/, docs/fuzzing.md), ~15 s each: fails on a crash.
-step fuzz bash ci/fuzz.sh || true
+# Debug builds with line tables only, not full debug info: test binaries a third the size, which
+# link faster, load faster over the guest's 9p and start faster under valgrind; backtraces and
+# memcheck reports keep file:line. Every cargo call below sees it (one set of artifacts).
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
-# Build the test binaries once more (a no-op after the host run) and pick tests/device_*.rs
-# (with --all-features, as host-tests: device_async needs the tokio feature).
+# The test binaries, built once (the host run below finds them built), and the CLI. The guest
+# runs hard links of them in target/ci/bin, so a later build on the host (ci/install.sh in a host
+# test rebuilds target/debug/rdmaxfer without features) never swaps one under a running test.
 json="target/ci/test-artifacts.json"
 step build-tests bash -c 'cargo test --all-features --no-run --message-format=json-render-diagnostics >"$1"' _ "$json" || finish
 mapfile -t found < <(python3 - "$json" <<'PY'
@@ -73,15 +107,24 @@ for line in open(sys.argv[1]):
 print("\n".join(sorted(rows)))
 PY
 )
+bindir="target/ci/bin"
+rm -rf "$bindir"
+mkdir -p "$bindir"
 device_bins=()
-RDMAXFER_BIN="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/rdmaxfer"
+capi_bins=()
+RDMAXFER_BIN=""
 for row in "${found[@]}"; do
+  exe="${row#*$'\t'}"
+  ln -f "$exe" "$bindir/$(basename "$exe")"
   case "$row" in
-    dev$'\t'*) device_bins+=("${row#*$'\t'}") ;;
-    bin$'\t'*) RDMAXFER_BIN="${row#*$'\t'}" ;;
+    dev$'\t'*device_capi*) capi_bins+=("$CI_ROOT/$bindir/$(basename "$exe")") ;;
+    dev$'\t'*) device_bins+=("$CI_ROOT/$bindir/$(basename "$exe")") ;;
+    bin$'\t'*) RDMAXFER_BIN="$CI_ROOT/$bindir/$(basename "$exe")" ;;
   esac
 done
+[[ -n "$RDMAXFER_BIN" ]] || ci_die "the rdmaxfer binary was not among the built artifacts"
 export RDMAXFER_BIN
+device_bins+=("${capi_bins[@]}")
 if ((${#device_bins[@]} == 0)); then
   ci_log "FAIL: no device tests found (expected tests/device_*.rs integration tests)"
   report+=("device-tests FAIL: no device tests found")
@@ -89,21 +132,69 @@ if ((${#device_bins[@]} == 0)); then
   finish
 fi
 ci_log "device test binaries: ${device_bins[*]}; RDMAXFER_BIN=$RDMAXFER_BIN"
-# The C API as a C user gets it: install with PREFIX, build examples/c with pkg-config (the guest
-# runs them from target/capi/bin, tests/device_capi.rs).
-step capi-examples bash ci/capi-examples.sh || true
-# Memcheck (issue 15): after the native runs, the same guest boot runs tests/device_verbs.rs and
-# device_rw.rs again under valgrind (ci/guest-valgrind.sh; 327 s on a quiet host, 537 s on a
-# loaded one, ~90 % of it device_verbs); the valgrind step shows that phase's log and fails on
-# any memcheck error or definite leak, or if the phase did not run.
-vg_bins=()
+
+# Two guests at once, each its own VM with its own rxe0 (one guest keeps about 1.2 of the two
+# cores busy; the memcheck and C-example runs are the longest): guest A runs device_file,
+# device_conn (and any other device binary), then the CI container's smoke set, device_verbs
+# inside the image (ci/image.sh, ci/guest-container.sh, docs/container.md); guest B runs the
+# memcheck phase first (device_verbs' verbs:: and rw:: tests under valgrind:
+# ci/guest-valgrind.sh, reported by the valgrind step), then device_verbs, device_cli and
+# device_capi natively (the C examples' tests wait for CI_CAPI_READY).
+shard_a=()
+shard_b=()
+verbs_bin=""
 for b in "${device_bins[@]}"; do
-  case "$(basename "$b")" in device_verbs-* | device_rw-*) vg_bins+=("$b") ;; esac
+  case "$(basename "$b")" in
+    device_verbs-*) verbs_bin="$b"; shard_b+=("$b") ;;
+    device_cli-* | device_capi-*) shard_b+=("$b") ;;
+    *) shard_a+=("$b") ;;
+  esac
 done
-export CI_VALGRIND_BINS="${vg_bins[*]}" CI_VALGRIND_LOG="$CI_ROOT/$logs/valgrind-guest.log"
-rm -f "$CI_VALGRIND_LOG"
-CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-1800}" step device-tests ci/guest.sh -- bash ci/guest-tests.sh "${device_bins[@]}" || true
-step valgrind bash ci/guest-valgrind.sh --report "$CI_VALGRIND_LOG" || true
+export CI_CAPI_READY="$CI_ROOT/target/ci/capi.ready"
+valgrind_log="$CI_ROOT/$logs/valgrind-guest.log"
+rm -f "$valgrind_log" "$CI_CAPI_READY"
+guest_timeout="${CI_GUEST_TIMEOUT:-2400}"
+guest_a=(env CI_GUEST_TIMEOUT="$guest_timeout" CI_DEVICE_TIMES="$logs/device-times-a.txt"
+  CI_CORE_DIR=target/ci/cores-a CI_CONTAINER_BINS="$verbs_bin"
+  ci/guest.sh -- bash ci/guest-tests.sh "${shard_a[@]}")
+guest_b=(env CI_GUEST_TIMEOUT="$guest_timeout" CI_DEVICE_TIMES="$logs/device-times-b.txt"
+  CI_CORE_DIR=target/ci/cores-b CI_VALGRIND_BINS="$verbs_bin" CI_VALGRIND_FILTERS="verbs:: rw::"
+  CI_VALGRIND_LOG="$valgrind_log" CI_VALGRIND_FIRST=1
+  ci/guest.sh -- bash ci/guest-tests.sh "${shard_b[@]}")
+export CI_IMAGE_READY="$CI_ROOT/target/ci/image.ready"
+rm -f "$CI_IMAGE_READY"
+serial="${CI_SERIAL:-0}"
+if ((!serial)); then
+  step_bg device-tests-a "${guest_a[@]}"
+  step_bg device-tests-b "${guest_b[@]}"
+fi
+
+# The image guest A's container step loads (Debian packages only; reused while its inputs hold).
+if step image bash ci/image.sh; then echo ok >"$CI_IMAGE_READY"; else echo failed >"$CI_IMAGE_READY"; fi
+
+# The C API as a C user gets it: install with PREFIX, build examples/c with pkg-config (the guest
+# runs them from target/capi/bin: tests/device_capi*.rs). The marker lets the guest go on.
+if step capi-examples bash ci/capi-examples.sh; then echo ok >"$CI_CAPI_READY"; else echo failed >"$CI_CAPI_READY"; fi
+step fmt cargo fmt --check || true
+step clippy cargo clippy --all-targets --all-features -- -D warnings || true
+# Rust docs (the guide's doc-tests run in host-tests) and examples/*.rs, async ones included.
+step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || true
+step examples cargo build --examples --all-features || true
+step header bash ci/gen-header.sh --check || true
+step host-tests cargo test --all-features --no-fail-fast || true
+# AFL++ fuzz targets of the peer-input decoders (fuzz/, docs/fuzzing.md): fails on a crash.
+step fuzz bash ci/fuzz.sh || true
+
+if ((serial)); then
+  step device-tests-a "${guest_a[@]}" || true
+  step device-tests-b "${guest_b[@]}" || true
+else
+  step_join device-tests-a || true
+  step_join device-tests-b || true
+fi
+ci_log "slowest device tests (seconds; all in $logs/device-times-*.txt):"
+sort -rn "$logs"/device-times-*.txt 2>/dev/null | head -n 15 | sed 's/^/  /'
+step valgrind bash ci/guest-valgrind.sh --report "$valgrind_log" || true
 # The two-host rig (ci/rig.sh: two guests on a wire, faults, soak, benchmark) takes ~20 min on a
 # 2-core host (the 500-transfer soak ~11), more than this run's budget: opt in with CI_RIG=1 (RIG_SOAK_N shortens the soak).
 if [[ "${CI_RIG:-0}" == 1 ]]; then

@@ -3,8 +3,9 @@
 //!
 //! Built on the non-blocking calls of [`Endpoint`](crate::xfer::endpoint::Endpoint) (its
 //! `try_*` methods and descriptors): the completion channel and the RDMA CM event channels
-//! are registered with tokio's reactor ([`tokio::io::unix::AsyncFd`], each owning a handle that
-//! keeps its descriptor open: [`CqChannel`](crate::verbs::CqChannel), a CM id), and a future waits
+//! are registered with tokio's reactor ([`tokio::io::unix::AsyncFd`], each owning a handle of
+//! the CQ or CM id that keeps its descriptor open; the descriptors themselves stay inside the
+//! crate: `docs/soundness.md`, "Descriptors"), and a future waits
 //! only when a `try_*` call would block, following the re-arming rules of the non-blocking
 //! API. Endpoints made here use [`WaitMode::Event`](crate::verbs::WaitMode::Event).
 //!

@@ -1,15 +1,19 @@
-//! Helpers shared by the device tests that drive the `rdmaxfer` binary: child processes whose
-//! output is collected line by line, so tests synchronise on what they print, never on sleeps.
+//! Helpers shared by the device tests (`tests/device_*/main.rs`, each module a former test file):
+//! the guest's addresses and ports, test data, and child processes whose output is collected
+//! line by line, so tests synchronise on what they print, never on sleeps.
+// Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
 pub mod verbs;
 
 use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The guest's rxe0 address.
@@ -17,6 +21,61 @@ pub const IP: &str = "198.18.0.1";
 
 /// The second rail's address (rxe1 on rx1).
 pub const IP1: &str = "198.18.1.1";
+
+/// `port` on rxe0's address ([`IP`]).
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::new(IP.parse().unwrap(), port)
+}
+
+/// How many ports one test binary may take from [`port`] (each of its tests takes a few).
+pub const PORTS_PER_BINARY: u16 = 300;
+/// The test binaries' blocks of ports start here and end below 32768, where Linux's ephemeral
+/// range starts by default: no connection's own local port can take one of them.
+const FIRST_PORT: u16 = 20_000;
+/// How many blocks of [`PORTS_PER_BINARY`] fit between [`FIRST_PORT`] and 32768.
+const PORT_BLOCKS: u16 = (32_768 - FIRST_PORT) / PORTS_PER_BINARY;
+
+/// A port no other call in this process gets: tests never choose ports by hand. Each call
+/// takes the next of this test binary's block; [`port_base`] places the block by the binary's
+/// name, so two binaries (which ci/test.sh runs one after the other anyway) rarely share one.
+pub fn port() -> u16 {
+    static BASE: OnceLock<u16> = OnceLock::new();
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = *BASE.get_or_init(|| port_base(&binary_name()));
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    assert!(
+        n < PORTS_PER_BINARY,
+        "this test binary took more than {PORTS_PER_BINARY} ports: raise PORTS_PER_BINARY"
+    );
+    base + n
+}
+
+/// The first port of the block of test binary `name` (cargo's name for it, without the hash):
+/// a hash (FNV-1a) of the name picks one of the [`PORT_BLOCKS`] blocks.
+pub fn port_base(name: &str) -> u16 {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let block = u16::try_from(h % u64::from(PORT_BLOCKS)).unwrap();
+    FIRST_PORT + block * PORTS_PER_BINARY
+}
+
+/// This test binary's name: its file name without cargo's `-HASH` suffix (`device_verbs` for
+/// `target/debug/deps/device_verbs-0123456789abcdef`).
+fn binary_name() -> String {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = Path::new(&argv0)
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    match name.rsplit_once('-') {
+        Some((stem, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            stem.to_string()
+        }
+        _ => name,
+    }
+}
 
 /// Fails (never skips) when rxe0 is missing.
 pub fn need_rxe0() {
@@ -157,8 +216,15 @@ fn spawn_command(name: &str, mut cmd: Command, args: &[&str]) -> Proc {
     }
 }
 
+/// The `rdmaxfer` binary the tests run: `RDMAXFER_BIN` when set (ci/test.sh points it at a
+/// link that no later build on the host replaces while the guest runs), else the one cargo
+/// built with the tests.
+pub fn bin() -> String {
+    std::env::var("RDMAXFER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rdmaxfer").to_string())
+}
+
 pub fn spawn(name: &str, args: &[&str]) -> Proc {
-    spawn_prog(name, env!("CARGO_BIN_EXE_rdmaxfer"), args)
+    spawn_prog(name, &bin(), args)
 }
 
 impl Proc {
@@ -269,7 +335,7 @@ pub fn hello(
 
 /// Like [`spawn`], with extra environment variables.
 pub fn spawn_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
-    spawn_cmd(name, env!("CARGO_BIN_EXE_rdmaxfer"), args, env)
+    spawn_cmd(name, &bin(), args, env)
 }
 
 fn spawn_cmd(name: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
@@ -278,7 +344,20 @@ fn spawn_cmd(name: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Pro
     spawn_command(name, cmd, args)
 }
 
-/// Deterministic test data (xorshift), different for each `seed`.
+/// `len` bytes of test data, cheap to make (also under valgrind), different for every `seed`
+/// (its little-endian bytes lead, as far as `len` allows) and without a short period, so a
+/// block that lands at another offset shows.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| ((i * 7 + i / 251) as u8).wrapping_add(seed as u8))
+        .collect();
+    let n = len.min(8);
+    v[..n].copy_from_slice(&seed.to_le_bytes()[..n]);
+    v
+}
+
+/// Deterministic test data (xorshift), different for each `seed` (but `seed | 1` makes an even
+/// seed and the odd one after it alike).
 pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
@@ -311,6 +390,19 @@ impl Proc {
 
 /// Deadline of each step of the file-transfer tests.
 pub const FILE_T: Duration = Duration::from_secs(120);
+
+/// `send` options that make a large file slow enough to interrupt: one stream (the default
+/// stripes large files over several), 16 KiB chunks, one in flight.
+pub const SLOW: [&str; 6] = ["--chunk", "16K", "--slots", "1", "--streams", "1"];
+
+/// A temporary directory with empty `src` and `out` below it (gone when the first is dropped).
+pub fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    (tmp, src, out)
+}
 
 /// `rdmaxfer recv --json` on `port` into `out`, once it listens.
 pub fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {

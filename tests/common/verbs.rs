@@ -12,6 +12,16 @@ pub const REM_ACCESS_ERR: u32 = 10;
 /// `IBV_WC_WR_FLUSH_ERR`.
 pub const WR_FLUSH_ERR: u32 = 5;
 
+/// A loopback QP pair on rxe0 with the default capacities, its completions waited for in `mode`.
+pub fn loopback(mode: WaitMode) -> LoopbackPair {
+    LoopbackPair::new(&LoopbackOptions {
+        device: Some("rxe0".into()),
+        mode,
+        ..Default::default()
+    })
+    .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
+}
+
 /// A busy-polled loopback QP pair on rxe0 with `send_depth` send slots and 16 receives a side.
 pub fn loopback_pair(send_depth: u32) -> LoopbackPair {
     let opts = LoopbackOptions {

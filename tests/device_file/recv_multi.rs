@@ -4,13 +4,9 @@
 //! even the smallest ring fits. Held connections are raw library clients; the tests synchronise
 //! on the receiver's "session N: serving" lines, never on sleeps.
 
-mod common;
-
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{need_rxe0, pseudo_random, spawn, Done, Proc, IP};
 use rdmaxfer::cm::{CmId, ConnParam, EventKind};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Ring};
@@ -18,39 +14,15 @@ use rdmaxfer::xfer::file::ring_budget as budget;
 use rdmaxfer::xfer::session;
 use rdmaxfer::xfer::wire;
 
+use crate::common::{self, addr, dirs, need_rxe0, pseudo_random, send, spawn, Done, Proc, IP};
+
 const T: Duration = Duration::from_secs(120);
 /// The receiver's step deadline: longer than the tests hold a session.
 const RECV_TIMEOUT: &str = "100";
 
-fn recv(port: u16, out: &Path, extra: &[&str]) -> Proc {
-    let p = port.to_string();
-    let o = out.to_str().unwrap();
-    let mut args = vec![
-        "recv",
-        "--out",
-        o,
-        "--listen",
-        IP,
-        "-p",
-        &p,
-        "--json",
-        "--timeout",
-        RECV_TIMEOUT,
-    ];
-    args.extend_from_slice(extra);
-    let mut r = spawn("recv", &args);
-    r.wait_for("listening on", T);
-    r
-}
-
-fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
-    let mut args: Vec<String> = vec!["send".into()];
-    args.extend(paths.iter().map(|p| p.to_str().unwrap().to_string()));
-    args.push(format!("{IP}:{port}"));
-    args.push("--json".into());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    spawn("send", &a)
+/// `common::recv` (`recv --json` on rxe0's address) with the step deadline [`RECV_TIMEOUT`].
+fn recv_patient(port: u16, out: &Path, extra: &[&str]) -> Proc {
+    common::recv(port, out, &[&["--timeout", RECV_TIMEOUT], extra].concat())
 }
 
 /// A sender that connects and takes the CHALLENGE, then does nothing until dropped.
@@ -99,15 +71,6 @@ fn busy_failure(d: &Done, what: &str, why: &str) {
     );
 }
 
-/// A temporary directory with `src` and `out` below it (kept while the first is alive).
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
-    (tmp, src, out)
-}
-
 /// Writes `n` source files of a few hundred KiB (different sizes and contents).
 fn sources(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
     (0..n)
@@ -124,10 +87,10 @@ fn sources(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn eight_senders_at_once_while_another_is_held() {
     need_rxe0();
-    let port = 7460;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let files = sources(&src, 8);
-    let mut r = recv(port, &out, &["--max-sessions", "9"]);
+    let mut r = recv_patient(port, &out, &["--max-sessions", "9"]);
     // One connection that never sends its HELLO: served one after another, it would hold all.
     let held = hold(port);
     r.wait_for("session 1: serving", T);
@@ -171,10 +134,10 @@ fn eight_senders_at_once_while_another_is_held() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_sender_over_max_sessions_is_refused_busy_at_once() {
     need_rxe0();
-    let port = 7461;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let files = sources(&src, 1);
-    let mut r = recv(port, &out, &["--max-sessions", "1"]);
+    let mut r = recv_patient(port, &out, &["--max-sessions", "1"]);
     let held = hold(port);
     r.wait_for("session 1: serving", T);
     // The sender's own step deadline is 60 s: a busy answer must come well before it.
@@ -201,7 +164,7 @@ fn a_sender_over_max_sessions_is_refused_busy_at_once() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
     need_rxe0();
-    let port = 7462;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let data = pseudo_random(1 << 20, 7);
     std::fs::write(src.join("big.bin"), &data).unwrap();
@@ -211,7 +174,7 @@ fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
     let full = budget::ring_bytes(slots, u64::from(chunk)).unwrap();
     let limit = full + full / 2;
     let lim = limit.to_string();
-    let mut r = recv(
+    let mut r = recv_patient(
         port,
         &out,
         &["--max-memory", &lim, "--slots", &slots.to_string()],
@@ -246,11 +209,11 @@ fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
     drop(r);
 
     // A budget of exactly one smallest ring: a second connection is busy.
-    let port = 7463;
+    let port = common::port();
     let floor = budget::ring_bytes(slots, budget::MIN_SLOT)
         .unwrap()
         .to_string();
-    let mut r = recv(
+    let mut r = recv_patient(
         port,
         &out,
         &["--max-memory", &floor, "--slots", &slots.to_string()],
@@ -268,9 +231,8 @@ fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
 /// (CONNECT_RESPONSE: it has no QP, so librdmacm leaves the rest to it) and then never completes
 /// the connection (no RTU: the receiver waits for ESTABLISHED).
 fn stall_cm(port: u16) -> CmId {
-    let dst = SocketAddr::new(IP.parse().unwrap(), port);
     let id = CmId::new().unwrap();
-    id.resolve_addr(None, dst, T).unwrap();
+    id.resolve_addr(None, addr(port), T).unwrap();
     id.expect_event(EventKind::AddrResolved, T, "address")
         .unwrap();
     id.resolve_route(T).unwrap();
@@ -296,8 +258,9 @@ fn stall_cm(port: u16) -> CmId {
 /// threads and hold no session slot (only a handshake completed is admitted): with
 /// `--max-sessions 1`, a good sender after them is served at once, not refused as busy and not
 /// after the receiver's 60 s step deadline.
-fn stalled_handshakes_do_not_delay_a_good_sender(port: u16, oob: bool) {
+fn stalled_handshakes_do_not_delay_a_good_sender(oob: bool) {
     need_rxe0();
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let files = sources(&src, 1);
     let extra: &[&str] = if oob { &["--oob"] } else { &[] };
@@ -345,11 +308,11 @@ fn stalled_handshakes_do_not_delay_a_good_sender(port: u16, oob: bool) {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_stalled_cm_handshake_does_not_delay_a_good_sender() {
-    stalled_handshakes_do_not_delay_a_good_sender(7463, false);
+    stalled_handshakes_do_not_delay_a_good_sender(false);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_silent_oob_peer_does_not_delay_a_good_sender() {
-    stalled_handshakes_do_not_delay_a_good_sender(7464, true);
+    stalled_handshakes_do_not_delay_a_good_sender(true);
 }

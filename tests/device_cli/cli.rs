@@ -2,11 +2,10 @@
 
 use std::process::Command;
 
+use crate::common;
+
 fn rdmaxfer(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(common::bin()).args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into(),

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-mod common;
-
-use common::{need_rxe0, spawn, Done, Proc, IP};
+use crate::common::{self, need_rxe0, spawn, Done, Proc, IP};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -25,16 +23,15 @@ fn client(args: &[&str]) -> Done {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn pingpong_default_server_runs_the_clients_size_and_count() {
     need_rxe0();
+    let p = common::port().to_string();
     // No -s / -n on the server (its defaults are 4096 and 1000).
     let s = server(
         "pingpong server",
         &[
-            "pingpong", "--listen", IP, "-p", "7401", "--count", "2", "--json",
+            "pingpong", "--listen", IP, "-p", &p, "--count", "2", "--json",
         ],
     );
-    let c = client(&[
-        "pingpong", IP, "-p", "7401", "-s", "64", "-n", "100", "--json",
-    ]);
+    let c = client(&["pingpong", IP, "-p", &p, "-s", "64", "-n", "100", "--json"]);
     c.ok("pingpong -s 64 -n 100");
     let j = c.json_lines();
     assert_eq!(j.len(), 1, "{}", c.out);
@@ -44,9 +41,7 @@ fn pingpong_default_server_runs_the_clients_size_and_count() {
     );
     assert_eq!(j[0]["checked"], true);
     // -n alone (the server would run 1000), and a size above the server's 4096, with a suffix.
-    let c = client(&[
-        "pingpong", IP, "-p", "7401", "-s", "64K", "-n", "20", "--json",
-    ]);
+    let c = client(&["pingpong", IP, "-p", &p, "-s", "64K", "-n", "20", "--json"]);
     c.ok("pingpong -s 64K -n 20");
     let j = c.json_lines();
     assert_eq!(
@@ -72,6 +67,7 @@ fn pingpong_default_server_runs_the_clients_size_and_count() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn pingpong_over_the_limits_is_refused_naming_both_values() {
     need_rxe0();
+    let p = common::port().to_string();
     let s = server(
         "pingpong server",
         &[
@@ -79,7 +75,7 @@ fn pingpong_over_the_limits_is_refused_naming_both_values() {
             "--listen",
             IP,
             "-p",
-            "7402",
+            &p,
             "--count",
             "3",
             "--max-size",
@@ -88,7 +84,7 @@ fn pingpong_over_the_limits_is_refused_naming_both_values() {
             "50",
         ],
     );
-    let c = client(&["pingpong", IP, "-p", "7402", "-s", "1M", "-n", "10"]);
+    let c = client(&["pingpong", IP, "-p", &p, "-s", "1M", "-n", "10"]);
     c.failed("pingpong -s 1M against --max-size 64K");
     assert!(
         c.err
@@ -96,7 +92,7 @@ fn pingpong_over_the_limits_is_refused_naming_both_values() {
         "{}",
         c.err
     );
-    let c = client(&["pingpong", IP, "-p", "7402", "-s", "64", "-n", "100"]);
+    let c = client(&["pingpong", IP, "-p", &p, "-s", "64", "-n", "100"]);
     c.failed("pingpong -n 100 against --max-iters 50");
     assert!(
         c.err
@@ -105,7 +101,7 @@ fn pingpong_over_the_limits_is_refused_naming_both_values() {
         c.err
     );
     // The server keeps serving: a client within the limits succeeds.
-    client(&["pingpong", IP, "-p", "7402", "-s", "64K", "-n", "50"]).ok("within the limits");
+    client(&["pingpong", IP, "-p", &p, "-s", "64K", "-n", "50"]).ok("within the limits");
     let d = s.finish(T);
     d.failed("the server reports the refused clients");
     assert!(
@@ -127,10 +123,11 @@ fn bench_json(d: &Done, what: &str) -> serde_json::Value {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn bench_default_server_runs_every_op_at_the_clients_size() {
     need_rxe0();
+    let p = common::port().to_string();
     // No op, -s or -n on the server: each client gets its own.
     let s = server(
         "bench server",
-        &["bench", "--listen", IP, "-p", "7403", "--count", "4"],
+        &["bench", "--listen", IP, "-p", &p, "--count", "4"],
     );
     for (op, size, bytes) in [
         ("write", "1M", 1u64 << 20),
@@ -141,7 +138,7 @@ fn bench_default_server_runs_every_op_at_the_clients_size() {
         let what = format!("bench {op} -s {size}");
         let v = bench_json(
             &client(&[
-                "bench", op, IP, "-p", "7403", "-s", size, "-n", "16", "-t", "8", "--json",
+                "bench", op, IP, "-p", &p, "-s", size, "-n", "16", "-t", "8", "--json",
             ]),
             &what,
         );
@@ -166,12 +163,13 @@ fn bench_default_server_runs_every_op_at_the_clients_size() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn bench_over_the_limits_is_refused_naming_both_values() {
     need_rxe0();
+    let p = common::port().to_string();
     let s = server(
         "bench server",
-        &["bench", "--listen", IP, "-p", "7404", "--count", "2"],
+        &["bench", "--listen", IP, "-p", &p, "--count", "2"],
     );
     // 16M is over the default --max-size (8M, Soft-RoCE's largest message).
-    let c = client(&["bench", "write", IP, "-p", "7404", "-s", "16M", "-n", "2"]);
+    let c = client(&["bench", "write", IP, "-p", &p, "-s", "16M", "-n", "2"]);
     c.failed("bench write -s 16M");
     assert!(
         c.err
@@ -179,7 +177,7 @@ fn bench_over_the_limits_is_refused_naming_both_values() {
         "{}",
         c.err
     );
-    let c = client(&["bench", "send", IP, "-p", "7404", "-n", "2000000000"]);
+    let c = client(&["bench", "send", IP, "-p", &p, "-n", "2000000000"]);
     c.failed("bench send -n 2000000000");
     assert!(
         c.err
@@ -194,15 +192,16 @@ fn bench_over_the_limits_is_refused_naming_both_values() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn bench_oob_send_larger_than_the_servers_buffers_is_refused_naming_both() {
     need_rxe0();
+    let p = common::port().to_string();
     // Over --oob nothing is exchanged before the QP exists: the server's -s sizes its receives.
     let s = server(
         "bench server",
         &[
-            "bench", "--listen", IP, "-p", "7405", "--oob", "-s", "4K", "--count", "1",
+            "bench", "--listen", IP, "-p", &p, "--oob", "-s", "4K", "--count", "1",
         ],
     );
     let c = client(&[
-        "bench", "send", IP, "-p", "7405", "--oob", "-s", "64K", "-n", "4",
+        "bench", "send", IP, "-p", &p, "--oob", "-s", "64K", "-n", "4",
     ]);
     c.failed("bench send -s 64K against an --oob server with -s 4K");
     assert!(
@@ -218,20 +217,20 @@ fn bench_oob_send_larger_than_the_servers_buffers_is_refused_naming_both() {
 fn ib_port_is_checked_against_the_devices_ports() {
     need_rxe0();
     // rxe0 has one port: -i 2 is refused before anything is sent, by clients and servers.
-    let c = client(&["pingpong", "--oob", IP, "-p", "7406", "-i", "2", "-n", "1"]);
+    let p = common::port().to_string();
+    let c = client(&["pingpong", "--oob", IP, "-p", &p, "-i", "2", "-n", "1"]);
     c.failed("pingpong -i 2");
     assert!(c.err.contains("there is no port 2"), "{}", c.err);
-    let s = spawn("server", &["pingpong", "--listen", "-p", "7406", "-i", "2"]).finish(T);
+    let s = spawn("server", &["pingpong", "--listen", "-p", &p, "-i", "2"]).finish(T);
     s.failed("pingpong --listen -i 2");
     assert!(s.err.contains("there is no port 2"), "{}", s.err);
     // -i 1 on both sides works, over RDMA CM and --oob.
+    let p = common::port().to_string();
     for oob in [false, true] {
         let mut sargs = vec![
-            "pingpong", "--listen", IP, "-p", "7407", "-i", "1", "--count", "1",
+            "pingpong", "--listen", IP, "-p", &p, "-i", "1", "--count", "1",
         ];
-        let mut cargs = vec![
-            "pingpong", IP, "-p", "7407", "-i", "1", "-x", "1", "-n", "5",
-        ];
+        let mut cargs = vec!["pingpong", IP, "-p", &p, "-i", "1", "-x", "1", "-n", "5"];
         if oob {
             sargs.extend(["--oob", "-n", "5"]);
             cargs.push("--oob");

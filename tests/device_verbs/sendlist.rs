@@ -4,28 +4,22 @@
 //! and a refused list leaving the endpoint usable. They need rxe0 (198.18.0.1), so they are
 //! `#[ignore]`d on the host; ci/test.sh runs them in the guest.
 
-use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
 
-use rdmaxfer::verbs::{Context, LocalBuf, SharedList, WaitMode};
+use rdmaxfer::verbs::{LocalBuf, SharedList, WaitMode};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener};
 use rdmaxfer::Error;
+
+use crate::common::{self, addr, need_rxe0, pattern};
 
 const T: Duration = Duration::from_secs(10);
 const LEN: usize = 4096;
 
-fn need_rxe0() {
-    Context::open(Some("rxe0"))
-        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::new("198.18.0.1".parse().unwrap(), port)
-}
-
-/// A connected (server, client) pair over RDMA CM with `recv_depth` receives a side.
-fn pair(port: u16, recv_depth: u32, send_depth: u32, wait: WaitMode) -> (Endpoint, Endpoint) {
+/// A connected (server, client) pair of endpoints over RDMA CM on a port of its own, with
+/// `recv_depth` receives a side.
+fn endpoints(recv_depth: u32, send_depth: u32, wait: WaitMode) -> (Endpoint, Endpoint) {
+    let port = common::port();
     let opts = EndpointOptions {
         msg_size: LEN,
         recv_depth,
@@ -40,22 +34,18 @@ fn pair(port: u16, recv_depth: u32, send_depth: u32, wait: WaitMode) -> (Endpoin
     (s.join().unwrap(), c)
 }
 
-fn pattern() -> Vec<u8> {
-    (0..LEN).map(|k| (k * 7 + 3) as u8).collect()
-}
-
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn shared_source_lists_stay_within_credits_and_every_message_arrives() {
     need_rxe0();
     const N: usize = 300;
     const PEER_DEPTH: u32 = 3;
-    for (port, wait) in [(7601, WaitMode::Poll), (7602, WaitMode::Event)] {
+    for wait in [WaitMode::Poll, WaitMode::Event] {
         // Fewer receives at the server (3) than send-queue slots at the client (8): the lists
         // are cut by credits, and credits come back only in credit messages.
-        let (mut s, mut c) = pair(port, PEER_DEPTH, 8, wait);
+        let (mut s, mut c) = endpoints(PEER_DEPTH, 8, wait);
         let server = thread::spawn(move || {
-            let want = pattern();
+            let want = pattern(LEN, 3);
             let mut lens = Vec::with_capacity(N);
             for i in 0..N {
                 let (len, same) = s
@@ -69,7 +59,7 @@ fn shared_source_lists_stay_within_credits_and_every_message_arrives() {
             lens
         });
         let mut src = LocalBuf::new(c.pd(), LEN).unwrap();
-        src.copy_from_slice(&pattern());
+        src.copy_from_slice(&pattern(LEN, 3));
         let src = src.freeze();
         let mut b = SharedList::with_capacity(16);
         let mut lens = Vec::with_capacity(N);
@@ -113,7 +103,7 @@ fn shared_source_lists_stay_within_credits_and_every_message_arrives() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_refused_list_posts_nothing_and_leaves_the_endpoint_usable() {
     need_rxe0();
-    let (mut s, mut c) = pair(7603, 4, 4, WaitMode::Poll);
+    let (mut s, mut c) = endpoints(4, 4, WaitMode::Poll);
     let big = LocalBuf::new(c.pd(), 2 * LEN).unwrap().freeze();
     let mut b = SharedList::with_capacity(4);
     let credits = c.credits();
@@ -142,11 +132,11 @@ fn lists_wait_for_signal_every_slots_and_stay_long() {
     const N: usize = 3000;
     const EVERY: u32 = 8;
     const WANT: usize = 32;
-    for (port, wait) in [(7604, WaitMode::Poll), (7605, WaitMode::Event)] {
+    for wait in [WaitMode::Poll, WaitMode::Event] {
         // 30 send-queue slots (28 + 2), not a multiple of EVERY, and credits to spare: once the
         // queue is full, each list must wait for EVERY free slots rather than post into each
         // slot as it frees (lists of 1-3 with their signals scattered).
-        let (mut s, mut c) = pair(port, 256, 28, wait);
+        let (mut s, mut c) = endpoints(256, 28, wait);
         let server = thread::spawn(move || {
             for i in 0..N {
                 s.recv_with(|m| assert_eq!(m.data.len(), 64, "message {i}"))

@@ -3,18 +3,12 @@
 //! symlinks (one pointing outside `--out`, refused), and the overwrite policies of both sides
 //! (`send --force` asks, `recv --force` allows).
 
-mod common;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use common::{listing, need_rxe0, pseudo_random, recv, send, wait_until, Done};
+use crate::common::{self, dirs, listing, need_rxe0, pseudo_random, recv, send, wait_until, Done};
 
 const T: Duration = Duration::from_secs(120);
-
-fn one_json(d: &Done) -> serde_json::Value {
-    d.one_json()
-}
 
 /// Writes `files` (relative name → contents) below `root`.
 fn write_tree(root: &Path, files: &[(&str, Vec<u8>)]) {
@@ -40,20 +34,11 @@ fn results(j: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    let out = tmp.path().join("out");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
-    (tmp, src, out)
-}
-
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn rerun_of_an_identical_tree_skips_everything_and_sends_nothing() {
     need_rxe0();
-    let port = 7380;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let root = src.join("tree");
     let files = [
@@ -69,7 +54,7 @@ fn rerun_of_an_identical_tree_skips_everything_and_sends_nothing() {
     let first = send(port, &[&root], &[]).finish(T);
     first.ok("first send");
     r.finish(T).ok("first recv");
-    let j = one_json(&first);
+    let j = first.one_json();
     let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
     assert_eq!(j["bytes"], total, "{j}");
     assert_eq!(j["files_skipped"], 0, "{j}");
@@ -79,7 +64,7 @@ fn rerun_of_an_identical_tree_skips_everything_and_sends_nothing() {
     again.ok("re-run of an identical tree (exit 0)");
     let rd = r.finish(T);
     rd.ok("recv of the re-run");
-    for j in [one_json(&again), one_json(&rd)] {
+    for j in [again.one_json(), rd.one_json()] {
         assert_eq!(j["result"], "ok", "{j}");
         assert_eq!(j["bytes"], 0, "nothing re-sent: {j}");
         assert_eq!(j["files_failed"], 0, "{j}");
@@ -100,7 +85,7 @@ fn rerun_of_an_identical_tree_skips_everything_and_sends_nothing() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn interrupted_tree_completes_with_resume_on_both_sides() {
     need_rxe0();
-    let port = 7381;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let root = src.join("tree");
     // Sent in name order: a.bin completes, b/big.bin is interrupted, c.txt never starts.
@@ -111,7 +96,7 @@ fn interrupted_tree_completes_with_resume_on_both_sides() {
     ];
     write_tree(&root, &files);
     let mut r = recv(port, &out, &["--resume", "--timeout", "3"]);
-    // One stream: this is the single-connection resume (striped: tests/device_streams.rs).
+    // One stream: this is the single-connection resume (striped: module `streams`).
     let slow = [
         "--chunk",
         "16K",
@@ -136,7 +121,7 @@ fn interrupted_tree_completes_with_resume_on_both_sides() {
 
     let d = send(port, &[&root], &["--resume", "--streams", "1"]).finish(T);
     d.ok("the --resume re-run of the interrupted tree (exit 0)");
-    let j = one_json(&d);
+    let j = d.one_json();
     assert_eq!(j["result"], "ok", "{j}");
     assert_eq!(
         results(&j),
@@ -173,7 +158,7 @@ fn interrupted_tree_completes_with_resume_on_both_sides() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn tree_with_empty_dir_and_symlinks_outside_link_refused() {
     need_rxe0();
-    let port = 7382;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     let root = src.join("tree");
     write_tree(&root, &[("file.txt", b"hello\n".to_vec())]);
@@ -195,7 +180,7 @@ fn tree_with_empty_dir_and_symlinks_outside_link_refused() {
         ("tree/sub/escape", "unsafe symlink"),
         ("tree/sub/rel", "ok"),
     ];
-    let j = one_json(&s);
+    let j = s.one_json();
     let got = results(&j);
     let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     assert_eq!(got, want, "{j}");
@@ -214,7 +199,7 @@ fn tree_with_empty_dir_and_symlinks_outside_link_refused() {
         files[2]["message"].as_str().unwrap().contains("socket"),
         "{j}"
     );
-    let jr = one_json(&rd);
+    let jr = rd.one_json();
     assert_eq!(jr["files_refused"], 1, "{jr}");
     assert!(out.join("tree/empty").is_dir());
     assert_eq!(
@@ -256,13 +241,13 @@ fn tree_with_empty_dir_and_symlinks_outside_link_refused() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn overwriting_needs_send_force_and_recv_force() {
     need_rxe0();
-    let port = 7383;
+    let port = common::port();
     let (_tmp, src, out) = dirs();
     std::fs::write(out.join("f"), b"old").unwrap();
     let f = src.join("f");
     std::fs::write(&f, b"new contents").unwrap();
     let message = |d: &Done| {
-        let j = one_json(d);
+        let j = d.one_json();
         (
             j["files"][0]["result"].as_str().unwrap().to_string(),
             j["files"][0]["message"].as_str().unwrap_or("").to_string(),

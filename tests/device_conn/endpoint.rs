@@ -5,7 +5,6 @@
 //! own SEND and handed back once, a peer's disconnect ending a flush
 //! and close in order, and a connection dialed (route, QP) before the server listens.
 
-use std::net::SocketAddr;
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
@@ -13,8 +12,7 @@ use std::time::Duration;
 use rdmaxfer::cm::{CmId, ConnParam, EventKind, MAX_REJECT_PRIVATE_DATA};
 use rdmaxfer::os::wait_readable;
 use rdmaxfer::verbs::{
-    Context, ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge,
-    WaitMode,
+    ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge, WaitMode,
 };
 use rdmaxfer::xfer::endpoint::{
     Endpoint, EndpointOptions, Listener, OobListener, PeerKind, ACK_TIMEOUT, RETRY_COUNT,
@@ -23,19 +21,9 @@ use rdmaxfer::xfer::pingpong;
 use rdmaxfer::xfer::wire::{Reject, HELLO_VERSION};
 use rdmaxfer::Error;
 
-mod common;
-use common::{our_resources, tid};
+use crate::common::{self, addr, need_rxe0, our_resources, tid};
 
 const T: Duration = Duration::from_secs(10);
-
-fn need_rxe0() {
-    Context::open(Some("rxe0"))
-        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::new("198.18.0.1".parse().unwrap(), port)
-}
 
 /// Small messages and windows: cheap connections, for tests that make many.
 fn small_options() -> EndpointOptions {
@@ -53,7 +41,8 @@ fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
     need_rxe0();
     const N: usize = 200;
     let opts = small_options();
-    let mut l = Listener::bind(addr(7201), &opts).unwrap();
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let server = thread::spawn(move || {
         let mut ok = 0;
         for _ in 0..N {
@@ -68,7 +57,7 @@ fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
     let mut seen_while_open = false;
     for i in 0..N {
         let mut ep =
-            Endpoint::connect_cm(addr(7201), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
+            Endpoint::connect_cm(addr(port), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
         assert_eq!(
             ep.peer().kind,
             PeerKind::Rdmaxfer {
@@ -114,7 +103,8 @@ fn two_hundred_cm_connections_against_one_listener_leave_nothing_behind() {
 fn bad_handshake_is_rejected_with_a_reason_and_the_listener_survives() {
     need_rxe0();
     let opts = EndpointOptions::default();
-    let mut l = Listener::bind(addr(7211), &opts).unwrap();
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let server = thread::spawn(move || {
         let first = l.accept(Some(T));
         let second = l.accept(Some(T)).map(|mut ep| ep.recv());
@@ -122,7 +112,7 @@ fn bad_handshake_is_rejected_with_a_reason_and_the_listener_survives() {
     });
     // A raw CM client with garbage private data (and no QP: it never gets that far).
     let id = CmId::new().unwrap();
-    id.resolve_addr(None, addr(7211), T).unwrap();
+    id.resolve_addr(None, addr(port), T).unwrap();
     id.expect_event(EventKind::AddrResolved, T, "address")
         .unwrap();
     id.resolve_route(T).unwrap();
@@ -142,7 +132,7 @@ fn bad_handshake_is_rejected_with_a_reason_and_the_listener_survives() {
     drop(ev);
     drop(id);
     // The listener still serves a proper client.
-    let mut ep = Endpoint::connect_cm(addr(7211), &opts).unwrap();
+    let mut ep = Endpoint::connect_cm(addr(port), &opts).unwrap();
     ep.send(b"still here").unwrap();
     ep.flush().unwrap();
     let (first, second, broken) = server.join().unwrap();
@@ -193,8 +183,9 @@ fn one_way_streams(server: Endpoint, client: Endpoint, n: u32) {
 fn a_dialed_connection_reaches_the_server_only_when_it_connects() {
     need_rxe0();
     let opts = small_options();
-    let dial = Endpoint::dial_cm(addr(7251), &opts).unwrap();
-    let mut l = Listener::bind(addr(7251), &opts).unwrap();
+    let port = common::port();
+    let dial = Endpoint::dial_cm(addr(port), &opts).unwrap();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || l.accept(Some(T)).unwrap());
     let mut c = dial.connect().unwrap();
     let mut s = s.join().unwrap();
@@ -217,9 +208,10 @@ fn credits_flow_back_without_piggy_backing() {
             wait,
             ..Default::default()
         };
-        let mut l = Listener::bind(addr(7221), &opts).unwrap();
+        let port = common::port();
+        let mut l = Listener::bind(addr(port), &opts).unwrap();
         let s = thread::spawn(move || l.accept(Some(T)).unwrap());
-        let c = Endpoint::connect_cm(addr(7221), &opts).unwrap();
+        let c = Endpoint::connect_cm(addr(port), &opts).unwrap();
         let s = s.join().unwrap();
         assert_eq!(c.credits(), 3);
         assert_eq!(c.peer().recv_depth, Some(3));
@@ -245,7 +237,8 @@ fn oob_endpoints_exchange_messages_in_turn() {
         msg_size: 256,
         ..Default::default()
     };
-    let l = OobListener::bind(addr(7231), &opts).unwrap();
+    let port = common::port();
+    let l = OobListener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || {
         let mut ep = l.accept(Some(T)).unwrap();
         for _ in 0..50 {
@@ -255,7 +248,7 @@ fn oob_endpoints_exchange_messages_in_turn() {
         }
         ep.close().unwrap();
     });
-    let mut c = Endpoint::connect_oob(addr(7231), &opts).unwrap();
+    let mut c = Endpoint::connect_oob(addr(port), &opts).unwrap();
     assert_eq!(c.peer().kind, PeerKind::Unknown);
     assert_eq!(c.local().gid_index, Some(1));
     for i in 0..50u8 {
@@ -294,7 +287,7 @@ fn a_corrupted_pong_fails_the_client_at_its_sequence_number() {
         ..Default::default()
     };
     // Pong 7 is checked after ping 8 is posted (off the round trip); the last pong at once.
-    for (port, bad) in [(7251u16, 7u64), (7252, 19)] {
+    for (port, bad) in [(common::port(), 7u64), (common::port(), 19)] {
         let l = OobListener::bind(addr(port), &opts).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let s = thread::spawn(move || corrupting_echo(l, bad, rx));
@@ -320,7 +313,8 @@ fn write_with_imm_and_read_through_an_endpoint() {
         msg_size: 64,
         ..Default::default()
     };
-    let mut l = Listener::bind(addr(7241), &opts).unwrap();
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || {
         let mut ep = l.accept(Some(T)).unwrap();
         let region = ExposedRegion::new(ep.pd(), 8192, RemoteAccess::ReadWrite).unwrap();
@@ -334,7 +328,7 @@ fn write_with_imm_and_read_through_an_endpoint() {
         ep.close().unwrap();
         data
     });
-    let mut c = Endpoint::connect_cm(addr(7241), &opts).unwrap();
+    let mut c = Endpoint::connect_cm(addr(port), &opts).unwrap();
     let remote = RemoteRegion::decode(&c.recv().unwrap()).unwrap();
     let mut buf = LocalBuf::new(c.pd(), 4096).unwrap();
     for (i, b) in buf.iter_mut().enumerate() {
@@ -383,7 +377,8 @@ fn an_unsignaled_write_is_retired_by_our_send_and_handed_back_once() {
         send_depth: 4,
         ..Default::default()
     };
-    let mut l = Listener::bind(addr(7244), &opts).unwrap();
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || {
         let mut ep = l.accept(Some(T)).unwrap();
         let region = ExposedRegion::new(ep.pd(), 4096, RemoteAccess::ReadWrite).unwrap();
@@ -397,7 +392,7 @@ fn an_unsignaled_write_is_retired_by_our_send_and_handed_back_once() {
         ep.close().unwrap();
         (got, data)
     });
-    let mut c = Endpoint::connect_cm(addr(7244), &opts).unwrap();
+    let mut c = Endpoint::connect_cm(addr(port), &opts).unwrap();
     let remote = RemoteRegion::decode(&c.recv().unwrap()).unwrap();
     let mut a = LocalBuf::new(c.pd(), 16).unwrap();
     a.fill(0xaa);
@@ -459,7 +454,8 @@ fn an_unsignaled_write_is_retired_by_our_send_and_handed_back_once() {
 fn a_peer_disconnect_ends_a_flush_and_close_in_order() {
     need_rxe0();
     let opts = EndpointOptions::default();
-    let mut l = Listener::bind(addr(7226), &opts).unwrap();
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let (closed_tx, closed_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let server = thread::spawn(move || {
@@ -470,7 +466,7 @@ fn a_peer_disconnect_ends_a_flush_and_close_in_order() {
         // Keep the listener until the client is done (its late message goes nowhere).
         let _ = done_rx.recv_timeout(T);
     });
-    let mut ep = Endpoint::connect_cm(addr(7226), &opts).unwrap();
+    let mut ep = Endpoint::connect_cm(addr(port), &opts).unwrap();
     ep.send(b"first").unwrap();
     assert_eq!(closed_rx.recv_timeout(T).unwrap(), b"first");
     // The peer's DISCONNECTED is queued on our CM channel (not taken yet).
@@ -501,7 +497,8 @@ fn a_peer_that_closes_right_after_its_last_receive_lets_our_close_succeed() {
     need_rxe0();
     const N: usize = 30;
     let opts = small_options();
-    let mut l = Listener::bind(addr(7227), &opts).unwrap();
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).unwrap();
     let server = thread::spawn(move || {
         for i in 0..N {
             let mut ep = l.accept(Some(T)).expect("accept");
@@ -513,7 +510,7 @@ fn a_peer_that_closes_right_after_its_last_receive_lets_our_close_succeed() {
     });
     for i in 0..N {
         let mut ep =
-            Endpoint::connect_cm(addr(7227), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
+            Endpoint::connect_cm(addr(port), &opts).unwrap_or_else(|e| panic!("connect {i}: {e}"));
         ep.send(format!("last {i}").as_bytes()).unwrap();
         ep.close().unwrap_or_else(|e| panic!("close {i}: {e}"));
     }
@@ -529,7 +526,10 @@ fn a_peer_that_closes_right_after_its_last_receive_lets_our_close_succeed() {
 fn a_wait_times_out_on_time_and_a_disconnect_ends_it_early() {
     need_rxe0();
     const DEADLINE: Duration = Duration::from_millis(200);
-    for (port, wait) in [(7261u16, WaitMode::Event), (7262, WaitMode::Poll)] {
+    for (port, wait) in [
+        (common::port(), WaitMode::Event),
+        (common::port(), WaitMode::Poll),
+    ] {
         let opts = EndpointOptions {
             wait,
             ..small_options()

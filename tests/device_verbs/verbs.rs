@@ -11,8 +11,11 @@ use rdmaxfer::verbs::{
     QpCaps, QpState, QueuePair, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge, WaitMode,
     WcOpcode,
 };
-use rdmaxfer::xfer::loopback::{self, LoopbackOptions, LoopbackPair};
+use rdmaxfer::xfer::loopback::{round_trip, LoopbackOptions};
 use rdmaxfer::Error;
+
+use crate::common::verbs::loopback;
+use crate::common::{self, pattern};
 
 const T: Duration = Duration::from_secs(10);
 const SIZES: &[usize] = &[1, 4096, 65536, 1 << 20, 8 << 20];
@@ -23,17 +26,6 @@ fn opts(mode: WaitMode) -> LoopbackOptions {
         mode,
         ..Default::default()
     }
-}
-
-fn pair() -> LoopbackPair {
-    LoopbackPair::new(&opts(WaitMode::Poll))
-        .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i * 7 + i / 251) as u8).wrapping_add(seed))
-        .collect()
 }
 
 fn filled(pd: &ProtectionDomain, data: &[u8]) -> LocalBuf {
@@ -51,7 +43,7 @@ fn one(cq: &CompletionQueue) -> rdmaxfer::verbs::Completion {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn send_recv_all_sizes() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     for &len in SIZES {
         p.b.post_recv(1, [Sge::new(LocalBuf::new(&p.pd, len).unwrap())])
             .unwrap();
@@ -75,7 +67,7 @@ fn send_recv_all_sizes() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn send_with_imm_delivers_immediate() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     for &len in &[1usize, 4096, 1 << 20] {
         p.b.post_recv(9, [Sge::new(LocalBuf::new(&p.pd, len).unwrap())])
             .unwrap();
@@ -97,7 +89,7 @@ fn send_with_imm_delivers_immediate() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn rdma_write_all_sizes() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     for &len in SIZES {
         let region = ExposedRegion::new(&p.pd, len + 16, RemoteAccess::Write).unwrap();
         let remote = region.descriptor().slice(16, len as u64).unwrap();
@@ -122,7 +114,7 @@ fn rdma_write_all_sizes() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn rdma_write_with_imm_consumes_a_receive() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let len = 1 << 20;
     let region = ExposedRegion::new(&p.pd, len, RemoteAccess::Write).unwrap();
     let remote = region.descriptor().slice(0, len as u64).unwrap();
@@ -148,7 +140,7 @@ fn rdma_write_with_imm_consumes_a_receive() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn rdma_read_all_sizes() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     for &len in SIZES {
         let mut region = ExposedRegion::new(&p.pd, len, RemoteAccess::Read).unwrap();
         let data = pattern(len, 17);
@@ -172,7 +164,7 @@ fn rdma_read_all_sizes() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn multi_sge_send_and_write() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let parts = [pattern(100, 1), pattern(4000, 2), pattern(3, 3)];
     let whole: Vec<u8> = parts.concat();
     // Receive scattered into two buffers of 2000 + 2103 bytes.
@@ -218,14 +210,14 @@ fn multi_sge_send_and_write() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn selective_signalling_returns_buffers() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let region = ExposedRegion::new(&p.pd, 4096 * 8, RemoteAccess::Write).unwrap();
     for i in 0..8u64 {
         let remote = region.descriptor().slice(i * 4096, 4096).unwrap();
         let mut req = SendRequest::new(
             i,
             SendOp::Write(remote),
-            [Sge::new(filled(&p.pd, &pattern(4096, i as u8)))],
+            [Sge::new(filled(&p.pd, &pattern(4096, i)))],
         );
         if i < 7 {
             req = req.unsignaled();
@@ -249,14 +241,14 @@ fn selective_signalling_returns_buffers() {
     for i in 0..8 {
         let mut got = vec![0u8; 4096];
         region.read_at(i * 4096, &mut got).unwrap();
-        assert_eq!(got, pattern(4096, i as u8));
+        assert_eq!(got, pattern(4096, i as u64));
     }
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn wrong_rkey_is_a_remote_access_error() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let region = ExposedRegion::new(&p.pd, 4096, RemoteAccess::Write).unwrap();
     let d = region.descriptor();
     let bad = RemoteRegion {
@@ -292,7 +284,7 @@ fn wrong_rkey_is_a_remote_access_error() {
     assert_eq!(p.a.query_state().unwrap(), QpState::Error);
     assert_eq!(p.a.state(), QpState::Error);
     // Reading a write-only exposure is refused by the peer the same way.
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let wo = ExposedRegion::new(&p.pd, 64, RemoteAccess::Write).unwrap();
     let s = wo.descriptor().slice(0, 64).unwrap();
     p.a.post_send(SendRequest::new(
@@ -307,7 +299,7 @@ fn wrong_rkey_is_a_remote_access_error() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn revoked_exposure_fails_remotely() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let mut region = ExposedRegion::new(&p.pd, 4096, RemoteAccess::ReadWrite).unwrap();
     region.write_at(0, b"before").unwrap();
     let s = region.descriptor().slice(0, 6).unwrap();
@@ -372,7 +364,7 @@ fn posting_outside_rts_is_refused() {
     assert!(e.to_string().contains("RTR->RTS"), "{e}");
 
     // A connected QP moved to ERR refuses sends; its posted receive is flushed back.
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     p.b.post_recv(5, [Sge::new(LocalBuf::new(&p.pd, 8).unwrap())])
         .unwrap();
     p.b.to_error().unwrap();
@@ -395,7 +387,7 @@ fn posting_outside_rts_is_refused() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn oversized_and_bad_sges_are_refused_locally() {
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let big = LocalBuf::new(&p.pd, (8 << 20) + 1).unwrap();
     let e =
         p.a.post_send(SendRequest::send(1, [Sge::new(big)]))
@@ -429,7 +421,7 @@ fn oversized_and_bad_sges_are_refused_locally() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn empty_cq_wait_times_out_in_both_modes() {
     for mode in [WaitMode::Poll, WaitMode::Event] {
-        let p = LoopbackPair::new(&opts(mode)).unwrap();
+        let p = loopback(mode);
         let t0 = Instant::now();
         let e = p.cq_a.wait(1, Duration::from_millis(300)).unwrap_err();
         let took = t0.elapsed();
@@ -444,19 +436,19 @@ fn empty_cq_wait_times_out_in_both_modes() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn event_mode_wakes_on_completion() {
-    let p = LoopbackPair::new(&opts(WaitMode::Event)).unwrap();
+    let p = loopback(WaitMode::Event);
     for i in 0..50u64 {
         p.b.post_recv(i, [Sge::new(LocalBuf::new(&p.pd, 64).unwrap())])
             .unwrap();
         p.a.post_send(SendRequest::send(
             i,
-            [Sge::new(filled(&p.pd, &pattern(64, i as u8)))],
+            [Sge::new(filled(&p.pd, &pattern(64, i)))],
         ))
         .unwrap();
         one(&p.cq_a).result().unwrap();
         let rc = one(&p.cq_b).result().unwrap();
         assert_eq!(rc.wr_id, i);
-        assert_eq!(rc.into_local_bufs()[0][..], pattern(64, i as u8)[..]);
+        assert_eq!(rc.into_local_bufs()[0][..], pattern(64, i)[..]);
     }
 }
 
@@ -487,7 +479,7 @@ fn unknown_device_is_a_clear_error() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn loopback_round_trip_verifies() {
-    let r = loopback::round_trip(&opts(WaitMode::Poll), 3 << 20).unwrap();
+    let r = round_trip(&opts(WaitMode::Poll), 3 << 20).unwrap();
     assert_eq!(r.bytes, 3 << 20);
     assert_eq!(r.written_hash, r.read_hash);
     assert_eq!(r.device, "rxe0");
@@ -525,7 +517,7 @@ fn resources() -> (u64, u64, u64, u64) {
 fn thousand_create_destroy_cycles_leave_nothing_behind() {
     let before = resources();
     {
-        let p = pair();
+        let p = loopback(WaitMode::Poll);
         let _mr = LocalBuf::new(&p.pd, 4096).unwrap();
         let during = resources();
         assert!(
@@ -657,7 +649,7 @@ fn objects_of_another_context_are_refused() {
     assert_eq!(resources().2, before.2, "no QP was created");
 
     // Posting: a connected pair on one context, buffers of another.
-    let p = pair();
+    let p = loopback(WaitMode::Poll);
     let ctx3 = Context::open(Some("rxe0")).unwrap();
     let pd3 = ProtectionDomain::new(&ctx3).unwrap();
     let foreign = |len| LocalBuf::new(&pd3, len).unwrap();
@@ -715,7 +707,7 @@ fn objects_of_another_context_are_refused() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn cm_create_qp_refuses_cqs_of_another_context() {
     let id = CmId::new().unwrap();
-    id.bind_addr("198.18.0.1:0".parse().unwrap()).unwrap();
+    id.bind_addr(common::addr(0)).unwrap();
     let cm_ctx = id.context().unwrap();
     assert_eq!(cm_ctx.name(), "rxe0");
     let other = Context::open(Some("rxe0")).unwrap();

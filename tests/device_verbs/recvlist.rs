@@ -11,8 +11,8 @@ use rdmaxfer::verbs::{
     WaitMode, WcOpcode,
 };
 use rdmaxfer::Error;
-mod common;
-use common::verbs::{connect_qps, T};
+
+use crate::common::verbs::{connect_qps, T};
 
 const LEN: usize = 256;
 

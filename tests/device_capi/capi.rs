@@ -8,13 +8,11 @@
 //! its comments).
 //! Processes synchronise on their output lines, never on sleeps.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{
-    need_rxe0, need_rxe1, pseudo_random, sent_pkts, spawn, spawn_prog, Done, Proc, IP, IP1,
+use crate::common::{
+    self, need_rxe0, need_rxe1, pseudo_random, sent_pkts, spawn, spawn_prog, Done, Proc, IP, IP1,
 };
 
 const T: Duration = Duration::from_secs(300);
@@ -96,7 +94,9 @@ fn vg_ok(d: &Done, what: &str) {
     );
 }
 
-fn write_tree(src: &Path) -> Vec<(String, Vec<u8>)> {
+/// Writes a small tree (`src/tree`: a 300 000-byte file, a text file, an empty file) and returns
+/// each file's name as the receiver reports it and its contents.
+fn sample_tree(src: &Path) -> Vec<(String, Vec<u8>)> {
     let files = [
         ("data.bin", pseudo_random(300_000, 7)),
         ("sub/small.txt", b"hello from C".to_vec()),
@@ -170,18 +170,19 @@ fn cli_expose(port: &str, size: &str, extra: &[&str]) -> Proc {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_sender_to_cli_receiver() {
     need_rxe0();
+    let p = common::port().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
     std::fs::create_dir_all(&out).unwrap();
-    let files = write_tree(&src);
+    let files = sample_tree(&src);
     let o = out.to_str().unwrap();
-    let r = cli_recv(o, "19601", &["--json", "--token", "s3cret"]);
+    let r = cli_recv(o, &p, &["--json", "--token", "s3cret"]);
     let tree = src.join("tree");
     let s = vg(
         "file_send",
         &[
             "-p",
-            "19601",
+            &p,
             "-k",
             "s3cret",
             "-T",
@@ -214,6 +215,7 @@ fn c_sender_to_cli_receiver() {
 #[ignore = "needs rxe0 and rxe1: run via ci/test.sh"]
 fn c_sender_places_two_streams_on_two_devices() {
     need_rxe0();
+    let p = common::port().to_string();
     need_rxe1();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
@@ -231,7 +233,7 @@ fn c_sender_places_two_streams_on_two_devices() {
             o,
             "--listen",
             "-p",
-            "19619",
+            &p,
             "--once",
             "--json",
             "--timeout",
@@ -244,7 +246,7 @@ fn c_sender_places_two_streams_on_two_devices() {
     let hosts = format!("{IP},{IP1}");
     let args = [
         "-p",
-        "19619",
+        &p,
         "-T",
         TIMEOUT_MS,
         "-n",
@@ -282,6 +284,7 @@ fn c_sender_places_two_streams_on_two_devices() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_sender_stripes_a_file_over_two_streams() {
     need_rxe0();
+    let p = common::port().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -289,10 +292,10 @@ fn c_sender_stripes_a_file_over_two_streams() {
     let data = pseudo_random(9 << 20, 21);
     std::fs::write(&src, &data).unwrap();
     let o = out.to_str().unwrap();
-    let r = cli_recv(o, "19618", &["--json"]);
+    let r = cli_recv(o, &p, &["--json"]);
     let args = [
         "-p",
-        "19618",
+        &p,
         "-T",
         TIMEOUT_MS,
         "-n",
@@ -322,7 +325,7 @@ fn c_sender_stripes_a_file_over_two_streams() {
     // A stream count beyond the library's range is refused before connecting.
     let bad = native(
         "file_send",
-        &["-p", "19618", "-n", "65", src.to_str().unwrap(), IP],
+        &["-p", &p, "-n", "65", src.to_str().unwrap(), IP],
     )
     .finish(T);
     assert_ne!(bad.status.code(), Some(0), "{}", bad.err);
@@ -338,18 +341,19 @@ fn c_sender_stripes_a_file_over_two_streams() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_sender_wrong_token_is_refused() {
     need_rxe0();
+    let p = common::port().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let f = tmp.path().join("f.txt");
     std::fs::write(&f, b"x").unwrap();
     let o = out.to_str().unwrap();
-    let r = cli_recv(o, "19602", &["--token", "right"]);
+    let r = cli_recv(o, &p, &["--token", "right"]);
     let s = native(
         "file_send",
         &[
             "-p",
-            "19602",
+            &p,
             "-k",
             "wrong",
             "-T",
@@ -379,17 +383,18 @@ fn c_sender_wrong_token_is_refused() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn cli_sender_to_c_receiver_oob() {
     need_rxe0();
+    let p = common::port().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let (src, out) = (tmp.path().join("src"), tmp.path().join("out"));
     std::fs::create_dir_all(&out).unwrap();
-    let files = write_tree(&src);
+    let files = sample_tree(&src);
     let mut r = vg(
         "file_recv",
         &[
             "-l",
             IP,
             "-p",
-            "19603",
+            &p,
             "-O",
             "-T",
             TIMEOUT_MS,
@@ -398,7 +403,7 @@ fn cli_sender_to_c_receiver_oob() {
     );
     r.wait_for("listening on", T);
     let tree = src.join("tree");
-    let dest = format!("{IP}:19603");
+    let dest = format!("{IP}:{p}");
     let s = spawn(
         "send",
         &[
@@ -437,6 +442,7 @@ fn pingpong_stats_ok(out: &str, size: u64, iters: u64) {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_pingpong_client_against_cli_server() {
     need_rxe0();
+    let p = common::port().to_string();
     let mut server = spawn(
         "server",
         &[
@@ -444,7 +450,7 @@ fn c_pingpong_client_against_cli_server() {
             "--listen",
             IP,
             "-p",
-            "19604",
+            &p,
             "-s",
             "4096",
             "-n",
@@ -458,9 +464,7 @@ fn c_pingpong_client_against_cli_server() {
     server.wait_for("listening on", T);
     let c = vg(
         "pingpong",
-        &[
-            "-p", "19604", "-s", "4096", "-n", "50", "-T", TIMEOUT_MS, IP,
-        ],
+        &["-p", &p, "-s", "4096", "-n", "50", "-T", TIMEOUT_MS, IP],
     )
     .finish(T);
     vg_ok(&c, "C pingpong client");
@@ -476,10 +480,11 @@ fn c_pingpong_client_against_cli_server() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn cli_pingpong_client_against_c_server_oob_event() {
     need_rxe0();
+    let p = common::port().to_string();
     let mut server = native(
         "pingpong",
         &[
-            "-l", IP, "-p", "19605", "-s", "1024", "-n", "40", "-O", "-e", "-T", TIMEOUT_MS,
+            "-l", IP, "-p", &p, "-s", "1024", "-n", "40", "-O", "-e", "-T", TIMEOUT_MS,
         ],
     );
     server.wait_for("listening on", T);
@@ -489,7 +494,7 @@ fn cli_pingpong_client_against_c_server_oob_event() {
             "pingpong",
             IP,
             "-p",
-            "19605",
+            &p,
             "-s",
             "1024",
             "-n",
@@ -517,14 +522,11 @@ fn cli_pingpong_client_against_c_server_oob_event() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_rw_demo_against_cli_expose() {
     need_rxe0();
+    let p = common::port().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let saved = tmp.path().join("buf.bin");
-    let s = cli_expose("19606", "4096", &["--out", saved.to_str().unwrap()]);
-    let c = native(
-        "rw_demo",
-        &["-p", "19606", "-o", "100", "-T", TIMEOUT_MS, IP],
-    )
-    .finish(T);
+    let s = cli_expose(&p, "4096", &["--out", saved.to_str().unwrap()]);
+    let c = native("rw_demo", &["-p", &p, "-o", "100", "-T", TIMEOUT_MS, IP]).finish(T);
     c.ok("C rw_demo client");
     assert!(
         c.out.contains("peer exposes 4096 bytes (access 3)"),
@@ -551,9 +553,10 @@ fn c_rw_demo_against_cli_expose() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_rw_demo_server_for_cli_write_and_c_client() {
     need_rxe0();
+    let p = common::port().to_string();
     let mut s = native(
         "rw_demo",
-        &["-l", IP, "-p", "19607", "-s", "256", "-T", TIMEOUT_MS],
+        &["-l", IP, "-p", &p, "-s", "256", "-T", TIMEOUT_MS],
     );
     s.wait_for("listening on", T);
     spawn(
@@ -562,7 +565,7 @@ fn c_rw_demo_server_for_cli_write_and_c_client() {
             "write",
             IP,
             "-p",
-            "19607",
+            &p,
             "--offset",
             "8",
             "--data",
@@ -587,16 +590,13 @@ fn c_rw_demo_server_for_cli_write_and_c_client() {
         d.out
     );
 
+    let p = common::port().to_string();
     let mut s = vg(
         "rw_demo",
-        &["-l", IP, "-p", "19608", "-s", "64", "-T", TIMEOUT_MS],
+        &["-l", IP, "-p", &p, "-s", "64", "-T", TIMEOUT_MS],
     );
     s.wait_for("listening on", T);
-    let c = vg(
-        "rw_demo",
-        &["-p", "19608", "-m", "C to C", "-T", TIMEOUT_MS, IP],
-    )
-    .finish(T);
+    let c = vg("rw_demo", &["-p", &p, "-m", "C to C", "-T", TIMEOUT_MS, IP]).finish(T);
     vg_ok(&c, "C rw_demo client");
     assert!(c.out.contains("read back 6 bytes: verified"), "{}", c.out);
     let d = s.finish(T);
@@ -615,12 +615,9 @@ fn c_rw_demo_server_for_cli_write_and_c_client() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_rw_demo_out_of_bounds_is_refused() {
     need_rxe0();
-    let s = cli_expose("19609", "16", &[]);
-    let c = native(
-        "rw_demo",
-        &["-p", "19609", "-o", "10", "-T", TIMEOUT_MS, IP],
-    )
-    .finish(T);
+    let p = common::port().to_string();
+    let s = cli_expose(&p, "16", &[]);
+    let c = native("rw_demo", &["-p", &p, "-o", "10", "-T", TIMEOUT_MS, IP]).finish(T);
     c.failed("C rw_demo writing past the end");
     assert!(
         c.err.contains("status 10"),

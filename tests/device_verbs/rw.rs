@@ -5,18 +5,11 @@ use std::time::Duration;
 
 use rdmaxfer::verbs::{ExposedRegion, RemoteAccess, RemoteRegion, WaitMode};
 use rdmaxfer::xfer::bench::{run_initiator, BenchOp, BwParams};
-use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
+use rdmaxfer::xfer::loopback::LoopbackPair;
 use rdmaxfer::xfer::rdma_rw::{self, RawQp};
 use rdmaxfer::Error;
 
-fn pair(mode: WaitMode) -> LoopbackPair {
-    LoopbackPair::new(&LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode,
-        ..Default::default()
-    })
-    .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
-}
+use crate::common::verbs::loopback;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -32,7 +25,7 @@ fn ops(p: &LoopbackPair, max_msg: usize) -> RawQp<'_> {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn write_then_read_3_mib_split_into_messages() {
-    let p = pair(WaitMode::Poll);
+    let p = loopback(WaitMode::Poll);
     let len = 3 << 20;
     let region = ExposedRegion::new(&p.pd, len + 100, RemoteAccess::ReadWrite).unwrap();
     let remote = region.descriptor();
@@ -55,7 +48,7 @@ fn write_then_read_3_mib_split_into_messages() {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn out_of_bounds_is_refused_before_posting() {
-    let p = pair(WaitMode::Poll);
+    let p = loopback(WaitMode::Poll);
     let region = ExposedRegion::new(&p.pd, 4096, RemoteAccess::ReadWrite).unwrap();
     let remote = region.descriptor();
     let mut o = ops(&p, 1 << 20);
@@ -93,7 +86,7 @@ fn bandwidth_engine_write_and_read() {
     for mode in [WaitMode::Poll, WaitMode::Event] {
         for op in [BenchOp::Write, BenchOp::Read] {
             for (size, iters) in [(4096usize, 400u64), (1 << 20, 12)] {
-                let p = pair(mode);
+                let p = loopback(mode);
                 let region = ExposedRegion::new(&p.pd, size, RemoteAccess::ReadWrite).unwrap();
                 let params = BwParams {
                     op,

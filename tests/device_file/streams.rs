@@ -4,19 +4,18 @@
 //! with an unknown session id refused, and more streams than the receiver's cap. Tests
 //! synchronise on output lines and on the file system, never on sleeps.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{
-    listing, need_rxe0, need_rxe1, pseudo_random, send, send_args, sent_pkts, spawn, spawn_env,
-    wait_until, Proc, FILE_T as T, IP, IP1,
-};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Join, Msg, Reason};
 use rdmaxfer::xfer::session;
+
+use crate::common::{
+    self, listing, need_rxe0, need_rxe1, pseudo_random, send, send_args, sent_pkts, spawn,
+    spawn_env, wait_until, Proc, FILE_T as T, IP, IP1,
+};
 
 /// `recv --json` listening on every address (both rails), once it listens.
 fn recv_all(port: u16, out: &Path, extra: &[&str]) -> Proc {
@@ -34,7 +33,7 @@ fn dir_with(tmp: &Path, name: &str) -> std::path::PathBuf {
 fn striped_file_over_three_streams_and_two_devices() {
     need_rxe0();
     need_rxe1();
-    let port = 7480;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("big.bin");
@@ -91,7 +90,7 @@ fn striped_file_over_three_streams_and_two_devices() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn tree_over_two_streams() {
     need_rxe0();
-    let port = 7481;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let tree = dir_with(tmp.path(), "tree");
@@ -167,7 +166,7 @@ fn slow_striped(tmp: &Path, port: u16, seed: u64) -> Interrupted {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn striped_file_resumes_after_the_sender_is_killed() {
     need_rxe0();
-    let port = 7482;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let Interrupted {
         out,
@@ -211,7 +210,7 @@ fn striped_file_resumes_after_the_sender_is_killed() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn join_with_an_unknown_session_id_is_refused() {
     need_rxe0();
-    let port = 7483;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let mut r = common::recv(port, &out, &["--once", "--token", "s3cret"]);
@@ -250,7 +249,7 @@ fn join_with_an_unknown_session_id_is_refused() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn more_streams_than_the_receiver_allows_are_capped() {
     need_rxe0();
-    let port = 7484;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
@@ -281,7 +280,7 @@ fn more_streams_than_the_receiver_allows_are_capped() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_corrupted_chunk_of_one_stripe_is_named_and_nothing_is_committed() {
     need_rxe0();
-    let port = 7485;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
@@ -324,7 +323,7 @@ fn a_corrupted_chunk_of_one_stripe_is_named_and_nothing_is_committed() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_transport_fault_on_one_stream_is_named_and_nothing_is_committed() {
     need_rxe0();
-    let port = 7492;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
@@ -361,7 +360,7 @@ fn default_for_one_device() -> u64 {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn default_streams_stripe_big_files_and_fall_back_to_what_the_receiver_allows() {
     need_rxe0();
-    let port = 7486;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("f.bin");
     let data = pseudo_random(16 << 20, 5);
@@ -427,7 +426,7 @@ fn hash_and_expected(f: &serde_json::Value, data: &[u8]) -> (String, String) {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_striped_file_has_the_same_digest_as_over_one_stream() {
     need_rxe0();
-    let port = 7487;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("f.bin");
     // Not a whole number of chunks or stripes.
@@ -475,7 +474,7 @@ fn a_striped_file_has_the_same_digest_as_over_one_stream() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_receiver_insisting_on_another_verification_refuses_and_commits_nothing() {
     need_rxe0();
-    let port = 7488;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let small = tmp.path().join("small.bin");
     std::fs::write(&small, pseudo_random(300_000, 8)).unwrap();
@@ -528,7 +527,7 @@ fn kept_held(out: &Path, name: &str) -> u64 {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn striped_file_resumes_after_the_receiver_is_killed_and_restarted() {
     need_rxe0();
-    let port = 7489;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let Interrupted {
         out,
@@ -578,7 +577,7 @@ fn striped_file_resumes_after_the_receiver_is_killed_and_restarted() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
     need_rxe0();
-    let port = 7490;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
@@ -601,7 +600,7 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_sending_stream_kept_waiting_by_the_receiver_waits_while_the_others_move() {
     need_rxe0();
-    let port = 7491;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");

@@ -9,20 +9,17 @@ use std::time::Duration;
 
 use rdmaxfer::cm::{CmId, EventKind};
 use rdmaxfer::verbs::{LocalBuf, SendRequest, Sge, WaitMode, WcOpcode};
-use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
+use rdmaxfer::xfer::loopback::LoopbackPair;
+
+use crate::common;
+use crate::common::verbs::loopback;
 
 const T: Duration = Duration::from_secs(10);
-const IP: &str = "198.18.0.1";
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_forgotten_queue_pair_leaves_its_posted_buffer_to_the_cq() {
-    let p = LoopbackPair::new(&LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode: WaitMode::Poll,
-        ..Default::default()
-    })
-    .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
+    let p = loopback(WaitMode::Poll);
     let LoopbackPair {
         a,
         b,
@@ -57,7 +54,8 @@ fn a_forgotten_queue_pair_leaves_its_posted_buffer_to_the_cq() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn dropping_a_cm_id_whose_event_was_forgotten_does_not_block() {
     let id = CmId::new().unwrap();
-    let dst = format!("{IP}:7471").parse().unwrap();
+    // Only resolved (nothing listens there): any port will do.
+    let dst = common::addr(common::port());
     id.resolve_addr(None, dst, T).unwrap();
     let ev = id
         .expect_event(EventKind::AddrResolved, T, "resolving rxe0's address")

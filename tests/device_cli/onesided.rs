@@ -1,15 +1,14 @@
 //! Device tests (rxe0, in the guest) of `rdmaxfer expose`, `write`, `read` and `bench`, driven
 //! through the binary over RDMA CM and OOB.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{need_rxe0, spawn, Proc, IP};
 use rdmaxfer::verbs::{ExposedRegion, RemoteAccess};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::onesided::{self, Msg};
 use rdmaxfer::xfer::session::{self, Server};
+
+use crate::common::{self, need_rxe0, spawn, Proc, IP};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -35,8 +34,9 @@ fn client(cmd: &str, port: u16, oob: bool, extra: &[&str]) -> common::Done {
     spawn(cmd, &args).finish(T)
 }
 
-fn text_round_trip(port: u16, oob: bool) {
+fn text_round_trip(oob: bool) {
     need_rxe0();
+    let port = common::port();
     let mut s = expose(port, oob, &["--size", "4096"]);
     client(
         "write",
@@ -60,17 +60,18 @@ fn text_round_trip(port: u16, oob: bool) {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn text_round_trip_cm() {
-    text_round_trip(7101, false);
+    text_round_trip(false);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn text_round_trip_oob() {
-    text_round_trip(7102, true);
+    text_round_trip(true);
 }
 
-fn file_round_trip(port: u16, oob: bool) {
+fn file_round_trip(oob: bool) {
     need_rxe0();
+    let port = common::port();
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src.bin");
     let back = dir.path().join("back.bin");
@@ -136,40 +137,41 @@ fn file_round_trip(port: u16, oob: bool) {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn file_3_mib_round_trip_cm() {
-    file_round_trip(7103, false);
+    file_round_trip(false);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn file_3_mib_round_trip_oob() {
-    file_round_trip(7104, true);
+    file_round_trip(true);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn out_of_bounds_is_refused_locally() {
     need_rxe0();
-    let mut s = expose(7105, false, &["--size", "4096"]);
+    let port = common::port();
+    let mut s = expose(port, false, &["--size", "4096"]);
     for (off, len) in [
         ("4096", "1"),
         ("4000", "97"),
         ("18446744073709551615", "2"),
         ("1", "18446744073709551615"),
     ] {
-        let r = client("read", 7105, false, &["--offset", off, "--len", len]);
+        let r = client("read", port, false, &["--offset", off, "--len", len]);
         r.failed("out-of-bounds read");
         assert!(r.err.contains("out of bounds"), "{off}+{len}: {}", r.err);
     }
     let r = client(
         "write",
-        7105,
+        port,
         false,
         &["--offset", "4090", "--data", "0123456789"],
     );
     r.failed("out-of-bounds write");
     assert!(r.err.contains("out of bounds"), "{}", r.err);
     // Nothing reached the buffer, and the server kept serving.
-    let r = client("read", 7105, false, &["--offset", "4090", "--len", "6"]);
+    let r = client("read", port, false, &["--offset", "4090", "--len", "6"]);
     assert_eq!(
         r.ok("read after refusals")
             .out
@@ -186,12 +188,13 @@ fn out_of_bounds_is_refused_locally() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_locally_refused_range_leaves_the_servers_report_ok() {
     need_rxe0();
-    let mut s = expose(7108, false, &["--size", "4096", "--json"]);
+    let port = common::port();
+    let mut s = expose(port, false, &["--size", "4096", "--json"]);
     for (cmd, range) in [
         ("write", ["--offset", "4090", "--data", "0123456789"]),
         ("read", ["--offset", "4000", "--len", "97"]),
     ] {
-        let r = client(cmd, 7108, false, &range);
+        let r = client(cmd, port, false, &range);
         r.failed(&format!("out-of-bounds {cmd}"));
         assert!(r.err.contains("out of bounds"), "{cmd}: {}", r.err);
         let line = s.wait_for("\"ok\"", T);
@@ -216,8 +219,9 @@ fn a_locally_refused_range_leaves_the_servers_report_ok() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn reading_a_write_only_exposure_is_a_remote_access_error() {
     need_rxe0();
-    let mut s = expose(7106, false, &["--size", "64", "--access", "w"]);
-    let r = client("read", 7106, false, &["--len", "8"]);
+    let port = common::port();
+    let mut s = expose(port, false, &["--size", "64", "--access", "w"]);
+    let r = client("read", port, false, &["--len", "8"]);
     r.failed("read of write-only exposure");
     assert!(r.err.contains("remote access error"), "{}", r.err);
     assert!(
@@ -225,7 +229,7 @@ fn reading_a_write_only_exposure_is_a_remote_access_error() {
         "the error names the exposure's rights: {}",
         r.err
     );
-    client("write", 7106, false, &["--data", "still serving"]).ok("write after the failed read");
+    client("write", port, false, &["--data", "still serving"]).ok("write after the failed read");
     s.wait_for("\"still serving\"", T);
     s.kill();
 }
@@ -239,7 +243,8 @@ fn access_after_revoke_fails_without_hanging() {
         extra_send_wr: 8,
         ..Default::default()
     };
-    let mut server = Server::bind(IP, 7107, false, &opts).unwrap();
+    let port = common::port();
+    let mut server = Server::bind(IP, port, false, &opts).unwrap();
     let t = std::thread::spawn(move || {
         let mut ep = server.accept(Some(T)).unwrap();
         assert!(matches!(
@@ -269,7 +274,7 @@ fn access_after_revoke_fails_without_hanging() {
         .unwrap();
         let _ = ep.recv();
     });
-    let mut ep = session::connect(IP, 7107, false, &opts).unwrap();
+    let mut ep = session::connect(IP, port, false, &opts).unwrap();
     let x = onesided::open_session(&mut ep).unwrap();
     assert!(matches!(
         onesided::recv_msg(&mut ep).unwrap(),
@@ -284,8 +289,9 @@ fn access_after_revoke_fails_without_hanging() {
     t.join().unwrap();
 }
 
-fn bench_pair(op: &str, size: usize, iters: u64, port: u16, flags: &[&str]) -> serde_json::Value {
-    let p = port.to_string();
+/// A `bench` server and client on a port of their own; the client's JSON report, checked.
+fn bench_pair(op: &str, size: usize, iters: u64, flags: &[&str]) -> serde_json::Value {
+    let p = common::port().to_string();
     let s_ = size.to_string();
     let mut sargs = vec![
         "bench", op, "--listen", IP, "-p", &p, "-s", &s_, "--count", "1",
@@ -333,13 +339,11 @@ fn bench_pair(op: &str, size: usize, iters: u64, port: u16, flags: &[&str]) -> s
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn bench_every_op_at_4k_and_1m_poll_cm_and_event_oob() {
     need_rxe0();
-    let mut port = 7110;
     for flags in [&[][..], &["--event", "--oob"][..]] {
         for op in ["write", "read", "send"] {
             for (size, iters) in [(4096usize, 300u64), (1 << 20, 16)] {
-                let v = bench_pair(op, size, iters, port, flags);
+                let v = bench_pair(op, size, iters, flags);
                 assert_eq!(v["event"], flags.contains(&"--event"), "{v}");
-                port += 1;
             }
         }
     }
@@ -351,16 +355,17 @@ fn bench_server_runs_the_clients_op_and_size() {
     need_rxe0();
     // The server's op and -s are what it offers clients that state nothing (--oob); over RDMA CM
     // it runs what the client asks for, as perftest does.
+    let p = common::port().to_string();
     let mut server = spawn(
         "bench server",
         &[
-            "bench", "write", "--listen", IP, "-p", "7130", "-s", "4096", "--count", "1",
+            "bench", "write", "--listen", IP, "-p", &p, "-s", "4096", "--count", "1",
         ],
     );
     server.wait_for("listening on", T);
     let c = spawn(
         "bench client",
-        &["bench", "read", IP, "-p", "7130", "-s", "8K", "-n", "10"],
+        &["bench", "read", IP, "-p", &p, "-s", "8K", "-n", "10"],
     )
     .finish(T);
     c.ok("bench read -s 8K against a bench write -s 4096 server");
@@ -372,8 +377,9 @@ fn bench_server_runs_the_clients_op_and_size() {
 /// While one peer holds the expose server, another is told that it is busy and to retry once
 /// its wait for a turn (5 s) ends, not left to time out in the backlog; once the first is
 /// done, the next is served.
-fn busy_while_another_is_served(port: u16, oob: bool) {
+fn busy_while_another_is_served(oob: bool) {
     need_rxe0();
+    let port = common::port();
     // Deadlines far above the 5 s wait for a turn, so that a loaded guest (seen to need 6 s just
     // to start a client and resolve) meets none of them: the server's step deadline and the held
     // peer's outlast the second peer's whole run, whose own step deadline is CLIENT_T.
@@ -412,11 +418,11 @@ fn busy_while_another_is_served(port: u16, oob: bool) {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_second_peer_is_told_busy_cm() {
-    busy_while_another_is_served(7111, false);
+    busy_while_another_is_served(false);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_second_peer_is_told_busy_oob() {
-    busy_while_another_is_served(7112, true);
+    busy_while_another_is_served(true);
 }

@@ -5,19 +5,18 @@
 //! The issue asks for a 64 MiB file; the emulated guest moves ≈ 50 MB/s and this is a debug
 //! build, so the random file here is 16 MiB (the guest demo sends 32 MiB, the benchmark 128).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{
-    has_temp, listing, need_rxe0, pseudo_random, recv, send, send_args, spawn_env, wait_until,
-    Done, IP,
-};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::digest;
 use rdmaxfer::xfer::file::proto::{self, Hello, Msg, Reason};
 use rdmaxfer::xfer::session;
+
+use crate::common::{
+    self, has_temp, listing, need_rxe0, pseudo_random, recv, send, send_args, spawn_env,
+    wait_until, IP, SLOW,
+};
 
 const T: Duration = Duration::from_secs(120);
 const CHUNK: usize = 65536;
@@ -36,14 +35,11 @@ fn digest_hex(f: &serde_json::Value, data: &[u8]) -> String {
     blake3::Hash::from(d).to_hex().to_string()
 }
 
-fn one_json(d: &Done) -> serde_json::Value {
-    d.one_json()
-}
-
 /// Sends `files` (name → contents, written below a source dir) plus, if `tree`, a nested
 /// directory; checks each received file byte for byte and by hash, and both JSON summaries.
-fn round_trip(port: u16, mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
+fn round_trip(mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
     need_rxe0();
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     let out = tmp.path().join("out");
@@ -77,7 +73,7 @@ fn round_trip(port: u16, mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
     let mut r = recv(port, &out, &[&["--once"], mode].concat());
     let chunk = CHUNK.to_string();
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    // One stream: one summary line per side (striping is tests/device_streams.rs's).
+    // One stream: one summary line per side (striping is module `streams`'s).
     let s = send(
         port,
         &refs,
@@ -94,7 +90,7 @@ fn round_trip(port: u16, mode: &[&str], files: &[(&str, Vec<u8>)], tree: bool) {
     let names: Vec<String> = expect.iter().map(|(n, _)| n.clone()).collect();
     assert_eq!(listing(&out), names, "received files (no temp files left)");
     let total: u64 = expect.iter().map(|(_, d)| d.len() as u64).sum();
-    for j in [one_json(&s), one_json(&rd)] {
+    for j in [s.one_json(), rd.one_json()] {
         assert_eq!(j["result"], "ok", "{j}");
         assert_eq!(j["bytes"], total, "{j}");
         assert!(j["seconds"].as_f64().unwrap() > 0.0, "{j}");
@@ -128,20 +124,19 @@ fn edge_sizes() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn edge_sizes_and_tree_cm_poll() {
-    round_trip(7301, &["--poll"], &edge_sizes(), true);
+    round_trip(&["--poll"], &edge_sizes(), true);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn edge_sizes_and_tree_oob_event() {
-    round_trip(7302, &["--oob", "--event"], &edge_sizes(), true);
+    round_trip(&["--oob", "--event"], &edge_sizes(), true);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn random_16mib_cm_event() {
     round_trip(
-        7303,
         &["--event"],
         &[("random.bin", pseudo_random(16 << 20, 99))],
         false,
@@ -152,7 +147,6 @@ fn random_16mib_cm_event() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn random_16mib_oob_poll() {
     round_trip(
-        7304,
         &["--oob", "--poll"],
         &[("random.bin", pseudo_random(16 << 20, 98))],
         false,
@@ -227,7 +221,7 @@ fn expect_refuse(m: Msg, want: Reason, what: &str) {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn hostile_senders_are_refused_and_the_receiver_keeps_serving() {
     need_rxe0();
-    let port = 7310;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -309,15 +303,11 @@ fn slow_source(dir: &Path) -> PathBuf {
     p
 }
 
-/// One stream (these tests are about one connection; the default stripes large files over
-/// several: see tests/device_streams.rs), 16 KiB chunks, one in flight.
-const SLOW: [&str; 6] = ["--chunk", "16K", "--slots", "1", "--streams", "1"];
-
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn sender_killed_receiver_fails_cleanly() {
     need_rxe0();
-    let port = 7320;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -334,7 +324,7 @@ fn sender_killed_receiver_fails_cleanly() {
         "noticed after {:?}",
         t.elapsed()
     );
-    let j = one_json(&d);
+    let j = d.one_json();
     assert_eq!(j["result"], "error", "{j}");
     assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
     drop(s);
@@ -344,7 +334,7 @@ fn sender_killed_receiver_fails_cleanly() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn receiver_killed_sender_fails() {
     need_rxe0();
-    let port = 7321;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -360,14 +350,14 @@ fn receiver_killed_sender_fails() {
         "noticed after {:?}",
         d.elapsed
     );
-    assert_eq!(one_json(&d)["result"], "error");
+    assert_eq!(d.one_json()["result"], "error");
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn corrupted_chunk_is_a_hash_mismatch_and_nothing_is_committed() {
     need_rxe0();
-    let port = 7322;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -382,7 +372,7 @@ fn corrupted_chunk_is_a_hash_mismatch_and_nothing_is_committed() {
         s.failed("send with a corrupted chunk");
         let d = r.finish(T);
         d.failed("recv of a corrupted file");
-        for j in [one_json(&s), one_json(&d)] {
+        for j in [s.one_json(), d.one_json()] {
             assert_eq!(j["result"], "error", "{j}");
             assert_eq!(j["files"][0]["result"], "hash mismatch", "{j}");
             assert!(j["files"][0]["hash"].is_null(), "{j}");
@@ -401,7 +391,7 @@ fn corrupted_chunk_is_a_hash_mismatch_and_nothing_is_committed() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn existing_file_is_refused_without_force_and_replaced_with_it() {
     need_rxe0();
-    let port = 7323;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -411,7 +401,7 @@ fn existing_file_is_refused_without_force_and_replaced_with_it() {
     let mut r = recv(port, &out, &[]);
     let s = send(port, &[&src], &[]).finish(T);
     s.failed("send onto an existing file");
-    let j = one_json(&s);
+    let j = s.one_json();
     assert_eq!(j["files"][0]["result"], "exists");
     let msg = j["files"][0]["message"].as_str().unwrap();
     assert!(
@@ -434,7 +424,7 @@ fn existing_file_is_refused_without_force_and_replaced_with_it() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn resume_after_a_killed_sender_completes_and_verifies() {
     need_rxe0();
-    let port = 7324;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -455,7 +445,7 @@ fn resume_after_a_killed_sender_completes_and_verifies() {
     assert!(held > 0 && held < data.len() as u64, "held {held}");
     let d = send(port, &[&src], &["--resume", "--streams", "1"]).finish(T);
     d.ok("resumed send");
-    let j = one_json(&d);
+    let j = d.one_json();
     assert_eq!(
         j["files"][0]["hash"],
         digest_hex(&j["files"][0], &data),
@@ -503,7 +493,7 @@ fn small_tmpfs(dir: &Path, size: &str) -> Unmount {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn disk_filling_up_during_the_transfer_is_reported_and_nothing_is_committed() {
     need_rxe0();
-    let port = 7326;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("small");
     let _u = small_tmpfs(&out, "16m");
@@ -523,7 +513,7 @@ fn disk_filling_up_during_the_transfer_is_reported_and_nothing_is_committed() {
     s.failed("send while the receiver's disk fills up");
     let d = r.finish(T);
     d.failed("recv onto a disk that filled up");
-    for j in [one_json(&s), one_json(&d)] {
+    for j in [s.one_json(), d.one_json()] {
         assert_eq!(j["result"], "error", "{j}");
         assert_eq!(j["files"][0]["result"], "no space", "{j}");
     }
@@ -534,7 +524,7 @@ fn disk_filling_up_during_the_transfer_is_reported_and_nothing_is_committed() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn receiver_disk_full_is_a_clear_error_on_both_sides() {
     need_rxe0();
-    let port = 7325;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("small");
     let _u = small_tmpfs(&out, "1m");
@@ -545,7 +535,7 @@ fn receiver_disk_full_is_a_clear_error_on_both_sides() {
     s.failed("send to a full disk");
     let d = r.finish(T);
     d.failed("recv onto a full disk");
-    for j in [one_json(&s), one_json(&d)] {
+    for j in [s.one_json(), d.one_json()] {
         assert_eq!(j["result"], "error", "{j}");
         assert_eq!(j["files"][0]["result"], "no space", "{j}");
         let msg = j["files"][0]["message"].as_str().unwrap();
@@ -564,7 +554,7 @@ fn receiver_disk_full_is_a_clear_error_on_both_sides() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
     need_rxe0();
-    let port = 7341;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("empty.bin");
     std::fs::write(&src, b"").unwrap();
@@ -619,7 +609,7 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
     drop(ep); // disconnect: the sender's DONE is never acknowledged
     let d = s.finish(T);
     d.ok("send to a receiver that left right after the last ACK");
-    let j = one_json(&d);
+    let j = d.one_json();
     assert_eq!(j["result"], "ok", "{j}");
     assert_eq!(j["files"][0]["result"], "ok", "{j}");
 }

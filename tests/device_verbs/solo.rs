@@ -11,19 +11,10 @@ use rdmaxfer::verbs::{
     CompletionQueue, Context, LocalBuf, ProtectionDomain, QpCaps, QueuePair, SendOp, SendRequest,
     Sge, SoloQueue, WaitMode, WcOpcode,
 };
-use rdmaxfer::xfer::loopback::{LoopbackOptions, LoopbackPair};
 use rdmaxfer::Error;
-mod common;
-use common::verbs::{connect_qps, T};
 
-/// `len` (≥ 8) bytes that start with `seed` and differ for every seed.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..len)
-        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
-        .collect();
-    v[..8].copy_from_slice(&seed.to_le_bytes());
-    v
-}
+use crate::common::pattern;
+use crate::common::verbs::{connect_qps, loopback, T};
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
@@ -102,11 +93,7 @@ fn solo_queue_posts_and_polls_through_mut_and_refuses_every_shared_path() {
 fn shared_cq_matches_completions_to_their_buffers_under_two_polling_threads() {
     const N: u64 = 600;
     const LEN: usize = 512;
-    let p = LoopbackPair::new(&LoopbackOptions {
-        device: Some("rxe0".into()),
-        ..Default::default()
-    })
-    .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)");
+    let p = loopback(WaitMode::Poll);
     let window = u64::from(p.a.caps().max_send_wr.min(p.b.caps().max_recv_wr)).min(32);
     // Each receive i gets send i (a receive queue completes in order); its buffer must come
     // back with completion i, whichever thread polls it.

@@ -10,19 +10,17 @@ use rdmaxfer::verbs::{
     Completion, ExposedRegion, LocalBuf, ProtectionDomain, RemoteAccess, RemoteRegion, SendBatch,
     SendOp, SendRequest, Sge,
 };
-mod common;
-use common::verbs::{loopback_pair, REM_ACCESS_ERR, T, WR_FLUSH_ERR};
+
+use crate::common::pattern;
+use crate::common::verbs::{loopback_pair, REM_ACCESS_ERR, T, WR_FLUSH_ERR};
 
 const LEN: usize = 4096;
 
-fn pattern(i: u64) -> Vec<u8> {
-    (0..LEN).map(|k| (k as u64 * 7 + i * 13) as u8).collect()
-}
-
-/// A buffer holding `pattern(i)`, and its address (its identity when it comes back).
-fn filled(pd: &ProtectionDomain, i: u64) -> (LocalBuf, usize) {
+/// A buffer holding WRITE `i`'s data (`pattern(LEN, i)`), and its address (its identity when it
+/// comes back).
+fn numbered(pd: &ProtectionDomain, i: u64) -> (LocalBuf, usize) {
     let mut b = LocalBuf::new(pd, LEN).unwrap();
-    b.copy_from_slice(&pattern(i));
+    b.copy_from_slice(&pattern(LEN, i));
     let addr = b.as_ptr() as usize;
     (b, addr)
 }
@@ -50,7 +48,7 @@ fn assert_landed(region: &ExposedRegion, slots: std::ops::Range<u64>) {
     for i in slots {
         let mut got = vec![0u8; LEN];
         region.read_at(i as usize * LEN, &mut got).unwrap();
-        assert_eq!(got, pattern(i), "slot {i}");
+        assert_eq!(got, pattern(LEN, i), "slot {i}");
     }
 }
 
@@ -61,7 +59,7 @@ fn write(
     i: u64,
     signaled: bool,
 ) -> (SendRequest, usize) {
-    let (buf, addr) = filled(pd, i);
+    let (buf, addr) = numbered(pd, i);
     let at = region.slice(i * LEN as u64, LEN as u64).unwrap();
     let wr = SendRequest::new(i, SendOp::Write(at), [Sge::new(buf)]);
     (if signaled { wr } else { wr.unsignaled() }, addr)
@@ -213,7 +211,7 @@ fn a_list_that_fails_a_local_check_is_given_back_whole_and_the_qp_stays_usable()
     for i in 0..4u64 {
         let (wr, addr) = if i == 2 {
             // 8 bytes past the buffer's end: refused before anything is posted.
-            let (buf, addr) = filled(&p.pd, i);
+            let (buf, addr) = numbered(&p.pd, i);
             let at = d.slice(i * LEN as u64, 8).unwrap();
             (
                 SendRequest::new(i, SendOp::Write(at), [Sge::range(buf, LEN, 8)]),
@@ -267,7 +265,7 @@ fn a_list_longer_than_the_send_queue_posts_what_fits_and_gives_back_the_rest() {
     let mut batch = SendBatch::default();
     let mut sent = BTreeMap::new();
     for i in 0..n {
-        let (buf, addr) = filled(&p.pd, i);
+        let (buf, addr) = numbered(&p.pd, i);
         // Every WR to slot 0; one in four signaled.
         let wr = SendRequest::new(
             i,
@@ -292,7 +290,7 @@ fn a_list_longer_than_the_send_queue_posts_what_fits_and_gives_back_the_rest() {
             .is_none());
     }
     // One more signaled WR retires whatever unsignaled ones the list left at its end.
-    let (buf, addr) = filled(&p.pd, n);
+    let (buf, addr) = numbered(&p.pd, n);
     let mut last = Some(SendRequest::new(
         n,
         SendOp::Write(d.slice(0, LEN as u64).unwrap()),

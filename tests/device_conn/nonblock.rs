@@ -3,9 +3,6 @@
 //! `try_*` calls and `poll(2)` on the descriptors, following the re-arming rules; a peer's
 //! disconnect ends a `try_recv` with a connection error.
 
-mod common;
-
-use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -15,15 +12,11 @@ use rdmaxfer::verbs::WaitMode;
 use rdmaxfer::xfer::endpoint::{Connecting, Endpoint, EndpointOptions, Listener};
 use rdmaxfer::{Error, Result};
 
-use common::need_rxe0;
+use crate::common::{self, addr, need_rxe0};
 
 /// How long one poll(2) waits before the loop looks again (CM events of an endpoint are read
 /// by its `try_*` calls); not a pass criterion.
 const SLICE: Option<Duration> = Some(Duration::from_millis(200));
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::new(common::IP.parse().unwrap(), port)
-}
 
 /// `op` until it does not would-block, with the documented order: try, arm, try, wait.
 fn drive<R>(ep: &mut Endpoint, mut op: impl FnMut(&mut Endpoint) -> Result<R>) -> Result<R> {
@@ -52,7 +45,8 @@ fn a_connection_driven_by_try_calls_and_poll() {
         recv_depth: 4,
         ..Default::default()
     };
-    let mut l = Listener::bind(addr(7331), &opts).expect("bind");
+    let port = common::port();
+    let mut l = Listener::bind(addr(port), &opts).expect("bind");
     let first = l.try_take().map(drop);
     assert!(
         matches!(first, Err(Error::WouldBlock { .. })),
@@ -83,7 +77,7 @@ fn a_connection_driven_by_try_calls_and_poll() {
         // The client closes: the next receive ends with its disconnect.
         drive(&mut ep, Endpoint::try_recv)
     });
-    let mut c = Connecting::start(addr(7331), &opts).expect("start connecting");
+    let mut c = Connecting::start(addr(port), &opts).expect("start connecting");
     go.send(()).unwrap();
     let mut ep = loop {
         if let Some(ep) = c.try_finish().expect("try_finish") {

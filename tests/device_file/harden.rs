@@ -3,15 +3,16 @@
 //! reach the sender; SIGINT/SIGTERM end either side cleanly (exit 130/143, no temporary file and
 //! no directory made for the unfinished file, unless `--resume` keeps it).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{has_temp, need_rxe0, recv, send, spawn, spawn_prog, wait_until, Done, Proc, IP};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Reason};
 use rdmaxfer::xfer::session;
+
+use crate::common::{
+    self, has_temp, need_rxe0, recv, send, spawn, spawn_prog, wait_until, Done, Proc, IP, SLOW,
+};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -59,7 +60,7 @@ const EVIL: &str = "evil\nok      forged (1 bytes, blake3 00)\x1b[31m\u{9b}2J\x7
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn control_characters_from_a_sender_are_refused_and_never_printed_raw() {
     need_rxe0();
-    let port = 7341;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -142,11 +143,7 @@ fn recv_memlocked(port: u16, out: &Path, kib: u32) -> Proc {
     if root {
         args.extend(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "bash"].map(String::from));
     }
-    args.extend([
-        "-c".to_string(),
-        script,
-        env!("CARGO_BIN_EXE_rdmaxfer").into(),
-    ]);
+    args.extend(["-c".to_string(), script, common::bin()]);
     args.extend(text_recv_args(port, out));
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut r = spawn_prog("recv", if root { "setpriv" } else { "bash" }, &a);
@@ -164,10 +161,11 @@ fn a_receiver_over_its_locked_memory_limit_tells_the_sender_why() {
     std::fs::write(src.join("sub/f.bin"), common::pseudo_random(2 << 20, 5)).unwrap();
     // 64 KiB: not even the connection's message buffers fit (refused while accepting);
     // 1 MiB: the connection fits, the 16 MiB staging ring for the file does not.
-    for (kib, port, at) in [
-        (64, 7342, "rejected by the server"),
-        (1024, 7343, "cannot register its staging ring"),
+    for (kib, at) in [
+        (64, "rejected by the server"),
+        (1024, "cannot register its staging ring"),
     ] {
+        let port = common::port();
         let out = tmp.path().join(format!("out{kib}"));
         std::fs::create_dir_all(&out).unwrap();
         let r = recv_memlocked(port, &out, kib);
@@ -203,11 +201,10 @@ fn slow_tree(dir: &Path) -> PathBuf {
     root
 }
 
-const SLOW: [&str; 6] = ["--chunk", "16K", "--slots", "1", "--streams", "1"];
-
 /// Interrupts the receiver with `sig` mid-file; returns its exit and what is left in --out.
-fn interrupt_receiver(port: u16, sig: &str, extra: &[&str]) -> (Done, Vec<String>) {
+fn interrupt_receiver(sig: &str, extra: &[&str]) -> (Done, Vec<String>) {
     need_rxe0();
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -226,7 +223,7 @@ fn interrupt_receiver(port: u16, sig: &str, extra: &[&str]) -> (Done, Vec<String
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn sigint_ends_the_receiver_with_130_and_removes_the_partial_file_and_its_directories() {
-    let (d, left) = interrupt_receiver(7344, "INT", &["--once"]);
+    let (d, left) = interrupt_receiver("INT", &["--once"]);
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.out, d.err);
     assert!(d.err.contains("interrupted by SIGINT"), "{}", d.err);
     assert!(left.is_empty(), "left behind: {left:?}");
@@ -235,7 +232,7 @@ fn sigint_ends_the_receiver_with_130_and_removes_the_partial_file_and_its_direct
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn sigterm_ends_the_receiver_with_143_and_removes_the_partial_file_and_its_directories() {
-    let (d, left) = interrupt_receiver(7345, "TERM", &[]);
+    let (d, left) = interrupt_receiver("TERM", &[]);
     assert_eq!(d.status.code(), Some(143), "{}\n{}", d.out, d.err);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
@@ -243,7 +240,7 @@ fn sigterm_ends_the_receiver_with_143_and_removes_the_partial_file_and_its_direc
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn an_interrupted_receiver_with_resume_keeps_the_partial_file() {
-    let (d, left) = interrupt_receiver(7346, "INT", &["--once", "--resume"]);
+    let (d, left) = interrupt_receiver("INT", &["--once", "--resume"]);
     assert_eq!(d.status.code(), Some(130), "{}\n{}", d.out, d.err);
     assert_eq!(
         left,
@@ -256,7 +253,7 @@ fn an_interrupted_receiver_with_resume_keeps_the_partial_file() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn sigint_ends_the_sender_with_130_and_the_receiver_cleans_up() {
     need_rxe0();
-    let port = 7347;
+    let port = common::port();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();

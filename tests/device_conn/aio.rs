@@ -3,10 +3,7 @@
 //! current-thread runtime, and futures dropped mid-transfer (a recv, an RDMA WRITE) without
 //! the buffer being reused early and without leaked QPs, CQs or MRs.
 
-mod common;
-
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::Poll;
@@ -16,14 +13,10 @@ use rdmaxfer::aio::{AsyncEndpoint, AsyncListener};
 use rdmaxfer::verbs::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 
-use common::{need_rxe0, our_resources, pseudo_random, tid};
+use crate::common::{self, addr, need_rxe0, our_resources, pseudo_random, tid};
 
 /// Bounds every test (a hang fails instead of blocking the suite); not a pass criterion.
 const LIMIT: Duration = Duration::from_secs(300);
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::new(common::IP.parse().unwrap(), port)
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -59,8 +52,9 @@ fn sixteen_async_clients_ping_pong_against_one_current_thread_server() {
         send_depth: 2,
         ..Default::default()
     };
+    let port = common::port();
     runtime().block_on(async {
-        let mut l = AsyncListener::bind(addr(7301), &opts).expect("bind");
+        let mut l = AsyncListener::bind(addr(port), &opts).expect("bind");
         // The server: one task per connection on this one thread; each echoes until "bye".
         let server = tokio::spawn(async move {
             let mut conns = Vec::new();
@@ -93,7 +87,7 @@ fn sixteen_async_clients_ping_pong_against_one_current_thread_server() {
         for c in 0..CLIENTS {
             let (opts, barrier) = (opts.clone(), barrier.clone());
             clients.push(tokio::spawn(async move {
-                let mut ep = AsyncEndpoint::connect(addr(7301), &opts)
+                let mut ep = AsyncEndpoint::connect(addr(port), &opts)
                     .await
                     .unwrap_or_else(|e| panic!("client {c} connect: {e}"));
                 barrier.wait().await;
@@ -141,8 +135,9 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
         ..Default::default()
     };
     let canary = pseudo_random(REGION, CANARY_SEED);
+    let port = common::port();
     runtime().block_on(async {
-        let mut l = AsyncListener::bind(addr(7311), &opts).expect("bind");
+        let mut l = AsyncListener::bind(addr(port), &opts).expect("bind");
         let canary2 = canary.clone();
         let server = tokio::spawn(async move {
             let mut ep = l.accept().await.expect("accept");
@@ -170,7 +165,7 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
             got == canary2
         });
 
-        let mut ep = AsyncEndpoint::connect(addr(7311), &opts)
+        let mut ep = AsyncEndpoint::connect(addr(port), &opts)
             .await
             .expect("connect");
         let open = counts();
@@ -252,8 +247,9 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
         chunk: 1 << 20,
         ..Default::default()
     };
+    let port = common::port();
     runtime().block_on(async {
-        let mut l = AsyncListener::bind(addr(7321), &ropts.endpoint_options(&base)).expect("bind");
+        let mut l = AsyncListener::bind(addr(port), &ropts.endpoint_options(&base)).expect("bind");
         let receiver = tokio::spawn(async move {
             let ep = l.accept().await.expect("accept");
             let (ep, report) = ep.receive_files(ropts).await.expect("receive");
@@ -262,7 +258,7 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
         });
         let entries =
             source::walk(&[src.path().join("a.bin"), src.path().join("b.txt")]).expect("walk");
-        let ep = AsyncEndpoint::connect(addr(7321), &sopts.endpoint_options(&base))
+        let ep = AsyncEndpoint::connect(addr(port), &sopts.endpoint_options(&base))
             .await
             .expect("connect");
         let (ep, sent) = ep.send_files(entries, sopts).await.expect("send");

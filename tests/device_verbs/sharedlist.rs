@@ -11,16 +11,15 @@ use rdmaxfer::verbs::{
     SendRequest, Sge, SharedBuf, SharedList, SharedPost,
 };
 use rdmaxfer::xfer::loopback::LoopbackPair;
-mod common;
-use common::verbs::{loopback_pair, REM_ACCESS_ERR, T, WR_FLUSH_ERR};
+
+use crate::common::pattern;
+use crate::common::verbs::{loopback_pair, REM_ACCESS_ERR, T, WR_FLUSH_ERR};
 
 const LEN: usize = 4096;
 
 fn source(p: &LoopbackPair) -> SharedBuf {
     let mut b = LocalBuf::new(&p.pd, LEN).unwrap();
-    for (k, x) in b.iter_mut().enumerate() {
-        *x = (k * 7 + 3) as u8;
-    }
+    b.copy_from_slice(&pattern(LEN, 3));
     b.freeze()
 }
 

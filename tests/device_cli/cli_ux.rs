@@ -2,14 +2,10 @@
 //! per-file lines as files end, exit statuses (23 partial, 2 usage, 130 SIGINT) and messages
 //! that name each cause once.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{need_rxe0, recv, spawn, spawn_prog, Done, FILE_T, IP};
-
-const BIN: &str = env!("CARGO_BIN_EXE_rdmaxfer");
+use crate::common::{self, dirs, need_rxe0, recv, spawn, spawn_prog, Done, FILE_T, IP};
 
 /// `rdmaxfer send PATHS... IP:port EXTRA...` in text mode (no --json).
 fn send_text(port: u16, paths: &[&Path], extra: &[&str]) -> common::Proc {
@@ -39,21 +35,13 @@ fn tree_of(files: &[(&str, Vec<u8>)]) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, tree, out)
 }
 
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    let out = tmp.path().join("out");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
-    (tmp, src, out)
-}
-
 /// Runs `send` under a pseudo-terminal (`script`), so that stdout and stderr are a terminal, to
 /// a `recv --once` into `out`; both must succeed. The output is what the terminal got (progress
 /// redraws included).
-fn send_on_a_terminal(port: u16, out: &Path, paths: &[&Path], extra: &str) -> Done {
+fn send_on_a_terminal(out: &Path, paths: &[&Path], extra: &str) -> Done {
+    let port = common::port();
     let r = recv(port, out, &["--once"]);
-    let mut cmd = format!("stty cols 160; exec {BIN} send");
+    let mut cmd = format!("stty cols 160; exec {} send", common::bin());
     for p in paths {
         cmd.push_str(&format!(" '{}'", p.to_str().unwrap()));
     }
@@ -81,7 +69,7 @@ fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
     let (_tmp, src, out) = dirs();
     let file = src.join("progress-file.bin");
     std::fs::write(&file, common::pseudo_random(8 << 20, 17)).unwrap();
-    let d = send_on_a_terminal(7520, &out, &[&file], "");
+    let d = send_on_a_terminal(&out, &[&file], "");
     assert_a_frame_shows(&d.out, "progress-file.bin", "100%");
     assert!(
         d.out
@@ -100,7 +88,7 @@ fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
         ("a.bin", common::pseudo_random(3 << 20, 1)),
         ("sub/b.bin", common::pseudo_random(5 << 20, 2)),
     ]);
-    let d = send_on_a_terminal(7521, &out, &[&tree], "");
+    let d = send_on_a_terminal(&out, &[&tree], "");
     assert_a_frame_shows(&d.out, "total: 2 of 2 files", "100%");
     for name in ["tree/a.bin", "tree/sub/b.bin"] {
         assert!(
@@ -119,8 +107,9 @@ fn a_tree_with_a_refused_file_is_a_partial_transfer_exit_23() {
         ("big.bin", common::pseudo_random(64 << 10, 3)),
         ("small.txt", b"small\n".to_vec()),
     ]);
-    let r = recv_text(7522, &out, &["--max-size", "1K"]);
-    let d = send_text(7522, &[&tree], &[]).finish(FILE_T);
+    let port = common::port();
+    let r = recv_text(port, &out, &["--max-size", "1K"]);
+    let d = send_text(port, &[&tree], &[]).finish(FILE_T);
     let rd = r.finish(FILE_T);
     assert_eq!(d.status.code(), Some(23), "send:\n{}\n{}", d.out, d.err);
     assert_eq!(rd.status.code(), Some(23), "recv:\n{}\n{}", rd.out, rd.err);
@@ -169,8 +158,9 @@ fn an_existing_file_is_named_once_and_is_no_internal_error() {
     let file = src.join("again.txt");
     std::fs::write(&file, b"again\n").unwrap();
     std::fs::write(out.join("again.txt"), b"already here\n").unwrap();
-    let r = recv_text(7523, &out, &[]);
-    let d = send_text(7523, &[&file], &[]).finish(FILE_T);
+    let port = common::port();
+    let r = recv_text(port, &out, &[]);
+    let d = send_text(port, &[&file], &[]).finish(FILE_T);
     let rd = r.finish(FILE_T);
     for (who, done) in [("send", &d), ("recv", &rd)] {
         let all = format!("{}{}", done.out, done.err);
@@ -199,9 +189,10 @@ fn sigint_to_the_sender_mid_transfer_exits_130() {
     let (_tmp, tree, out) = tree_of(&[("a.txt", b"first\n".to_vec())]);
     let f = std::fs::File::create(tree.join("b.bin")).unwrap();
     f.set_len(64 << 20).unwrap();
-    let r = recv_text(7524, &out, &[]);
+    let port = common::port();
+    let r = recv_text(port, &out, &[]);
     let mut s = send_text(
-        7524,
+        port,
         &[&tree],
         &["--chunk", "16K", "--slots", "1", "--timeout", "5"],
     );
@@ -228,7 +219,7 @@ fn a_usage_error_exits_2_before_connecting() {
     let file = src.join("x");
     std::fs::write(&file, b"x").unwrap();
     // Nobody listens on this port: a usage error must come first.
-    let d = send_text(7525, &[&file], &["--chunk", "10Q"]).finish(FILE_T);
+    let d = send_text(common::port(), &[&file], &["--chunk", "10Q"]).finish(FILE_T);
     assert_eq!(d.status.code(), Some(2), "{}\n{}", d.out, d.err);
     assert!(d.err.contains("--chunk"), "{}", d.err);
     assert!(d.out.is_empty(), "{}", d.out);
@@ -244,10 +235,10 @@ fn on_a_terminal_quiet_prints_nothing_and_json_only_its_summary() {
         ("a.bin", common::pseudo_random(1 << 20, 5)),
         ("b.bin", common::pseudo_random(1 << 20, 6)),
     ]);
-    let d = send_on_a_terminal(7526, &out, &[&tree], "-q");
+    let d = send_on_a_terminal(&out, &[&tree], "-q");
     assert!(d.out.trim().is_empty(), "-q: {:?}", d.out);
     std::fs::remove_dir_all(out.join("tree")).unwrap();
-    let d = send_on_a_terminal(7527, &out, &[&tree], "--json");
+    let d = send_on_a_terminal(&out, &[&tree], "--json");
     let lines: Vec<&str> = d.out.lines().map(str::trim).collect();
     assert_eq!(lines.len(), 1, "--json: one line, no progress: {:?}", d.out);
     let j: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");

@@ -7,9 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{need_rxe0, spawn, spawn_env, spawn_prog, Done, IP};
+use crate::common::{self, need_rxe0, spawn, spawn_env, spawn_prog, Done, IP};
 
 /// Waits until something listens on TCP `port` (/proc/net/tcp{,6}, state 0A), bounded.
 fn wait_tcp_listen(port: u16, within: Duration) {
@@ -36,18 +34,12 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// One server (`server_event`) answering one client per entry of `client_events`; checks both.
-fn pair_runs(
-    port: u16,
-    size: usize,
-    iters: u64,
-    oob: bool,
-    server_event: bool,
-    client_events: &[bool],
-) {
-    let mut common: Vec<String> = vec![
+/// One server (`server_event`) on a port of its own answering one client per entry of
+/// `client_events`; checks both.
+fn pair_runs(size: usize, iters: u64, oob: bool, server_event: bool, client_events: &[bool]) {
+    let mut shared: Vec<String> = vec![
         "-p".into(),
-        port.to_string(),
+        common::port().to_string(),
         "-s".into(),
         size.to_string(),
         "-n".into(),
@@ -55,7 +47,7 @@ fn pair_runs(
         "--json".into(),
     ];
     if oob {
-        common.push("--oob".into());
+        shared.push("--oob".into());
     }
     let mut sargs: Vec<String> = vec![
         "pingpong".into(),
@@ -64,7 +56,7 @@ fn pair_runs(
         "--count".into(),
         client_events.len().to_string(),
     ];
-    sargs.extend(common.iter().cloned());
+    sargs.extend(shared.iter().cloned());
     if server_event {
         sargs.push("--event".into());
     }
@@ -72,7 +64,7 @@ fn pair_runs(
     server.wait_for("listening on", T);
     for &ev in client_events {
         let mut cargs: Vec<String> = vec!["pingpong".into(), IP.into()];
-        cargs.extend(common.iter().cloned());
+        cargs.extend(shared.iter().cloned());
         if ev {
             cargs.push("--event".into());
         }
@@ -134,18 +126,18 @@ fn pair_runs(
 fn cm_sizes_poll_and_event() {
     need_rxe0();
     // Each size once; client and server modes differ, so every side sees poll and event.
-    pair_runs(7101, 1, 200, false, true, &[false]);
-    pair_runs(7102, 4096, 200, false, false, &[true]);
-    pair_runs(7103, 1 << 20, 10, false, true, &[false]);
+    pair_runs(1, 200, false, true, &[false]);
+    pair_runs(4096, 200, false, false, &[true]);
+    pair_runs(1 << 20, 10, false, true, &[false]);
 }
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn oob_sizes_poll_and_event() {
     need_rxe0();
-    pair_runs(7111, 1, 200, true, false, &[true]);
-    pair_runs(7112, 4096, 200, true, true, &[false]);
-    pair_runs(7113, 1 << 20, 10, true, false, &[true]);
+    pair_runs(1, 200, true, false, &[true]);
+    pair_runs(4096, 200, true, true, &[false]);
+    pair_runs(1 << 20, 10, true, false, &[true]);
 }
 
 fn ibv_ok(d: &Done, iters: u64) {
@@ -162,7 +154,7 @@ fn ibv_ok(d: &Done, iters: u64) {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn ibv_rc_pingpong_server_rdmaxfer_client() {
     need_rxe0();
-    for (port, size) in [(7121u16, 4096usize), (7122, 1)] {
+    for (port, size) in [(common::port(), 4096usize), (common::port(), 1)] {
         let (p, s, n) = (port.to_string(), size.to_string(), "200");
         let server = spawn_prog(
             "ibv_rc_pingpong",
@@ -193,7 +185,7 @@ fn ibv_rc_pingpong_server_rdmaxfer_client() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn rdmaxfer_server_ibv_rc_pingpong_client() {
     need_rxe0();
-    for (port, size) in [(7131u16, 4096usize), (7132, 1)] {
+    for (port, size) in [(common::port(), 4096usize), (common::port(), 1)] {
         let (p, s, n) = (port.to_string(), size.to_string(), "200");
         let mut server = spawn(
             "server",
@@ -244,9 +236,10 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
     need_rxe0();
     // The clients' step deadline (--timeout 100).
     const STEP: Duration = Duration::from_secs(100);
+    let p = common::port().to_string();
     let (c, took) = failing_client(
         "CM client without a server",
-        &["pingpong", IP, "-p", "7141", "-n", "5", "--timeout", "100"],
+        &["pingpong", IP, "-p", &p, "-n", "5", "--timeout", "100"],
     );
     // Refused by the peer's CM at once, not by running into the deadline.
     assert!(
@@ -258,6 +251,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
     assert!(!c.err.contains("timed out"), "{}", c.err);
     assert!(took < STEP, "took {took:?}");
 
+    let p = common::port().to_string();
     let (c, took) = failing_client(
         "OOB client without a server",
         &[
@@ -265,7 +259,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
             "--oob",
             IP,
             "-p",
-            "7142",
+            &p,
             "-n",
             "5",
             "--timeout",
@@ -273,7 +267,7 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
         ],
     );
     assert!(
-        c.err.contains("7142") && c.err.to_lowercase().contains("refused"),
+        c.err.contains(&p) && c.err.to_lowercase().contains("refused"),
         "{}",
         c.err
     );
@@ -281,13 +275,14 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
     assert!(took < STEP, "took {took:?}");
 
     // An address nobody answers ARP for: address resolution fails by the deadline.
+    let p = common::port().to_string();
     let (c, took) = failing_client(
         "CM client to a silent address",
         &[
             "pingpong",
             "198.18.0.99",
             "-p",
-            "7143",
+            &p,
             "-n",
             "5",
             "--timeout",
@@ -312,7 +307,8 @@ fn no_listener_is_a_clear_error_within_the_deadline() {
 fn bad_options_are_refused_before_connecting() {
     need_rxe0();
     // OOB: a plain TCP listener stands in for the server; no client may even connect to it.
-    let l = TcpListener::bind((IP, 7151)).unwrap();
+    let port = common::port();
+    let l = TcpListener::bind((IP, port)).unwrap();
     l.set_nonblocking(true).unwrap();
     let cases: [(&[&str], &str); 4] = [
         (&["-d", "rxe9"], "rxe9"),
@@ -320,8 +316,9 @@ fn bad_options_are_refused_before_connecting() {
         (&["-s", "16777216"], "max message size"),
         (&["-m", "4096"], "MTU"),
     ];
+    let p = port.to_string();
     for (extra, needle) in cases {
-        let mut args = vec!["pingpong", "--oob", IP, "-p", "7151", "-n", "1"];
+        let mut args = vec!["pingpong", "--oob", IP, "-p", &p, "-n", "1"];
         args.extend_from_slice(extra);
         let c = spawn("client", &args).finish(T);
         c.failed(&format!("{extra:?}"));
@@ -332,10 +329,8 @@ fn bad_options_are_refused_before_connecting() {
         );
     }
     // CM: a real server; it must never see a connection from the bad clients.
-    let mut server = spawn(
-        "server",
-        &["pingpong", "--listen", IP, "-p", "7152", "-n", "1"],
-    );
+    let p = common::port().to_string();
+    let mut server = spawn("server", &["pingpong", "--listen", IP, "-p", &p, "-n", "1"]);
     server.wait_for("listening on", T);
     for (extra, needle) in [
         (&["-d", "rxe9"][..], "rxe9"),
@@ -343,22 +338,23 @@ fn bad_options_are_refused_before_connecting() {
         (&["-s", "16777216"], "max message size"),
         (&["-g", "0"], "IPv4"),
     ] {
-        let mut args = vec!["pingpong", IP, "-p", "7152", "-n", "1"];
+        let mut args = vec!["pingpong", IP, "-p", &p, "-n", "1"];
         args.extend_from_slice(extra);
         let c = spawn("client", &args).finish(T);
         c.failed(&format!("CM {extra:?}"));
         assert!(c.err.contains(needle), "CM {extra:?}: {}", c.err);
     }
     // A good client proves the server was up all along, and is the first it saw.
-    spawn("client", &["pingpong", IP, "-p", "7152", "-n", "1"])
+    spawn("client", &["pingpong", IP, "-p", &p, "-n", "1"])
         .finish(T)
         .ok("good client");
     server.kill();
     let s = server.finish(T);
     assert_eq!(s.err.matches("connection from").count(), 1, "{}", s.err);
     // Servers refuse bad options at start.
+    let p = common::port().to_string();
     for extra in [&["-d", "rxe9"][..], &["-s", "16777216"], &["-g", "77"]] {
-        let mut args = vec!["pingpong", "--listen", "-p", "7153"];
+        let mut args = vec!["pingpong", "--listen", "-p", &p];
         args.extend_from_slice(extra);
         let s = spawn("server", &args).finish(T);
         s.failed(&format!("server {extra:?}"));
@@ -367,8 +363,8 @@ fn bad_options_are_refused_before_connecting() {
 }
 
 /// Starts a long run, kills `victim` once both sides are connected, and checks the survivor.
-fn kill_mid_run(port: u16, oob: bool, kill_server: bool) {
-    let p = port.to_string();
+fn kill_mid_run(oob: bool, kill_server: bool) {
+    let p = common::port().to_string();
     let mut s_args = vec![
         "pingpong",
         "--listen",
@@ -430,10 +426,10 @@ fn kill_mid_run(port: u16, oob: bool, kill_server: bool) {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn peer_killed_mid_run_survivor_fails_within_deadline() {
     need_rxe0();
-    kill_mid_run(7161, false, true);
-    kill_mid_run(7162, false, false);
-    kill_mid_run(7163, true, true);
-    kill_mid_run(7164, true, false);
+    kill_mid_run(false, true);
+    kill_mid_run(false, false);
+    kill_mid_run(true, true);
+    kill_mid_run(true, false);
 }
 
 #[test]
@@ -441,6 +437,8 @@ fn peer_killed_mid_run_survivor_fails_within_deadline() {
 fn oob_garbage_and_short_messages_are_protocol_errors() {
     need_rxe0();
     // Server side: garbage, then a short message, then a real client; the server survives both.
+    let port = common::port();
+    let p = port.to_string();
     let mut server = spawn(
         "server",
         &[
@@ -449,7 +447,7 @@ fn oob_garbage_and_short_messages_are_protocol_errors() {
             "--listen",
             IP,
             "-p",
-            "7171",
+            &p,
             "-n",
             "3",
             "--timeout",
@@ -457,22 +455,19 @@ fn oob_garbage_and_short_messages_are_protocol_errors() {
         ],
     );
     server.wait_for("listening on", T);
-    let mut s = TcpStream::connect((IP, 7171)).unwrap();
+    let mut s = TcpStream::connect((IP, port)).unwrap();
     let mut garbage = [b'z'; 52];
     garbage[51] = 0;
     s.write_all(&garbage).unwrap();
     server.wait_for("protocol error", T);
-    let mut s2 = TcpStream::connect((IP, 7171)).unwrap();
+    let mut s2 = TcpStream::connect((IP, port)).unwrap();
     s2.write_all(b"0000:00").unwrap();
     drop(s2);
     server.wait_for("protocol error", T);
     drop(s);
-    spawn(
-        "client",
-        &["pingpong", "--oob", IP, "-p", "7171", "-n", "3"],
-    )
-    .finish(T)
-    .ok("client after garbage");
+    spawn("client", &["pingpong", "--oob", IP, "-p", &p, "-n", "3"])
+        .finish(T)
+        .ok("client after garbage");
     server.wait_for("3 iters in", T);
     server.kill();
     let d = server.finish(T);
@@ -485,8 +480,10 @@ fn oob_garbage_and_short_messages_are_protocol_errors() {
     assert!(d.err.contains("after 7 of 52 bytes"), "{}", d.err);
 
     // Client side: a fake server answering garbage, or closing after a short reply.
+    let port = common::port();
+    let p = port.to_string();
     for reply in [&[b'q'; 52][..], b"0000:"] {
-        let l = TcpListener::bind((IP, 7172)).unwrap();
+        let l = TcpListener::bind((IP, port)).unwrap();
         let fake = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
             let mut b = [0u8; 52];
@@ -500,7 +497,7 @@ fn oob_garbage_and_short_messages_are_protocol_errors() {
                 "--oob",
                 IP,
                 "-p",
-                "7172",
+                &p,
                 "-n",
                 "1",
                 "--timeout",

@@ -3,15 +3,14 @@
 //! A HELLO flooder is ended by `--max-refusals` with the receiver's memory and summary bounded;
 //! a staller by `--idle-timeout`; a trickler by `--min-rate`. Each sees ERR(budget) and why.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{need_rxe0, pseudo_random, recv, send, wait_until, IP};
 use rdmaxfer::verbs::{LocalBuf, RemoteRegion, SendOp, SendRequest, Sge};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::proto::{self, Msg, Reason};
 use rdmaxfer::xfer::session;
+
+use crate::common::{self, need_rxe0, pseudo_random, recv, send, wait_until, IP};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -41,7 +40,8 @@ fn connect_within(port: u16, timeout: Duration) -> (Endpoint, proto::Digest) {
     }
 }
 
-fn hello(name: &str, size: u64, chunk_size: u32) -> Vec<u8> {
+/// An encoded HELLO (`common::hello`, no token) for a file `name` of `size` bytes.
+fn hello_msg(name: &str, size: u64, chunk_size: u32) -> Vec<u8> {
     proto::encode(&Msg::Hello(common::hello(name, size, chunk_size, None)))
 }
 
@@ -139,7 +139,7 @@ fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
     need_rxe0();
     const FLOOD: u64 = 10_000;
     let tmp = tempfile::tempdir().unwrap();
-    let port = 7330;
+    let port = common::port();
     let max = FLOOD.to_string();
     // Only the refusal budget: the idle and rate budgets would end a slow flood first.
     let mut r = recv(
@@ -159,7 +159,7 @@ fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
     // Unsafe names near the 4 KiB limit: each refusal used to keep the name and a message
     // quoting it (≈ 10 KiB a HELLO) in the session report.
     let name = format!("../{}", "n".repeat(proto::MAX_NAME_LEN - 8));
-    let msg = hello(&name, 10, 1 << 16);
+    let msg = hello_msg(&name, 10, 1 << 16);
     let (refused, last) = flood(&mut ep, &msg, FLOOD + 1);
     let last = last.expect("an answer other than a refusal");
     assert_eq!(refused, FLOOD, "refusals before the end: {last:?}");
@@ -200,7 +200,7 @@ fn hello_flood_is_ended_by_its_budget_with_memory_and_summary_bounded() {
 fn staller_is_ended_by_the_idle_budget() {
     need_rxe0();
     let tmp = tempfile::tempdir().unwrap();
-    let port = 7331;
+    let port = common::port();
     // The receiver's step deadline (--timeout) and this side's are far above the 3 s idle
     // budget, so that under load only the budget can end the session, and its ERR says so.
     let r = recv(
@@ -220,7 +220,7 @@ fn staller_is_ended_by_the_idle_budget() {
     // can come no sooner than 3 s after `t`, however slow the guest.
     let t = Instant::now();
     let (mut ep, _) = connect_within(port, Duration::from_secs(300));
-    ep.send(&hello("stall.bin", 1 << 20, 1 << 16)).unwrap();
+    ep.send(&hello_msg("stall.bin", 1 << 20, 1 << 16)).unwrap();
     assert!(matches!(next(&mut ep), Msg::Mr(_)), "HELLO not accepted");
     // Accepted, then nothing: the receiver ends the session by its idle budget.
     let m = next(&mut ep);
@@ -250,7 +250,7 @@ fn a_stopped_sender_hears_why_its_session_ended() {
     let (src, out) = (tmp.path().join("big.bin"), tmp.path().join("out"));
     std::fs::create_dir(&out).unwrap();
     std::fs::write(&src, pseudo_random(64 << 20, 77)).unwrap();
-    let port = 7334;
+    let port = common::port();
     let r = recv(
         port,
         &out,
@@ -283,7 +283,7 @@ fn a_stopped_sender_hears_why_its_session_ended() {
 fn tiny_chunks_are_refused_and_a_trickler_is_ended_by_the_rate_floor() {
     need_rxe0();
     let tmp = tempfile::tempdir().unwrap();
-    let port = 7332;
+    let port = common::port();
     let r = recv(
         port,
         tmp.path(),
@@ -298,7 +298,7 @@ fn tiny_chunks_are_refused_and_a_trickler_is_ended_by_the_rate_floor() {
         ],
     );
     let (mut ep, _) = connect(port);
-    ep.send(&hello("trickle.bin", 64 << 20, 1)).unwrap();
+    ep.send(&hello_msg("trickle.bin", 64 << 20, 1)).unwrap();
     match next(&mut ep) {
         Msg::Refuse {
             reason: Reason::Protocol,
@@ -306,7 +306,7 @@ fn tiny_chunks_are_refused_and_a_trickler_is_ended_by_the_rate_floor() {
         } => assert!(message.contains("minimum"), "{message}"),
         m => panic!("chunk size 1: expected REFUSE(protocol), got {m:?}"),
     }
-    ep.send(&hello("trickle.bin", 64 << 20, 4096)).unwrap();
+    ep.send(&hello_msg("trickle.bin", 64 << 20, 4096)).unwrap();
     let Msg::Mr(ring) = next(&mut ep) else {
         panic!("HELLO with 4 KiB chunks not accepted")
     };
@@ -348,7 +348,7 @@ fn a_good_sender_is_served_normally_beside_a_flooder_and_a_trickler() {
     let data = common::pseudo_random(1 << 20, 77);
     let file = src.join("good.bin");
     std::fs::write(&file, &data).unwrap();
-    let port = 7333;
+    let port = common::port();
     let max = FLOOD.to_string();
     let mut r = recv(
         port,
@@ -394,7 +394,7 @@ fn a_good_sender_is_served_normally_beside_a_flooder_and_a_trickler() {
         let tx = tx.clone();
         std::thread::spawn(move || {
             let (mut ep, _) = connect(port);
-            let msg = hello(&format!("../{}", "n".repeat(64)), 10, 1 << 16);
+            let msg = hello_msg(&format!("../{}", "n".repeat(64)), 10, 1 << 16);
             let (first, _) = flood(&mut ep, &msg, 1);
             assert_eq!(first, 1, "the first bad HELLO is refused");
             tx.send("flooding").unwrap();
@@ -403,7 +403,7 @@ fn a_good_sender_is_served_normally_beside_a_flooder_and_a_trickler() {
     };
     let trickler = std::thread::spawn(move || {
         let (mut ep, _) = connect(port);
-        ep.send(&hello("trickle.bin", 64 << 20, 4096)).unwrap();
+        ep.send(&hello_msg("trickle.bin", 64 << 20, 4096)).unwrap();
         let Msg::Mr(ring) = next(&mut ep) else {
             panic!("the trickler's HELLO not accepted")
         };

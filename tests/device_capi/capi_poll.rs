@@ -3,21 +3,19 @@
 //! descriptors with the try_* calls, the needed length on `RDMAXFER_ERR_BUFFER_TOO_SMALL`,
 //! the expose report's `ok` after a call refused by the local range check, accept's deadline,
 //! and a blocked accept released by `rdmaxfer_listener_shutdown` / `_free` from another
-//! thread. (The poll-loop example server is in `tests/device_capi.rs`.)
-
-#[path = "common/capi_ffi.rs"]
-mod capi_ffi;
-mod common;
+//! thread. (The poll-loop example server is in module `capi`.)
 
 use std::ffi::{c_int, CStr};
 use std::ptr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use capi_ffi::{rdmaxfer_status as S, *};
-use common::{need_rxe0, wait_until};
 use rdmaxfer as _;
 
+use crate::capi_ffi::{rdmaxfer_status as S, *};
+use crate::common::{need_rxe0, wait_until};
+
+/// `common::IP` as a C string.
 const IP_C: &CStr = c"198.18.0.1";
 const RW: u32 = 3;
 
