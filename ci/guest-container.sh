@@ -82,18 +82,24 @@ run_in() {
   return "$rc"
 }
 
+# --privileged copies the device nodes present when a container starts: rdma_ucm (RDMA CM's
+# /dev/infiniband/rdma_cm) must be loaded before, not autoloaded by the first test that uses it.
+[[ -c /dev/infiniband/rdma_cm ]] || modprobe rdma_ucm || die "modprobe rdma_ucm failed"
+[[ -c /dev/infiniband/rdma_cm ]] || die "/dev/infiniband/rdma_cm missing after modprobe rdma_ucm"
+
 # Prove the image before trusting its test results: the pin and rxe0, seen from inside.
 # shellcheck disable=SC2016 # expanded by the container's bash
 probe="$(run_in rdmaxfer-ci-probe 120 bash -c \
-  'dpkg-query -W -f="\${Package} \${Version}\n" rdma-core libibverbs1 librdmacm1 ibverbs-providers; echo ---; ibv_devices; echo ---; ulimit -l' 2>&1)" ||
+  'dpkg-query -W -f="\${Package} \${Version}\n" rdma-core libibverbs1 librdmacm1 ibverbs-providers; echo ---; ibv_devices; ls /dev/infiniband; echo ---; ulimit -l' 2>&1)" ||
   die "probe container failed: $probe"
 printf '%s\n' "$probe" | sed 's/^/[guest-container] probe: /'
 for p in rdma-core libibverbs1 librdmacm1 ibverbs-providers; do
   grep -qx "$p $pin" <<<"$probe" || die "in the container $p is not $pin (dpkg-query above)"
 done
 grep -qE '^[[:space:]]+rxe0[[:space:]]' <<<"$probe" || die "ibv_devices in the container does not list rxe0 (is rxe0 up? ci/guest-init.sh)"
+grep -qx rdma_cm <<<"$probe" || die "no /dev/infiniband/rdma_cm in the container (RDMA CM tests would fail)"
 [[ "$(tail -n 1 <<<"$probe")" == unlimited ]] || die "ulimit -l in the container is not unlimited"
-log "pin ok in the container (rdma-core $pin), ibv_devices lists rxe0, memlock unlimited"
+log "pin ok in the container (rdma-core $pin), ibv_devices lists rxe0, rdma_cm there, memlock unlimited"
 
 rc=0
 for spec in "$@"; do

@@ -20,7 +20,7 @@ if [[ "${1:-}" == --report ]]; then
 fi
 (($#)) || { echo "[guest-valgrind] no test binaries given" >&2; exit 2; }
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-limit="${CI_VALGRIND_TIMEOUT:-900}"
+limit="${CI_VALGRIND_TIMEOUT:-1800}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 # CI_VALGRIND_FILTERS: libtest name filters for every binary (space-separated; default none).
 read -r -a filters <<<"${CI_VALGRIND_FILTERS:-}"

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # ci/test.sh — command 2, every test; ends "N passed, M failed" (CI runs it via .ci/run).
-# Order: set-up; the test binaries (debug, all features) built once; then the device tests start
-# in the rxe guest IN THE BACKGROUND (ci/guest-tests.sh, memcheck phase included) while the host
-# does the rest: the C library and examples (the guest runs device_capi* last, once they are
-# built: CI_CAPI_READY), fmt, clippy, docs, examples, header check, host `cargo test`, the fuzz
-# targets; then the guest's output and counts are joined, and the memcheck verdict.
-# CI_SERIAL=1 runs the guest after the host steps instead (nothing overlaps).
+# Order: set-up; the test binaries (debug, all features, line tables only) built once; the CI
+# image, the C library and examples, fmt, clippy, docs, examples, header check, host `cargo
+# test`, the fuzz targets; then the device tests in two rxe guests at once (ci/guest-tests.sh,
+# the memcheck phase and the CI container's smoke set included), their output and counts
+# joined, and the memcheck verdict.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -163,12 +162,6 @@ guest_b=(env CI_GUEST_TIMEOUT="$guest_timeout" CI_DEVICE_TIMES="$logs/device-tim
   ci/guest.sh -- bash ci/guest-tests.sh "${shard_b[@]}")
 export CI_IMAGE_READY="$CI_ROOT/target/ci/image.ready"
 rm -f "$CI_IMAGE_READY"
-serial="${CI_SERIAL:-0}"
-if ((!serial)); then
-  step_bg device-tests-a "${guest_a[@]}"
-  step_bg device-tests-b "${guest_b[@]}"
-fi
-
 # The image guest A's container step loads (Debian packages only; reused while its inputs hold).
 if step image bash ci/image.sh; then echo ok >"$CI_IMAGE_READY"; else echo failed >"$CI_IMAGE_READY"; fi
 
@@ -185,10 +178,16 @@ step host-tests cargo test --all-features --no-fail-fast || true
 # AFL++ fuzz targets of the peer-input decoders (fuzz/, docs/fuzzing.md): fails on a crash.
 step fuzz bash ci/fuzz.sh || true
 
-if ((serial)); then
+# Then both guests at once, with the host otherwise idle: a guest keeps about 1.2 of the two
+# cores busy, and compiling beside two of them slowed the device tests up to 4 times (tests
+# with deadlines, and memcheck, need the CPU more than the host steps need the time).
+# CI_SERIAL=1 runs one guest after the other.
+if [[ "${CI_SERIAL:-0}" == 1 ]]; then
   step device-tests-a "${guest_a[@]}" || true
   step device-tests-b "${guest_b[@]}" || true
 else
+  step_bg device-tests-a "${guest_a[@]}"
+  step_bg device-tests-b "${guest_b[@]}"
   step_join device-tests-a || true
   step_join device-tests-b || true
 fi
