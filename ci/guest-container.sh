@@ -28,8 +28,6 @@ done
 command -v podman >/dev/null 2>&1 || die "podman not found (install it on the host: ci/setup.sh)"
 [[ -s "$archive" ]] || die "no image archive $archive: run 'bash ci/image.sh' on the host first"
 
-# The store and podman's own state: overlay layers on the guest's tmpfs, containers without
-# cgroups (no systemd in the guest), events to a file, nothing under /var or /etc.
 # drop_store — remove the store (overlay keeps a mount under it).
 drop_store() {
   [[ -d "$state" ]] || return 0
@@ -37,6 +35,8 @@ drop_store() {
   rm -rf "$state"
 }
 drop_store || die "cannot remove the old store $state"
+# The store and podman's own state: overlay layers on the guest's tmpfs, containers without
+# cgroups (no systemd in the guest), events to a file, nothing under /var or /etc.
 mkdir -p "$state"/{root,run,tmp,net} || die "cannot create $state"
 cat >"$state/containers.conf" <<EOF
 [containers]
@@ -60,7 +60,7 @@ trap 'stop_all; [[ -n "${CI_PODMAN_KEEP:-}" ]] || drop_store' EXIT
 
 log "podman $(podman --version | awk '{print $3}'), storage $driver in $state"
 t0=$SECONDS
-out="$(timeout -k 10 300 "${pm[@]}" load --quiet -i "$archive" 2>&1)" ||
+out="$(timeout -k 10 900 "${pm[@]}" load --quiet -i "$archive" 2>&1)" ||
   die "podman load -i $archive failed: $out"
 image="$(awk '/^Loaded image/ { sub(/^[^:]*: */, ""); print; exit }' <<<"$out")"
 [[ -n "$image" ]] || die "podman load printed no image name: $out"
@@ -89,7 +89,7 @@ run_in() {
 
 # Prove the image before trusting its test results: the pin and rxe0, seen from inside.
 # shellcheck disable=SC2016 # expanded by the container's bash
-probe="$(run_in rdmaxfer-ci-probe 120 bash -c \
+probe="$(run_in rdmaxfer-ci-probe 300 bash -c \
   'dpkg-query -W -f="\${Package} \${Version}\n" rdma-core libibverbs1 librdmacm1 ibverbs-providers; echo ---; ibv_devices; ls /dev/infiniband; echo ---; ulimit -l' 2>&1)" ||
   die "probe container failed: $probe"
 printf '%s\n' "$probe" | sed 's/^/[guest-container] probe: /'

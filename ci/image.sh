@@ -2,7 +2,8 @@
 # ci/image.sh — the CI container: an OCI image built from Debian bookworm packages alone (mmdebstrap,
 # then podman import), with rdma-core pinned at 44.0-2 and the tools the device tests spawn. Writes
 # target/ci/image/rdmaxfer-ci.oci.tar (podman save --format oci-archive); reuses it while this
-# script (and so its package list) is unchanged. docs/container.md; ci/guest-container.sh runs it.
+# script (and so its package list) and the apt sources are unchanged. docs/container.md;
+# ci/guest-container.sh runs it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -12,9 +13,14 @@ PINNED=(rdma-core libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils rdmacm-
 # What the device tests and their helpers run besides the test binary (bash, setpriv, script,
 # stty, cmp, kill, mount, ip, rdma, ss, ibv_*); perftest and kmod for use by hand.
 TOOLS=(bash coreutils diffutils util-linux bsdutils procps mount iproute2 kmod perftest)
+# Small, since the guest's podman load unpacks it on an emulated CPU: merged /usr by mmdebstrap's
+# hook (usr-is-merged, not usrmerge, which pulls in perl), and no manual pages, documentation
+# (copyrights kept) or locales.
+EXCLUDE=('/usr/share/man/*' '/usr/share/doc/*' '/usr/share/info/*' '/usr/share/locale/*' '/usr/share/lintian/*')
 IMAGE_NAME="localhost/rdmaxfer-ci:rdma-core-$RDMA_CORE_PIN"
-MIRROR="http://deb.debian.org/debian"
-SECURITY="http://deb.debian.org/debian-security"
+# The archive this host installs from (its apt sources, deb822 or one-line), bookworm as here.
+SOURCES="${CI_IMAGE_SOURCES:-/etc/apt/sources.list.d/debian.sources}"
+[[ -f "$SOURCES" ]] || SOURCES=/etc/apt/sources.list
 
 out_dir="$CI_ROOT/target/ci/image"
 archive="$out_dir/rdmaxfer-ci.oci.tar"
@@ -23,6 +29,7 @@ manifest="$out_dir/rdmaxfer-ci.packages.txt"
 
 ci_path
 [[ "$(id -u)" == 0 ]] || ci_die "ci/image.sh must run as root (mmdebstrap chroots; podman)"
+[[ -f "$SOURCES" ]] || ci_die "no apt sources at $SOURCES (set CI_IMAGE_SOURCES to a sources.list file)"
 for tool in mmdebstrap podman sha256sum; do
   command -v "$tool" >/dev/null 2>&1 || ci_die "$tool not found: run ci/setup.sh (it installs mmdebstrap and podman)"
 done
@@ -30,9 +37,12 @@ done
 includes=()
 for p in "${PINNED[@]}"; do includes+=("$p=$RDMA_CORE_PIN"); done
 includes+=("${TOOLS[@]}")
+mm_opts=(--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr)
+for x in "${EXCLUDE[@]}"; do mm_opts+=("--dpkgopt=path-exclude=$x"); done
+mm_opts+=("--dpkgopt=path-include=/usr/share/doc/*/copyright")
 
 # The inputs: this script (which holds the package list) and the resolved include list.
-key="$({ cat "${BASH_SOURCE[0]}"; printf '%s\n' "${includes[@]}"; } | sha256sum | cut -d' ' -f1)"
+key="$({ cat "${BASH_SOURCE[0]}" "$SOURCES"; apt-config dump | grep '^Acquire::'; printf '%s\n' "${includes[@]}"; } | sha256sum | cut -d' ' -f1)"
 if [[ -s "$archive" && -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
   ci_log "image: $archive is current (inputs $key), not rebuilding"
   exit 0
@@ -53,15 +63,21 @@ cleanup() {
 trap cleanup EXIT
 
 ci_log "image: mmdebstrap bookworm (variant apt) + ${includes[*]}"
+# How this host's apt reaches that archive (validity checks, proxies, credentials), which
+# mmdebstrap's own apt would not read: the host's Acquire settings, and its auth files by path.
+hostconf="$work/host-apt.conf"
+apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::|Retries|ForceIPv4|Max-ValidTime)' >"$hostconf" || true
+mm_opts+=("--aptopt=$hostconf")
+[[ -f /etc/apt/auth.conf ]] && mm_opts+=("--aptopt=Dir::Etc::netrc \"/etc/apt/auth.conf\"")
+[[ -d /etc/apt/auth.conf.d ]] && mm_opts+=("--aptopt=Dir::Etc::netrcparts \"/etc/apt/auth.conf.d\"")
+ci_log "image: host apt settings passed on: $(tr '\n' ' ' <"$hostconf")"
+
 # The customize hook records every package's version from the rootfs itself (checked below).
 list="$work/packages.txt"
 TMPDIR="$work" timeout -k 30 1800 mmdebstrap --mode=root --variant=apt --format=tar \
-  --include="$(IFS=,; echo "${includes[*]}")" \
+  --include="$(IFS=,; echo "${includes[*]}")" "${mm_opts[@]}" \
   --customize-hook="chroot \"\$1\" dpkg-query -W -f='\${Package}\t\${Version}\t\${db:Status-Abbrev}\n' >$(printf %q "$list")" \
-  bookworm "$work/rootfs.tar" \
-  "deb $MIRROR bookworm main" \
-  "deb $MIRROR bookworm-updates main" \
-  "deb $SECURITY bookworm-security main" ||
+  bookworm "$work/rootfs.tar" "$SOURCES" ||
   ci_die "mmdebstrap failed (exit $?)"
 
 # The pin, as dpkg in the rootfs sees it: fail loudly on any other version or state.
