@@ -19,6 +19,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 (($#)) || [[ -n "${CI_VALGRIND_BINS:-}${CI_CONTAINER_BINS:-}" ]] || { echo "[guest-tests] no test binaries given" >&2; exit 2; }
 limit="${CI_DEVICE_TEST_TIMEOUT:-1200}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+# Every valgrind run here (the memcheck phase, the C examples' tests) without inlined frames: it
+# halves valgrind's start (reading a Rust library's inline info), which on the emulated CPU is
+# some 13 s a run; reports keep each function's own file:line. VALGRIND_OPTS="" restores them.
+export VALGRIND_OPTS="${VALGRIND_OPTS---read-inline-info=no}"
 cores="${CI_CORE_DIR:-target/ci/cores}"
 cores_enable "$cores" || echo "[guest-tests] WARNING: crashes will leave no core" >&2
 # Per-test wall times (a test's result line is stamped when it ends; with one test thread its

@@ -20,6 +20,10 @@ if [[ "${1:-}" == --report ]]; then
 fi
 (($#)) || { echo "[guest-valgrind] no test binaries given" >&2; exit 2; }
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/ci/guest-lib.sh"
+# Per-test wall times under memcheck, as ci/guest-tests.sh keeps them (names "memcheck_BIN::TEST").
+times="${CI_DEVICE_TIMES:-target/ci/logs/device-times.txt}"
+mkdir -p "$(dirname "$times")"
 limit="${CI_VALGRIND_TIMEOUT:-1800}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 # CI_VALGRIND_FILTERS: libtest name filters for every binary (space-separated; default none).
@@ -35,8 +39,8 @@ for bin in "$@"; do
   timeout -k 10 "$limit" valgrind --tool=memcheck --error-exitcode=1 \
     --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
     --suppressions="$root/tests/valgrind.supp" --log-file="$vlog" \
-    "$bin" --ignored --test-threads=1 "${filters[@]}" 2>&1
-  r=$?
+    "$bin" --ignored --test-threads=1 "${filters[@]}" 2>&1 | stamp_lines "/tmp/guest-tests.memcheck_$name.log" "$times"
+  r="${PIPESTATUS[0]}"
   cat "$vlog"
   errors="$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' "$vlog" | tail -1)"
   echo "[guest-valgrind] $name: exit $r, memcheck errors ${errors:-unknown}, $((SECONDS - t0))s"

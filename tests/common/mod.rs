@@ -346,28 +346,36 @@ fn spawn_cmd(name: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Pro
 
 /// `len` bytes of test data, cheap to make (also under valgrind), different for every `seed`
 /// (its little-endian bytes lead, as far as `len` allows) and without a short period, so a
-/// block that lands at another offset shows.
+/// block that lands at another offset shows. Byte `i` is `7i + i/251 + seed` (mod 256), which
+/// repeats every 251 × 256 bytes (7 × 64256 and 64256 / 251 are multiples of 256): one period
+/// is made byte by byte and the rest copied, since a byte loop in a test's debug build costs
+/// some 25 ns a byte, and ten times that on the guest's emulated CPU.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..len)
+    const PERIOD: usize = 251 * 256;
+    let period: Vec<u8> = (0..len.min(PERIOD))
         .map(|i| ((i * 7 + i / 251) as u8).wrapping_add(seed as u8))
         .collect();
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        let n = (len - v.len()).min(period.len());
+        v.extend_from_slice(&period[..n]);
+    }
     let n = len.min(8);
     v[..n].copy_from_slice(&seed.to_le_bytes()[..n]);
     v
 }
 
-/// Deterministic test data (xorshift), different for each `seed` (but `seed | 1` makes an even
-/// seed and the odd one after it alike).
+/// Deterministic test data, different for each `seed`: BLAKE3's extendable output keyed by the
+/// seed (blake3 is built optimised in debug builds too: Cargo.toml; a byte loop here made the
+/// guest spend about a minute on 128 MiB).
 pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    let mut v = vec![0u8; len];
+    blake3::Hasher::new()
+        .update(b"rdmaxfer test data")
+        .update(&seed.to_le_bytes())
+        .finalize_xof()
+        .fill(&mut v);
+    v
 }
 
 impl Proc {
