@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # ci/test.sh — command 2, every test; ends "N passed, M failed" (CI runs it via .ci/run).
-# Order: set-up; the test binaries (debug, all features, line tables only) built once; then one
-# rxe guest runs every device test (ci/guest-tests.sh, the memcheck phase and the CI container's
-# smoke set included) while the host, niced, builds the CI image, the C library and examples and
-# runs fmt, clippy, docs, examples, the header check, host `cargo test` and the fuzz targets; the
-# guest's output and counts joined, and the memcheck verdict.
+# Order: set-up; the test binaries (debug, all features, line tables only) built once; the CI
+# image, the C library and examples, fmt, clippy, docs, examples, header check, host `cargo
+# test`, the fuzz targets; then one rxe guest runs every device test (ci/guest-tests.sh, the
+# memcheck phase and the CI container's smoke set included); its output and counts, and the
+# memcheck verdict.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -133,16 +133,17 @@ if ((${#device_bins[@]} == 0)); then
 fi
 ci_log "device test binaries: ${device_bins[*]}; RDMAXFER_BIN=$RDMAXFER_BIN"
 
-# One rxe guest, started as soon as the test binaries exist, runs every device binary
+# One rxe guest runs every device binary
 # (ci/guest-tests.sh): device_verbs, device_conn, device_file, device_cli, then device_capi (once
 # CI_CAPI_READY says the C examples are built), the memcheck phase (device_verbs' verbs:: and rw::
 # under valgrind: ci/guest-valgrind.sh, reported by the valgrind step) and the CI container's
 # smoke set (device_verbs inside the image, once CI_IMAGE_READY says it is built: ci/image.sh,
-# ci/guest-container.sh, docs/container.md). The device tests are bound by the emulated CPU: a
-# guest keeps about 1.2 of the two cores busy, and a second guest beside it only slowed both (CI
-# measured two guests at 1790 s and 2231 s against 1355 s for all of it in one). So the host
-# steps below run beside this one guest, niced (CI_HOST_NICE, default 10) so that the guest, the
-# longer path, gets the CPU it asks for. CI_OVERLAP=0 runs the guest after the host steps.
+# ci/guest-container.sh, docs/container.md). The guest starts after the host steps: the device
+# tests are bound by the emulated CPU (a guest keeps about 1.2 of the two cores busy), and work
+# beside it only slows it. Measured on this 2-core size: two guests at once took 1790 s and
+# 2231 s where one guest had taken 1355 s for all of it; one guest beside the (niced) host steps
+# ran its device binaries and the host steps each about twice as slow as alone. CI_OVERLAP=1
+# still starts the guest first, the host steps niced (CI_HOST_NICE, default 10).
 ordered=()
 for pre in device_verbs device_conn device_file device_cli; do
   for b in "${device_bins[@]}"; do [[ "$(basename "$b")" == "$pre"-* ]] && ordered+=("$b"); done
@@ -162,7 +163,7 @@ guest=(env CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-2700}" CI_DEVICE_TIMES="$logs/d
   CI_VALGRIND_BINS="$verbs_bin" CI_VALGRIND_FILTERS="verbs:: rw::" CI_VALGRIND_LOG="$valgrind_log"
   CI_CONTAINER_BINS="$verbs_bin" CI_GUEST_ENV="${CI_GUEST_ENV:-} VALGRIND_OPTS"
   ci/guest.sh -- bash ci/guest-tests.sh "${ordered[@]}")
-overlap="${CI_OVERLAP:-1}"
+overlap="${CI_OVERLAP:-0}"
 if ((overlap)); then
   step_bg device-tests "${guest[@]}"
   host_nice="${CI_HOST_NICE:-10}"
