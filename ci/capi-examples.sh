@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci/capi-examples.sh — install librdmaxfer (ci/install.sh) into target/capi/prefix and build the C
 # examples (examples/c) against it with pkg-config into target/capi/bin, as a C user would.
-# tests/device_capi.rs runs them in the guest (which sees the repo, target/ included).
+# tests/device_capi/ runs them in the guest (which sees the repo, target/ included).
 # The library is built WITHOUT cargo features, unlike the rest of CI (--all-features), on purpose:
 # that is what ci/install.sh installs by default, i.e. what a C user links; no feature changes
 # the C API (src/capi has no cfg(feature)); the only feature, tokio, adds the Rust `aio` module,

@@ -126,7 +126,7 @@ done
 export RDMAXFER_BIN
 device_bins+=("${capi_bins[@]}")
 if ((${#device_bins[@]} == 0)); then
-  ci_log "FAIL: no device tests found (expected tests/device_*.rs integration tests)"
+  ci_log "FAIL: no device tests found (expected the tests/device_*/main.rs integration tests)"
   report+=("device-tests FAIL: no device tests found")
   failed=$((failed + 1))
   finish

@@ -3,8 +3,8 @@
 //! Start with the [`guide`]: connecting, messages, one-sided RDMA, file transfer and async
 //! (cargo feature `tokio`: the `aio` module).
 //!
-//! Layers: `sys` (generated bindings, crate-private) → [`verbs`] / [`cm`] (safe RAII wrappers,
-//! the only modules with `unsafe` besides `capi`) → [`xfer`] (connections and protocols, no
+//! Layers: `sys` (generated bindings, crate-private) → [`verbs`] / [`cm`] (safe RAII wrappers;
+//! with `os` and `capi`, the only modules with `unsafe`) → [`xfer`] (connections and protocols, no
 //! `unsafe`) → `aio` (futures over `xfer`'s non-blocking calls), CLI, C API.
 #![deny(unsafe_code)]
 #![warn(

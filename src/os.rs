@@ -1,5 +1,7 @@
 //! Small safe wrappers over libc calls the upper layers need (`getrusage(2)`, `poll(2)`,
-//! `fcntl(2)`, `madvise(2)`), so `xfer` and the CLI stay free of `unsafe`.
+//! `epoll(7)`: `Epoll` and the readiness-only descriptors handed out, `fcntl(2)`,
+//! `madvise(2)`) and the CPU's time-stamp counter (`ticks`), so `xfer` and the CLI stay free
+//! of `unsafe`.
 #![allow(unsafe_code)]
 
 use std::io;

@@ -1,4 +1,5 @@
-//! Host test of the CLI: `rdmaxfer devices` never reports an empty success.
+//! Host tests of the CLI, no RDMA device needed: `rdmaxfer devices` never reports an empty
+//! success, and arguments are checked (and refused with a usage error) before connecting.
 
 use std::process::Command;
 

@@ -16,7 +16,7 @@
 //! The slot's memory itself is never given back to the allocator: a freed slot is recycled
 //! through a per-type free list ([`Pool`]) for the next handle of that type. So any pointer C
 //! got from us stays a valid `&Slot` of that type forever, and the dereference in
-//! `boundary::arg` needs no more than that. A stale pointer (use after free, double free)
+//! `handle::arg` needs no more than that. A stale pointer (use after free, double free)
 //! then finds a closed slot (a clear error) or, once the slot was reused, a live handle of the
 //! same type (the wrong object, never freed memory); the header says so. The price: slot
 //! memory (a few dozen bytes per handle; the state itself is dropped at release) stays at the

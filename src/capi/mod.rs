@@ -13,7 +13,7 @@
 //! the call leaves.
 //!
 //! The conventions the C caller sees are documented at the top of the header (`cbindgen.toml`).
-//! This is the only module besides the verbs/CM wrappers that may use `unsafe`: dereferencing
+//! Besides the verbs/CM wrappers and `os`, the only module that may use `unsafe`: dereferencing
 //! the caller's pointers, each block with a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 // The exports take raw pointers from C and are `pub extern "C" fn` (not `unsafe fn`) by design:

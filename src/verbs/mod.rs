@@ -1,4 +1,5 @@
-//! Safe wrappers over libibverbs. With `cm`, the only module besides `capi` with `unsafe`.
+//! Safe wrappers over libibverbs. With `cm`, `os` and `capi` (and the generated `sys`), the only
+//! modules with `unsafe`.
 //!
 //! Ownership rule: memory the device may touch is never reachable from safe code at the same
 //! time. Posted buffers live in their CQ's in-flight table until completion; peer-writable memory

@@ -1,8 +1,9 @@
 //! Device tests of the verbs layer, in one binary: queue pairs on rxe0 in one process (sends,
 //! one-sided READ/WRITE, post lists of buffers and of one shared source, receive lists,
 //! single-owner and shared completion queues, forgotten handles), and `Endpoint`'s lists of
-//! SENDs. Every test is `#[ignore]`d: they need rxe0, so ci/test.sh runs them with `--ignored`
-//! in the Soft-RoCE guest, where a missing device fails them, never skips them. ci/test.sh's
+//! SENDs. Every device test is `#[ignore]`d (the one host test checks the test port blocks):
+//! they need rxe0, so ci/test.sh runs them with `--ignored` in the Soft-RoCE guest, where a
+//! missing device fails them, never skips them. ci/test.sh's
 //! memcheck phase runs modules `verbs` and `rw` again under valgrind (filters `verbs::` `rw::`).
 
 #[path = "../common/mod.rs"]

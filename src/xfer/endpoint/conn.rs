@@ -84,8 +84,8 @@ pub(super) fn credit_flow(peer_depth: u32, own_depth: u32) -> Flow {
 
 /// A connected RC queue pair with its resources, receive ring and flow control.
 pub struct Endpoint {
-    // Field order is drop order: the queue goes first (its QP: ERR, drain, destroy; then its
-    // CQ), the CM id last.
+    // Field order is drop order: the queue goes first (its QP: ERR, destroy; then its CQ, whose
+    // table frees the buffers posted on it), the CM id last.
     pub(super) q: SoloQueue,
     pub(super) ready: VecDeque<Ready>,
     pub(super) user_done: VecDeque<Completion>,
