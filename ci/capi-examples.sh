@@ -2,11 +2,11 @@
 # ci/capi-examples.sh — install librdmaxfer (ci/install.sh) into target/capi/prefix and build the C
 # examples (examples/c) against it with pkg-config into target/capi/bin, as a C user would.
 # tests/device_capi/ runs them in the guest (which sees the repo, target/ included).
-# The library is built WITHOUT cargo features, unlike the rest of CI (--all-features), on purpose:
-# that is what ci/install.sh installs by default, i.e. what a C user links; no feature changes
-# the C API (src/capi has no cfg(feature)); the only feature, tokio, adds the Rust `aio` module,
-# which the C library would only carry as dead weight. The feature-less build is thereby also
-# checked to compile (clippy and the host tests cover --all-features).
+# Built here, the library has no cargo features, unlike the rest of CI (--all-features): that is
+# what ci/install.sh installs by default, i.e. what a C user links; no feature changes the C API
+# (src/capi has no cfg(feature)); the only feature, tokio, adds the Rust `aio` module, which the C
+# library would only carry as dead weight. Given one (CI_CAPI_LIB, below), the feature-less library
+# is still built here (dev profile), so that it is checked to compile.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -19,6 +19,11 @@ if [[ "${CI_CAPI_FULL_RELEASE:-0}" != 1 ]]; then
   export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
   export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 fi
+# CI_CAPI_LIB: a librdmaxfer.so built already (ci/test.sh's device-test build: all features, the
+# crate at opt-level 1), installed as it is instead of building the release library here.
+if [[ -n "${CI_CAPI_LIB:-}" ]]; then
+  export RDMAXFER_PREBUILT_LIB="$CI_CAPI_LIB"
+fi
 prefix="$CI_ROOT/target/capi/prefix"
 out="$CI_ROOT/target/capi/bin"
 PREFIX="$prefix" RDMAXFER_INSTALL_TOOL=0 bash ci/install.sh
@@ -26,3 +31,7 @@ pc="$prefix/lib/pkgconfig"
 ci_log "pkg-config --cflags --libs rdmaxfer: $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs rdmaxfer)"
 make -s -C examples/c PKG_CONFIG_PATH="$pc" OUT="$out" clean all
 ci_log "C examples: $(cd "$out" && echo *)"
+if [[ -n "${CI_CAPI_LIB:-}" ]]; then
+  ci_log "the feature-less library compiles: cargo build --lib (dev profile)"
+  cargo build -q --lib
+fi

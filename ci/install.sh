@@ -13,6 +13,8 @@
 #   RDMAXFER_PROFILE=release|dev  cargo profile to build (default release).
 #   RDMAXFER_INSTALL_TOOL=0  the library, header and .pc only (no tool, completions, man pages):
 #               ci/capi-examples.sh, which needs no second release (LTO) build.
+#   RDMAXFER_PREBUILT_LIB=FILE  with RDMAXFER_INSTALL_TOOL=0: install this librdmaxfer.so, built
+#               already (ci/test.sh passes the one its device-test build made), instead of building.
 # Then: PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --cflags --libs rdmaxfer
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -41,14 +43,19 @@ tool="${RDMAXFER_INSTALL_TOOL:-1}"
 # per-feature name, so a build with other features than the caller's replaces its library.
 features=()
 [[ -n "${RDMAXFER_FEATURES:-}" ]] && features=(--features "$RDMAXFER_FEATURES")
-if [[ "$tool" == 0 ]]; then
+prebuilt="${RDMAXFER_PREBUILT_LIB:-}"
+if [[ -n "$prebuilt" ]]; then
+  [[ "$tool" == 0 ]] || ci_die "RDMAXFER_PREBUILT_LIB needs RDMAXFER_INSTALL_TOOL=0 (the tool is built, not given)"
+  [[ -f "$prebuilt" ]] || ci_die "RDMAXFER_PREBUILT_LIB: no file $prebuilt"
+  ci_log "installing the librdmaxfer.so built already: $prebuilt"
+elif [[ "$tool" == 0 ]]; then
   ci_log "building librdmaxfer.so $version ($profile)"
   cargo build -q --lib --profile "$profile" "${features[@]}"
 else
   ci_log "building rdmaxfer and librdmaxfer.so $version ($profile)"
   cargo build -q --lib --bin rdmaxfer --profile "$profile" "${features[@]}"
 fi
-lib="$target_dir/$outdir/librdmaxfer.so"
+lib="${prebuilt:-$target_dir/$outdir/librdmaxfer.so}"
 bin="$target_dir/$outdir/rdmaxfer"
 [[ -f "$lib" ]] || ci_die "$lib was not built"
 soname="$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"

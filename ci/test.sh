@@ -14,10 +14,18 @@ mkdir -p "$logs"
 passed=0
 failed=0
 report=()
+failed_steps=()
 declare -A bg_pid bg_t0
 host_nice=0 # the steps' niceness: raised while the guest runs beside them
 
 finish() {
+  # What CI keeps of a run is its end: each failed step's last lines come before the summary.
+  local name
+  for name in "${failed_steps[@]}"; do
+    ci_log "=== $name failed; the last lines of $logs/$name.log:"
+    grep -E -m 20 'FAILED|panicked at|ERROR|^error' "$logs/$name.log" | sed 's/^/  ! /' || true
+    grep -v '^test .* \.\.\. ok$' "$logs/$name.log" | tail -n "${CI_FAIL_TAIL:-25}" | sed 's/^/  | /' || true
+  done
   ci_log "=== summary ($((SECONDS / 60)) min $((SECONDS % 60)) s in all)"
   printf '  %s\n' "${report[@]}"
   echo "$passed passed, $failed failed"
@@ -36,6 +44,7 @@ tally() {
   if ((rc != 0 && f == 0)); then f=1; fi
   passed=$((passed + p))
   failed=$((failed + f))
+  if ((f)); then failed_steps+=("$name"); fi
   report+=("$(printf '%-14s %-4s %3s passed %3s failed  %4ss' "$name" "$( ((rc == 0)) && echo ok || echo FAIL)" "$p" "$f" "$((SECONDS - t0))")")
 }
 
@@ -83,12 +92,22 @@ ci_path
 # link faster, load faster over the guest's 9p and start faster under valgrind; backtraces and
 # memcheck reports keep file:line. Every cargo call below sees it (one set of artifacts).
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+# A build from scratch gains nothing from incremental caches (and 16 codegen units, not 256).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-# The test binaries, built once (the host run below finds them built), and the CLI. The guest
-# runs hard links of them in target/ci/bin, so a later build on the host (ci/install.sh in a host
-# test rebuilds target/debug/rdmaxfer without features) never swaps one under a running test.
+# The test binaries, built once (the host run below finds them built).
+step build-tests cargo test --all-features --no-run || finish
+# What the guest runs: the device test binaries, the CLI and the C library, built again with the
+# crate itself at opt-level 1 (its dependencies as above: the same units, not rebuilt). Measured
+# here: device_file 620-670 s at opt-level 0, 297 s at 1; the build costs about 4 min more, and
+# the C examples' separate release build (about 4 min) goes. The guest runs hard links of them in
+# target/ci/bin, so a later build on the host (ci/install.sh in a host test rebuilds
+# target/debug/rdmaxfer without features) never swaps one under a running test.
 json="target/ci/test-artifacts.json"
-step build-tests bash -c 'cargo test --all-features --no-run --message-format=json-render-diagnostics >"$1"' _ "$json" || finish
+guest_build=(cargo test --all-features --no-run --message-format=json-render-diagnostics
+  --config "profile.dev.package.rdmaxfer.opt-level=${CI_GUEST_OPT_LEVEL:-1}")
+for d in tests/device_*/; do guest_build+=(--test "$(basename "$d")"); done
+step build-guest bash -c '"${@:2}" >"$1"' _ "$json" "${guest_build[@]}" || finish
 mapfile -t found < <(python3 - "$json" <<'PY'
 import json, sys
 rows = set()
@@ -98,7 +117,11 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     t, exe = m.get("target", {}), m.get("executable")
-    if m.get("reason") != "compiler-artifact" or not exe:
+    if m.get("reason") != "compiler-artifact":
+        continue
+    if "cdylib" in t.get("kind", []) and not m["profile"]["test"]:
+        rows.update("lib\t" + f for f in m["filenames"] if f.endswith(".so"))
+    if not exe:
         continue
     if "test" in t["kind"] and t["name"].startswith("device_") and m["profile"]["test"]:
         rows.add("dev\t" + exe)
@@ -113,6 +136,7 @@ mkdir -p "$bindir"
 device_bins=()
 capi_bins=()
 RDMAXFER_BIN=""
+CI_CAPI_LIB=""
 for row in "${found[@]}"; do
   exe="${row#*$'\t'}"
   ln -f "$exe" "$bindir/$(basename "$exe")"
@@ -120,9 +144,12 @@ for row in "${found[@]}"; do
     dev$'\t'*device_capi*) capi_bins+=("$CI_ROOT/$bindir/$(basename "$exe")") ;;
     dev$'\t'*) device_bins+=("$CI_ROOT/$bindir/$(basename "$exe")") ;;
     bin$'\t'*) RDMAXFER_BIN="$CI_ROOT/$bindir/$(basename "$exe")" ;;
+    lib$'\t'*) CI_CAPI_LIB="$CI_ROOT/$bindir/$(basename "$exe")" ;;
   esac
 done
 [[ -n "$RDMAXFER_BIN" ]] || ci_die "the rdmaxfer binary was not among the built artifacts"
+[[ -n "${CI_CAPI_LIB:-}" ]] || ci_die "librdmaxfer.so was not among the built artifacts"
+export CI_CAPI_LIB
 export RDMAXFER_BIN
 device_bins+=("${capi_bins[@]}")
 if ((${#device_bins[@]} == 0)); then
