@@ -18,7 +18,7 @@
 # instructions a sleep (ibv_req_notify_cq ~240, ibv_get_cq_event ~40); so each tool's sleep
 # machinery (ci/callgrind-sleeps.py: the sleeps and sleep_instructions columns) is taken out of
 # its difference and one sleep at its own mean cost per sleep put back.
-# Bandwidth method (settled, session 12): the per-work-request figure is the plain table's
+# Bandwidth method: the per-work-request figure is the plain table's
 # (min Ir at -n 2000 - min Ir at -n 1000) / 1000 with both tools' one-off reporting work out of
 # it: perftest runs with -N (its peak bandwidth is an O(n^2) search over every (post, completion)
 # pair: ~15,000 instructions per work request at these counts, which made earlier anchors
@@ -303,7 +303,7 @@ def versus(r, a):
         return "n/a", ""
     q = r[1] / a[1]
     return f"{q:.2f}", "  met" if q <= 1.3 else f"  {r[1] - 1.3 * a[1]:+.0f} over"
-print("== per round trip at one sleep per round trip (event mode; issue 18's goal, 1.3 x, is read here):")
+print("== per round trip at one sleep per round trip (event mode; the goal, within 1.3 x, is read here):")
 print("   normalised: (min (Ir - sleep Ir) at -n 3000 - the same at -n 1000) / 2000 + one sleep at")
 print("   the tool's mean sleep Ir per sleep (callgrind-sleeps.py); total: as above; sleeps/rt:")
 print("   ibv_get_cq_event calls per round trip in the runs used; ratio: of the normalised counts")

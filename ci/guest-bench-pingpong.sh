@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 # Server on vCPU 0, client on vCPU 1, for the anchors and rdmaxfer alike (BENCH_PIN=0: not
 # pinned). Two busy-polling processes that the guest's scheduler puts on one vCPU take turns by
 # the tick: unpinned 4 KiB rounds of either tool ranged 230-1560 us/iter on a noisy host, pinned
-# ones 180-310 (session 19).
+# ones 180-310.
 srv=() cli=()
 if [[ ${BENCH_PIN:-1} != 0 ]] && (($(nproc) >= 2)); then
   srv=(taskset -c 0) cli=(taskset -c 1)

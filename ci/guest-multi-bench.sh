@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ci/guest-multi-bench.sh [SENDERS] [MIB] [ROUNDS] — runs INSIDE the guest (after `cargo build
 # --release`): one `rdmaxfer recv` serving SENDERS (default 8) `rdmaxfer send`s at once, MIB MiB
-# in all (default 256, split evenly), tmpfs → tmpfs, every file verified (BLAKE3 by the
-# receiver, then cmp here); next to one sender moving the same MIB MiB alone to the same
+# in all (default 256, split evenly), tmpfs → tmpfs, every file verified (by the receiver with
+# the default digest, XXH3-128, then cmp here); next to one sender moving the same MIB MiB alone to the same
 # receiver in the same guest. ROUNDS (default 3) interleaved rounds of both; prints each round,
 # then the medians and spread of the aggregate rate, the single sender's rate and their ratio
 # (goal >= 0.9). Both rates are whole commands (start, connect, transfer, verified ACK, close),

@@ -31,12 +31,6 @@ struct ibv_mr *shim_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int
 	return ibv_reg_mr(pd, addr, length, access);
 }
 
-int shim_ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
-                          struct ibv_gid_entry *entry, uint32_t flags)
-{
-	return ibv_query_gid_ex(context, port_num, gid_index, entry, flags);
-}
-
 ssize_t shim_ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
                                  size_t max_entries, uint32_t flags)
 {

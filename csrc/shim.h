@@ -22,9 +22,6 @@ int shim_ibv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int shim_ibv_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr);
 /* ibv_reg_mr(3) (a macro over __ibv_reg_mr) */
 struct ibv_mr *shim_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access);
-/* ibv_query_gid_ex(3) */
-int shim_ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
-                          struct ibv_gid_entry *entry, uint32_t flags);
 /* ibv_query_gid_table(3): every valid entry of every port in one call */
 ssize_t shim_ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
                                  size_t max_entries, uint32_t flags);

@@ -77,10 +77,12 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The object is not in a state that allows the operation.
-    #[error("{op} refused: queue pair is in state {state}, needs {needs}")]
+    #[error("{op} refused: the {object} is {state}, needs {needs}")]
     InvalidState {
         /// The operation attempted.
         op: &'static str,
+        /// What is in the wrong state, e.g. "queue pair".
+        object: &'static str,
         /// The state it was in.
         state: &'static str,
         /// The state it needs.

@@ -104,10 +104,10 @@ pub fn check_file_proto(data: &[u8]) {
     assert!(stripes.is_empty() || next == size);
     // The immediate of a data chunk (any u32) against a ring of any size.
     let (value, slots) = (u32_at(data, 0), u32_at(data, 4));
-    match proto::decode_imm(value, slots) {
+    match proto::decode_chunk_imm(value, slots) {
         Ok(imm) => {
             assert!(u32::from(imm.slot) < slots);
-            assert_eq!(proto::encode_imm(imm), value);
+            assert_eq!(proto::encode_chunk_imm(imm), value);
         }
         Err(_) => assert!(value & 0xffff >= slots),
     }
@@ -414,7 +414,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ),
         (
             "mr",
-            proto::Msg::Mr(proto::Ring {
+            proto::Msg::Mr(proto::RingGrant {
                 addr: 0x7f00_0000_1000,
                 rkey: 0x1234,
                 slot_size: 1 << 20,

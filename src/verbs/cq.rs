@@ -19,8 +19,8 @@ use crate::verbs::device::Context;
 mod completion;
 mod left;
 mod notify;
-mod ring;
-mod sring;
+mod recv_ring;
+mod send_ring;
 mod table;
 pub use completion::{
     wc_status_str, Buf, Bufs, Completion, Retired, WaitMode, WcOpcode, REM_ACCESS_ERR, WR_FLUSH_ERR,
@@ -28,7 +28,7 @@ pub use completion::{
 pub(crate) use left::SleepLeft;
 #[cfg(feature = "tokio")]
 pub(crate) use notify::CqChannel;
-pub(crate) use ring::RingDone;
+pub(crate) use recv_ring::RingDone;
 pub(crate) use table::{Polled, Table};
 
 /// How one sleep on a completion channel ended.
@@ -49,8 +49,8 @@ const ACK_BATCH: u32 = 64;
 
 /// The per-message busy-poll yields the CPU once per this many empty looks: about 0.4 ms under
 /// emulation, longer than a 4 KiB round trip's wait. Yielding every 256 (25 µs) made the 4 KiB
-/// ping-pong 4-12 % slower than ibv_rc_pingpong, which never yields (interleaved rounds in one
-/// guest, docs/benchmarks.md).
+/// ping-pong 4-12 % slower than ibv_rc_pingpong, which never yields (measured with interleaved
+/// rounds in one guest: `ci/bench-pingpong.sh`).
 const SPIN_YIELD: u32 = 4096;
 
 struct Channel(NonNull<sys::ibv_comp_channel>);
@@ -98,7 +98,7 @@ unsafe impl Send for SoloCq {}
 // SAFETY: through `&SoloCq`, threads reach the `CompletionQueue` (`Sync`) and a `&Table`
 // (`table`) at once, never a `&mut Table` (`split` takes `&mut self`). A shared `&Table` across
 // threads is sound because `Table` is `Sync` (asserted below): no interior mutability, and its
-// ring slots' raw requests are `Sync` by their own justified impls (`ring.rs`, `sring.rs`).
+// ring slots' raw requests are `Sync` by their own justified impls (`recv_ring.rs`, `send_ring.rs`).
 unsafe impl Sync for SoloCq {}
 const _: () = {
     const fn send_and_sync<T: Send + Sync>() {}
@@ -136,6 +136,7 @@ impl SoloCq {
 pub(crate) fn solo_refused(op: &'static str) -> Error {
     Error::InvalidState {
         op,
+        object: "completion queue",
         state: "owned by a SoloQueue",
         needs: "a shared CompletionQueue (post and poll through the SoloQueue)",
     }

@@ -1,5 +1,5 @@
 //! Devices and device contexts: `ibv_get_device_list(3)`, `ibv_open_device(3)`,
-//! `ibv_query_device(3)`, `ibv_query_port(3)`, `ibv_query_gid_ex(3)`.
+//! `ibv_query_device(3)`, `ibv_query_port(3)`, `ibv_query_gid_table(3)`.
 
 use std::ffi::CStr;
 use std::ptr::NonNull;

@@ -425,6 +425,7 @@ impl QueuePair {
         if cur != from && to != QpState::Error {
             return Err(Error::InvalidState {
                 op: verb,
+                object: "queue pair",
                 state: cur.name(),
                 needs: from.name(),
             });

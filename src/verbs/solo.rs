@@ -223,7 +223,7 @@ impl SoloQueue {
     /// How many send ring slots are free.
     #[inline(always)]
     pub(crate) fn free_send_slots(&self) -> usize {
-        self.cq.table().sring.free_slots()
+        self.cq.table().send_ring.free_slots()
     }
 
     /// The next free send ring slot's whole buffer, to fill before
@@ -231,7 +231,7 @@ impl SoloQueue {
     /// outlive it).
     #[inline(always)]
     pub(crate) fn next_send_buf(&mut self) -> Option<&mut [u8]> {
-        self.cq.split().1.sring.next_free()
+        self.cq.split().1.send_ring.next_free()
     }
 
     /// Posts the first `len` bytes of the next free send ring slot as a SEND (`op`: SEND or

@@ -583,7 +583,7 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
         m => panic!("expected HELLO, got {m:?}"),
     };
     // An empty file needs no ring memory: nothing is written into it.
-    ep.send(&proto::encode(&Msg::Mr(proto::Ring {
+    ep.send(&proto::encode(&Msg::Mr(proto::RingGrant {
         addr: 0,
         rkey: 0,
         slot_size: 4096,

@@ -90,7 +90,7 @@ fn flood(ep: &mut Endpoint, msg: &[u8], n: u64) -> (u64, Option<Msg>) {
 /// Writes one 4 KiB chunk into `ring` per 250 ms (16 KiB/s) until the receiver answers: its
 /// verdict (`None` when the session ended while a chunk was on the wire; the reason is then in
 /// the receiver's log) and the chunks written.
-fn trickle(ep: &mut Endpoint, ring: &proto::Ring) -> (Option<Msg>, u64) {
+fn trickle(ep: &mut Endpoint, ring: &proto::RingGrant) -> (Option<Msg>, u64) {
     let remote = RemoteRegion {
         addr: ring.addr,
         rkey: ring.rkey,
@@ -110,7 +110,7 @@ fn trickle(ep: &mut Endpoint, ring: &proto::Ring) -> (Option<Msg>, u64) {
         }
         ep.set_timeout(Duration::from_secs(30));
         let slot = (k % u64::from(ring.slot_count)) as u16;
-        let imm = proto::encode_imm(proto::Imm {
+        let imm = proto::encode_chunk_imm(proto::Imm {
             slot,
             seq: k as u16,
         });

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rdmaxfer::cm::{CmId, ConnParam, EventKind};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions};
-use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, Ring};
+use rdmaxfer::xfer::file::proto::{self, Hello, HelloFlags, Msg, RingGrant};
 use rdmaxfer::xfer::file::ring_budget as budget;
 use rdmaxfer::xfer::session;
 use rdmaxfer::xfer::wire;
@@ -41,7 +41,7 @@ fn hold(port: u16) -> Endpoint {
 
 /// Announces a file of `size` bytes in `chunk`-byte chunks on a held connection and returns
 /// the ring the receiver offers (then sends no data).
-fn announce(ep: &mut Endpoint, name: &str, size: u64, chunk: u32) -> Ring {
+fn announce(ep: &mut Endpoint, name: &str, size: u64, chunk: u32) -> RingGrant {
     let h = Hello {
         version: proto::VERSION,
         name: name.into(),

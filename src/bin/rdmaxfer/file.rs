@@ -14,8 +14,8 @@ use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::file::ring_budget::{self, RingBudget, RingLease};
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::transfer::{
-    self, Progress, ReceiverOptions, Role, SenderOptions, SessionReport, Streams, DEFAULT_CHUNK,
-    DEFAULT_MAX_STREAMS, DEFAULT_SLOTS,
+    self, Progress, ReceiverOptions, Role, SenderOptions, SessionReport, StreamRegistry,
+    DEFAULT_CHUNK, DEFAULT_MAX_STREAMS, DEFAULT_SLOTS,
 };
 
 use crate::args::parse_size;
@@ -294,7 +294,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         wait_turn: Duration::ZERO,
         joins: true,
     };
-    let streams = Streams::new(a.max_streams);
+    let streams = StreamRegistry::new(a.max_streams);
     let admit = |_join_only: bool| {
         rings
             .reserve()

@@ -8,9 +8,9 @@ use crate::verbs::cq::{Buf, Bufs, Completion, Retired, WcOpcode};
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::TRACE_TARGET;
 
-use super::ring::Ring;
-pub(crate) use super::ring::RECV_BIT;
-use super::sring::{is_send_ring_id, SendRing};
+use super::recv_ring::RecvRing;
+pub(crate) use super::recv_ring::RECV_BIT;
+use super::send_ring::{is_send_ring_id, SendRing};
 
 pub(crate) struct Entry {
     pub(crate) wr_id: u64,
@@ -54,7 +54,7 @@ pub(crate) enum Polled {
     /// A [`Done`], kept in the table until [`into_completion`](Self::into_completion) takes it
     /// (so that the usual cases, a few words each, are what moves).
     Done,
-    /// A ring slot's successful receive: the slot (what came: `Ring::done`).
+    /// A ring slot's successful receive: the slot (what came: `RecvRing::done`).
     Ring(u32),
     /// A send ring slot's successful completion that retired no table entry: the ring's sends
     /// up to it are free again (how many: `SoloQueue::take_retired`).
@@ -149,7 +149,7 @@ struct Slot {
     qpn: u32,
     /// Used: the next (newer) outstanding send of the same QP; free: the next free slot.
     next: u32,
-    /// A send's number in the table's send-queue sequence (see [`super::sring`]).
+    /// A send's number in the table's send-queue sequence (see [`super::send_ring`]).
     seq: u64,
     entry: Option<Entry>,
 }
@@ -188,9 +188,9 @@ pub(crate) struct Table {
     /// The last send-queue number given to a send (table entry or send ring slot).
     sq_seq: u64,
     /// A single-owner queue's receive ring (empty otherwise).
-    pub(crate) ring: Ring,
+    pub(crate) ring: RecvRing,
     /// A single-owner queue's send ring (empty otherwise).
-    pub(crate) sring: SendRing,
+    pub(crate) send_ring: SendRing,
     /// The completion of the last [`Polled::Done`] handed out, until it is taken.
     done: Option<Done>,
     /// A poll since the CQ was last armed came back short: every completion that landed before
@@ -308,8 +308,8 @@ impl Table {
             stash_len: 0,
             spare: Vec::new(),
             sq_seq: 0,
-            ring: Ring::default(),
-            sring: SendRing::default(),
+            ring: RecvRing::default(),
+            send_ring: SendRing::default(),
             done: None,
             drained: false,
         }
@@ -456,7 +456,7 @@ impl Table {
             let at = self.stash_at;
             self.stash_at += 1;
             // The usual one, a ring receive, is matched in place (no copy of the raw completion).
-            if Ring::is_ring_id(self.stash[at].wr_id) {
+            if RecvRing::is_ring_id(self.stash[at].wr_id) {
                 if let Some(r) = self.ring.complete(&self.stash[at]) {
                     return Some(match r {
                         Ok(d) => Polled::Ring(d),
@@ -491,7 +491,7 @@ impl Table {
     /// buffer, succeeded and retires nothing (or as a send ring's [`Polled::Sent`]).
     #[inline(always)]
     pub(super) fn complete_lean(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
-        if Ring::is_ring_id(wc.wr_id) {
+        if RecvRing::is_ring_id(wc.wr_id) {
             return self.ring.complete(wc).map(|r| match r {
                 Ok(d) => Polled::Ring(d),
                 Err(c) => Polled::Full(c),
@@ -519,7 +519,7 @@ impl Table {
             if c.head == NIL {
                 c.tail = NIL;
             }
-            self.sring.retire_before(seq);
+            self.send_ring.retire_before(seq);
         }
         let mut e = release(&mut self.slots, &mut self.free, i)?;
         let Some(Buf::Local(buf)) = e.bufs.pop() else {
@@ -545,12 +545,12 @@ impl Table {
     /// slot that is not posted (not ours).
     #[inline(always)]
     pub(super) fn complete_send_ring(&mut self, wc: &sys::ibv_wc) -> Option<Polled> {
-        let seq = self.sring.complete(wc.wr_id as u32)?;
+        let seq = self.send_ring.complete(wc.wr_id as u32)?;
         let head = self.sq.get_mut(wc.qp_num).map_or(NIL, |c| c.head);
         let older = head != NIL && self.slots[head as usize].seq < seq;
         if wc.status == sys::IBV_WC_SUCCESS && !older {
             return Some(Polled::Sent {
-                wr_id: self.sring.wr_id,
+                wr_id: self.send_ring.wr_id,
                 qp_num: wc.qp_num,
             });
         }
@@ -571,14 +571,14 @@ impl Table {
                 }
             }
         }
-        let c = full(wc, self.sring.wr_id, Bufs::new(), retired, "SEND");
+        let c = full(wc, self.send_ring.wr_id, Bufs::new(), retired, "SEND");
         Some(Polled::Full(Box::new(c)))
     }
 
     /// How many of the send ring's sends completed (signaled or retired) since the last call.
     #[inline(always)]
     pub(crate) fn take_retired(&mut self) -> usize {
-        self.sring.take_retired()
+        self.send_ring.take_retired()
     }
 
     /// Keeps an emptied retired list (its capacity) for the next completion that retires sends.
@@ -604,7 +604,7 @@ impl Table {
     /// it (unsignaled sends) are retired with it. Unknown ids (a destroyed QP's) give None.
     #[inline(always)]
     pub(super) fn complete(&mut self, wc: &sys::ibv_wc) -> Option<Completion> {
-        if Ring::is_ring_id(wc.wr_id) {
+        if RecvRing::is_ring_id(wc.wr_id) {
             return self.ring.complete(wc).map(|r| match r {
                 Ok(d) => Polled::Ring(d).into_completion(self),
                 Err(c) => *c,
@@ -618,7 +618,7 @@ impl Table {
         let mut retired = Vec::new();
         if wc.wr_id & RECV_BIT == 0 {
             // The send ring's older sends finished with it too.
-            self.sring.retire_before(seq);
+            self.send_ring.retire_before(seq);
             let c = self.sq.get_mut(wc.qp_num)?;
             // Sends complete in order: the ones before this (unsignaled) finished with it.
             if c.head != i {

@@ -384,6 +384,7 @@ impl QueuePair {
             return Err(PostError {
                 error: Error::InvalidState {
                     op: "ibv_post_recv",
+                    object: "queue pair",
                     state: state.name(),
                     needs: "INIT, RTR or RTS",
                 },
@@ -427,8 +428,9 @@ impl QueuePair {
         if t.ring.is_set() {
             return Err(Error::InvalidState {
                 op: "set a receive ring",
-                state: "a ring set already",
-                needs: "a queue without one",
+                object: "receive queue",
+                state: "given a ring already",
+                needs: "one without a ring",
             });
         }
         if u32::try_from(bufs.len()).is_err() {
@@ -451,7 +453,7 @@ impl QueuePair {
         self.post_ring_released(t).map(|_| ())
     }
 
-    /// Posts the receives of the ring slots released with `Ring::release`, as one list (one
+    /// Posts the receives of the ring slots released with `RecvRing::release`, as one list (one
     /// `ibv_post_recv(3)`); returns how many. On an error, the ones not posted stay with the
     /// owner's ring but are lost to it (the QP is unusable then).
     #[inline(always)]
@@ -515,11 +517,12 @@ impl QueuePair {
         wr_id: u64,
         bufs: Vec<LocalBuf>,
     ) -> Result<()> {
-        if t.sring.is_set() {
+        if t.send_ring.is_set() {
             return Err(Error::InvalidState {
                 op: "set a send ring",
-                state: "a ring set already",
-                needs: "a queue without one",
+                object: "send queue",
+                state: "given a ring already",
+                needs: "one without a ring",
             });
         }
         if u32::try_from(bufs.len()).is_err() {
@@ -535,7 +538,7 @@ impl QueuePair {
             .iter()
             .map(|b| one_sge(self.ctx, "ibv_post_send", b, 0, b.len().min(max)))
             .collect::<Result<Vec<_>>>()?;
-        t.sring.set(wr_id, bufs, sges);
+        t.send_ring.set(wr_id, bufs, sges);
         Ok(())
     }
 
@@ -572,7 +575,7 @@ impl QueuePair {
         } else {
             0
         }) | (if inline { sys::IBV_SEND_INLINE.0 } else { 0 });
-        let Some((slot, wr)) = t.sring.take_for_post(seq, len, opcode, flags, imm) else {
+        let Some((slot, wr)) = t.send_ring.take_for_post(seq, len, opcode, flags, imm) else {
             return Err(self.ring_send_refused(op, len, signaled));
         };
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
@@ -583,7 +586,7 @@ impl QueuePair {
         // take_for_post; the buffer is registered in this QP's context.
         let rc = unsafe { sys::shim_ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if rc != 0 {
-            t.sring.unpost(slot);
+            t.send_ring.unpost(slot);
             return Err(Error::verb("ibv_post_send", rc));
         }
         tracing::trace!(
@@ -650,6 +653,7 @@ impl QueuePair {
 fn no_recvs(state: QpState) -> Error {
     Error::InvalidState {
         op: "ibv_post_recv",
+        object: "queue pair",
         state: state.name(),
         needs: "INIT, RTR or RTS",
     }
@@ -661,6 +665,7 @@ fn no_recvs(state: QpState) -> Error {
 pub(super) fn not_rts(state: QpState) -> Error {
     Error::InvalidState {
         op: "ibv_post_send",
+        object: "queue pair",
         state: state.name(),
         needs: "RTS",
     }

@@ -74,6 +74,7 @@ impl QueuePair {
         if matches!(state, QpState::Reset | QpState::Error) {
             let e = Error::InvalidState {
                 op: "ibv_post_recv",
+                object: "queue pair",
                 state: state.name(),
                 needs: "INIT, RTR or RTS",
             };

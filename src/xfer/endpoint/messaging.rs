@@ -317,7 +317,8 @@ impl Endpoint {
             // wait for a completion that never comes.
             return Err(self.fail(Error::InvalidState {
                 op: "wait for sent messages",
-                state: "its last SEND unsignaled",
+                object: "endpoint",
+                state: "left with its last SEND unsignaled",
                 needs: "a signaled SEND (send_then without `more`) or end_burst",
             }));
         }

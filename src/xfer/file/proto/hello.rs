@@ -2,7 +2,7 @@
 
 use super::reader::{put_text, Reader};
 use super::verify::{decode_algo, Algo};
-use super::{proto, Digest, MAX_NAME_LEN, MAX_TARGET_LEN, MAX_TEXT_LEN};
+use super::{malformed, Digest, MAX_NAME_LEN, MAX_TARGET_LEN, MAX_TEXT_LEN};
 use crate::Result;
 
 const F_RESUME: u16 = 1 << 0;
@@ -138,11 +138,13 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
     let version = r.u16()?;
     let bits = r.u16()?;
     if bits & !F_ALL != 0 {
-        return Err(proto(format!("HELLO has unknown flag bits {bits:#06x}")));
+        return Err(malformed(format!(
+            "HELLO has unknown flag bits {bits:#06x}"
+        )));
     }
     let code = r.u16()?;
     let kind = EntryKind::from_code(code)
-        .ok_or_else(|| proto(format!("HELLO has unknown entry kind {code}")))?;
+        .ok_or_else(|| malformed(format!("HELLO has unknown entry kind {code}")))?;
     let chunk_size = r.u32()?;
     let verify = decode_algo(r, "HELLO")?;
     let size = r.u64()?;
@@ -150,27 +152,27 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
     let mtime_sec = r.u64()? as i64;
     let mtime_nsec = r.u32()?;
     if mtime_nsec >= 1_000_000_000 {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "HELLO mtime nanoseconds {mtime_nsec} out of range"
         )));
     }
     let name = r.text(MAX_NAME_LEN, "file name")?;
     let target = r.text(MAX_TARGET_LEN, "symlink target")?;
     if (kind == EntryKind::Symlink) == target.is_empty() {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "HELLO of a {} has {} symlink target",
             kind.as_str(),
             if target.is_empty() { "no" } else { "a" }
         )));
     }
     if kind != EntryKind::File && size != 0 {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "HELLO of a {} announces {size} bytes",
             kind.as_str()
         )));
     }
     if kind != EntryKind::File && bits & F_CHECKSUM != 0 {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "HELLO of a {} carries a checksum",
             kind.as_str()
         )));
@@ -244,8 +246,8 @@ pub(super) fn encode_hello(b: &mut Vec<u8>, h: &Hello) {
 
 pub(super) fn decode_skip(r: &mut Reader<'_>) -> Result<(SkipWhy, String)> {
     let code = r.u16()?;
-    let why =
-        SkipWhy::from_code(code).ok_or_else(|| proto(format!("SKIP has unknown code {code}")))?;
+    let why = SkipWhy::from_code(code)
+        .ok_or_else(|| malformed(format!("SKIP has unknown code {code}")))?;
     Ok((why, r.text(MAX_TEXT_LEN, "message")?))
 }
 

@@ -1,6 +1,6 @@
 //! The immediate value of a data chunk's RDMA WRITE_WITH_IMM.
 
-use super::proto;
+use super::malformed;
 use crate::Result;
 
 /// The immediate value of one data-chunk RDMA WRITE_WITH_IMM: which ring slot was written and
@@ -15,21 +15,21 @@ pub struct Imm {
 }
 
 /// Most ring slots the immediate can name.
-pub const MAX_SLOTS: u32 = 1 << 16;
+pub const IMM_SLOTS: u32 = 1 << 16;
 
 /// Packs `imm` into the 32-bit immediate.
-pub fn encode_imm(imm: Imm) -> u32 {
+pub fn encode_chunk_imm(imm: Imm) -> u32 {
     (u32::from(imm.seq) << 16) | u32::from(imm.slot)
 }
 
 /// Unpacks an immediate, refusing a slot outside a ring of `slot_count` slots.
-pub fn decode_imm(value: u32, slot_count: u32) -> Result<Imm> {
+pub fn decode_chunk_imm(value: u32, slot_count: u32) -> Result<Imm> {
     let imm = Imm {
         slot: (value & 0xffff) as u16,
         seq: (value >> 16) as u16,
     };
     if u32::from(imm.slot) >= slot_count {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "data chunk names slot {} of a {slot_count}-slot ring",
             imm.slot
         )));

@@ -21,7 +21,7 @@ mod verify;
 
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
-pub use imm::{decode_imm, encode_imm, Imm, MAX_SLOTS};
+pub use imm::{decode_chunk_imm, encode_chunk_imm, Imm, IMM_SLOTS};
 use reader::{put_reason_text, Reader};
 pub use stream::{
     new_session_id, plan_stripes, striped_digest, Join, Open, Session, SessionId, Stripe,
@@ -71,7 +71,7 @@ pub use crate::error::Reason;
 
 /// MR: the receiver's staging ring and resume point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ring {
+pub struct RingGrant {
     /// Ring start address on the receiver.
     pub addr: u64,
     /// Remote key of the ring (REMOTE_WRITE only).
@@ -100,7 +100,7 @@ pub enum Msg {
         nonce: Digest,
     },
     /// Receiver → sender: file accepted; where to write.
-    Mr(Ring),
+    Mr(RingGrant),
     /// Receiver → sender: file refused.
     Refuse {
         /// Why (never [`Reason::Ok`]).
@@ -166,7 +166,8 @@ pub struct Header {
     pub len: u32,
 }
 
-fn proto(msg: impl Into<String>) -> Error {
+/// A malformed or out-of-range message from the peer.
+fn malformed(msg: impl Into<String>) -> Error {
     Error::Protocol(msg.into())
 }
 
@@ -176,7 +177,7 @@ pub fn header(buf: &[u8]) -> Result<Header> {
     let mut r = Reader::new(buf, "header");
     let magic = r.u32()?;
     if magic != MAGIC {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "bad magic {magic:#010x} (expected {MAGIC:#010x} \"RXFR\"): not an rdmaxfer control message"
         )));
     }
@@ -190,14 +191,14 @@ pub fn header(buf: &[u8]) -> Result<Header> {
 /// Decodes one whole control message; `buf` must hold exactly one message.
 pub fn decode(buf: &[u8]) -> Result<Msg> {
     if buf.len() > MAX_MSG_LEN {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "control message of {} bytes exceeds the maximum of {MAX_MSG_LEN}",
             buf.len()
         )));
     }
     let h = header(buf)?;
     if h.version != VERSION {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "unsupported protocol version {} (this side speaks {VERSION})",
             h.version
         )));
@@ -209,14 +210,14 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
         } else {
             "trailing bytes after"
         };
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "{what} control message: header says {} body bytes, got {}",
             h.len,
             body.len()
         )));
     }
     let name =
-        kind_name(h.kind).ok_or_else(|| proto(format!("unknown message type {}", h.kind)))?;
+        kind_name(h.kind).ok_or_else(|| malformed(format!("unknown message type {}", h.kind)))?;
     let mut r = Reader::new(body, name);
     let msg = match h.kind {
         T_HELLO => Msg::Hello(hello::decode_hello(&mut r)?),
@@ -224,7 +225,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
             version: r.u16()?,
             nonce: r.digest()?,
         },
-        T_MR => Msg::Mr(Ring {
+        T_MR => Msg::Mr(RingGrant {
             addr: r.u64()?,
             rkey: r.u32()?,
             slot_size: r.u32()?,

@@ -1,7 +1,7 @@
 //! Field helpers of the control-message codec: text and reason encoders, and [`Reader`], a
 //! bounds-checked cursor that names the message in every error.
 
-use super::{proto, Digest, Reason, MAX_TEXT_LEN};
+use super::{malformed, Digest, Reason, MAX_TEXT_LEN};
 use crate::Result;
 
 pub(super) fn put_text(b: &mut Vec<u8>, s: &str, max: usize) {
@@ -32,7 +32,7 @@ impl<'a> Reader<'a> {
 
     pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.buf.len() < n {
-            return Err(proto(format!(
+            return Err(malformed(format!(
                 "truncated {}: needs {n} more bytes, {} left",
                 self.what,
                 self.buf.len()
@@ -68,23 +68,26 @@ impl<'a> Reader<'a> {
     pub(super) fn text(&mut self, max: usize, field: &str) -> Result<String> {
         let len = usize::from(self.u16()?);
         if len > max {
-            return Err(proto(format!(
+            return Err(malformed(format!(
                 "{} {field} length {len} exceeds the maximum of {max} bytes",
                 self.what
             )));
         }
         let bytes = self.take(len)?;
         let s = std::str::from_utf8(bytes)
-            .map_err(|e| proto(format!("{} {field} is not UTF-8: {e}", self.what)))?;
+            .map_err(|e| malformed(format!("{} {field} is not UTF-8: {e}", self.what)))?;
         Ok(s.to_string())
     }
 
     pub(super) fn reason_text(&mut self, ok_allowed: bool) -> Result<(Reason, String)> {
         let code = self.u16()?;
         let reason = Reason::from_code(code)
-            .ok_or_else(|| proto(format!("{} has unknown reason code {code}", self.what)))?;
+            .ok_or_else(|| malformed(format!("{} has unknown reason code {code}", self.what)))?;
         if reason == Reason::Ok && !ok_allowed {
-            return Err(proto(format!("{} without a reason (code 0)", self.what)));
+            return Err(malformed(format!(
+                "{} without a reason (code 0)",
+                self.what
+            )));
         }
         Ok((reason, self.text(MAX_TEXT_LEN, "message")?))
     }
@@ -93,7 +96,7 @@ impl<'a> Reader<'a> {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(proto(format!(
+            Err(malformed(format!(
                 "{} has {} trailing bytes",
                 self.what,
                 self.buf.len()

@@ -6,7 +6,7 @@
 //! `docs/file-protocol.md`.
 
 use super::reader::Reader;
-use super::{proto, Digest};
+use super::{malformed, Digest};
 use crate::Result;
 
 /// Length of a session id: 128 random bits.
@@ -78,14 +78,16 @@ fn put_auth(b: &mut Vec<u8>, auth: &Option<Digest>) {
 fn auth(r: &mut Reader<'_>, what: &str) -> Result<Option<Digest>> {
     let flags = r.u16()?;
     if flags & !F_AUTH != 0 {
-        return Err(proto(format!("{what} has unknown flag bits {flags:#06x}")));
+        return Err(malformed(format!(
+            "{what} has unknown flag bits {flags:#06x}"
+        )));
     }
     (flags & F_AUTH != 0).then(|| r.digest()).transpose()
 }
 
 fn streams(n: u16, min: u16, what: &str) -> Result<u16> {
     if n < min || n > MAX_STREAMS {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "{what} names {n} streams, outside {min}..={MAX_STREAMS}"
         )));
     }
@@ -116,7 +118,7 @@ pub(super) fn decode_session(r: &mut Reader<'_>) -> Result<Session> {
     let n = streams(r.u16()?, 1, "SESSION")?;
     let index = r.u16()?;
     if index >= n {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "SESSION gives stream index {index} of {n} streams"
         )));
     }
@@ -137,7 +139,7 @@ pub(super) fn decode_join(r: &mut Reader<'_>) -> Result<Join> {
     let id = r.array()?;
     let index = r.u16()?;
     if index == 0 || index >= MAX_STREAMS {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "JOIN as stream {index} (the first stream opens the session; at most {MAX_STREAMS})"
         )));
     }
@@ -163,13 +165,13 @@ pub(super) fn decode_stripe(r: &mut Reader<'_>) -> Result<Stripe> {
         len: r.u64()?,
     };
     if s.count < 2 || s.count > MAX_STRIPES || s.index >= s.count {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "STRIPE {} of {} (stripes: 2..={MAX_STRIPES}, index below the count)",
             s.index, s.count
         )));
     }
     if s.offset.checked_add(s.len).is_none() {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "STRIPE range of {} bytes at {} overflows",
             s.len, s.offset
         )));

@@ -169,7 +169,7 @@ fn mr_layout() {
     b.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0x20, 0]);
     b.extend_from_slice(&[9; 32]);
     exact(
-        Msg::Mr(Ring {
+        Msg::Mr(RingGrant {
             addr: 0x7f00_0000_1000,
             rkey: 0xdead_beef,
             slot_size: 65536,
@@ -391,21 +391,21 @@ fn reason_codes_round_trip() {
 #[test]
 fn imm_layout() {
     assert_eq!(
-        encode_imm(Imm {
+        encode_chunk_imm(Imm {
             slot: 3,
             seq: 0x1234
         }),
         0x1234_0003
     );
     assert_eq!(
-        decode_imm(0xffff_0007, 8).unwrap(),
+        decode_chunk_imm(0xffff_0007, 8).unwrap(),
         Imm {
             slot: 7,
             seq: 0xffff
         }
     );
-    assert!(decode_imm(0x0000_0008, 8).is_err());
-    assert!(decode_imm(0xffff, MAX_SLOTS).is_ok());
+    assert!(decode_chunk_imm(0x0000_0008, 8).is_err());
+    assert!(decode_chunk_imm(0xffff, IMM_SLOTS).is_ok());
 }
 
 #[test]
@@ -527,7 +527,7 @@ fn msg() -> impl Strategy<Value = Msg> {
         digests,
         (any::<u16>(), any::<Digest>())
             .prop_map(|(version, nonce)| Msg::Challenge { version, nonce }),
-        any::<(u64, u32, u32, u32, u64, Digest)>().prop_map(|t| Msg::Mr(Ring {
+        any::<(u64, u32, u32, u32, u64, Digest)>().prop_map(|t| Msg::Mr(RingGrant {
             addr: t.0,
             rkey: t.1,
             slot_size: t.2,
@@ -595,6 +595,6 @@ proptest! {
     #[test]
     fn imm_round_trip(slot in any::<u16>(), seq in any::<u16>()) {
         let imm = Imm { slot, seq };
-        prop_assert_eq!(decode_imm(encode_imm(imm), MAX_SLOTS).unwrap(), imm);
+        prop_assert_eq!(decode_chunk_imm(encode_chunk_imm(imm), IMM_SLOTS).unwrap(), imm);
     }
 }

@@ -1,7 +1,7 @@
 //! The verification algorithm (negotiated in HELLO) and DIGESTS, the sender's chunk digests.
 
 use super::reader::Reader;
-use super::{proto, HEADER_LEN, MAX_MSG_LEN};
+use super::{malformed, HEADER_LEN, MAX_MSG_LEN};
 use crate::Result;
 
 /// Longest chunk digest, in bytes.
@@ -129,7 +129,8 @@ pub struct Digests {
 
 pub(super) fn decode_algo(r: &mut Reader<'_>, what: &str) -> Result<Algo> {
     let code = r.u16()?;
-    Algo::from_code(code).ok_or_else(|| proto(format!("{what} has unknown verification {code}")))
+    Algo::from_code(code)
+        .ok_or_else(|| malformed(format!("{what} has unknown verification {code}")))
 }
 
 pub(super) fn decode_digests(r: &mut Reader<'_>) -> Result<Digests> {
@@ -137,12 +138,12 @@ pub(super) fn decode_digests(r: &mut Reader<'_>) -> Result<Digests> {
     let first = r.u64()?;
     let count = usize::from(r.u16()?);
     if count == 0 || count > MAX_DIGESTS {
-        return Err(proto(format!(
+        return Err(malformed(format!(
             "DIGESTS carries {count} digests (1 to {MAX_DIGESTS})"
         )));
     }
     if first.checked_add(count as u64).is_none() {
-        return Err(proto(format!("DIGESTS chunk index {first} overflows")));
+        return Err(malformed(format!("DIGESTS chunk index {first} overflows")));
     }
     let mut digests = Vec::with_capacity(count);
     for _ in 0..count {

@@ -1,6 +1,6 @@
 //! Receiver: sessions carried by several streams (OPEN, JOIN) and the files striped over them.
 //!
-//! A [`Streams`] registry lives as long as the receiver; each OPEN makes a [`Joint`] (the
+//! A [`StreamRegistry`] lives as long as the receiver; each OPEN makes a [`Joint`] (the
 //! session's shared state: its random id, the streams granted and joined, the striped files
 //! being assembled) that the registry holds weakly, so it goes when its last stream ends.
 //! Every stream is still its own connection, admitted (`--max-sessions`) and given its ring
@@ -37,16 +37,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The receiver's registry of sessions with several streams.
 #[derive(Debug)]
-pub struct Streams {
+pub struct StreamRegistry {
     max: u16,
     sessions: Mutex<HashMap<SessionId, Weak<Joint>>>,
     partials: Arc<Mutex<HashMap<String, Partial>>>,
 }
 
-impl Streams {
+impl StreamRegistry {
     /// A registry granting each session at most `max_streams` streams (1..=[`MAX_STREAMS`]).
-    pub fn new(max_streams: u16) -> Streams {
-        Streams {
+    pub fn new(max_streams: u16) -> StreamRegistry {
+        StreamRegistry {
             max: max_streams.clamp(1, MAX_STREAMS),
             sessions: Mutex::new(HashMap::new()),
             partials: Arc::new(Mutex::new(HashMap::new())),
@@ -447,7 +447,7 @@ mod tests {
         c.stripe(s.offset, c.finish().unwrap())
     }
 
-    fn assembly(streams: &Streams, out: &std::path::Path, keep: bool) -> Assembly {
+    fn assembly(streams: &StreamRegistry, out: &std::path::Path, keep: bool) -> Assembly {
         let rel = sanitize("f").unwrap();
         let sink = Sink::create(out, &rel, 8, SinkOptions::default()).unwrap();
         streams.open(2).assembly("f", sink, 8, 2, keep)
@@ -456,7 +456,7 @@ mod tests {
     #[test]
     fn stripes_commit_once_all_are_verified_and_never_after_a_failure() {
         let out = tempfile::tempdir().unwrap();
-        let streams = Streams::new(4);
+        let streams = StreamRegistry::new(4);
         let mut a = assembly(&streams, out.path(), false);
         let (s0, s1) = (stripe(0, 0, 4), stripe(1, 4, 4));
         a.start(&s1).unwrap();
@@ -499,7 +499,7 @@ mod tests {
     #[test]
     fn an_abandoned_striped_file_is_resumed_stripe_by_stripe() {
         let out = tempfile::tempdir().unwrap();
-        let streams = Streams::new(4);
+        let streams = StreamRegistry::new(4);
         let opts = SinkOptions {
             resume: true,
             ..Default::default()
@@ -523,7 +523,7 @@ mod tests {
         assert_eq!(a.held_of(&stripe(1, 3, 5)), 0, "another layout starts over");
         drop(a);
         // A restarted receiver (a new registry: nothing in memory) reads it from disk.
-        let restarted = Streams::new(4);
+        let restarted = StreamRegistry::new(4);
         let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
         let a = restarted.open(2).assembly("f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2), "from disk");
@@ -535,13 +535,15 @@ mod tests {
         b[last] ^= 1;
         std::fs::write(&state, &b).unwrap();
         let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
-        let a = Streams::new(4).open(2).assembly("f", sink, 8, 2, true);
+        let a = StreamRegistry::new(4)
+            .open(2)
+            .assembly("f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (0, 0), "altered");
     }
 
     #[test]
     fn joins_need_a_live_session_and_a_free_index() {
-        let streams = Streams::new(3);
+        let streams = StreamRegistry::new(3);
         let j = streams.open(5);
         assert_eq!(j.granted, 3, "capped");
         let e = streams.join(&proto::new_session_id(), 1).unwrap_err();

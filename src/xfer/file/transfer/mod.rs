@@ -33,7 +33,7 @@ mod send;
 mod streams;
 mod stripe;
 
-pub use joint::{Streams, DEFAULT_MAX_STREAMS};
+pub use joint::{StreamRegistry, DEFAULT_MAX_STREAMS};
 pub use receive::{receive, receive_leased, receive_streams, Role};
 pub use send::send;
 pub use streams::{

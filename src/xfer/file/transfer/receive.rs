@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::fault;
-use super::joint::{Joint, Streams};
+use super::joint::{Joint, StreamRegistry};
 use super::stripe;
 use super::{
     decode_ctl, detail, peer_err, reason_of, recv_ctl, send_err, send_msg, FileReport, Progress,
@@ -20,7 +20,7 @@ use crate::xfer::file::entry;
 use crate::xfer::file::names::{self, RelPath};
 use crate::xfer::file::policy::Decision;
 use crate::xfer::file::proto::{
-    self, Digest, EntryKind, Hello, Msg, Reason, Ring, Session, SkipWhy, Stripe,
+    self, Digest, EntryKind, Hello, Msg, Reason, RingGrant, Session, SkipWhy, Stripe,
 };
 use crate::xfer::file::ring_budget::{self, RingLease};
 use crate::xfer::file::sink::{Sink, SinkOptions};
@@ -35,7 +35,7 @@ impl StagingRing {
     /// MR offering this ring, with the resume point (bytes held and their digest).
     pub(super) fn offer(&self, resume_offset: u64, resume_hash: Digest) -> Msg {
         let desc = self.region.descriptor();
-        Msg::Mr(Ring {
+        Msg::Mr(RingGrant {
             addr: desc.addr,
             rkey: desc.rkey,
             slot_size: self.slot_size,
@@ -82,7 +82,7 @@ pub fn receive_leased(
 pub struct Role<'a> {
     /// The receiver's registry of sessions with several streams (`None`: an OPEN is granted
     /// one stream, a JOIN is refused).
-    pub streams: Option<&'a Streams>,
+    pub streams: Option<&'a StreamRegistry>,
     /// Only a JOIN of a session being served is taken (`recv --once` after its session began):
     /// anything else is refused as busy.
     pub join_only: bool,
@@ -432,7 +432,7 @@ pub(super) fn receive_data<T: ChunkTarget>(
                             let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
                                 return Ok(Chunk::Ctl(decode_ctl(m.data)));
                             };
-                            let imm = proto::decode_imm(imm, *slot_count)?;
+                            let imm = proto::decode_chunk_imm(imm, *slot_count)?;
                             tracing::trace!(
                                 target: TRACE_TARGET,
                                 "{label}: data seq={} slot={} len={len}, expected seq={seq}",
@@ -672,7 +672,7 @@ pub(super) fn ensure_ring<'r>(
     // The ring must have at least as many slots as the sender may have messages in flight (the
     // credits this endpoint grants), or a credit would not imply a free slot (see the parent
     // module's docs).
-    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::MAX_SLOTS);
+    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::IMM_SLOTS);
     // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
     // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
     // large is kept for the next file of the session.

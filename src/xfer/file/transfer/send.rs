@@ -24,7 +24,8 @@ use crate::xfer::file::proto::{
 };
 use crate::xfer::file::source::{self, Source, SourceEntry, SourceKind};
 
-pub(super) struct SendRing {
+/// The sender's registered chunk buffers: the free ones, how many there are, and their size.
+pub(super) struct ChunkBufs {
     free: Vec<LocalBuf>,
     total: usize,
     slot_size: u32,
@@ -69,7 +70,7 @@ pub(super) fn send_entries(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
-    let mut ring: Option<SendRing> = None;
+    let mut ring: Option<ChunkBufs> = None;
     for e in entries {
         send_entry(ep, e, opts, nonce, &mut ring, report, progress, None, None)?;
     }
@@ -88,7 +89,7 @@ pub(super) fn send_entry(
     e: &SourceEntry,
     opts: &SenderOptions,
     nonce: &Digest,
-    ring: &mut Option<SendRing>,
+    ring: &mut Option<ChunkBufs>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
     stripe: Option<&StripeJob>,
@@ -126,7 +127,7 @@ fn send_one(
     e: &SourceEntry,
     opts: &SenderOptions,
     nonce: &Digest,
-    ring: &mut Option<SendRing>,
+    ring: &mut Option<ChunkBufs>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
     session: Option<&AtomicU64>,
@@ -238,7 +239,7 @@ fn record(
 /// what the MR asks for and reports a failure then.
 fn answer_and_ring(
     ep: &mut Endpoint,
-    ring: &mut Option<SendRing>,
+    ring: &mut Option<ChunkBufs>,
     opts: &SenderOptions,
     part_len: u64,
     session: Option<&AtomicU64>,
@@ -251,11 +252,15 @@ fn answer_and_ring(
     std::thread::scope(|sc| {
         let early = sc.spawn(move || LocalBuf::slots(&pd, slot_size as usize, total));
         let answer = wait_on(ep, session, recv_ctl);
-        *ring = early.join().ok().and_then(|r| r.ok()).map(|free| SendRing {
-            free,
-            total,
-            slot_size,
-        });
+        *ring = early
+            .join()
+            .ok()
+            .and_then(|r| r.ok())
+            .map(|free| ChunkBufs {
+                free,
+                total,
+                slot_size,
+            });
         answer
     })
 }
@@ -300,7 +305,7 @@ fn send_file(
     opts: &SenderOptions,
     nonce: &Digest,
     flags: HelloFlags,
-    ring: &mut Option<SendRing>,
+    ring: &mut Option<ChunkBufs>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress),
     (stripe, session): (Option<&StripeJob>, Option<&AtomicU64>),
@@ -385,7 +390,7 @@ fn send_file(
     if mr.slot_size == 0
         || mr.slot_size > opts.chunk
         || mr.slot_count == 0
-        || mr.slot_count > proto::MAX_SLOTS
+        || mr.slot_count > proto::IMM_SLOTS
     {
         let err = Error::Protocol(format!(
             "receiver's ring of {} × {} bytes does not fit a chunk size of {}",
@@ -436,7 +441,7 @@ fn send_file(
     {
         *ring = None;
         let free = LocalBuf::slots(ep.pd(), mr.slot_size as usize, depth)?;
-        *ring = Some(SendRing {
+        *ring = Some(ChunkBufs {
             free,
             total: depth,
             slot_size: mr.slot_size,
@@ -588,7 +593,7 @@ fn send_digests(ep: &mut Endpoint, chunks: &Chunks, session: Option<&AtomicU64>)
 #[allow(clippy::too_many_arguments)]
 pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
-    r: &mut SendRing,
+    r: &mut ChunkBufs,
     src: &S,
     remote: &RemoteRegion,
     slot_count: u32,
@@ -639,7 +644,7 @@ pub(super) fn send_data<S: ChunkSource>(
                 if let Some((buf, n)) = ready.remove(&k) {
                     let rel = k - first;
                     let slot_idx = (rel % u64::from(slot_count)) as u16;
-                    let imm = proto::encode_imm(proto::Imm {
+                    let imm = proto::encode_chunk_imm(proto::Imm {
                         slot: slot_idx,
                         seq: rel as u16,
                     });
@@ -748,7 +753,7 @@ fn replay(
 /// the session's progress.
 fn collect(
     ep: &mut Endpoint,
-    r: &mut SendRing,
+    r: &mut ChunkBufs,
     in_flight: &mut usize,
     session: Option<&AtomicU64>,
 ) -> Result<()> {

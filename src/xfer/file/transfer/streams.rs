@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::send::{challenge, send_done, send_entries, send_entry, ChunkSource, SendRing};
+use super::send::{challenge, send_done, send_entries, send_entry, ChunkBufs, ChunkSource};
 use super::{peer_err, recv_ctl, send_msg, FileReport, Progress, SenderOptions, SessionReport};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
@@ -525,7 +525,7 @@ fn work(
     tx: &mpsc::Sender<Event>,
 ) -> (SessionReport, Result<()>) {
     let mut report = SessionReport::default();
-    let mut ring: Option<SendRing> = None;
+    let mut ring: Option<ChunkBufs> = None;
     let res = (|| {
         while let Some(job) = queue.next(me) {
             let (i, stripe) = match job {

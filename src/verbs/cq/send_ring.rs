@@ -220,7 +220,7 @@ impl SendRing {
     /// A ring of `n` slots of 64 bytes with no buffers behind them (for the retiring logic).
     pub(crate) fn with_slots(wr_id: u64, n: u32) -> SendRing {
         SendRing {
-            slots: slots_of(super::ring::fake_sges(n, 64, 7)),
+            slots: slots_of(super::recv_ring::fake_sges(n, 64, 7)),
             wr_id,
             ..SendRing::default()
         }
@@ -246,14 +246,14 @@ mod tests {
     /// Posts the next send ring slot as the table's next send; returns its work request id.
     fn ring_post(t: &mut Table) -> u64 {
         let seq = t.next_seq();
-        u64::from(t.sring.post(seq, 8).expect("a free slot").0)
+        u64::from(t.send_ring.post(seq, 8).expect("a free slot").0)
     }
 
     #[test]
     #[allow(clippy::field_reassign_with_default)] // Table's other fields are private
     fn send_ring_and_table_sends_retire_each_other_in_post_order() {
         let mut t = Table::default();
-        t.sring = SendRing::with_slots(77, 4);
+        t.send_ring = SendRing::with_slots(77, 4);
         // Ring sends alone: a signaled one frees those before it, with no full completion.
         let r0 = ring_post(&mut t);
         let r1 = ring_post(&mut t);
@@ -290,19 +290,19 @@ mod tests {
         }
         assert_eq!(t.take_retired(), 2);
         assert!(t.complete(&wc(user, 6, 0)).is_none(), "retired with r4");
-        assert!(!t.has_entries(6) && t.sring.oldest().is_none());
+        assert!(!t.has_entries(6) && t.send_ring.oldest().is_none());
         // An error completion of a ring send is a full one with the ring's wr_id.
         let r5 = ring_post(&mut t);
         let f = t.complete(&wc(r5, 6, 5)).expect("the flushed send");
         assert_eq!((f.wr_id, f.is_success(), t.take_retired()), (77, false, 1));
-        assert_eq!(t.sring.free_slots(), 4);
+        assert_eq!(t.send_ring.free_slots(), 4);
     }
 
     #[test]
     fn ids_never_collide_with_table_or_receive_ring_ids() {
         assert!(is_send_ring_id(0) && is_send_ring_id(u64::from(u32::MAX)));
         assert!(!is_send_ring_id(1 << 32), "a table id (generation 1)");
-        assert!(!is_send_ring_id(super::super::ring::Ring::id(0)));
+        assert!(!is_send_ring_id(super::super::recv_ring::RecvRing::id(0)));
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //!
 //! Ownership: the ring keeps every slot's [`LocalBuf`] from its creation until the table is
 //! dropped (after the QP is destroyed) or leaked with it. A posted slot (the device may write
-//! it) is never lent out: [`data`](Ring::data) lends only a slot whose receive completed, and
+//! it) is never lent out: [`data`](RecvRing::data) lends only a slot whose receive completed, and
 //! re-posting takes the queue by `&mut`, so no lent slice can outlive it. A slot released for
-//! the next list post ([`release`](Ring::release)) counts as posted from then on.
+//! the next list post ([`release`](RecvRing::release)) counts as posted from then on.
 
 use crate::sys;
 use crate::verbs::mr::LocalBuf;
@@ -52,7 +52,7 @@ unsafe impl Sync for RecvSlot {}
 
 /// The ring (empty until the owner sets one up).
 #[derive(Default)]
-pub(crate) struct Ring {
+pub(crate) struct RecvRing {
     bufs: Vec<LocalBuf>,
     /// Each slot's request; its SGE checked once when the ring was made.
     slots: Vec<RecvSlot>,
@@ -62,7 +62,7 @@ pub(crate) struct Ring {
     released: Vec<u32>,
 }
 
-impl Ring {
+impl RecvRing {
     /// True for the work request id of a ring slot.
     #[inline(always)]
     pub(crate) fn is_ring_id(id: u64) -> bool {
@@ -87,7 +87,7 @@ impl Ring {
             .enumerate()
             .map(|(i, sge)| RecvSlot {
                 wr: sys::ibv_recv_wr {
-                    wr_id: Ring::id(i as u32),
+                    wr_id: RecvRing::id(i as u32),
                     num_sge: 1,
                     ..Default::default()
                 },
@@ -201,7 +201,7 @@ impl Ring {
     pub(crate) fn completion(&self, slot: u32) -> Completion {
         let d = self.done(slot).copied().unwrap_or_default();
         Completion {
-            wr_id: Ring::id(slot),
+            wr_id: RecvRing::id(slot),
             status: sys::IBV_WC_SUCCESS,
             vendor_err: 0,
             opcode: if d.write_imm {
@@ -275,13 +275,13 @@ mod tests {
 
     #[test]
     fn a_slots_request_is_its_own_and_posts_once() {
-        let mut r = Ring::default();
+        let mut r = RecvRing::default();
         r.set(4, Vec::new(), fake_sges(3, 32, 5));
         let wr = r.take_for_post(2).expect("not posted");
         // SAFETY: `wr` points at slot 2's request in `r.slots`, and its SGE at the slot's SGE;
         // `r` is not changed before these reads.
         let (w, sge) = unsafe { (&*wr, *(*wr).sg_list) };
-        assert_eq!((w.wr_id, w.num_sge), (Ring::id(2), 1));
+        assert_eq!((w.wr_id, w.num_sge), (RecvRing::id(2), 1));
         assert!(w.next.is_null());
         assert_eq!((sge.addr, sge.length, sge.lkey), (0x3000, 32, 5));
         assert!(r.take_for_post(2).is_none(), "posted already");
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn released_slots_post_as_one_list_in_order() {
-        let mut r = Ring::default();
+        let mut r = RecvRing::default();
         r.set(4, Vec::new(), fake_sges(4, 32, 5));
         assert!(r.take_list().is_none(), "nothing released");
         for (n, slot) in [2, 0, 3].into_iter().enumerate() {
@@ -312,11 +312,11 @@ mod tests {
             // not changed during these reads.
             let (w, sge) = unsafe { (&*wr, *(*wr).sg_list) };
             assert_eq!((w.num_sge, sge.length, sge.lkey), (1, 32, 5));
-            assert_eq!(sge.addr, 0x1000 * (w.wr_id - Ring::id(0) + 1));
+            assert_eq!(sge.addr, 0x1000 * (w.wr_id - RecvRing::id(0) + 1));
             seen.push(w.wr_id);
             wr = w.next;
         }
-        assert_eq!(seen, [Ring::id(2), Ring::id(0), Ring::id(3)]);
+        assert_eq!(seen, [RecvRing::id(2), RecvRing::id(0), RecvRing::id(3)]);
         assert_eq!(r.list_posted(std::ptr::null()), 3);
         assert!(r.take_list().is_none(), "the list went");
         assert!(r.take_for_post(3).is_none(), "posted");
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_failed_list_post_gives_back_the_slots_from_where_it_stopped() {
-        let mut r = Ring::default();
+        let mut r = RecvRing::default();
         r.set(4, Vec::new(), fake_sges(3, 32, 5));
         for slot in 0..3 {
             r.release(slot).expect("not posted");
@@ -346,16 +346,16 @@ mod tests {
 
     #[test]
     fn ring_ids_never_collide_with_table_ids() {
-        assert!(Ring::is_ring_id(Ring::id(0)));
-        assert!(Ring::is_ring_id(Ring::id(u32::MAX)));
+        assert!(RecvRing::is_ring_id(RecvRing::id(0)));
+        assert!(RecvRing::is_ring_id(RecvRing::id(u32::MAX)));
         // A table id has a generation of at least 1 in bits 32..62.
-        assert!(!Ring::is_ring_id(RECV_BIT | (1 << 32)));
-        assert!(!Ring::is_ring_id(5));
-        let mut r = Ring::default();
+        assert!(!RecvRing::is_ring_id(RECV_BIT | (1 << 32)));
+        assert!(!RecvRing::is_ring_id(5));
+        let mut r = RecvRing::default();
         assert!(!r.is_set());
         assert!(r.take_for_post(0).is_none() && r.data(0, 0).is_none());
         let wc = sys::ibv_wc {
-            wr_id: Ring::id(0),
+            wr_id: RecvRing::id(0),
             ..Default::default()
         };
         assert!(r.complete(&wc).is_none(), "no such slot");
