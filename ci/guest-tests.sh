@@ -60,7 +60,10 @@ memcheck_phase() {
 }
 valgrind_first="${CI_VALGRIND_FIRST:-0}"
 if ((valgrind_first)); then memcheck_phase; fi
-for bin in "$@"; do
+# run_bin BIN — one device test binary, its output shown and its per-test times appended to
+# $times; sets rc=1 if it failed or a process crashed.
+run_bin() {
+  local bin="$1" name log before r
   name="$(basename "$bin")"
   case "$name" in
     device_capi*)
@@ -89,10 +92,45 @@ for bin in "$@"; do
       echo "[guest-tests] $name FAILED without a test summary (exit $r$( ((r == 124)) && echo ', timed out'))"
     fi
   fi
+}
+# CI_GUEST_PARALLEL="NAME..." (binary names without cargo's hash, e.g. device_file): those run
+# in a second lane beside the rest, one after another, their output held back and shown after
+# the first lane's (and kept in CI_LANE2_LOG), their times in $times all the same; the memcheck
+# phase then runs last in that lane. Two lanes keep both vCPUs busy where one test binary keeps
+# about one. A crash in either lane may be reported by both (each looks for new cores).
+lane2=()
+lane1=()
+for bin in "$@"; do
+  n="$(basename "$bin")"
+  if [[ " ${CI_GUEST_PARALLEL:-} " == *" ${n%-*} "* ]]; then lane2+=("$bin"); else lane1+=("$bin"); fi
 done
+if ((${#lane2[@]})); then
+  # Under the repo (the guest writes there), so it outlives a guest that is stopped.
+  lane2_out="${CI_LANE2_LOG:-target/ci/logs/guest-lane2.log}" lane2_rc="/tmp/guest-tests.lane2.rc"
+  mkdir -p "$(dirname "$lane2_out")"
+  echo "[guest-tests] second lane beside the first: ${lane2[*]}"
+  (
+    rc=0
+    times="$times.lane2"
+    : >"$times"
+    for bin in "${lane2[@]}"; do run_bin "$bin"; done
+    if ((!valgrind_first)); then memcheck_phase; fi
+    echo "$rc" >"$lane2_rc"
+  ) >"$lane2_out" 2>&1 &
+  lane2_pid=$!
+fi
+for bin in "${lane1[@]}"; do run_bin "$bin"; done
+if ((${#lane2[@]})); then
+  wait "$lane2_pid"
+  echo "[guest-tests] === the second lane's output"
+  cat "$lane2_out"
+  cat "$times.lane2" >>"$times"
+  rm -f "$times.lane2"
+  [[ "$(cat "$lane2_rc" 2>/dev/null)" == 0 ]] || rc=1
+fi
 echo "[guest-tests] slowest device tests (seconds; all in $times):"
 sort -rn "$times" | head -n 15 | sed 's/^/[guest-tests]   /'
-if ((!valgrind_first)); then memcheck_phase; fi
+if ((!valgrind_first && ${#lane2[@]} == 0)); then memcheck_phase; fi
 # The CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS, those binaries run
 # again inside the image, in this guest; their results count like the rest.
 if [[ -n "${CI_CONTAINER_BINS:-}" ]]; then

@@ -72,10 +72,19 @@ ci_log "image: mmdebstrap bookworm (variant apt) + ${includes[*]}"
 # mmdebstrap's own apt would not read: the host's Acquire settings, and its auth files by path.
 hostconf="$work/host-apt.conf"
 apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::|Retries|ForceIPv4|Max-ValidTime)' >"$hostconf" || true
+# A proxy given to this process by environment, which apt in mmdebstrap's chroot would not see.
+for v in http https; do
+  for e in "${v}_proxy" "${v^^}_PROXY"; do
+    if [[ -n "${!e:-}" ]]; then
+      printf 'Acquire::%s::Proxy "%s";\n' "$v" "${!e}" >>"$hostconf"
+      break
+    fi
+  done
+done
 mm_opts+=("--aptopt=$hostconf")
 [[ -f /etc/apt/auth.conf ]] && mm_opts+=("--aptopt=Dir::Etc::netrc \"/etc/apt/auth.conf\"")
 [[ -d /etc/apt/auth.conf.d ]] && mm_opts+=("--aptopt=Dir::Etc::netrcparts \"/etc/apt/auth.conf.d\"")
-ci_log "image: host apt settings passed on: $(tr '\n' ' ' <"$hostconf")"
+ci_log "image: host apt settings passed on: $(sed 's/::Proxy .*/::Proxy (set)/' "$hostconf" | tr '\n' ' ')"
 
 # The customize hook records every package's version from the rootfs itself (checked below).
 list="$work/packages.txt"
