@@ -95,15 +95,25 @@ run_bin() {
 }
 # CI_GUEST_PARALLEL="NAME..." (binary names without cargo's hash, e.g. device_file): those run
 # in a second lane beside the rest, one after another, their output held back and shown after
-# the first lane's (and kept in CI_LANE2_LOG), their times in $times all the same; the memcheck
-# phase then runs last in that lane. Two lanes keep both vCPUs busy where one test binary keeps
-# about one. A crash in either lane may be reported by both (each looks for new cores).
+# the first lane's (and kept in CI_LANE2_LOG), their times in $times all the same. Two lanes keep
+# both vCPUs busy where one test binary keeps about one. device_verbs and the memcheck phase
+# (device_verbs under valgrind) count the device's objects system-wide (`rdma resource show`),
+# so with two lanes they run alone: device_verbs before the lanes, the memcheck phase after.
+# A crash in either lane may be reported by both (each looks for new cores).
 lane2=()
 lane1=()
+alone=()
 for bin in "$@"; do
   n="$(basename "$bin")"
-  if [[ " ${CI_GUEST_PARALLEL:-} " == *" ${n%-*} "* ]]; then lane2+=("$bin"); else lane1+=("$bin"); fi
+  if [[ " ${CI_GUEST_PARALLEL:-} " == *" ${n%-*} "* ]]; then
+    lane2+=("$bin")
+  elif [[ -n "${CI_GUEST_PARALLEL:-}" && "${n%-*}" == device_verbs ]]; then
+    alone+=("$bin")
+  else
+    lane1+=("$bin")
+  fi
 done
+for bin in "${alone[@]}"; do run_bin "$bin"; done
 if ((${#lane2[@]})); then
   # Under the repo (the guest writes there), so it outlives a guest that is stopped.
   lane2_out="${CI_LANE2_LOG:-target/ci/logs/guest-lane2.log}" lane2_rc="/tmp/guest-tests.lane2.rc"
@@ -114,7 +124,6 @@ if ((${#lane2[@]})); then
     times="$times.lane2"
     : >"$times"
     for bin in "${lane2[@]}"; do run_bin "$bin"; done
-    if ((!valgrind_first)); then memcheck_phase; fi
     echo "$rc" >"$lane2_rc"
   ) >"$lane2_out" 2>&1 &
   lane2_pid=$!
@@ -130,7 +139,7 @@ if ((${#lane2[@]})); then
 fi
 echo "[guest-tests] slowest device tests (seconds; all in $times):"
 sort -rn "$times" | head -n 15 | sed 's/^/[guest-tests]   /'
-if ((!valgrind_first && ${#lane2[@]} == 0)); then memcheck_phase; fi
+if ((!valgrind_first)); then memcheck_phase; fi
 # The CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS, those binaries run
 # again inside the image, in this guest; their results count like the rest.
 if [[ -n "${CI_CONTAINER_BINS:-}" ]]; then

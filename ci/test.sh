@@ -99,8 +99,9 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 step build-tests cargo test --all-features --no-run || finish
 # What the guest runs: the device test binaries, the CLI and the C library, built again with the
 # crate itself at opt-level 1 (its dependencies as above: the same units, not rebuilt). Measured
-# here: device_file 620-670 s at opt-level 0, 297 s at 1; the build costs about 4 min more, and
-# the C examples' separate release build (about 4 min) goes. The guest runs hard links of them in
+# from a clean clone on 2 cores: the guest's part 2180 s at opt-level 0, 1435 s at 1 (memcheck
+# 255 -> 95 s, device_file 670 -> 435 s); this build costs 258 s, and the C examples' separate
+# release build (269 s) goes (the step now takes 61 s). The guest runs hard links of them in
 # target/ci/bin, so a later build on the host (ci/install.sh in a host test rebuilds
 # target/debug/rdmaxfer without features) never swaps one under a running test.
 json="target/ci/test-artifacts.json"
@@ -186,6 +187,11 @@ done
 export CI_CAPI_READY="$CI_ROOT/target/ci/capi.ready" CI_IMAGE_READY="$CI_ROOT/target/ci/image.ready"
 valgrind_log="$CI_ROOT/$logs/valgrind-guest.log"
 rm -f "$valgrind_log" "$CI_CAPI_READY" "$CI_IMAGE_READY" "$logs"/device-times*.txt
+# Two lanes in the guest (ci/guest-tests.sh): device_verbs alone, then device_file and
+# device_cli one after the other beside device_conn and device_capi, then the memcheck phase and
+# the container alone. Measured from a clean clone's binaries: the guest's part 1435 s in one
+# lane, 690 s in two. CI_GUEST_PARALLEL="" runs one lane.
+export CI_GUEST_PARALLEL="${CI_GUEST_PARALLEL-device_file device_cli}"
 guest=(env CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-2700}" CI_DEVICE_TIMES="$logs/device-times.txt"
   CI_VALGRIND_BINS="$verbs_bin" CI_VALGRIND_FILTERS="verbs:: rw::" CI_VALGRIND_LOG="$valgrind_log"
   CI_CONTAINER_BINS="$verbs_bin" CI_GUEST_ENV="${CI_GUEST_ENV:-} VALGRIND_OPTS"

@@ -583,16 +583,18 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
     let src = tmp.path().join("f.bin");
     let data = pseudo_random(64 << 20, 11);
     std::fs::write(&src, &data).unwrap();
-    // A step deadline of 1 s; stripe 1's stream holds its data (MR in hand) until stripe 0's
-    // 32 MiB have their verdict, which takes longer in the guest: its receiving stream waits
-    // its turn while the session moves, and must not time out.
-    let r = common::recv(port, &out, &["--once", "--timeout", "1"]);
+    // A step deadline of 2 s; stripe 1's stream holds its data (MR in hand) until stripe 0's
+    // 32 MiB have their verdict, which takes longer in the guest (3-4 s): its receiving stream
+    // waits its turn while the session moves, and must not time out. (With 1 s, the pause
+    // between stripe 0's last chunk and stripe 1's first, its verdict on the way, passed it
+    // once with another test binary running beside this one.)
+    let r = common::recv(port, &out, &["--once", "--timeout", "2"]);
     let args = send_args(port, &[&src], &["--streams", "2"]);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let d = spawn_env("send", &a, &[("RDMAXFER_TEST_HOLD_STRIPE", "1")]).finish(T);
     d.ok("send --streams 2 with stripe 1 held back");
     let rd = r.finish(T);
-    rd.ok("recv --timeout 1 of a striped file with a stream held back");
+    rd.ok("recv --timeout 2 of a striped file with a stream held back");
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
 }
 
