@@ -214,9 +214,8 @@ pub extern "C" fn rdmaxfer_remote_access(remote: *const rdmaxfer_remote) -> u32 
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `rdmaxfer_rdma_write` or `rdmaxfer_rdma_read`, by `dir`.
 fn rdma(
-    func: &'static str,
     dir: Direction,
     conn: *mut rdmaxfer_conn,
     remote: *mut rdmaxfer_remote,
@@ -225,6 +224,10 @@ fn rdma(
     buf_offset: usize,
     len: usize,
 ) -> rdmaxfer_status {
+    let func = match dir {
+        Direction::Write => "rdmaxfer_rdma_write",
+        Direction::Read => "rdmaxfer_rdma_read",
+    };
     boundary::run(func, || {
         let mut c = handle(conn, "conn")?;
         let mut r = handle(remote, "remote")?;
@@ -251,16 +254,14 @@ fn rdma(
         let lb = b.buf.take().expect("checked by get");
         let timeout = c.ep.timeout();
         let region = r.x.region;
-        match rdma_rw::transfer_buf(
-            &mut c.ep,
+        let t = rdma_rw::BufTransfer {
             dir,
-            &region,
-            remote_offset,
-            lb,
+            remote: &region,
+            offset: remote_offset,
             buf_offset,
-            len as u64,
-            timeout,
-        ) {
+            len: len as u64,
+        };
+        match rdma_rw::transfer_buf(&mut c.ep, t, lb, timeout) {
             Ok(lb) => {
                 b.buf = Some(lb);
                 match dir {
@@ -298,7 +299,6 @@ pub extern "C" fn rdmaxfer_rdma_write(
     len: usize,
 ) -> rdmaxfer_status {
     rdma(
-        "rdmaxfer_rdma_write",
         Direction::Write,
         conn,
         remote,
@@ -321,7 +321,6 @@ pub extern "C" fn rdmaxfer_rdma_read(
     len: usize,
 ) -> rdmaxfer_status {
     rdma(
-        "rdmaxfer_rdma_read",
         Direction::Read,
         conn,
         remote,

@@ -219,24 +219,36 @@ pub fn buf_back(dir: Direction, c: Completion) -> Result<LocalBuf, BufError> {
     }
 }
 
-/// Moves `len` bytes between `buf[buf_offset..]` (a registered buffer, no copy) and `remote`
-/// at `offset`, in messages of at most `max_msg`, each waited for. Both ranges are checked
-/// before anything is posted. The buffer is handed back in both cases when the device returned
-/// it.
-#[allow(clippy::too_many_arguments)]
+/// Where a [`transfer_buf`] moves its bytes: `len` bytes between `buf[buf_offset..]` of the
+/// registered buffer it is given and `remote` at `offset`, in direction `dir`.
+#[derive(Clone, Copy, Debug)]
+pub struct BufTransfer<'r> {
+    /// READ from or WRITE to the peer.
+    pub dir: Direction,
+    /// The peer's exposed region.
+    pub remote: &'r RemoteRegion,
+    /// Offset in the peer's region.
+    pub offset: u64,
+    /// Offset in the local buffer.
+    pub buf_offset: usize,
+    /// Bytes to move.
+    pub len: u64,
+}
+
+/// Moves `t.len` bytes between `buf[t.buf_offset..]` (a registered buffer, no copy) and
+/// `t.remote` at `t.offset`, in messages of at most `max_msg`, each waited for. Both ranges are
+/// checked before anything is posted. The buffer is handed back in both cases when the device
+/// returned it.
 pub fn transfer_buf(
     ini: &mut impl Initiator,
-    dir: Direction,
-    remote: &RemoteRegion,
-    offset: u64,
+    t: BufTransfer<'_>,
     buf: LocalBuf,
-    buf_offset: usize,
-    len: u64,
     timeout: Duration,
 ) -> Result<LocalBuf, BufError> {
-    let (mut buf, plan) = pieces(remote, offset, buf, buf_offset, len, ini.max_msg() as u64)?;
+    let max = ini.max_msg() as u64;
+    let (mut buf, plan) = pieces(t.remote, t.offset, buf, t.buf_offset, t.len, max)?;
     for (slice, boff, n) in plan {
-        buf = round(ini, dir, slice, buf, boff, n, timeout)?;
+        buf = round(ini, t.dir, slice, buf, boff, n, timeout)?;
     }
     Ok(buf)
 }

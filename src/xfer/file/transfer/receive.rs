@@ -221,7 +221,12 @@ fn receive_session(
                 let before = report.file_count();
                 let r = match (stripe.take(), &joint) {
                     (Some(s), Some(j)) => {
-                        stripe::receive_stripe(ep, opts, st, report, &nonce, j, s, h)
+                        let offer = stripe::StripeOffer {
+                            joint: j,
+                            stripe: s,
+                            hello: h,
+                        };
+                        stripe::receive_stripe(ep, opts, st, report, &nonce, offer)
                     }
                     _ => receive_file(ep, opts, st, report, &nonce, h),
                 };

@@ -132,19 +132,28 @@ enum Started {
     Fail(Error),
 }
 
-/// Receives stripe `s` of the file `h` announces, on this stream of session `joint`.
-// The connection's state, plus the session and the stripe.
-#[allow(clippy::too_many_arguments)]
+/// A stripe as it arrives on a stream of a multi-stream session: the session, the STRIPE and
+/// the HELLO of its file that followed it.
+pub(super) struct StripeOffer<'j> {
+    pub joint: &'j Joint,
+    pub stripe: Stripe,
+    pub hello: Hello,
+}
+
+/// Receives the stripe `offer` names, on this stream of its session.
 pub(super) fn receive_stripe(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
     st: &mut SessionState<'_, '_>,
     report: &mut SessionReport,
     nonce: &Digest,
-    joint: &Joint,
-    s: Stripe,
-    h: Hello,
+    offer: StripeOffer<'_>,
 ) -> Result<()> {
+    let StripeOffer {
+        joint,
+        stripe: s,
+        hello: h,
+    } = offer;
     let SessionState {
         lease,
         ring,
