@@ -138,7 +138,7 @@ if ((${#lane2[@]})); then
   [[ "$(cat "$lane2_rc" 2>/dev/null)" == 0 ]] || rc=1
 fi
 echo "[guest-tests] slowest device tests (seconds; all in $times):"
-sort -rn "$times" | head -n 15 | sed 's/^/[guest-tests]   /'
+sort -rn "$times" | sed -n '1,15s/^/[guest-tests]   /p'
 if ((!valgrind_first)); then memcheck_phase; fi
 # The CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS, those binaries run
 # again inside the image, in this guest; their results count like the rest.

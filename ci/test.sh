@@ -224,7 +224,7 @@ else
   step device-tests "${guest[@]}" || true
 fi
 ci_log "slowest device tests (seconds; all in $logs/device-times.txt):"
-sort -rn "$logs"/device-times.txt 2>/dev/null | head -n 15 | sed 's/^/  /'
+sort -rn "$logs"/device-times.txt 2>/dev/null | sed -n '1,15s/^/  /p'
 step valgrind bash ci/guest-valgrind.sh --report "$valgrind_log" || true
 # The two-host rig (ci/rig.sh: two guests on a wire, faults, soak, benchmark) takes ~20 min on a
 # 2-core host (the 500-transfer soak ~11), more than this run's budget: opt in with CI_RIG=1 (RIG_SOAK_N shortens the soak).
