@@ -54,16 +54,19 @@ rm -f "$stamp"
 work="$(mktemp -d "$out_dir/work.XXXXXX")"
 chmod 755 "$work" # apt downloads as user _apt
 store="$work/podman"
+# podman refuses a runroot longer than 50 characters ("the specified runroot is longer than 50
+# characters": CI's checkout path made the one under the work dir 51), so it gets a short one.
+runroot="$(mktemp -d /tmp/rxci-run.XXXXXX)"
 # A private store, temp dir and event log under the work dir, and no systemd: nothing of the
 # host's podman set-up (storage, /var/tmp, journald, cgroup manager) is needed or touched.
 mkdir -p "$store/tmp"
 export TMPDIR="$work"
-podman_cmd=(podman --root "$store/root" --runroot "$store/run" --storage-driver vfs
+podman_cmd=(podman --root "$store/root" --runroot "$runroot" --storage-driver vfs
   --tmpdir "$store/tmp" --cgroup-manager cgroupfs --events-backend file)
 cleanup() {
   # vfs layers may hold files only root can remove; the private store goes with the work dir.
   "${podman_cmd[@]}" rmi -a -f >/dev/null 2>&1 || true
-  rm -rf "$work"
+  rm -rf "$work" "$runroot"
 }
 trap cleanup EXIT
 
