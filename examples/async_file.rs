@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use rdmaxfer::aio::{AsyncEndpoint, AsyncListener};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::source;
-use rdmaxfer::xfer::file::transfer::{ReceiverOptions, SenderOptions};
+use rdmaxfer::xfer::file::{ReceiverOptions, SenderOptions};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener};
 use rdmaxfer::xfer::file::source;
-use rdmaxfer::xfer::file::transfer::{self, ReceiverOptions, SenderOptions, SessionReport};
+use rdmaxfer::xfer::file::{self, ReceiverOptions, SenderOptions, SessionReport};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,14 +27,14 @@ fn main() -> Result<()> {
             let opts = ReceiverOptions::new(dir);
             let mut listener = Listener::bind(addr, &opts.endpoint_options(&base))?;
             let mut ep = listener.accept(None)?;
-            transfer::receive(&mut ep, &opts, &mut report)?;
+            file::receive(&mut ep, &opts, &mut report)?;
         }
         "send" => {
             let paths: Vec<PathBuf> = args[2..].iter().map(PathBuf::from).collect();
             let entries = source::walk(&paths)?;
             let opts = SenderOptions::default();
             let mut ep = Endpoint::connect_cm(addr, &opts.endpoint_options(&base))?;
-            transfer::send(&mut ep, &entries, &opts, &mut report, &mut |_| {})?;
+            file::send(&mut ep, &entries, &opts, &mut report, &mut |_| {})?;
             ep.close()?;
         }
         other => bail!("unknown role {other:?}: recv or send"),

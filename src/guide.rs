@@ -87,15 +87,14 @@
 //! use std::net::SocketAddr;
 //! use std::path::PathBuf;
 //! use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, Listener};
-//! use rdmaxfer::xfer::file::{source, transfer};
-//! use transfer::{ReceiverOptions, SenderOptions, SessionReport};
+//! use rdmaxfer::xfer::file::{self, source, ReceiverOptions, SenderOptions, SessionReport};
 //!
 //! fn receive(addr: SocketAddr) -> rdmaxfer::Result<SessionReport> {
 //!     let opts = ReceiverOptions::new("/tmp/incoming");
 //!     let mut l = Listener::bind(addr, &opts.endpoint_options(&EndpointOptions::default()))?;
 //!     let mut ep = l.accept(None)?;
 //!     let mut report = SessionReport::default();
-//!     transfer::receive(&mut ep, &opts, &mut report)?;
+//!     file::receive(&mut ep, &opts, &mut report)?;
 //!     Ok(report)
 //! }
 //!
@@ -104,7 +103,7 @@
 //!     let ep_opts = opts.endpoint_options(&EndpointOptions::default());
 //!     let mut ep = Endpoint::connect_cm(addr, &ep_opts)?;
 //!     let mut report = SessionReport::default();
-//!     transfer::send(&mut ep, &source::walk(&[path])?, &opts, &mut report, &mut |_| {})?;
+//!     file::send(&mut ep, &source::walk(&[path])?, &opts, &mut report, &mut |_| {})?;
 //!     ep.close()?;
 //!     Ok(report)
 //! }

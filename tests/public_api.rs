@@ -665,3 +665,120 @@ fn audit_fails_on_what_it_cannot_see() {
         ]
     );
 }
+
+/// The files of a folder in the order its module docs give: each may import (`super::name`)
+/// only those before it, and none reaches the other side of the file transfer.
+const LAYERS: &[(&str, &[&str], &str)] = &[
+    (
+        "xfer/endpoint",
+        &[
+            "options",
+            "conn",
+            "setup",
+            "wake",
+            "cm",
+            "oob",
+            "accept",
+            "flow",
+            "messaging",
+            "batch",
+            "bulk",
+            "nonblock",
+        ],
+        "",
+    ),
+    (
+        "xfer/file/send",
+        &[
+            "source", "core", "data", "part", "file", "session", "streams",
+        ],
+        "recv",
+    ),
+    (
+        "xfer/file/recv",
+        &[
+            "cleanup",
+            "policy",
+            "entry",
+            "partial",
+            "sink",
+            "ring_budget",
+            "joint",
+            "core",
+            "data",
+            "answer",
+            "file",
+            "stripe",
+            "session",
+        ],
+        "send",
+    ),
+];
+
+/// `super::NAME` and `file::NAME` paths in `text`'s code (not comments), outside its
+/// `#[cfg(test)]` module.
+fn sibling_uses(text: &str) -> Vec<String> {
+    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let text = code.as_str();
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("super::") {
+        let rest = &text[i + "super::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        out.push(name);
+    }
+    for (i, _) in text.match_indices("file::") {
+        let name: String = text[i + "file::".len()..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        out.push(format!("file::{name}"));
+    }
+    out
+}
+
+#[test]
+fn each_folder_imports_in_its_documented_order_and_the_sides_stay_apart() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (dir, order, other_side) in LAYERS {
+        let mut on_disk: Vec<String> = std::fs::read_dir(src.join(dir))
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                let stem = name.strip_suffix(".rs")?.to_string();
+                (stem != "mod").then_some(stem)
+            })
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<String> = order.iter().map(|s| s.to_string()).collect();
+        listed.sort();
+        assert_eq!(
+            on_disk, listed,
+            "{dir}: the files and the documented order differ"
+        );
+        for (i, file) in order.iter().enumerate() {
+            let text = std::fs::read_to_string(src.join(dir).join(format!("{file}.rs"))).unwrap();
+            for used in sibling_uses(&text) {
+                if let Some(j) = order.iter().position(|o| *o == used) {
+                    assert!(j < i, "{dir}/{file}.rs imports {used}, listed after it");
+                }
+                assert!(
+                    other_side.is_empty()
+                        || (used != *other_side && used != format!("file::{other_side}")),
+                    "{dir}/{file}.rs reaches {other_side}"
+                );
+            }
+        }
+    }
+    // The check sees what it checks: a later sibling and the other side are found.
+    let seen =
+        sibling_uses("/// [`super::a`]\nuse super::streams::X;\nuse crate::xfer::file::recv;\n");
+    assert_eq!(seen, ["streams", "file::recv"]);
+}

@@ -1,16 +1,16 @@
 //! Verified file transfer from async code: the blocking session of
-//! [`transfer`](crate::xfer::file::transfer) on tokio's blocking pool.
+//! [`file`](crate::xfer::file) on tokio's blocking pool.
 
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::source::SourceEntry;
-use crate::xfer::file::transfer::{self, ReceiverOptions, SenderOptions, SessionReport};
+use crate::xfer::file::{self, ReceiverOptions, SenderOptions, SessionReport};
 
 use super::AsyncEndpoint;
 
 impl AsyncEndpoint {
     /// Sends `entries` (from [`walk`](crate::xfer::file::source::walk)) as
-    /// [`transfer::send`] does, to a peer running [`receive_files`](Self::receive_files) (or
+    /// [`file::send`](fn@file::send) does, to a peer running [`receive_files`](Self::receive_files) (or
     /// `rdmaxfer recv`), and gives the endpoint back with the session's report. Connect with
     /// the options of [`SenderOptions::endpoint_options`].
     ///
@@ -22,19 +22,19 @@ impl AsyncEndpoint {
         opts: SenderOptions,
     ) -> Result<(AsyncEndpoint, SessionReport)> {
         self.on_blocking_pool(move |ep, report| {
-            transfer::send(ep, &entries, &opts, report, &mut |_| {})
+            file::send(ep, &entries, &opts, report, &mut |_| {})
         })
         .await
     }
 
-    /// Receives what one sender sends, as [`transfer::receive`] does, and gives the endpoint
+    /// Receives what one sender sends, as [`file::receive`] does, and gives the endpoint
     /// back with the session's report. Accept with the options of
     /// [`ReceiverOptions::endpoint_options`]. Runs as [`send_files`](Self::send_files) does.
     pub async fn receive_files(
         self,
         opts: ReceiverOptions,
     ) -> Result<(AsyncEndpoint, SessionReport)> {
-        self.on_blocking_pool(move |ep, report| transfer::receive(ep, &opts, report))
+        self.on_blocking_pool(move |ep, report| file::receive(ep, &opts, report))
             .await
     }
 

@@ -10,7 +10,7 @@ use super::status::rdmaxfer_status;
 use crate::verbs::{Mtu, WaitMode};
 use crate::xfer::endpoint::{EndpointOptions, DEFAULT_PORT, DEFAULT_TIMEOUT};
 use crate::xfer::file::proto::MAX_MSG_LEN;
-use crate::xfer::file::transfer::DEFAULT_SLOTS;
+use crate::xfer::file::DEFAULT_SLOTS;
 
 /// Set up connections with RDMA CM (the default).
 pub const RDMAXFER_TRANSPORT_CM: u32 = 0;

@@ -10,7 +10,7 @@ use super::handle::handle;
 use super::status::rdmaxfer_status;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::source;
-use crate::xfer::file::transfer::{self, Progress, ReceiverOptions, SenderOptions, SessionReport};
+use crate::xfer::file::{self, Progress, ReceiverOptions, SenderOptions, SessionReport};
 use crate::xfer::session;
 
 /// `rdmaxfer_recv_file`: allow a sender to replace existing files that differ (it asks with
@@ -90,7 +90,7 @@ pub extern "C" fn rdmaxfer_send_file(
         let dial = c.dial.clone();
         let streams = match &dial {
             Some((cfg, ..)) if cfg.streams == 0 => {
-                transfer::default_streams(&entries, cfg.rails.len().max(1))
+                file::default_streams(&entries, cfg.rails.len().max(1))
             }
             Some((cfg, ..)) => cfg.streams,
             None => 1,
@@ -105,7 +105,7 @@ pub extern "C" fn rdmaxfer_send_file(
             session::connect(host, *port, cfg.oob, &cfg.stream_options(i))
         };
         let ep = c.rdmaxfer_peer()?;
-        transfer::send_streams(ep, &connect, &entries, &opts, &mut report, &mut tick)
+        file::send_streams(ep, &connect, &entries, &opts, &mut report, &mut tick)
             .map_err(|e| with_files(e, &report))
     })
 }
@@ -164,7 +164,7 @@ pub extern "C" fn rdmaxfer_recv_file(
             ..ReceiverOptions::new(dir)
         };
         let mut report = SessionReport::default();
-        transfer::receive(c.rdmaxfer_peer()?, &opts, &mut report)
+        file::receive(c.rdmaxfer_peer()?, &opts, &mut report)
             .map_err(|e| with_files(e, &report))?;
         o.set(rdmaxfer_recv_summary {
             files: report.file_count(),

@@ -235,7 +235,7 @@ fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_lea
 fn async_file_send_and_receive_on_one_runtime_thread() {
     need_rxe0();
     use rdmaxfer::xfer::file::source;
-    use rdmaxfer::xfer::file::transfer::{ReceiverOptions, SenderOptions};
+    use rdmaxfer::xfer::file::{ReceiverOptions, SenderOptions};
     let src = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let data = pseudo_random(3 << 20, 42);

@@ -1,4 +1,4 @@
-//! `rdmaxfer send` and `rdmaxfer recv`: verified file transfer (library: `xfer::file::transfer`).
+//! `rdmaxfer send` and `rdmaxfer recv`: verified file transfer (library: `xfer::file`).
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -13,7 +13,7 @@ use rdmaxfer::xfer::file::budget::{
 use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::file::ring_budget::{self, RingBudget, RingLease};
 use rdmaxfer::xfer::file::source;
-use rdmaxfer::xfer::file::transfer::{
+use rdmaxfer::xfer::file::{
     self, Progress, ReceiverOptions, Role, SenderOptions, SessionReport, StreamRegistry,
     DEFAULT_CHUNK, DEFAULT_MAX_STREAMS, DEFAULT_SLOTS,
 };
@@ -245,8 +245,8 @@ pub fn recv(a: RecvArgs) -> Result<()> {
     if !meta.is_dir() {
         bail!("--out {} is not a directory", a.out.display());
     }
-    if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
-        bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
+    if a.slots == 0 || a.slots > file::MAX_SLOTS {
+        bail!("--slots must be 1..={}", file::MAX_SLOTS);
     }
     let ropts = ReceiverOptions {
         out_dir: a.out.clone(),
@@ -316,7 +316,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             streams: Some(&streams),
             join_only,
         };
-        let r = transfer::receive_streams(ep, &ropts, &mut lease, role, &mut report, &mut lines)
+        let r = file::receive_streams(ep, &ropts, &mut lease, role, &mut report, &mut lines)
             .map_err(anyhow::Error::from);
         let secs = start.elapsed().as_secs_f64();
         if a.json {
@@ -360,7 +360,7 @@ fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
 
 /// `rdmaxfer send`.
 pub fn send(a: SendArgs) -> Result<()> {
-    tracing::debug!(target: transfer::PHASE_TARGET, "send: arguments parsed");
+    tracing::debug!(target: file::PHASE_TARGET, "send: arguments parsed");
     let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
     let hosts = dest
         .split(',')
@@ -373,12 +373,12 @@ pub fn send(a: SendArgs) -> Result<()> {
     let entries = source::walk_with(&roots, walk).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)
         .ok()
-        .filter(|&c| (transfer::MIN_CHUNK..=transfer::MAX_CHUNK).contains(&c))
+        .filter(|&c| (file::MIN_CHUNK..=file::MAX_CHUNK).contains(&c))
         .with_context(|| {
             format!(
                 "--chunk must be {}..={} bytes",
-                transfer::MIN_CHUNK,
-                transfer::MAX_CHUNK
+                file::MIN_CHUNK,
+                file::MAX_CHUNK
             )
         })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
@@ -391,7 +391,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     let devices = a.conn.devices().len();
     let streams = a
         .streams
-        .unwrap_or_else(|| transfer::default_streams(&entries, devices));
+        .unwrap_or_else(|| file::default_streams(&entries, devices));
     let sopts = SenderOptions {
         token: token(&a.token)?,
         chunk,
@@ -407,8 +407,8 @@ pub fn send(a: SendArgs) -> Result<()> {
         hold_stripe,
         streams,
     };
-    if a.slots == 0 || a.slots > transfer::MAX_SLOTS {
-        bail!("--slots must be 1..={}", transfer::MAX_SLOTS);
+    if a.slots == 0 || a.slots > file::MAX_SLOTS {
+        bail!("--slots must be 1..={}", file::MAX_SLOTS);
     }
     // Stream i goes over device i mod the devices given, to receiver address i mod those given.
     let rails: Vec<ConnArgs> = match a.conn.devices() {
@@ -466,10 +466,10 @@ pub fn send(a: SendArgs) -> Result<()> {
             })
             .map(Mutex::new)
             .collect();
-        tracing::debug!(target: transfer::PHASE_TARGET, "stream 0: connecting");
+        tracing::debug!(target: file::PHASE_TARGET, "stream 0: connecting");
         conn.connect(&host, &opts).and_then(|mut ep| {
             connected = true;
-            tracing::debug!(target: transfer::PHASE_TARGET, "stream 0: connected");
+            tracing::debug!(target: file::PHASE_TARGET, "stream 0: connected");
             let mut display = SendDisplay::new(show, entries.len(), total);
             let more = |i: u16| -> rdmaxfer::Result<Endpoint> {
                 let ready = usize::from(i)
@@ -500,13 +500,13 @@ pub fn send(a: SendArgs) -> Result<()> {
                 }
                 display.event(p)
             };
-            let r = transfer::send_streams(&mut ep, &more, &entries, &sopts, &mut report, &mut events)
+            let r = file::send_streams(&mut ep, &more, &entries, &sopts, &mut report, &mut events)
                 .map_err(anyhow::Error::from);
             display.finish();
             if let Err(e) = ep.close() {
                 tracing::debug!("closing: {e}");
             }
-            tracing::debug!(target: transfer::PHASE_TARGET, "stream 0: closed");
+            tracing::debug!(target: file::PHASE_TARGET, "stream 0: closed");
             r
         })
     });

@@ -7,7 +7,7 @@ use std::io::Write as _;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rdmaxfer::xfer::file::names::printable;
-use rdmaxfer::xfer::file::transfer::{FileReport, Progress};
+use rdmaxfer::xfer::file::{FileReport, Progress};
 
 /// How much to show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

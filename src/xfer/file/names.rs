@@ -22,6 +22,11 @@ use rustix::io::Errno;
 use super::proto::{Reason, MAX_NAME_LEN};
 use crate::{Error, Result};
 
+/// Refusal: the entry differs and the sender did not ask to replace it (also when it appears
+/// during the commit).
+pub const DIFFERS: &str =
+    "exists and differs: use send --force to replace it (the receiver must allow it with recv --force)";
+
 /// Longest path component, in bytes (Linux `NAME_MAX`).
 pub const MAX_COMPONENT_LEN: usize = 255;
 /// Suffix of temporary files; names ending in it are refused.
@@ -322,7 +327,7 @@ impl ConfinedDir {
                 format!(
                     "{} appeared meanwhile: {}",
                     self.path.join(to).display(),
-                    super::policy::DIFFERS
+                    DIFFERS
                 ),
             )),
             Err(e) => Err(io_err(

@@ -5,9 +5,9 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::digest::{self, Algo, Chunks, Layout};
-use super::names::{sanitize, RelPath};
-use super::proto::{Digest, Reason, MAX_TARGET_LEN};
+use crate::xfer::file::digest::{self, Algo, Chunks, Layout};
+use crate::xfer::file::names::{sanitize, RelPath};
+use crate::xfer::file::proto::{Digest, Reason, MAX_TARGET_LEN};
 use crate::{Error, Result};
 
 /// What an entry is on the sender.

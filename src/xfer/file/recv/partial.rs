@@ -11,7 +11,7 @@
 //! ```
 //! Big-endian; every stripe lies within the file and holds at most its length.
 
-use super::proto::MAX_STRIPES;
+use crate::xfer::file::proto::MAX_STRIPES;
 use crate::{Error, Result};
 
 /// The file's first bytes.

@@ -15,9 +15,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::proto::{self, Msg, Reason};
 use crate::error::Result;
 use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::proto::{self, Msg, Reason};
 
 /// Smallest slot a ring is cut down to (one page).
 pub const MIN_SLOT: u64 = 4096;

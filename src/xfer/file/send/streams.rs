@@ -5,28 +5,21 @@
 //! "Streams" in `docs/file-protocol.md`.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::send::{challenge, send_done, send_entries, send_entry, ChunkBufs, ChunkSource};
-use super::{peer_err, recv_ctl, send_msg, FileReport, Progress, SenderOptions, SessionReport};
+use super::data::PHASE_TARGET as PHASE;
+use super::file::StreamState;
+use super::part::{FileTrack, Part, StripeJob};
+use super::session::{challenge, send_done, send_entries, send_entry};
+use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::digest::{file_digest_of_stripes, Chunks, Layout, StripeDigests};
-use crate::xfer::file::proto::Algo;
-use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason, Stripe};
-use crate::xfer::file::source::{self, read_err, SourceEntry, SourceKind};
-
-/// The `tracing` target of the sender's phase markers (debug level): set `RDMAXFER_LOG` to
-/// `rdmaxfer_phase=debug` to see, with timestamps, when each stream connects and joins, when
-/// each file or stripe starts its data, sends FIN and hears its verdict, and when the session
-/// ends (`ci/guest-send-phases.sh` reads them).
-pub const PHASE_TARGET: &str = "rdmaxfer_phase";
-use PHASE_TARGET as PHASE;
+use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::options::SenderOptions;
+use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
+use crate::xfer::file::report::{FileReport, Progress, SessionReport};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
@@ -88,185 +81,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One stripe of a file, as a job of some stream.
-#[derive(Debug, Clone)]
-pub(super) struct StripeJob {
-    pub(super) stripe: Stripe,
-    pub(super) track: Arc<FileTrack>,
-    /// The stream that sends it (set when a stream takes it; for errors).
-    pub(super) stream: u16,
-}
-
-/// A stripe's verdict as the sender records it.
-type StripeEnd = (FileReport, bool, Option<StripeDigests>);
-
-/// The sender's view of a striped file: the stripes' verdicts, merged into the file's when the
-/// last one arrives.
-#[derive(Debug)]
-pub(super) struct FileTrack {
-    pub(super) size: u64,
-    /// `send --checksum`: the file's BLAKE3, computed once for every stripe's HELLO.
-    pub(super) checksum: Option<Digest>,
-    stripes: Vec<Stripe>,
-    ends: Mutex<Vec<Option<StripeEnd>>>,
-    /// Signalled at each stripe's verdict.
-    ended: Condvar,
-}
-
-impl FileTrack {
-    /// Records stripe `s`'s verdict (`refused`: before any data; `digest`: verified); returns
-    /// the file's verdict (and whether refused) once every stripe has one.
-    pub(super) fn end(
-        &self,
-        s: &Stripe,
-        f: FileReport,
-        refused: bool,
-        digest: Option<StripeDigests>,
-    ) -> Option<(FileReport, bool)> {
-        let mut ends = lock(&self.ends);
-        ends[usize::from(s.index)] = Some((f, refused, digest));
-        self.ended.notify_all();
-        let all: Vec<&StripeEnd> = ends.iter().flatten().collect();
-        if all.len() < self.stripes.len() {
-            return None;
-        }
-        if let Some(e) = all.iter().find(|e| e.1) {
-            return Some((e.0.clone(), true));
-        }
-        if let Some(e) = all.iter().find(|e| !e.0.is_ok() && !e.0.is_skipped()) {
-            return Some((e.0.clone(), false));
-        }
-        let mut f = all[0].0.clone();
-        if all.iter().any(|e| e.0.is_skipped()) {
-            return Some((f, false));
-        }
-        // Every stripe verified: the file's digest from the stripes' chunk digests (the
-        // whole file's digest when they are on one chunk grid, as over one stream).
-        let parts: Vec<StripeDigests> = all.iter().filter_map(|e| e.2.clone()).collect();
-        f.bytes = self.size;
-        f.hash = match file_digest_of_stripes(self.size, &parts) {
-            Some((d, _)) if parts.len() == all.len() => {
-                Some(blake3::Hash::from(d).to_hex().to_string())
-            }
-            _ => None,
-        };
-        Some((f, false))
-    }
-}
-
-impl FileTrack {
-    /// For the test hold ([`SenderOptions::hold_stripe`]): waits (at most a minute) until every
-    /// stripe but `index` has its verdict.
-    pub(super) fn wait_others(&self, index: u16) {
-        let others_done = |ends: &mut Vec<Option<StripeEnd>>| {
-            ends.iter()
-                .enumerate()
-                .all(|(i, e)| e.is_some() || i == usize::from(index))
-        };
-        let ends = lock(&self.ends);
-        let _ = self
-            .ended
-            .wait_timeout_while(ends, Duration::from_secs(60), |e| !others_done(e));
-    }
-}
-
-/// Reads one stripe of a file (`[offset, offset + len)`), chunk by chunk from several
-/// threads, each chunk hashed as it is read: the stripe's digest is the file digest formula
-/// over the stripe's chunks (see [`digest`]).
-pub(super) struct RangeSource {
-    file: File,
-    path: PathBuf,
-    size: u64,
-    stripe: Stripe,
-    /// Bytes of the stripe the receiver holds (whole chunks), not sent.
-    held: u64,
-    chunks: Option<Chunks>,
-}
-
-impl RangeSource {
-    /// Opens `path` (of `size` bytes, as planned) for stripe `s`.
-    pub(super) fn open(path: &Path, size: u64, s: &Stripe) -> Result<RangeSource> {
-        let file = File::open(path).map_err(|e| read_err(path, e))?;
-        Ok(RangeSource {
-            file,
-            path: path.to_path_buf(),
-            size,
-            stripe: *s,
-            held: 0,
-            chunks: None,
-        })
-    }
-
-    /// Fixes how the stripe is cut (the receiver's slot size) and hashed. Once, before reading.
-    pub(super) fn start(&mut self, chunk: u32, algo: Algo) -> Result<()> {
-        let layout = Layout::new(algo, u64::from(chunk), self.stripe.len)?;
-        self.chunks = Some(Chunks::new(layout));
-        Ok(())
-    }
-
-    /// The chunk digests so far (after [`start`](RangeSource::start)).
-    pub(super) fn chunks(&self) -> Result<&Chunks> {
-        self.chunks
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("the stripe source was not started".into()))
-    }
-
-    /// The stripe's length.
-    pub(super) fn len(&self) -> u64 {
-        self.stripe.len
-    }
-
-    /// How the stripe is cut and hashed.
-    pub(super) fn layout(&self) -> Result<Layout> {
-        self.chunks().map(|c| *c.layout())
-    }
-
-    /// For `--resume`: hashes the stripe's first `held` bytes (whole chunks) and continues
-    /// after them if their digest matches the receiver's `hash`; false otherwise.
-    pub(super) fn skip_verified(&mut self, held: u64, hash: &Digest) -> Result<bool> {
-        let layout = self.layout()?;
-        if held > self.stripe.len || layout.whole_chunks(held) != held {
-            return Ok(false);
-        }
-        let mut buf = vec![0u8; layout.chunk as usize];
-        for i in 0..layout.prefix(held).chunks() {
-            self.read_chunk_at(i, &mut buf)?;
-        }
-        self.held = held;
-        Ok(self.chunks()?.prefix_digest(held).as_ref() == Some(hash))
-    }
-}
-
-impl ChunkSource for RangeSource {
-    fn size(&self) -> u64 {
-        self.stripe.len
-    }
-    fn first_chunk(&self) -> u64 {
-        self.chunks
-            .as_ref()
-            .map_or(0, |c| self.held.div_ceil(c.layout().chunk))
-    }
-    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
-        let chunks = self.chunks()?;
-        let (off, len) = chunks.layout().range(index).ok_or_else(|| {
-            Error::InvalidArgument(format!("no chunk {index} in stripe {}", self.stripe.index))
-        })?;
-        let have = buf.len();
-        let buf = buf.get_mut(..len).ok_or_else(|| {
-            Error::InvalidArgument(format!("a buffer of {have} bytes for a {len}-byte chunk"))
-        })?;
-        self.file
-            .read_exact_at(buf, self.stripe.offset + off)
-            .map_err(|e| read_err(&self.path, e))?;
-        chunks.hash(index, buf)?;
-        Ok(len)
-    }
-    fn finish(&self) -> Result<Digest> {
-        source::unchanged(&self.file, &self.path, self.size)?;
-        self.chunks()?.finish()
-    }
-}
-
 /// A stream's unit of work.
 #[derive(Debug, Clone)]
 enum Job {
@@ -297,13 +111,7 @@ fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job>
             jobs.push(Job::Whole(i));
             continue;
         }
-        let track = Arc::new(FileTrack {
-            size,
-            checksum,
-            ends: Mutex::new(vec![None; stripes.len()]),
-            stripes: stripes.clone(),
-            ended: Condvar::new(),
-        });
+        let track = Arc::new(FileTrack::new(size, checksum, stripes.clone()));
         for stripe in stripes {
             let track = track.clone();
             let stream = stripe.index;
@@ -525,7 +333,8 @@ fn work(
     tx: &mpsc::Sender<Event>,
 ) -> (SessionReport, Result<()>) {
     let mut report = SessionReport::default();
-    let mut ring: Option<ChunkBufs> = None;
+    let mut st = StreamState::new(opts, *nonce);
+    st.session = Some(&queue.progress);
     let res = (|| {
         while let Some(job) = queue.next(me) {
             let (i, stripe) = match job {
@@ -542,19 +351,8 @@ fn work(
                 };
                 let _ = tx.send(ev);
             };
-            let e = &entries[i];
-            let r = &mut report;
-            send_entry(
-                ep,
-                e,
-                opts,
-                nonce,
-                &mut ring,
-                r,
-                &mut events,
-                stripe.as_ref(),
-                Some(&queue.progress),
-            )?;
+            let part = stripe.as_ref().map_or(Part::Whole, Part::Stripe);
+            send_entry(ep, &mut st, &entries[i], part, &mut report, &mut events)?;
         }
         send_done(ep);
         Ok(())
@@ -615,18 +413,6 @@ fn relay(
 mod tests {
     use super::*;
 
-    fn report(result: &str) -> FileReport {
-        FileReport {
-            name: "f".into(),
-            kind: "file",
-            bytes: 8,
-            hash: None,
-            result: result.into(),
-            message: None,
-            verify: None,
-        }
-    }
-
     #[test]
     fn stripes_start_on_the_chunk_grid() {
         assert_eq!(stripe_align(4096), 1 << 20);
@@ -639,59 +425,5 @@ mod tests {
             assert_eq!(stripe_align(c) % u64::from(c), 0);
             assert_eq!(stripe_align(c) % STRIPE_ALIGN, 0);
         }
-    }
-
-    #[test]
-    fn a_striped_file_has_one_verdict_when_every_stripe_has_one() {
-        let stripes = proto::plan_stripes(3 << 20, 3, STRIPE_ALIGN);
-        let track = || FileTrack {
-            size: 3 << 20,
-            checksum: None,
-            ends: Mutex::new(vec![None; 3]),
-            stripes: stripes.clone(),
-            ended: Condvar::new(),
-        };
-        // Each stripe of 1 MiB hashed in 256 KiB chunks: the file's chunks, in stripes.
-        let data: Vec<u8> = (0..3u32 << 20).map(|i| (i / 4099) as u8).collect();
-        let digests = |s: &Stripe| {
-            let layout = Layout::new(Algo::Xxh3, 256 << 10, s.len).unwrap();
-            let c = Chunks::new(layout);
-            let part = &data[s.offset as usize..s.end() as usize];
-            for (i, p) in part.chunks(256 << 10).enumerate() {
-                c.hash(i as u64, p).unwrap();
-            }
-            Some(c.stripe(s.offset, c.finish().unwrap()))
-        };
-        let t = track();
-        assert!(t
-            .end(&stripes[2], report("ok"), false, digests(&stripes[2]))
-            .is_none());
-        assert!(t
-            .end(&stripes[0], report("ok"), false, digests(&stripes[0]))
-            .is_none());
-        let (f, refused) = t
-            .end(&stripes[1], report("ok"), false, digests(&stripes[1]))
-            .unwrap();
-        assert!(f.is_ok() && !refused);
-        // The whole file's digest, as one stream would report it.
-        let want = crate::xfer::file::digest::digest_of(Algo::Xxh3, 256 << 10, &data).unwrap();
-        assert_eq!(
-            f.hash.unwrap(),
-            blake3::Hash::from(want).to_hex().to_string()
-        );
-        assert_eq!(f.bytes, 3 << 20);
-        // One failed stripe fails the file; a refusal is reported as one.
-        let t = track();
-        t.end(&stripes[0], report("ok"), false, digests(&stripes[0]));
-        t.end(&stripes[1], report("hash mismatch"), false, None);
-        let (f, refused) = t
-            .end(&stripes[2], report("ok"), false, digests(&stripes[2]))
-            .unwrap();
-        assert_eq!((f.result.as_str(), refused), ("hash mismatch", false));
-        let t = track();
-        t.end(&stripes[0], report("exists"), true, None);
-        t.end(&stripes[1], report("exists"), true, None);
-        let (f, refused) = t.end(&stripes[2], report("exists"), true, None).unwrap();
-        assert_eq!((f.result.as_str(), refused), ("exists", true));
     }
 }

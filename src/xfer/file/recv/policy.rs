@@ -2,7 +2,8 @@
 //! sender's wishes (`send --force`, `--ignore-existing`, `--update`) against the receiver's
 //! policy (`recv --force`), which wins. Pure: the caller inspects the file system.
 
-use super::proto::{HelloFlags, SkipWhy};
+pub use crate::xfer::file::names::DIFFERS;
+use crate::xfer::file::proto::{HelloFlags, SkipWhy};
 
 /// What the receiver found under the entry's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,9 +29,6 @@ pub enum Decision {
     Refuse(String),
 }
 
-/// Refusal: the entry differs and the sender did not ask to replace it.
-pub const DIFFERS: &str =
-    "exists and differs: use send --force to replace it (the receiver must allow it with recv --force)";
 /// Refusal: the sender asked to replace, the receiver does not allow it.
 pub const NOT_ALLOWED: &str =
     "exists and differs, and the receiver does not allow overwriting: run recv with --force";

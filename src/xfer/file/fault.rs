@@ -8,7 +8,7 @@ use crate::xfer::file::names;
 use crate::xfer::file::proto;
 
 /// `IBV_WC_REM_INV_REQ_ERR`: the receiving device rejected a packet as malformed.
-pub(super) const REM_INV_REQ: u32 = 9;
+pub(crate) const REM_INV_REQ: u32 = 9;
 
 /// What such a fault means and what to do, after what was seen.
 const HINT: &str = "rdmaxfer posts each chunk once, in order, into the slot the receiver \
@@ -18,19 +18,19 @@ retransmitting on hosts starved of CPU); nothing of this file is committed: send
 
 /// Test-only faults a sender injects (debug builds of the CLI; see `send`'s test hooks).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Faults {
+pub(crate) struct Faults {
     /// Flip a byte of this chunk (of the part being sent) after hashing it.
-    pub(super) corrupt: Option<u64>,
+    pub(crate) corrupt: Option<u64>,
     /// After posting this chunk (of the part being sent), post a zero-length RDMA
     /// WRITE_WITH_IMM repeating its immediate: what a faulty transport's retransmission may
     /// deliver (a chunk's completion twice).
-    pub(super) replay: Option<u64>,
+    pub(crate) replay: Option<u64>,
 }
 
 impl Faults {
     /// The hooks of `corrupt` and `replay` (chunks of the file) for the part that starts at
     /// chunk `first` of the file.
-    pub(super) fn for_part(corrupt: Option<u64>, replay: Option<u64>, first: u64) -> Faults {
+    pub(crate) fn for_part(corrupt: Option<u64>, replay: Option<u64>, first: u64) -> Faults {
         Faults {
             corrupt: corrupt.and_then(|c| c.checked_sub(first)),
             replay: replay.and_then(|c| c.checked_sub(first)),
@@ -40,7 +40,7 @@ impl Faults {
 
 /// Names the part of a file a stream moves, for errors: "stream 2, stripe 2 of 4 of NAME" or
 /// "NAME" (printable, shortened as on the wire).
-pub(super) fn part_label(stream: Option<u16>, stripe: Option<(u16, u16)>, name: &str) -> String {
+pub(crate) fn part_label(stream: Option<u16>, stripe: Option<(u16, u16)>, name: &str) -> String {
     let name = proto::truncate_text(&names::printable(name));
     let mut s = String::new();
     if let Some(i) = stream {
@@ -53,7 +53,7 @@ pub(super) fn part_label(stream: Option<u16>, stripe: Option<(u16, u16)>, name: 
 }
 
 /// Receiver: a data chunk whose sequence number is not the next one.
-pub(super) fn out_of_sequence(label: &str, got: u16, len: u32, slot: u16, want: u16) -> Error {
+pub(crate) fn out_of_sequence(label: &str, got: u16, len: u32, slot: u16, want: u16) -> Error {
     Error::Protocol(format!(
         "{label}: the RDMA transport delivered data chunk {got} ({len} bytes, into slot {slot}) \
          where chunk {want} (mod 65536) was expected, a chunk repeated or out of order; {HINT}"
@@ -61,7 +61,7 @@ pub(super) fn out_of_sequence(label: &str, got: u16, len: u32, slot: u16, want: 
 }
 
 /// Receiver: a data chunk of another length than the sender's.
-pub(super) fn wrong_length(label: &str, seq: u16, len: u32, want: usize) -> Error {
+pub(crate) fn wrong_length(label: &str, seq: u16, len: u32, want: usize) -> Error {
     Error::Protocol(format!(
         "{label}: the RDMA transport delivered data chunk {seq} with {len} bytes where the \
          sender wrote {want}; {HINT}"
@@ -71,7 +71,7 @@ pub(super) fn wrong_length(label: &str, seq: u16, len: u32, want: usize) -> Erro
 /// Either side: `e`, unless it is a completion with status "remote invalid request" while the
 /// data of `label` moved: then what it means. `chunk`: the chunk being received; `None` on the
 /// sender, whose work request ids are the chunks' numbers.
-pub(super) fn invalid_request(label: &str, chunk: Option<u64>, e: Error) -> Error {
+pub(crate) fn invalid_request(label: &str, chunk: Option<u64>, e: Error) -> Error {
     let wr_id = match &e {
         Error::Completion { wr_id, status, .. } if *status == REM_INV_REQ => *wr_id,
         _ => return e,

@@ -10,9 +10,9 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::cleanup::{self, Leftovers, Registered};
-use super::digest::{self, Algo, ChunkDigest, Chunks, Layout};
-use super::names::{self, ConfinedDir, RelPath};
-use super::proto::{Digest, Reason};
+use crate::xfer::file::digest::{self, Algo, ChunkDigest, Chunks, Layout};
+use crate::xfer::file::names::{self, ConfinedDir, RelPath};
+use crate::xfer::file::proto::{Digest, Reason};
 use crate::{Error, Result};
 
 /// Most threads hashing a resumed prefix.
@@ -319,7 +319,7 @@ impl Sink {
         self.removed_on_failure(r)
     }
 
-    /// Striped receipt (`transfer::stripe`, never [`start`](Sink::start)ed): another handle on
+    /// Striped receipt (`recv::stripe`, never [`start`](Sink::start)ed): another handle on
     /// the temporary file, for positional writes of the byte ranges other streams receive. A
     /// kept partial file of an unstarted sink is kept whole (its stripes say what is there).
     pub fn temp_file(&self) -> Result<File> {

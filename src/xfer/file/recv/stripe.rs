@@ -7,21 +7,21 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
-use super::fault;
+use super::answer::{admit, answer_refuse, answer_skip, open_sink, tell_peer, Opened};
+use super::core::{PartReceiver, Tail};
+use super::data::{ensure_ring, receive_data, ChunkTarget};
+use super::file::SessionState;
 use super::joint::{wait_others, Answer, FileState, Joint};
-use super::receive::{
-    admit, answer_refuse, answer_skip, ensure_ring, open_sink, receive_data, tell_peer,
-    ChunkTarget, Opened, SessionState,
-};
-use super::{
-    detail, peer_err, reason_of, recv_ctl, send_msg, FileReport, ReceiverOptions, SessionReport,
-};
+use super::sink::write_err;
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::FILE_CREDIT;
+use crate::xfer::file::ctl::{detail, reason_of, recv_ctl, send_msg};
 use crate::xfer::file::digest::{Chunks, Layout, StripeDigests};
+use crate::xfer::file::fault;
+use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
-use crate::xfer::file::sink::write_err;
+use crate::xfer::file::report::{FileReport, SessionReport};
 
 /// Writes one stripe's chunks at their offsets (from the pool of writer threads, in any
 /// order) and hashes each: the stripe's digest is the file digest formula over its chunks.
@@ -144,7 +144,7 @@ pub(super) struct StripeOffer<'j> {
 pub(super) fn receive_stripe(
     ep: &mut Endpoint,
     opts: &ReceiverOptions,
-    st: &mut SessionState<'_, '_>,
+    st: &mut SessionState<'_>,
     report: &mut SessionReport,
     nonce: &Digest,
     offer: StripeOffer<'_>,
@@ -250,10 +250,17 @@ pub(super) fn receive_stripe(
     if opts.hold_stripe == Some(s.index) {
         wait_others(&file, s.index);
     }
-    send_msg(ep, &r.offer(held, held_digest))?;
     let chunks = w.chunks.clone();
+    let mut part = match PartReceiver::new(r.slot_size, r.slot_count, held, s.len, h.verify) {
+        Ok(p) => p,
+        Err(e) => {
+            let n = StripeWriter::contiguous(&chunks);
+            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+        }
+    };
+    send_msg(ep, &r.offer(held, held_digest))?;
     let label = fault::part_label(*stream, Some((s.index, s.count)), &h.name);
-    let (w, write_failure) = match receive_data(ep, r, budget, w, (held, s.len), &label) {
+    let (w, write_failure) = match receive_data(ep, r, budget, w, &mut part, &label) {
         Ok(x) => x,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
@@ -263,26 +270,21 @@ pub(super) fn receive_stripe(
     report.bytes += s.len - held;
     let mut bad = None;
     let fin = loop {
-        match budget.wait(ep, recv_ctl) {
-            Ok(Msg::Digests(d)) if d.algo == h.verify => {
-                bad = bad.or_else(|| w.chunks.first_mismatch(d.first, &d.digests));
+        let tail = budget
+            .wait(ep, recv_ctl)
+            .and_then(|m| part.on_control(m, "STRIPE"));
+        match tail {
+            Ok(Tail::Digests { first, digests }) => {
+                bad = bad.or_else(|| w.chunks.first_mismatch(first, &digests));
             }
-            other => break other,
+            Ok(Tail::Fin(hash)) => break Ok(hash),
+            Err(e) => break Err(e),
         }
     };
     let hash = match fin {
-        Ok(Msg::Fin { bytes, hash }) if bytes == s.len => hash,
-        other => {
+        Ok(hash) => hash,
+        Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
-            let e = match other {
-                Ok(Msg::Err { reason, message }) => peer_err(reason, &message),
-                Ok(Msg::Fin { bytes, .. }) => Error::Protocol(format!(
-                    "FIN of stripe {} announces {bytes} bytes, STRIPE announced {}",
-                    s.index, s.len
-                )),
-                Ok(m) => Error::Protocol(format!("expected FIN, got {m:?}")),
-                Err(e) => e,
-            };
             return Err(failed(ep, &file, &s, e, n, report, &h.name));
         }
     };

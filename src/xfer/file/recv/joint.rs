@@ -11,11 +11,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use super::partial;
+use super::sink::Sink;
 use crate::error::{Error, Result};
 use crate::xfer::file::digest::{file_digest_of_stripes, Chunks, StripeDigests};
-use crate::xfer::file::partial;
 use crate::xfer::file::proto::{self, Reason, SessionId, Stripe, MAX_STREAMS};
-use crate::xfer::file::sink::Sink;
 
 /// Default `recv --max-streams`: streams one session may open.
 pub const DEFAULT_MAX_STREAMS: u16 = 8;

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::names::ConfinedDir;
-use super::proto::Reason;
+use crate::xfer::file::names::ConfinedDir;
+use crate::xfer::file::proto::Reason;
 use crate::{Error, Result};
 
 /// The leftovers of one unfinished file.

@@ -1,14 +1,14 @@
 //! The receiver's side of entries other than file data, independent of RDMA: what already
-//! exists under a name (for [`policy::decide`]), directory and symlink entries, and the rule
+//! exists under a name (for `policy::decide`), directory and symlink entries, and the rule
 //! that keeps a received symlink inside the output directory.
 
 use std::path::Path;
 
 use rustix::fs::FileType;
 
-use super::names::{self, RelPath};
 use super::policy::{self, Decision, Existing};
-use super::proto::{Hello, Reason, SkipWhy};
+use crate::xfer::file::names::{self, RelPath};
+use crate::xfer::file::proto::{Hello, Reason, SkipWhy};
 use crate::{Error, Result};
 
 /// What became of a directory or symlink entry.

@@ -1,0 +1,77 @@
+//! Control messages over an [`Endpoint`], shared by both sides: send, receive (decoding the
+//! version first), and the errors a peer's REFUSE or ERR becomes.
+
+use super::names;
+use super::proto::{self, Msg, Reason};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+
+/// The reason code an error travels with (REFUSE, ERR, ACK, reports).
+pub(crate) fn reason_of(e: &Error) -> Reason {
+    e.reason().unwrap_or(match e {
+        Error::Protocol(_) => Reason::Protocol,
+        _ => Reason::Internal,
+    })
+}
+
+/// The text of an error without its reason (REFUSE and reports carry the reason apart): one
+/// clause per cause.
+pub(crate) fn detail(e: &Error) -> String {
+    match e {
+        Error::Refused { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
+/// Sends one control message.
+pub(crate) fn send_msg(ep: &mut Endpoint, msg: &Msg) -> Result<()> {
+    ep.send(&proto::encode(msg))
+}
+
+/// Best effort: tell the peer why the session ends.
+pub(crate) fn send_err(ep: &mut Endpoint, reason: Reason, e: &Error) {
+    let msg = Msg::Err {
+        reason,
+        message: proto::truncate_text(&e.to_string()),
+    };
+    if let Err(e2) = send_msg(ep, &msg) {
+        tracing::debug!("sending ERR: {e2}");
+    }
+}
+
+/// Decodes a control message; an unsupported version is `Refused(Version)`.
+pub(crate) fn decode_ctl(data: &[u8]) -> Result<Msg> {
+    let h = proto::header(data)?;
+    if h.version != proto::VERSION {
+        return Err(Error::refused(
+            Reason::Version,
+            format!(
+                "the peer speaks file protocol version {}, this build speaks version {}: run the same rdmaxfer release on both sides",
+                h.version,
+                proto::VERSION
+            ),
+        ));
+    }
+    proto::decode(data)
+}
+
+/// Waits for the next control message (a data chunk here is a protocol error).
+pub(crate) fn recv_ctl(ep: &mut Endpoint) -> Result<Msg> {
+    let data = ep.recv_with(|m| match m.rdma_write_len {
+        Some(_) => Err(Error::Protocol(
+            "a data chunk arrived where a control message was expected".into(),
+        )),
+        None => Ok(m.data.to_vec()),
+    })??;
+    decode_ctl(&data)
+}
+
+/// How [`peer_err`] begins its message.
+pub(crate) const PEER_REPORTS: &str = "the peer reports: ";
+
+/// The peer's REFUSE/ERR as an error; its text is made printable here, where it enters.
+pub(crate) fn peer_err(reason: Reason, message: &str) -> Error {
+    // The reason travels as a code: a label at the front of the text would name it twice.
+    let message = names::printable(reason.strip_label(message));
+    Error::refused(reason, format!("{PEER_REPORTS}{message}"))
+}

@@ -1,0 +1,174 @@
+//! What each side of a file transfer is asked to do: the receiver's policy and the sender's
+//! choices, with the protocol's size limits.
+
+use std::path::PathBuf;
+
+use super::budget::Budgets;
+use super::digest::Algo;
+use super::proto::{self, HelloFlags};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::EndpointOptions;
+
+/// Default chunk (ring slot) size.
+pub const DEFAULT_CHUNK: u32 = 1 << 20;
+/// Default number of ring slots (and chunks in flight).
+pub const DEFAULT_SLOTS: u32 = 16;
+/// Largest chunk: one RDMA WRITE of Soft-RoCE's 8 MiB maximum message.
+pub const MAX_CHUNK: u32 = 8 << 20;
+/// Largest ring the receiver exposes; the slot size is lowered to fit.
+pub const MAX_RING_BYTES: u64 = 64 << 20;
+/// Most ring slots.
+pub const MAX_SLOTS: u32 = 1024;
+/// Smallest slot the receiver offers for a small file.
+pub(crate) const MIN_SLOT: u64 = 4096;
+/// Smallest chunk size a HELLO may ask for (the receiver refuses smaller ones: a 1-byte chunk
+/// would cost a completion, a copy and a credit per byte).
+pub const MIN_CHUNK: u32 = 4096;
+
+/// The receiver's policy.
+#[derive(Clone, Debug)]
+pub struct ReceiverOptions {
+    /// Where files go (must exist).
+    pub out_dir: PathBuf,
+    /// Shared secret; when set, senders must answer the challenge.
+    pub token: Option<Vec<u8>>,
+    /// Refuse files larger than this.
+    pub max_size: Option<u64>,
+    /// Allow senders to replace existing entries that differ (`send --force`, `--update`);
+    /// without it such a request is refused, naming `recv --force`.
+    pub force: bool,
+    /// Keep partial files on failure and continue them when a sender asks to resume.
+    pub resume: bool,
+    /// Ring slots (= receives posted for the sender).
+    pub slots: u32,
+    /// Per-session limits (idle time, rate floor, refusals).
+    pub budgets: Budgets,
+    /// The only chunk verification accepted (`recv --verify`); `None` accepts any.
+    pub verify: Option<Algo>,
+    /// Test-only hold: the stripe of this index (of every striped file) is answered (MR) only
+    /// once every other stripe of its file has ended (the sender's stream waits for it).
+    pub hold_stripe: Option<u16>,
+}
+
+impl ReceiverOptions {
+    /// Receives into `out_dir` with defaults.
+    pub fn new(out_dir: impl Into<PathBuf>) -> ReceiverOptions {
+        ReceiverOptions {
+            out_dir: out_dir.into(),
+            token: None,
+            max_size: None,
+            force: false,
+            resume: false,
+            slots: DEFAULT_SLOTS,
+            budgets: Budgets::default(),
+            verify: None,
+            hold_stripe: None,
+        }
+    }
+
+    /// `base` adjusted for a receiving endpoint: control-message size, and `slots` receives.
+    pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
+        EndpointOptions {
+            msg_size: proto::MAX_MSG_LEN,
+            recv_depth: self.slots.clamp(1, MAX_SLOTS),
+            send_depth: 4,
+            extra_send_wr: 0,
+            ..base.clone()
+        }
+    }
+}
+
+/// The sender's settings.
+#[derive(Clone, Debug)]
+pub struct SenderOptions {
+    /// Shared secret answering the receiver's challenge.
+    pub token: Option<Vec<u8>>,
+    /// Chunk size asked for (the receiver may lower it).
+    pub chunk: u32,
+    /// Chunks in flight at most (also capped by the receiver's ring).
+    pub slots: u32,
+    /// Ask the receiver to continue partial files.
+    pub resume: bool,
+    /// Ask the receiver to replace entries that differ (it must allow it: `recv --force`).
+    pub force: bool,
+    /// Skip every entry that exists on the receiver, identical or not.
+    pub ignore_existing: bool,
+    /// Skip entries newer on the receiver, replace older ones (the receiver must allow it).
+    pub update: bool,
+    /// Compare existing files by BLAKE3 (hashed on both sides) instead of size and mtime.
+    pub checksum: bool,
+    /// How chunks are verified (`send --verify`; the receiver may refuse it).
+    pub verify: Algo,
+    /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
+    pub corrupt_chunk: Option<u64>,
+    /// Test-only fault: after posting this chunk (0-based, per file), post a zero-length RDMA
+    /// WRITE_WITH_IMM repeating its immediate, as a faulty transport's retransmission may
+    /// deliver (the receiver must name it and commit nothing).
+    pub replay_chunk: Option<u64>,
+    /// Test-only hold: the stripe of this index (of every striped file) sends its data only
+    /// once every other stripe of its file has its verdict (its stream waits, MR in hand).
+    pub hold_stripe: Option<u16>,
+    /// Streams (connections) to ask the receiver for ([`send_streams`](super::send_streams)); 1: one connection.
+    pub streams: u16,
+}
+
+impl Default for SenderOptions {
+    fn default() -> Self {
+        SenderOptions {
+            token: None,
+            chunk: DEFAULT_CHUNK,
+            slots: DEFAULT_SLOTS,
+            resume: false,
+            force: false,
+            ignore_existing: false,
+            update: false,
+            checksum: false,
+            verify: Algo::DEFAULT,
+            corrupt_chunk: None,
+            replay_chunk: None,
+            hold_stripe: None,
+            streams: 1,
+        }
+    }
+}
+
+impl SenderOptions {
+    /// `base` adjusted for a sending endpoint: control-message size and send-queue room for
+    /// `slots` RDMA WRITEs.
+    pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
+        EndpointOptions {
+            msg_size: proto::MAX_MSG_LEN,
+            recv_depth: 8,
+            send_depth: 4,
+            extra_send_wr: self.slots.clamp(1, MAX_SLOTS),
+            ..base.clone()
+        }
+    }
+
+    /// The HELLO flags these options ask for (`last` unset).
+    pub(crate) fn hello_flags(&self) -> HelloFlags {
+        HelloFlags {
+            resume: self.resume,
+            force: self.force,
+            last: false,
+            ignore_existing: self.ignore_existing,
+            update: self.update,
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.chunk < MIN_CHUNK || self.chunk > MAX_CHUNK {
+            return Err(Error::InvalidArgument(format!(
+                "chunk size {} is outside {MIN_CHUNK}..={MAX_CHUNK}",
+                self.chunk
+            )));
+        }
+        if self.slots == 0 || self.slots > MAX_SLOTS {
+            return Err(Error::InvalidArgument(format!(
+                "slots {} is outside 1..={MAX_SLOTS}",
+                self.slots
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! What a HELLO gets before any data: the checks (authentication, name, chunk size, what
+//! exists), and the answers (SKIP, REFUSE, ERR) with their report entries.
+
+use std::time::{Duration, SystemTime};
+
+use super::entry;
+use super::policy::Decision;
+use super::sink::{Sink, SinkOptions};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::ctl::{detail, reason_of, send_err, send_msg, PEER_REPORTS};
+use crate::xfer::file::names::{self, RelPath};
+use crate::xfer::file::options::{ReceiverOptions, MIN_CHUNK};
+use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, SkipWhy};
+use crate::xfer::file::report::{FileReport, SessionReport};
+
+/// The checks of every HELLO: authentication, then the name.
+pub(super) fn admit(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<RelPath> {
+    check_auth(opts, nonce, h.auth.as_ref())?;
+    if let Some(only) = opts.verify {
+        if h.kind == EntryKind::File && h.verify != only {
+            return Err(Error::refused(
+                Reason::Protocol,
+                format!(
+                    "this receiver verifies with {only} only (recv --verify {only}); the sender \
+                     asks for {}: send with --verify {only}",
+                    h.verify
+                ),
+            ));
+        }
+    }
+    names::sanitize(&h.name)
+}
+
+/// The answer to this connection's CHALLENGE, when the receiver has a token.
+pub(super) fn check_auth(
+    opts: &ReceiverOptions,
+    nonce: &Digest,
+    auth: Option<&Digest>,
+) -> Result<()> {
+    if let Some(token) = &opts.token {
+        if !proto::auth_verify(token, nonce, auth) {
+            let why = if auth.is_some() {
+                "wrong token"
+            } else {
+                "this receiver requires a token (--token or RDMAXFER_TOKEN)"
+            };
+            return Err(Error::refused(Reason::AuthFailed, why));
+        }
+    }
+    Ok(())
+}
+
+/// What a HELLO gets: a sink to receive its data into, a directory or symlink made, or
+/// nothing to do.
+pub(super) enum Opened {
+    Sink(Box<Sink>),
+    Made,
+    Skip(SkipWhy, String),
+}
+
+/// The checks before anything is exposed: chunk size, what exists (the policy), then the
+/// sink's (size limit, free space).
+pub(super) fn open_sink(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Result<Opened> {
+    if h.chunk_size < MIN_CHUNK {
+        return Err(Error::refused(
+            Reason::Protocol,
+            format!(
+                "chunk size {} is below this receiver's minimum of {MIN_CHUNK} bytes",
+                h.chunk_size
+            ),
+        ));
+    }
+    let existing = entry::inspect_file(&opts.out_dir, rel, h)?;
+    let replace = match entry::decide(existing, h, opts.force)? {
+        Decision::Write { replace } => replace,
+        Decision::Skip(why, message) => return Ok(Opened::Skip(why, message)),
+        Decision::Refuse(_) => unreachable!("entry::decide returns refusals as errors"),
+    };
+    let mtime = (h.mtime_sec >= 0)
+        .then(|| SystemTime::UNIX_EPOCH + Duration::new(h.mtime_sec as u64, h.mtime_nsec));
+    let mut sink = Sink::create(
+        &opts.out_dir,
+        rel,
+        h.size,
+        SinkOptions {
+            force: replace,
+            resume: opts.resume && h.flags.resume,
+            max_size: opts.max_size,
+            mode: Some(h.mode),
+            mtime,
+        },
+    )?;
+    sink.set_keep_on_abort(opts.resume);
+    Ok(Opened::Sink(Box::new(sink)))
+}
+
+/// A directory or symlink entry: made, skipped or refused, without data.
+pub(super) fn receive_entry(
+    opts: &ReceiverOptions,
+    rel: &RelPath,
+    h: &Hello,
+) -> Result<entry::Outcome> {
+    match h.kind {
+        EntryKind::Dir => entry::receive_dir(&opts.out_dir, rel),
+        EntryKind::Symlink => entry::receive_symlink(&opts.out_dir, rel, h, opts.force),
+        EntryKind::File => unreachable!("files are received by receive_file"),
+    }
+}
+
+/// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
+/// the failure in `report`, and returns the error.
+pub(super) fn file_failed(
+    ep: &mut Endpoint,
+    report: &mut SessionReport,
+    name: &str,
+    size: u64,
+    e: Error,
+) -> Error {
+    tell_peer(ep, &e);
+    report.push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
+    e
+}
+
+/// Best effort, before a failure ends the session: sends ERR with the error's reason, unless the
+/// error is the peer's own report or the connection is already gone (nothing would arrive).
+pub(super) fn tell_peer(ep: &mut Endpoint, e: &Error) {
+    let gone = matches!(
+        e,
+        Error::Connection(_) | Error::Completion { .. } | Error::InvalidState { .. }
+    );
+    let theirs = matches!(e, Error::Refused { message, .. } if message.starts_with(PEER_REPORTS));
+    if !gone && !theirs {
+        send_err(ep, reason_of(e), e);
+    }
+}
+
+/// Answers a HELLO with SKIP (nothing to do) and records it; skipping counts as progress.
+pub(super) fn answer_skip(
+    ep: &mut Endpoint,
+    report: &mut SessionReport,
+    budget: &mut Budget,
+    h: &Hello,
+    why: SkipWhy,
+    message: String,
+) -> Result<()> {
+    send_msg(
+        ep,
+        &Msg::Skip {
+            why,
+            message: proto::truncate_text(&message),
+        },
+    )?;
+    report.push(FileReport::skipped(
+        &h.name,
+        h.kind.as_str(),
+        h.size,
+        &message,
+    ));
+    budget.progress(FILE_CREDIT);
+    Ok(())
+}
+
+/// Answers a HELLO with REFUSE and records it (a refusal spends the refusal budget); a failed
+/// authentication ends the session.
+pub(super) fn answer_refuse(
+    ep: &mut Endpoint,
+    report: &mut SessionReport,
+    budget: &mut Budget,
+    h: &Hello,
+    e: Error,
+) -> Result<()> {
+    let reason = reason_of(&e);
+    let refused = FileReport::failed(&h.name, h.size, reason, detail(&e)).of_kind(h.kind);
+    if let Err(spent) = budget.refused() {
+        report.push_refused(refused);
+        return Err(spent);
+    }
+    send_msg(
+        ep,
+        &Msg::Refuse {
+            reason,
+            message: proto::truncate_text(&detail(&e)),
+        },
+    )?;
+    report.push_refused(refused);
+    if reason == Reason::AuthFailed {
+        return Err(e);
+    }
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! The data phase of one part (a file or a stripe) at the receiver: the staging ring the
+//! sender writes into, chunks copied out of it to writer threads, then DIGESTS up to FIN.
+
+use std::sync::Mutex;
+
+use super::core::{Arrival, PartReceiver, Tail};
+use super::ring_budget::{self, RingLease};
+use super::sink::Sink;
+use crate::error::{Error, Result};
+use crate::verbs::{ExposedRegion, RemoteAccess, TRACE_TARGET};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::Budget;
+use crate::xfer::file::ctl::{decode_ctl, reason_of, recv_ctl};
+use crate::xfer::file::digest;
+use crate::xfer::file::fault;
+use crate::xfer::file::options::{ReceiverOptions, MAX_CHUNK, MAX_RING_BYTES, MIN_SLOT};
+use crate::xfer::file::proto::{self, Digest, Msg, Reason, RingGrant};
+
+/// The connection's staging ring: the exposed region the sender writes chunks into, one per
+/// slot.
+pub(super) struct StagingRing {
+    pub(super) region: ExposedRegion,
+    pub(super) slot_size: u32,
+    pub(super) slot_count: u32,
+}
+
+impl StagingRing {
+    /// MR offering this ring, with the resume point (bytes held and their digest).
+    pub(super) fn offer(&self, resume_offset: u64, resume_hash: Digest) -> Msg {
+        let desc = self.region.descriptor();
+        Msg::Mr(RingGrant {
+            addr: desc.addr,
+            rkey: desc.rkey,
+            slot_size: self.slot_size,
+            slot_count: self.slot_count,
+            resume_offset,
+            resume_hash,
+        })
+    }
+
+    /// Bytes per slot (the chunk size of what is received through it).
+    pub(super) fn slot_size(&self) -> u32 {
+        self.slot_size
+    }
+}
+
+/// Where [`receive_data`] writes: a [`Sink`] (a whole file), or one stripe of a file received
+/// over several streams. Chunk `index` counts from the start of what it receives.
+pub(super) trait ChunkTarget: Sync {
+    /// Writes and hashes chunk `index`, from any thread, in any order.
+    fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()>;
+}
+
+impl ChunkTarget for Sink {
+    fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        Sink::write_chunk_at(self, index, data)
+    }
+}
+
+enum Chunk {
+    Data(Arrival),
+    Ctl(Result<Msg>),
+}
+
+/// Copy buffers between the receiving thread and the writer threads.
+const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
+
+/// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
+/// the slot's credit goes back) into a private buffer; a pool of writer threads writes each
+/// buffer at its offset and hashes it (see [`Sink::write_chunk_at`]), so the network, the disk
+/// and hashing on every core overlap. A write error does not stop the draining: it is returned
+/// with the sink for the ACK. Other errors (protocol, connection, an ERR from the sender) end
+/// the file (the sink is dropped, which removes or keeps the temporary file). `label` names
+/// the part in errors ([`fault::part_label`]).
+pub(super) fn receive_data<T: ChunkTarget>(
+    ep: &mut Endpoint,
+    r: &mut StagingRing,
+    budget: &mut Budget,
+    sink: T,
+    part: &mut PartReceiver,
+    label: &str,
+) -> Result<(T, Option<Error>)> {
+    let slot = u64::from(r.slot_size);
+    let (held, size) = (part.received(), part.size());
+    let bufs = (size - held).div_ceil(slot).clamp(1, WRITE_BUFS as u64) as usize;
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(bufs);
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    for _ in 0..bufs {
+        free_tx
+            .send(vec![0u8; r.slot_size as usize])
+            .expect("receiver alive");
+    }
+    let full_rx = Mutex::new(full_rx);
+    let res = std::thread::scope(|sc| {
+        let (sink, failure) = (&sink, &failure);
+        for _ in 0..digest::threads(bufs) {
+            let (full_rx, free_tx) = (&full_rx, free_tx.clone());
+            sc.spawn(move || loop {
+                let job = full_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((k, buf, n)) = job else { return };
+                if let Err(e) = sink.write_chunk_at(k, &buf[..n]) {
+                    failure
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                }
+                if free_tx.send(buf).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(free_tx);
+        tracing::trace!(
+            target: TRACE_TARGET,
+            "{label}: receiving on qpn={} from byte {held}, {} bytes, ring of {} x {slot} bytes",
+            ep.local().qpn,
+            size - held,
+            r.slot_count,
+        );
+        let res: Result<()> = (|| {
+            while part.wants_data() {
+                let mut buf = free_rx
+                    .recv()
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
+                let region = &r.region;
+                let got = budget
+                    .wait(ep, |ep| {
+                        ep.recv_with(|m| -> Result<Chunk> {
+                            let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
+                                return Ok(Chunk::Ctl(decode_ctl(m.data)));
+                            };
+                            tracing::trace!(
+                                target: TRACE_TARGET,
+                                "{label}: data imm={imm:#x} len={len}",
+                            );
+                            let at = part.on_data(imm, len, label)?;
+                            region.read_at(at.ring_offset, &mut buf[..at.len])?;
+                            Ok(Chunk::Data(at))
+                        })?
+                    })
+                    .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
+                let at = match got {
+                    Chunk::Data(at) => at,
+                    Chunk::Ctl(m) => return Err(part.control_during_data(m)),
+                };
+                full_tx
+                    .send((at.chunk, buf, at.len))
+                    .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
+                budget.progress(at.len as u64);
+            }
+            Ok(())
+        })();
+        drop(full_tx);
+        res
+    });
+    match res {
+        Ok(()) => Ok((
+            sink,
+            failure.into_inner().unwrap_or_else(|p| p.into_inner()),
+        )),
+        Err(e) => {
+            drop(sink);
+            Err(e)
+        }
+    }
+}
+
+/// Reads DIGESTS up to FIN (see [`PartReceiver::on_control`]), comparing each batch with the
+/// chunks written; returns FIN's digest. A mismatch is recorded in the sink (and named by its
+/// commit).
+pub(super) fn receive_digests(
+    ep: &mut Endpoint,
+    budget: &mut Budget,
+    sink: &mut Sink,
+    part: &mut PartReceiver,
+) -> Result<Digest> {
+    loop {
+        match part.on_control(budget.wait(ep, recv_ctl)?, "HELLO")? {
+            Tail::Digests { first, digests } => {
+                if let Some(i) = sink.check_digests(first, &digests)? {
+                    tracing::debug!("chunk {i} differs from the sender's digest");
+                }
+            }
+            Tail::Fin(hash) => return Ok(hash),
+        }
+    }
+}
+
+/// The connection's staging ring for a transfer of `size` bytes in chunks of at most
+/// `chunk_size`: kept from the last file when its slots fit, else (re)made within `lease`.
+pub(super) fn ensure_ring<'r>(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    ring: &'r mut Option<StagingRing>,
+    chunk_size: u32,
+    size: u64,
+) -> Result<&'r mut StagingRing> {
+    // The ring: one per connection, re-made only if the chunk size changes.
+    // The ring must have at least as many slots as the sender may have messages in flight (the
+    // credits this endpoint grants), or a credit would not imply a free slot (see the parent
+    // module's docs).
+    let slot_count = opts.slots.max(ep.recv_depth()).clamp(1, proto::IMM_SLOTS);
+    // A small file gets slots no bigger than itself (a power of two, at least MIN_SLOT): pinning
+    // a 16 MiB ring to receive 1 KiB costs more than moving it. A ring with slots at least that
+    // large is kept for the next file of the session.
+    let slot_size = u64::from(chunk_size.min(MAX_CHUNK))
+        .min(MAX_RING_BYTES / u64::from(slot_count))
+        .min(size.max(MIN_SLOT).next_power_of_two())
+        .max(1);
+    // Within this session's share of the receiver's memory budget (smaller slots when short).
+    let slot_size = lease.fit_slot(slot_count, slot_size) as u32;
+    if ring
+        .as_ref()
+        .is_some_and(|r| r.slot_size < slot_size || r.slot_size > chunk_size)
+    {
+        if let Some(old) = ring.take() {
+            old.region.revoke()?;
+        }
+    }
+    if ring.is_none() {
+        let want = ring_budget::ring_bytes(slot_count, u64::from(slot_size)).unwrap_or(u64::MAX);
+        // Another session may have taken the room since `fit_slot`: take what is left.
+        let per = lease.resize(want) / (u64::from(slot_count) + ring_budget::COPY_BUFS);
+        let slot_size = u64::from(slot_size).min(per.max(1)) as u32;
+        let len = (slot_size as usize)
+            .checked_mul(slot_count as usize)
+            .ok_or_else(|| Error::TooLarge {
+                what: "staging ring",
+                detail: format!("{slot_count} slots × {slot_size} bytes overflow usize"),
+            })?;
+        // The sender waits for MR: tell it why there is none (e.g. the memlock limit).
+        let region = ExposedRegion::new(ep.pd(), len, RemoteAccess::Write).map_err(|e| {
+            Error::refused(
+                reason_of(&e),
+                format!("the receiver cannot register its staging ring of {len} bytes: {e}"),
+            )
+        })?;
+        *ring = Some(StagingRing {
+            region,
+            slot_size,
+            slot_count,
+        });
+    }
+    Ok(ring.as_mut().expect("made above"))
+}

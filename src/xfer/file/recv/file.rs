@@ -1,0 +1,134 @@
+//! One entry of a session over one stream: a directory or symlink made, or a whole file
+//! received, verified and committed.
+
+use super::answer::{
+    admit, answer_refuse, answer_skip, file_failed, open_sink, receive_entry, Opened,
+};
+use super::core::PartReceiver;
+use super::data::{ensure_ring, receive_data, receive_digests, StagingRing};
+use super::entry;
+use super::ring_budget::RingLease;
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::ctl::{reason_of, send_msg};
+use crate::xfer::file::fault;
+use crate::xfer::file::options::ReceiverOptions;
+use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason};
+use crate::xfer::file::report::{FileReport, SessionReport};
+
+/// A connection's state across its files.
+pub(super) struct SessionState<'a> {
+    pub(super) lease: &'a mut RingLease,
+    pub(super) ring: &'a mut Option<StagingRing>,
+    pub(super) budget: &'a mut Budget,
+    /// This connection's stream of a session with several (for errors).
+    pub(super) stream: Option<u16>,
+}
+
+/// One entry (a file, directory or symlink) announced by `h`.
+pub(super) fn receive_file(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    st: &mut SessionState<'_>,
+    report: &mut SessionReport,
+    nonce: &Digest,
+    h: Hello,
+) -> Result<()> {
+    let SessionState {
+        lease,
+        ring,
+        budget,
+        stream,
+        ..
+    } = st;
+    let kind = h.kind;
+    let opened = admit(opts, nonce, &h).and_then(|rel| {
+        if kind == EntryKind::File {
+            open_sink(opts, &rel, &h)
+        } else {
+            receive_entry(opts, &rel, &h).map(|o| match o {
+                entry::Outcome::Made => Opened::Made,
+                entry::Outcome::Skipped(why, m) => Opened::Skip(why, m),
+            })
+        }
+    });
+    let sink = match opened {
+        Ok(Opened::Sink(s)) => *s,
+        Ok(Opened::Made) => {
+            send_msg(
+                ep,
+                &Msg::Ack {
+                    status: Reason::Ok,
+                    message: String::new(),
+                },
+            )?;
+            report.push(FileReport::made(&h.name, kind));
+            budget.progress(FILE_CREDIT);
+            return Ok(());
+        }
+        Ok(Opened::Skip(why, message)) => return answer_skip(ep, report, budget, &h, why, message),
+        Err(e) => return answer_refuse(ep, report, budget, &h, e),
+    };
+    let r = match ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size) {
+        Ok(r) => r,
+        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
+    };
+    let mut sink = sink;
+    let (held, held_hash) = match sink.start(r.slot_size, h.verify) {
+        Ok(x) => x,
+        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
+    };
+    let size = h.size;
+    let mut part = match PartReceiver::new(r.slot_size, r.slot_count, held, size, h.verify) {
+        Ok(p) => p,
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+    };
+    send_msg(ep, &r.offer(held, held_hash))?;
+
+    let label = fault::part_label(*stream, None, &h.name);
+    let (mut sink, write_failure) = match receive_data(ep, r, budget, sink, &mut part, &label) {
+        Ok(x) => x,
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+    };
+    report.bytes += size - held;
+
+    let hash = match receive_digests(ep, budget, &mut sink, &mut part) {
+        Ok(hash) => hash,
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+    };
+    let bytes = size;
+    let result = match write_failure {
+        Some(e) => {
+            if let Err(e2) = sink.abort() {
+                tracing::warn!("removing the partial file: {e2}");
+            }
+            Err(e)
+        }
+        None => {
+            let layout = sink.layout().copied();
+            sink.commit(&hash).and_then(|got| {
+                Ok((
+                    got,
+                    layout.ok_or_else(|| Error::refused(Reason::Internal, "no layout"))?,
+                ))
+            })
+        }
+    };
+    let (status, message) = match &result {
+        Ok(_) => (Reason::Ok, String::new()),
+        Err(e) => (reason_of(e), proto::truncate_text(&e.to_string())),
+    };
+    send_msg(ep, &Msg::Ack { status, message })?;
+    let ok = result.is_ok();
+    report.push(match result {
+        Ok((got, layout)) => FileReport::ok(&h.name, bytes, &got, &layout),
+        Err(e) => FileReport::failed(&h.name, bytes, status, e.to_string()),
+    });
+    if ok {
+        budget.progress(FILE_CREDIT);
+        Ok(())
+    } else {
+        budget.refused()
+    }
+}

@@ -1,0 +1,216 @@
+//! The receiver's side of a session: CHALLENGE, then OPEN or JOIN (several streams), then each
+//! HELLO (after STRIPE, for one stripe of a file) until DONE.
+
+use std::sync::Arc;
+
+use super::answer::{check_auth, tell_peer};
+use super::data::StagingRing;
+use super::file::{receive_file, SessionState};
+use super::joint::{Joint, StreamRegistry};
+use super::ring_budget::RingLease;
+use super::stripe;
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::Budget;
+use crate::xfer::file::ctl::{detail, peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::options::ReceiverOptions;
+use crate::xfer::file::proto::{self, Msg, Reason, Session, Stripe};
+use crate::xfer::file::report::{Progress, SessionReport};
+
+/// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
+/// `report` as they finish; refused or failed files make the result an error at the end (the
+/// session itself continues past them). A protocol violation, a failed authentication, an
+/// unsupported version, a spent budget (`opts.budgets`: ERR(budget) tells the sender which) or
+/// a lost connection ends the session at once. The ring is revoked before returning.
+pub fn receive(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    report: &mut SessionReport,
+) -> Result<()> {
+    receive_leased(ep, opts, &mut RingLease::unlimited(), report, &mut |_| {})
+}
+
+/// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
+/// of a receiver serving several sessions at once): smaller slots when the budget is short.
+/// `progress` hears of each file's verdict as it is recorded ([`Progress::FileDone`]).
+pub fn receive_leased(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    receive_streams(ep, opts, lease, Role::default(), report, progress)
+}
+
+/// What a connection may be for a receiver that takes sessions of several streams.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Role<'a> {
+    /// The receiver's registry of sessions with several streams (`None`: an OPEN is granted
+    /// one stream, a JOIN is refused).
+    pub streams: Option<&'a StreamRegistry>,
+    /// Only a JOIN of a session being served is taken (`recv --once` after its session began):
+    /// anything else is refused as busy.
+    pub join_only: bool,
+}
+
+/// Like [`receive_leased`], as one stream of a session with several streams (OPEN, JOIN)
+/// where `role` allows it.
+pub fn receive_streams(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    role: Role<'_>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    let mut ring: Option<StagingRing> = None;
+    let mut budget = Budget::new(opts.budgets, ep.timeout());
+    let mut s = SessionState {
+        lease,
+        ring: &mut ring,
+        budget: &mut budget,
+        stream: None,
+    };
+    let r = receive_session(ep, opts, &mut s, role, report, progress);
+    if let Err(e) = &r {
+        if e.reason() == Some(Reason::Budget) {
+            tracing::warn!("ending the session: {}", e.to_string().escape_debug());
+            send_err(ep, Reason::Budget, e);
+        }
+    }
+    if let Some(ring) = ring {
+        if let Err(e) = ring.region.revoke() {
+            tracing::warn!("deregistering the staging ring: {e}");
+        }
+    }
+    r?;
+    report.result("received")
+}
+
+fn receive_session(
+    ep: &mut Endpoint,
+    opts: &ReceiverOptions,
+    st: &mut SessionState<'_>,
+    role: Role<'_>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    let nonce = proto::new_nonce();
+    send_msg(
+        ep,
+        &Msg::Challenge {
+            version: proto::VERSION,
+            nonce,
+        },
+    )?;
+    let mut joint: Option<Arc<Joint>> = None;
+    let mut stripe: Option<Stripe> = None;
+    let mut first = true;
+    loop {
+        let msg = match st.budget.wait(ep, recv_ctl) {
+            Ok(m) => m,
+            Err(e) if e.reason() == Some(Reason::Budget) => return Err(e),
+            Err(e) => {
+                if let Some(reason) = e.reason() {
+                    // Unsupported version: answer in kind so the sender can say why.
+                    let _ = send_msg(
+                        ep,
+                        &Msg::Refuse {
+                            reason,
+                            message: proto::truncate_text(&e.to_string()),
+                        },
+                    );
+                } else {
+                    // A protocol violation, or a deadline: say so (unless the peer is gone).
+                    tell_peer(ep, &e);
+                }
+                return Err(e);
+            }
+        };
+        let was_first = std::mem::replace(&mut first, false);
+        if was_first && role.join_only && !matches!(msg, Msg::Join(_)) {
+            let e = Error::refused(
+                Reason::Busy,
+                "it is finishing its last session: retry later",
+            );
+            return Err(refuse_session(ep, e));
+        }
+        match msg {
+            Msg::Open(o) if was_first => {
+                check_auth(opts, &nonce, o.auth.as_ref()).map_err(|e| refuse_session(ep, e))?;
+                let (id, streams) = match role.streams {
+                    Some(reg) => {
+                        let j = reg.open(o.streams);
+                        st.budget.share(j.progress.clone());
+                        let granted = (j.id, j.granted);
+                        joint = Some(j);
+                        granted
+                    }
+                    None => (proto::new_session_id(), 1),
+                };
+                let index = 0;
+                st.stream = (streams > 1).then_some(index);
+                send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
+            }
+            Msg::Join(jn) if was_first => {
+                let j = check_auth(opts, &nonce, jn.auth.as_ref())
+                    .and_then(|()| {
+                        role.streams.ok_or_else(|| {
+                            Error::refused(
+                                Reason::AuthFailed,
+                                "JOIN names no session of this receiver (it takes no streams)",
+                            )
+                        })
+                    })
+                    .and_then(|reg| reg.join(&jn.id, jn.index))
+                    .map_err(|e| refuse_session(ep, e))?;
+                let (id, streams, index) = (j.id, j.granted, jn.index);
+                st.budget.share(j.progress.clone());
+                st.stream = Some(index);
+                send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
+                joint = Some(j);
+            }
+            Msg::Stripe(s) if joint.is_some() && stripe.is_none() => stripe = Some(s),
+            Msg::Hello(h) => {
+                let last = h.flags.last;
+                let before = report.file_count();
+                let r = match (stripe.take(), &joint) {
+                    (Some(s), Some(j)) => {
+                        let offer = stripe::StripeOffer {
+                            joint: j,
+                            stripe: s,
+                            hello: h,
+                        };
+                        stripe::receive_stripe(ep, opts, st, report, &nonce, offer)
+                    }
+                    _ => receive_file(ep, opts, st, report, &nonce, h),
+                };
+                report.announce_since(before, progress);
+                r?;
+                if last {
+                    return Ok(());
+                }
+            }
+            Msg::Done => return Ok(()),
+            Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
+            other => {
+                let e = Error::Protocol(format!("expected HELLO or DONE, got {other:?}"));
+                send_err(ep, Reason::Protocol, &e);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Refuses the session (REFUSE with the error's reason, best effort) and returns the error.
+fn refuse_session(ep: &mut Endpoint, e: Error) -> Error {
+    let msg = Msg::Refuse {
+        reason: reason_of(&e),
+        message: proto::truncate_text(&detail(&e)),
+    };
+    if let Err(e2) = send_msg(ep, &msg) {
+        tracing::debug!("sending REFUSE: {e2}");
+    }
+    e
+}

@@ -1,0 +1,297 @@
+//! What a session reports: each entry's verdict ([`FileReport`]), the session's totals
+//! ([`SessionReport`], bounded) and the events a progress display hears ([`Progress`]).
+
+use serde::Serialize;
+
+use super::digest::Layout;
+use super::names;
+use super::proto::{Digest, EntryKind, Reason};
+use crate::error::{Error, Result};
+
+/// Entries a [`SessionReport`] keeps; later ones are only counted (`elided`).
+pub const MAX_REPORTED_FILES: usize = 1000;
+/// Bytes of a name or message a [`FileReport`] keeps.
+pub const MAX_REPORT_TEXT: usize = 256;
+
+/// What [`send`](fn@super::send) and [`receive_leased`](super::receive_leased) report as a session goes on (to draw progress).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Progress<'a> {
+    /// Sender: a file is about to be announced (its size as opened).
+    FileStart {
+        /// Relative name, as sent.
+        name: &'a str,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// Sender: data written, of a file (from where it resumes) and in the session. Over several
+    /// streams several files may be in flight at once: `name` says which.
+    Bytes {
+        /// Relative name of the file, as in its [`Progress::FileStart`].
+        name: &'a str,
+        /// Bytes of that file written so far (over every stream).
+        file_done: u64,
+        /// Bytes written in the session so far.
+        total_done: u64,
+    },
+    /// A file's verdict (delivered, refused or failed), as recorded in the [`SessionReport`].
+    FileDone(&'a FileReport),
+    /// Sender: the receiver granted this many streams of those asked for (fewer: its cap).
+    Streams {
+        /// Streams asked for (`--streams`).
+        asked: u16,
+        /// Streams granted.
+        granted: u16,
+    },
+}
+
+/// What happened to one entry (a file, a directory or a symlink).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FileReport {
+    /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
+    /// names, shortened).
+    pub name: String,
+    /// `"file"`, `"dir"`, `"symlink"`, or `"other"` (a special file the sender skipped).
+    pub kind: &'static str,
+    /// File size.
+    pub bytes: u64,
+    /// The verified file's digest (hex; see "Verification" in `docs/file-protocol.md`), when
+    /// verified.
+    pub hash: Option<String>,
+    /// How it was verified: the chunk hash and the chunk size, e.g. `"xxh3/1048576"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
+    /// `"ok"`, `"skipped"` (nothing to do: identical, or as the options say) or the reason
+    /// (e.g. `"hash mismatch"`).
+    pub result: String,
+    /// Details of a skip or a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The `result` of a skipped entry.
+pub const SKIPPED: &str = "skipped";
+
+impl FileReport {
+    pub(crate) fn ok(name: &str, bytes: u64, hash: &Digest, layout: &Layout) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind: EntryKind::File.as_str(),
+            bytes,
+            hash: Some(blake3::Hash::from(*hash).to_hex().to_string()),
+            verify: Some(format!("{}/{}", layout.algo, layout.chunk)),
+            result: "ok".into(),
+            message: None,
+        }
+    }
+
+    /// A directory or symlink made on the receiver.
+    pub(crate) fn made(name: &str, kind: EntryKind) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind: kind.as_str(),
+            bytes: 0,
+            hash: None,
+            verify: None,
+            result: "ok".into(),
+            message: None,
+        }
+    }
+
+    pub(crate) fn skipped(name: &str, kind: &'static str, bytes: u64, why: &str) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind,
+            bytes,
+            hash: None,
+            verify: None,
+            result: SKIPPED.into(),
+            message: Some(clip(&names::printable(why))),
+        }
+    }
+
+    pub(crate) fn failed(name: &str, bytes: u64, reason: Reason, message: String) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind: EntryKind::File.as_str(),
+            bytes,
+            hash: None,
+            verify: None,
+            result: reason.as_str().to_string(),
+            // The reason is `result`: the message says the rest, without naming it again.
+            message: Some(clip(&names::printable(reason.strip_label(&message)))),
+        }
+    }
+
+    pub(crate) fn of_kind(mut self, kind: EntryKind) -> FileReport {
+        self.kind = kind.as_str();
+        self
+    }
+
+    /// True when the entry was delivered (a file verified and committed).
+    pub fn is_ok(&self) -> bool {
+        self.result == "ok"
+    }
+
+    /// True when nothing had to be done (identical, or skipped as the options say).
+    pub fn is_skipped(&self) -> bool {
+        self.result == SKIPPED
+    }
+}
+
+/// `s` cut to [`MAX_REPORT_TEXT`] bytes on a character boundary, marked with `…` when cut.
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_REPORT_TEXT {
+        return s.to_string();
+    }
+    let mut end = MAX_REPORT_TEXT - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// What a session did, filled in as it goes (so it is there after an error too). Its size is
+/// bounded whatever the peer sends: at most [`MAX_REPORTED_FILES`] entries of at most
+/// [`MAX_REPORT_TEXT`]-byte texts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SessionReport {
+    /// The first [`MAX_REPORTED_FILES`] files announced, in order (see [`push`](Self::push)).
+    pub files: Vec<FileReport>,
+    /// Files announced after those, counted but not listed.
+    pub elided: u64,
+    /// Entries that failed or were refused, listed or not.
+    pub failed: u64,
+    /// Entries skipped (identical on the receiver, skipped as the options say, or special
+    /// files the sender does not send), listed or not.
+    pub skipped: u64,
+    /// Entries the receiver refused before any data (a subset of `failed`).
+    pub refused: u64,
+    /// Bytes moved by RDMA WRITE in this session.
+    pub bytes: u64,
+    /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
+    /// (ACK), summed: the data phase, without connection set-up and per-file handshakes.
+    pub data_seconds: f64,
+    /// The file recorded last (listed or not), for [`Progress::FileDone`].
+    #[serde(skip)]
+    last: Option<FileReport>,
+}
+
+impl SessionReport {
+    /// Records a file: listed while there is room, else only counted.
+    pub fn push(&mut self, f: FileReport) {
+        if f.is_skipped() {
+            self.skipped += 1;
+        } else if !f.is_ok() {
+            self.failed += 1;
+        }
+        if self.files.len() < MAX_REPORTED_FILES {
+            self.files.push(f.clone());
+        } else {
+            self.elided += 1;
+        }
+        self.last = Some(f);
+    }
+
+    /// Tells `progress` the verdict of the file recorded last if files were recorded since the
+    /// count was `before` (one file's step records at most one).
+    pub(crate) fn announce_since(&self, before: u64, progress: &mut dyn FnMut(Progress<'_>)) {
+        if self.file_count() > before {
+            if let Some(last) = &self.last {
+                progress(Progress::FileDone(last));
+            }
+        }
+    }
+
+    /// Adds what another stream of the same session recorded (its files after these).
+    pub fn merge(&mut self, o: SessionReport) {
+        for f in o.files {
+            if self.files.len() < MAX_REPORTED_FILES {
+                self.files.push(f);
+            } else {
+                self.elided += 1;
+            }
+        }
+        self.elided += o.elided;
+        self.failed += o.failed;
+        self.skipped += o.skipped;
+        self.refused += o.refused;
+        self.bytes += o.bytes;
+        self.data_seconds += o.data_seconds;
+        if o.last.is_some() {
+            self.last = o.last;
+        }
+    }
+
+    /// Records an entry the receiver refused (counted as failed and as refused).
+    pub fn push_refused(&mut self, f: FileReport) {
+        self.refused += 1;
+        self.push(f);
+    }
+
+    /// Files announced, listed or not.
+    pub fn file_count(&self) -> u64 {
+        self.files.len() as u64 + self.elided
+    }
+
+    /// Files that failed, listed or not.
+    pub fn failures(&self) -> u64 {
+        self.failed
+    }
+
+    /// `Ok` when every file succeeded, else an error counting the files that were not `what`
+    /// ("received", "delivered").
+    pub(crate) fn result(&self, what: &'static str) -> Result<()> {
+        match self.failures() {
+            0 => Ok(()),
+            failed => Err(Error::Incomplete {
+                failed,
+                total: self.file_count(),
+                what,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xfer::file::digest::Algo;
+
+    #[test]
+    fn reports_are_bounded_and_count_what_they_do_not_list() {
+        let mut r = SessionReport::default();
+        let long = "é".repeat(3000);
+        let n = MAX_REPORTED_FILES as u64 + 500;
+        for i in 0..n {
+            if i % 2 == 0 {
+                r.push(FileReport::failed(&long, 1, Reason::BadName, long.clone()));
+            } else {
+                r.push(FileReport::ok(
+                    &long,
+                    1,
+                    &[0; 32],
+                    &Layout::new(Algo::Xxh3, 4096, 1).unwrap(),
+                ));
+            }
+        }
+        assert_eq!(r.files.len(), MAX_REPORTED_FILES);
+        assert_eq!(
+            (r.elided, r.file_count(), r.failures()),
+            (500, n, n.div_ceil(2))
+        );
+        for f in &r.files {
+            assert!(f.name.len() <= MAX_REPORT_TEXT && f.name.ends_with('…'));
+            assert!(f
+                .message
+                .as_ref()
+                .is_none_or(|m| m.len() <= MAX_REPORT_TEXT));
+        }
+        let e = r.result("received").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{} of {n} files", n.div_ceil(2))),
+            "{e}"
+        );
+        assert_eq!(clip("short"), "short");
+    }
+}

@@ -1,0 +1,158 @@
+//! The sender's protocol core, without I/O: what the receiver's answers mean, and where each
+//! chunk of a part (a whole file, or one stripe) goes. The drivers (`data`, `file`, `session`)
+//! read, post, poll and wait; they ask this module what to do.
+
+use crate::error::{Error, Result};
+use crate::xfer::file::ctl::peer_err;
+use crate::xfer::file::proto::{self, Imm, Msg, Reason, RingGrant};
+
+/// The receiver's answer to a HELLO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// MR: the ring to write the file's data into (see [`check_grant`]).
+    Ring(RingGrant),
+    /// ACK(ok): a directory or symlink was made.
+    Made,
+    /// SKIP: nothing to send; the receiver's reason.
+    Skipped(String),
+    /// REFUSE: this entry is not taken; `fatal` when the session cannot go on either (a failed
+    /// authentication, a version the receiver does not speak).
+    Refused {
+        /// The receiver's reason.
+        reason: Reason,
+        /// Its text, as sent (not yet made printable).
+        message: String,
+        /// The session cannot go on either.
+        fatal: bool,
+    },
+}
+
+impl Answer {
+    /// `msg` as the answer to a HELLO of a file (`file`) or of a directory or symlink. An ERR
+    /// or a message that answers nothing is an error.
+    pub fn of(msg: Msg, file: bool) -> Result<Answer> {
+        match (msg, file) {
+            (Msg::Mr(g), true) => Ok(Answer::Ring(g)),
+            (
+                Msg::Ack {
+                    status: Reason::Ok, ..
+                },
+                false,
+            ) => Ok(Answer::Made),
+            (Msg::Skip { message, .. }, _) => Ok(Answer::Skipped(message)),
+            (Msg::Refuse { reason, message }, _) => Ok(Answer::Refused {
+                reason,
+                message,
+                fatal: matches!(reason, Reason::AuthFailed | Reason::Version),
+            }),
+            (Msg::Err { reason, message }, _) => Err(peer_err(reason, &message)),
+            (other, true) => Err(Error::Protocol(format!(
+                "expected MR, SKIP or REFUSE, got {other:?}"
+            ))),
+            (other, false) => Err(Error::Protocol(format!(
+                "expected ACK, SKIP or REFUSE, got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A ring the sender can use for chunks of at most `chunk` bytes: slots no larger, and as
+/// many as the immediate can name.
+pub fn check_grant(g: &RingGrant, chunk: u32) -> Result<()> {
+    if g.slot_size == 0
+        || g.slot_size > chunk
+        || g.slot_count == 0
+        || g.slot_count > proto::IMM_SLOTS
+    {
+        return Err(Error::Protocol(format!(
+            "receiver's ring of {} × {} bytes does not fit a chunk size of {chunk}",
+            g.slot_count, g.slot_size
+        )));
+    }
+    Ok(())
+}
+
+/// The receiver's verdict on a part after FIN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// ACK(ok): verified and committed (a stripe: verified).
+    Delivered,
+    /// ACK with another status: not committed; the receiver's reason and text.
+    Failed {
+        /// The receiver's status.
+        status: Reason,
+        /// Its text, as sent.
+        message: String,
+    },
+}
+
+impl Verdict {
+    /// `msg` as the answer to FIN; an ERR or anything but ACK is an error.
+    pub fn of(msg: Msg) -> Result<Verdict> {
+        match msg {
+            Msg::Ack {
+                status: Reason::Ok, ..
+            } => Ok(Verdict::Delivered),
+            Msg::Ack { status, message } => Ok(Verdict::Failed { status, message }),
+            Msg::Err { reason, message } => Err(peer_err(reason, &message)),
+            other => Err(Error::Protocol(format!("expected ACK, got {other:?}"))),
+        }
+    }
+}
+
+/// Where the chunks of one part go: chunk `k` of the part is the `k − first`-th written, into
+/// slot `(k − first) mod slots`, with that count (mod 2^16) as its sequence number.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkPlan {
+    slot_size: u64,
+    slot_count: u32,
+    first: u64,
+    chunks: u64,
+}
+
+/// One chunk's RDMA WRITE_WITH_IMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChunkWrite {
+    /// The work request id: the chunk's number among those written.
+    pub wr_id: u64,
+    /// Where it goes in the receiver's ring.
+    pub ring_offset: u64,
+    /// The immediate value (slot and sequence number).
+    pub imm: u32,
+}
+
+impl ChunkPlan {
+    /// The chunks of a part of `len` bytes written through `grant`'s ring, from chunk `first`
+    /// (after those the receiver holds).
+    pub fn new(grant: &RingGrant, len: u64, first: u64) -> ChunkPlan {
+        let slot_size = u64::from(grant.slot_size.max(1));
+        ChunkPlan {
+            slot_size,
+            slot_count: grant.slot_count.max(1),
+            first,
+            chunks: len.div_ceil(slot_size),
+        }
+    }
+
+    /// The chunks to write, in order.
+    pub fn chunks(&self) -> std::ops::Range<u64> {
+        self.first..self.chunks.max(self.first)
+    }
+
+    /// Chunk `k`'s write (`k` in [`chunks`](Self::chunks)).
+    pub fn write(&self, k: u64) -> ChunkWrite {
+        let n = k.saturating_sub(self.first);
+        let slot = (n % u64::from(self.slot_count)) as u16;
+        ChunkWrite {
+            wr_id: n,
+            ring_offset: u64::from(slot) * self.slot_size,
+            imm: proto::encode_chunk_imm(Imm {
+                slot,
+                seq: n as u16,
+            }),
+        }
+    }
+}

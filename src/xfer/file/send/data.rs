@@ -1,0 +1,304 @@
+//! The data phase of one part (a file or a stripe): chunks read by a pool of threads into the
+//! registered buffers, posted in order as RDMA WRITE_WITH_IMM into the receiver's ring, then
+//! the chunk digests (DIGESTS).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use super::core::{ChunkPlan, ChunkWrite};
+use super::source::Source;
+use crate::error::{Error, Result};
+use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge, TRACE_TARGET};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{moved, wait_on};
+use crate::xfer::file::ctl::{decode_ctl, peer_err, send_msg};
+use crate::xfer::file::digest::{self, Chunks};
+use crate::xfer::file::fault::{self, Faults};
+use crate::xfer::file::proto::{Digest, Digests, Msg, Reason, MAX_DIGESTS};
+
+/// The `tracing` target of the sender's phase markers (debug level): set `RDMAXFER_LOG` to
+/// `rdmaxfer_phase=debug` to see, with timestamps, when each stream connects and joins, when
+/// each file or stripe starts its data, sends FIN and hears its verdict, and when the session
+/// ends (`ci/guest-send-phases.sh` reads them).
+pub const PHASE_TARGET: &str = "rdmaxfer_phase";
+
+/// The sender's registered chunk buffers: the free ones, how many there are, and their size.
+pub(super) struct ChunkBufs {
+    pub(super) free: Vec<LocalBuf>,
+    pub(super) total: usize,
+    pub(super) slot_size: u32,
+}
+
+/// What [`send_data`] reads from: a whole file ([`Source`]) or one stripe of it. Chunk
+/// indices count from the start of what it covers.
+pub(super) trait ChunkSource: Sync {
+    /// Bytes it covers.
+    fn size(&self) -> u64;
+    /// The first chunk to send (after those the receiver holds).
+    fn first_chunk(&self) -> u64;
+    /// Reads and hashes chunk `index` into `buf`; returns its length.
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize>;
+    /// The digest of all it covers, once every chunk was read.
+    fn finish(&self) -> Result<Digest>;
+}
+
+impl ChunkSource for Source {
+    fn size(&self) -> u64 {
+        Source::size(self)
+    }
+    fn first_chunk(&self) -> u64 {
+        Source::first_chunk(self)
+    }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        Source::read_chunk_at(self, index, buf)
+    }
+    fn finish(&self) -> Result<Digest> {
+        Source::finish(self)
+    }
+}
+
+/// Sends DIGESTS: the digest of every chunk of the file (or stripe), in order, in batches.
+pub(super) fn send_digests(
+    ep: &mut Endpoint,
+    chunks: &Chunks,
+    session: Option<&AtomicU64>,
+) -> Result<()> {
+    let mut first = 0;
+    loop {
+        let digests = chunks.batch(first, MAX_DIGESTS);
+        if digests.is_empty() {
+            return Ok(());
+        }
+        let n = digests.len() as u64;
+        let msg = Msg::Digests(Digests {
+            algo: chunks.layout().algo,
+            first,
+            digests,
+        });
+        wait_on(ep, session, |ep| send_msg(ep, &msg))?;
+        first += n;
+    }
+}
+
+/// Where one part's chunks go: the receiver's ring (from its MR), with the test hooks that
+/// apply to the part and the label that names it in errors ([`fault::part_label`]).
+pub(super) struct DataTarget<'a> {
+    pub(super) remote: RemoteRegion,
+    pub(super) plan: ChunkPlan,
+    pub(super) faults: Faults,
+    pub(super) label: &'a str,
+}
+
+/// Sends the rest of `src` (after the chunks the receiver holds): a pool of reader threads
+/// reads and hashes chunks straight into the registered buffers, in any order, while this
+/// thread posts them in order and takes completed ones back, so disk, hashing (on every core)
+/// and network overlap. Returns the whole file's digest and the bytes written (also with an
+/// error). Its waits for credits and completions go on while `session` moves (see
+/// [`wait_on`]); each chunk read, posted or completed counts as the session's progress.
+/// `to` says where the chunks go.
+pub(super) fn send_data<S: ChunkSource>(
+    ep: &mut Endpoint,
+    r: &mut ChunkBufs,
+    src: &S,
+    to: &DataTarget<'_>,
+    progress: &mut dyn FnMut(u64),
+    session: Option<&AtomicU64>,
+) -> std::result::Result<(Digest, u64), (Error, u64)> {
+    let DataTarget {
+        remote,
+        plan,
+        faults,
+        label,
+    } = to;
+    let (remote, faults, label) = (remote, *faults, *label);
+    let slot = u64::from(r.slot_size);
+    let std::ops::Range {
+        start: first,
+        end: chunks,
+    } = plan.chunks();
+    let mut written = 0u64;
+    tracing::trace!(
+        target: TRACE_TARGET,
+        "{label}: sending on qpn={} chunks {first}..{chunks} into a ring of {slot}-byte slots \
+         bytes at {:#x}",
+        ep.local().qpn,
+        remote.addr,
+    );
+    let threads = digest::threads(r.total);
+    let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, LocalBuf)>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, LocalBuf)>();
+    let job_rx = Mutex::new(job_rx);
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            let (job_rx, done_tx) = (&job_rx, done_tx.clone());
+            sc.spawn(move || loop {
+                let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((k, mut buf)) = job else { return };
+                let got = src.read_chunk_at(k, &mut buf).inspect(|&n| {
+                    if faults.corrupt == Some(k) && n > 0 {
+                        buf[0] ^= 0xff;
+                    }
+                });
+                if done_tx.send((k, got, buf)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done_tx);
+        let mut at_workers = 0usize;
+        let mut assigned = first;
+        let mut ready: BTreeMap<u64, (LocalBuf, usize)> = BTreeMap::new();
+        let mut in_flight = 0usize;
+        let res: Result<()> = (|| {
+            let mut k = first;
+            while k < chunks {
+                if let Some((buf, n)) = ready.remove(&k) {
+                    let w = plan.write(k);
+                    let target = match remote.slice(w.ring_offset, n as u64) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            r.free.push(buf);
+                            return Err(e);
+                        }
+                    };
+                    // The credit first (a timeout of `post`'s own wait would give up the buffer).
+                    if let Err(e) = wait_on(ep, session, Endpoint::wait_credit) {
+                        r.free.push(buf);
+                        return Err(e);
+                    }
+                    let wr = SendRequest::new(
+                        w.wr_id,
+                        SendOp::WriteWithImm(target, w.imm),
+                        [Sge::range(buf, 0, n)],
+                    );
+                    if let Err(pe) = ep.post(wr) {
+                        r.free
+                            .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
+                        return Err(pe.error);
+                    }
+                    in_flight += 1;
+                    if faults.replay == Some(k) {
+                        replay(ep, remote, &w, session)?;
+                        in_flight += 1;
+                    }
+                    k += 1;
+                    written += n as u64;
+                    moved(session, 1);
+                    progress(written);
+                } else if assigned < chunks && !r.free.is_empty() {
+                    let buf = r.free.pop().expect("not empty");
+                    if let Err(e) = job_tx.send((assigned, buf)) {
+                        r.free.push(e.0 .1);
+                        return Err(Error::refused(Reason::Internal, "the reader threads ended"));
+                    }
+                    at_workers += 1;
+                    assigned += 1;
+                } else if at_workers > 0 {
+                    let (i, got, buf) = done_rx.recv().map_err(|_| {
+                        Error::refused(Reason::Internal, "the reader threads ended")
+                    })?;
+                    at_workers -= 1;
+                    match got {
+                        Ok(n) => {
+                            moved(session, 1);
+                            ready.insert(i, (buf, n));
+                        }
+                        Err(e) => {
+                            r.free.push(buf);
+                            return Err(e);
+                        }
+                    }
+                } else {
+                    collect(ep, r, &mut in_flight, session)
+                        .map_err(|e| fault::invalid_request(label, None, e))?;
+                }
+            }
+            while in_flight > 0 {
+                collect(ep, r, &mut in_flight, session)
+                    .map_err(|e| fault::invalid_request(label, None, e))?;
+            }
+            Ok(())
+        })();
+        drop(job_tx);
+        // Buffers still at the workers or waiting to be posted: the ring is whole again.
+        for _ in 0..at_workers {
+            match done_rx.recv() {
+                Ok((_, _, buf)) => r.free.push(buf),
+                Err(_) => break,
+            }
+        }
+        r.free.extend(ready.into_values().map(|(b, _)| b));
+        if r.free.len() + in_flight < r.total {
+            // Some buffers were lost (a worker panicked): re-made on the next file.
+            r.total = usize::MAX;
+        }
+        res.map_err(|e| (e, written))?;
+        src.finish().map(|h| (h, written)).map_err(|e| (e, written))
+    })
+}
+
+/// Test-only ([`Faults::replay`]): a zero-length WRITE_WITH_IMM repeating `w`'s immediate.
+fn replay(
+    ep: &mut Endpoint,
+    remote: &RemoteRegion,
+    w: &ChunkWrite,
+    session: Option<&AtomicU64>,
+) -> Result<()> {
+    wait_on(ep, session, Endpoint::wait_credit)?;
+    let wr = SendRequest::new(
+        w.wr_id,
+        SendOp::WriteWithImm(remote.slice(w.ring_offset, 0)?, w.imm),
+        std::iter::empty::<Sge>(),
+    );
+    ep.post(wr).map_err(|pe| pe.error)
+}
+
+/// Waits for at least one data-chunk completion and takes its buffers back; each counts as
+/// the session's progress.
+fn collect(
+    ep: &mut Endpoint,
+    r: &mut ChunkBufs,
+    in_flight: &mut usize,
+    session: Option<&AtomicU64>,
+) -> Result<()> {
+    let polled = wait_on(ep, session, |ep| {
+        let timeout = ep.timeout();
+        ep.poll_user(r.total, timeout)
+    })?;
+    for c in polled {
+        if c.status == crate::verbs::cq::REM_ACCESS_ERR {
+            // The ring was valid when the receiver offered it: it has since been withdrawn.
+            return Err(Error::Connection(format!(
+                "the receiver withdrew its staging ring while data was being written: it ended \
+                 this transfer on its side (at its step deadline, on a spent session budget, or \
+                 on an error it reports). Detail: {}",
+                c.to_error()
+            )));
+        }
+        if !c.is_success() {
+            return Err(c.to_error());
+        }
+        let done = 1 + c.retired.len();
+        *in_flight = in_flight.saturating_sub(done);
+        moved(session, done as u64);
+        r.free.extend(c.into_all_local_bufs());
+    }
+    Ok(())
+}
+
+/// A failure seen on this side (a lost connection, a withdrawn ring, a timeout) whose cause the
+/// receiver may have sent just before it ended the session (an ERR or REFUSE, e.g. a spent
+/// budget, while this sender was stopped): that message, if it arrived, names the cause.
+pub(super) fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
+    if matches!(err, Error::Refused { .. }) {
+        return err;
+    }
+    match ep.last_words().map(|d| decode_ctl(&d)) {
+        Some(Ok(Msg::Err { reason, message } | Msg::Refuse { reason, message })) => {
+            tracing::debug!("{err}; the receiver's last message names the cause");
+            peer_err(reason, &message)
+        }
+        _ => err,
+    }
+}

@@ -1,0 +1,350 @@
+//! One file's (or stripe's) exchange: HELLO, the receiver's answer (MR, SKIP or REFUSE), the
+//! data, DIGESTS, FIN and the verdict (ACK).
+
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use super::core::{check_grant, Answer, ChunkPlan, Verdict};
+use super::data::{
+    named_by_peer, send_data, send_digests, ChunkSource, DataTarget, PHASE_TARGET as PHASE,
+};
+use super::part::{Part, RangeSource};
+use super::source::{self, Source, SourceEntry};
+use crate::error::{Error, Result};
+use crate::verbs::{LocalBuf, RemoteRegion};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{moved, wait_on};
+use crate::xfer::file::ctl::{peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::fault::{self, Faults};
+use crate::xfer::file::names;
+use crate::xfer::file::options::SenderOptions;
+use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason};
+use crate::xfer::file::report::{FileReport, Progress, SessionReport};
+
+pub(super) use super::data::ChunkBufs;
+
+/// One stream's state across the entries it sends: what each entry's exchange needs besides
+/// the connection, the report and the progress callback.
+pub(super) struct StreamState<'a> {
+    pub(super) opts: &'a SenderOptions,
+    /// The receiver's CHALLENGE nonce, answered in every HELLO when there is a token.
+    pub(super) nonce: Digest,
+    /// The registered chunk buffers, kept from one part to the next when they fit.
+    pub(super) bufs: Option<ChunkBufs>,
+    /// The shared progress of a session over several streams: this stream's waits go on while
+    /// it moves (see [`wait_on`]).
+    pub(super) session: Option<&'a AtomicU64>,
+}
+
+impl<'a> StreamState<'a> {
+    /// A stream of `opts` after the receiver's CHALLENGE (`nonce`).
+    pub(super) fn new(opts: &'a SenderOptions, nonce: Digest) -> StreamState<'a> {
+        StreamState {
+            opts,
+            nonce,
+            bufs: None,
+            session: None,
+        }
+    }
+}
+
+/// The receiver's answer to a HELLO (MR, SKIP, REFUSE or ERR). When this stream has no send
+/// buffers yet (`ring`) and the part (file or stripe) is at least a chunk long, the buffers it
+/// will most likely need are registered on another thread meanwhile, while the receiver sets
+/// the file up: as many slots of the chunk size as `--slots` (the receiver's slots are that
+/// large for such a part unless it is short of memory; if its MR says otherwise, the caller
+/// re-makes them as before). A failed registration leaves `ring` empty: the caller registers
+/// what the MR asks for and reports a failure then.
+fn answer_and_ring(
+    ep: &mut Endpoint,
+    ring: &mut Option<ChunkBufs>,
+    opts: &SenderOptions,
+    part_len: u64,
+    session: Option<&AtomicU64>,
+) -> Result<Msg> {
+    if ring.is_some() || part_len < u64::from(opts.chunk) {
+        return wait_on(ep, session, recv_ctl);
+    }
+    let pd = ep.pd().clone();
+    let (slot_size, total) = (opts.chunk, opts.slots.max(1) as usize);
+    std::thread::scope(|sc| {
+        let early = sc.spawn(move || LocalBuf::slots(&pd, slot_size as usize, total));
+        let answer = wait_on(ep, session, recv_ctl);
+        *ring = early
+            .join()
+            .ok()
+            .and_then(|r| r.ok())
+            .map(|free| ChunkBufs {
+                free,
+                total,
+                slot_size,
+            });
+        answer
+    })
+}
+
+/// The file, or one stripe of it, as read for sending.
+enum Reading {
+    Whole(Source),
+    Range(RangeSource),
+}
+
+/// `$e` with `$s` bound to whichever source `$r` holds.
+macro_rules! either {
+    ($r:expr, $s:ident => $e:expr) => {
+        match $r {
+            Reading::Whole($s) => $e,
+            Reading::Range($s) => $e,
+        }
+    };
+}
+
+impl ChunkSource for Reading {
+    fn size(&self) -> u64 {
+        either!(self, s => ChunkSource::size(s))
+    }
+    fn first_chunk(&self) -> u64 {
+        either!(self, s => ChunkSource::first_chunk(s))
+    }
+    fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        either!(self, s => ChunkSource::read_chunk_at(s, index, buf))
+    }
+    fn finish(&self) -> Result<Digest> {
+        either!(self, s => ChunkSource::finish(s))
+    }
+}
+
+/// Sends one file, or one stripe of it (`part`): HELLO (after STRIPE), the receiver's answer,
+/// the data, DIGESTS and FIN, and records the verdict.
+pub(super) fn send_file(
+    ep: &mut Endpoint,
+    st: &mut StreamState<'_>,
+    e: &SourceEntry,
+    part: Part<'_>,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<()> {
+    let StreamState {
+        opts,
+        nonce,
+        bufs: ring,
+        session,
+    } = st;
+    let (opts, session, stripe) = (*opts, *session, part.stripe());
+    let name = e.name.as_str();
+    let opened = Source::open(&e.path).and_then(|src| {
+        let sum = match (stripe, opts.checksum) {
+            (Some(s), _) => s.track.checksum,
+            (None, true) => Some(source::hash_file(&e.path)?),
+            (None, false) => None,
+        };
+        if let Some(s) = stripe.filter(|s| s.track.size != src.size()) {
+            return Err(Error::refused(
+                Reason::ReadError,
+                format!(
+                    "{}: size changed from {} to {} while being sent",
+                    e.path.display(),
+                    s.track.size,
+                    src.size()
+                ),
+            ));
+        }
+        Ok((src, sum))
+    });
+    let (mut src, checksum) = match opened {
+        Ok(s) => s,
+        Err(err) => {
+            let f = FileReport::failed(name, 0, reason_of(&err), err.to_string());
+            part.record(report, f, false, None);
+            return Ok(());
+        }
+    };
+    let size = src.size();
+    progress(Progress::FileStart { name, size });
+    let (mtime_sec, mtime_nsec) = src.mtime();
+    let hello = Hello {
+        version: proto::VERSION,
+        kind: EntryKind::File,
+        name: name.to_string(),
+        target: String::new(),
+        size,
+        mode: src.mode(),
+        mtime_sec,
+        mtime_nsec,
+        chunk_size: opts.chunk,
+        verify: opts.verify,
+        flags: opts.hello_flags(),
+        checksum,
+        auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
+    };
+    if let Some(s) = stripe {
+        wait_on(ep, session, |ep| send_msg(ep, &Msg::Stripe(s.stripe)))?;
+    }
+    let hello = Msg::Hello(hello);
+    wait_on(ep, session, |ep| send_msg(ep, &hello))?;
+    let part_len = stripe.map_or(size, |s| s.stripe.len);
+    let answer = answer_and_ring(ep, ring, opts, part_len, session)?;
+    moved(session, 1);
+    let mr = match Answer::of(answer, true)? {
+        Answer::Ring(g) => g,
+        Answer::Skipped(message) => {
+            let f = FileReport::skipped(name, "file", size, &message);
+            part.record(report, f, false, None);
+            return Ok(());
+        }
+        Answer::Refused {
+            reason,
+            message,
+            fatal,
+        } => {
+            let err = peer_err(reason, &message);
+            let f = FileReport::failed(name, size, reason, message);
+            part.record(report, f, true, None);
+            return if fatal { Err(err) } else { Ok(()) };
+        }
+        // Not an answer to a file's HELLO (`Answer::of` refuses it already).
+        Answer::Made => {
+            return Err(Error::Protocol(
+                "expected MR, SKIP or REFUSE, got ACK".into(),
+            ))
+        }
+    };
+    if let Err(err) = check_grant(&mr, opts.chunk) {
+        send_err(ep, Reason::Protocol, &err);
+        return Err(err);
+    }
+    let remote = RemoteRegion {
+        addr: mr.addr,
+        rkey: mr.rkey,
+        len: u64::from(mr.slot_size) * u64::from(mr.slot_count),
+    };
+    let (reading, what) = match stripe {
+        None => {
+            src.start(mr.slot_size, opts.verify)?;
+            let same =
+                mr.resume_offset == 0 || src.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            (same.then_some(Reading::Whole(src)), "partial file")
+        }
+        Some(s) => {
+            let mut r = RangeSource::open(&e.path, size, &s.stripe)?;
+            r.start(mr.slot_size, opts.verify)?;
+            let same =
+                mr.resume_offset == 0 || r.skip_verified(mr.resume_offset, &mr.resume_hash)?;
+            (same.then_some(Reading::Range(r)), "partial stripe")
+        }
+    };
+    let Some(reading) = reading else {
+        let err = Error::refused(
+            Reason::ReadError,
+            format!(
+                "{name}: the receiver's {what} ({} bytes) differs from this one; remove it there or send without --resume",
+                mr.resume_offset
+            ),
+        );
+        send_err(ep, Reason::ReadError, &err);
+        let f = FileReport::failed(name, size, Reason::ReadError, err.to_string());
+        part.record(report, f, false, None);
+        return Err(err);
+    };
+
+    // Registered send buffers, re-made only if the slot size changes.
+    let depth = opts.slots.min(mr.slot_count).max(1) as usize;
+    if ring
+        .as_ref()
+        .is_none_or(|r| r.slot_size != mr.slot_size || r.total != depth)
+    {
+        *ring = None;
+        let free = LocalBuf::slots(ep.pd(), mr.slot_size as usize, depth)?;
+        *ring = Some(ChunkBufs {
+            free,
+            total: depth,
+            slot_size: mr.slot_size,
+        });
+    }
+    if let Some(s) = stripe.filter(|s| opts.hold_stripe == Some(s.stripe.index)) {
+        s.track.wait_others(s.stripe.index);
+    }
+    let r = ring.as_mut().expect("made above");
+    let sent_before = report.bytes;
+    let part_index = stripe.map_or(0, |s| s.stripe.index);
+    let shown = names::printable(name);
+    tracing::debug!(target: PHASE, "{shown} part {part_index}: MR received, data starts");
+    let data_start = Instant::now();
+    let label = fault::part_label(
+        stripe.map(|s| s.stream),
+        stripe.map(|s| (s.stripe.index, s.stripe.count)),
+        name,
+    );
+    let to = DataTarget {
+        remote,
+        plan: ChunkPlan::new(&mr, reading.size(), reading.first_chunk()),
+        // The test hooks name chunks of the file: a stripe's own chunks count from its offset.
+        faults: Faults::for_part(
+            opts.corrupt_chunk,
+            opts.replay_chunk,
+            stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
+        ),
+        label: &label,
+    };
+    let hash = match send_data(
+        ep,
+        r,
+        &reading,
+        &to,
+        &mut |n| {
+            progress(Progress::Bytes {
+                name,
+                file_done: n,
+                total_done: sent_before + n,
+            })
+        },
+        session,
+    ) {
+        Ok((hash, n)) => {
+            report.bytes += n;
+            hash
+        }
+        Err((err, n)) => {
+            report.bytes += n;
+            let err = named_by_peer(ep, err);
+            if err.reason() == Some(Reason::ReadError) {
+                send_err(ep, Reason::ReadError, &err);
+            }
+            let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
+            part.record(report, f, false, None);
+            return Err(err);
+        }
+    };
+    // The chunk digests go ahead of FIN (the receiver names the first bad chunk).
+    let (len, chunks) = match &reading {
+        Reading::Whole(src) => (size, src.chunks()?),
+        Reading::Range(r) => (r.len(), r.chunks()?),
+    };
+    send_digests(ep, chunks, session)?;
+    let layout = *chunks.layout();
+    wait_on(ep, session, |ep| {
+        send_msg(ep, &Msg::Fin { bytes: len, hash })
+    })?;
+    tracing::debug!(target: PHASE, "{shown} part {part_index}: data written, FIN sent");
+    let verdict = wait_on(ep, session, recv_ctl)?;
+    moved(session, 1);
+    tracing::debug!(target: PHASE, "{shown} part {part_index}: verdict received");
+    report.data_seconds += data_start.elapsed().as_secs_f64();
+    match Verdict::of(verdict)? {
+        Verdict::Delivered => {
+            let f = FileReport::ok(name, size, &hash, &layout);
+            let digests = stripe.map(|s| chunks.stripe(s.stripe.offset, hash));
+            part.record(report, f, false, digests);
+        }
+        Verdict::Failed { status, message } => {
+            let f = FileReport::failed(
+                name,
+                size,
+                status,
+                format!("the receiver reports: {}", names::printable(&message)),
+            );
+            part.record(report, f, false, None);
+        }
+    }
+    Ok(())
+}

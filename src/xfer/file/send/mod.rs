@@ -1,0 +1,23 @@
+//! The sender. Each file in order: `session` runs one stream's exchange of entries, `file` one
+//! file's (or stripe's) HELLO, answer, data and verdict, `data` the chunks and digests, `part`
+//! says whether a HELLO covers a whole file or one stripe, `streams` spreads a tree and stripes
+//! over several streams, and `source` walks and reads what is sent. Nothing here imports the
+//! receiver (`super::recv`).
+//!
+//! The files, in the order each imports only those before it: `source`, `core`, `data`,
+//! `part`, `file`, `session`, `streams`. `core` is the protocol without I/O: what the
+//! receiver's answers mean and where each chunk goes.
+
+pub mod core;
+mod data;
+mod file;
+mod part;
+mod session;
+pub mod source;
+mod streams;
+
+pub use data::PHASE_TARGET;
+pub use session::send;
+pub use streams::{
+    default_streams, send_streams, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
+};
