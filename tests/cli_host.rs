@@ -274,3 +274,122 @@ fn timeout_help_does_not_promise_an_accept_deadline() {
         assert!(!s.contains("connect, accept,"), "{cmd}: {s}");
     }
 }
+
+#[test]
+fn every_bad_value_exits_2_with_one_line_naming_the_option_before_any_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let (p, o) = (f.to_str().unwrap(), dir.path().to_str().unwrap());
+    let not_dir = f.to_str().unwrap();
+    // (arguments, what the one line must name)
+    let table: &[(&[&str], &str)] = &[
+        (&["send", p, "127.0.0.1:1", "-s", "1K"], "--chunk"),
+        (&["send", p, "127.0.0.1:1", "--slots", "0"], "--slots"),
+        (&["send", p, "127.0.0.1:1", "--timeout", "0"], "--timeout"),
+        (&["send", p, "127.0.0.1:99999"], "99999"),
+        (&["send", p, "[::1]:x"], "not a port number"),
+        (&["recv", "--out", o, "--slots", "0"], "--slots"),
+        (&["recv", "--out", o, "--max-memory", "1K"], "--max-memory"),
+        (&["recv", "--out", "/nonexistent/rdmaxfer"], "--out"),
+        (&["recv", "--out", not_dir], "--out"),
+        (
+            &["recv", "--out", o, "--min-rate", "1K", "--rate-window", "0"],
+            "--rate-window",
+        ),
+        (&["pingpong", "127.0.0.1", "-n", "0"], "-n"),
+        (&["pingpong", "127.0.0.1", "-s", "0"], "-s"),
+        (&["pingpong", "127.0.0.1", "--timeout", "0"], "--timeout"),
+        (&["pingpong", "127.0.0.1", "-d", "a,b"], "-d"),
+        (&["pingpong", "127.0.0.1", "-m", "1024"], "-m"),
+        (&["bench", "foo", "127.0.0.1"], "write, read or send"),
+        (&["bench", "write", "127.0.0.1", "-s", "0"], "-s"),
+        (
+            &["expose", "--listen", "--size", "4096", "--access", "x"],
+            "--access",
+        ),
+        (&["expose", "--listen", "--size", "0"], "--size"),
+        (&["read", "127.0.0.1", "--size", "0"], "-s"),
+        (&["write", "127.0.0.1", "--data="], "--data"),
+    ];
+    assert!(table.len() >= 15);
+    for (args, names) in table {
+        let (code, out, err) = run_env(args, &[]);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            out.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out)
+        );
+        let lines: Vec<&str> = err.lines().filter(|l| !l.contains("warning:")).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line, got {err:?}");
+        assert!(lines[0].starts_with("rdmaxfer: error: "), "{args:?}: {err}");
+        assert!(
+            lines[0].contains(names),
+            "{args:?} must name {names:?}: {err}"
+        );
+        assert!(
+            !err.contains("RDMA device"),
+            "{args:?}: checked after the device: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_token_file_is_its_first_line_and_must_be_private_and_not_empty() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().to_str().unwrap();
+    let write = |name: &str, body: &[u8], mode: u32| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let open = write("open", b"secret\n", 0o644);
+    let empty = write("empty", b"\nsecret\n", 0o600);
+    let good = write("good", b"secret\r\nignored\n", 0o600);
+    for (file, says) in [
+        (open.as_str(), "chmod 600"),
+        (empty.as_str(), "first line is empty"),
+        ("/nonexistent/token", "--token-file"),
+    ] {
+        let (code, _, err) = run_env(&["recv", "--out", o, "--token-file", file], &[]);
+        assert_eq!(code, Some(2), "{file}: {err}");
+        assert!(err.contains(says), "{file}: {err}");
+    }
+    let (code, _, err) = run_env(
+        &["send", &good, "h", "--token-file", &good, "--token", "x"],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    // A good file gets as far as the device (none here, or a port nobody serves).
+    let (code, _, err) = run_env(&["recv", "--out", o, "--token-file", &good, "--once"], &[]);
+    if !has_rdma_device() {
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("no RDMA device"), "{err}");
+    }
+    assert!(!err.contains("warning"), "a token is given: {err}");
+}
+
+#[test]
+fn recv_without_a_token_warns_on_every_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().to_str().unwrap();
+    for _ in 0..2 {
+        let (_, _, err) = run_env(
+            &["recv", "--out", o, "--once", "--listen", "198.18.0.9"],
+            &[],
+        );
+        let warning = err.lines().next().unwrap_or_default();
+        assert!(
+            warning.starts_with("rdmaxfer: warning: recv accepts files from any sender")
+                && warning.contains("198.18.0.9")
+                && warning.contains("--token-file"),
+            "{err}"
+        );
+    }
+    let (_, _, err) = run_env(&["recv", "--out", o, "--once"], &[("RDMAXFER_TOKEN", "t")]);
+    assert!(!err.contains("warning"), "{err}");
+}

@@ -34,8 +34,9 @@ const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0    success: every file delivered (or skipped as already there)
   1    an error: connection, device, protocol, a file that cannot be read, ...
-  2    usage: an unknown option or a bad value
+  2    usage: an unknown option, a bad value or options that do not go together
   23   partial transfer: the session ended, but some files were refused or failed
+  30   timeout: a step waited past its deadline (--timeout) for the peer
   130  interrupted by SIGINT (Ctrl-C); 143: by SIGTERM";
 
 /// How the process ends; every error maps to one (see [`Exit::of`]).
@@ -45,21 +46,27 @@ enum Exit {
     Success = 0,
     /// Any error but those below.
     Failure = 1,
-    /// A usage error (clap's own, or one found after parsing, e.g. an empty $RDMAXFER_TOKEN).
+    /// A usage error (clap's own, or one found after parsing: `args::Usage`, e.g. --slots 0).
     Usage = 2,
     /// The session(s) ended, but some files were refused or failed (as rsync's 23).
     Partial = 23,
+    /// A wait ran past its deadline (as rsync's 30).
+    Timeout = 30,
 }
 
 impl Exit {
     /// The status of an error: the first cause in its chain that decides it.
     fn of(e: &anyhow::Error) -> Exit {
         for cause in e.chain() {
-            if cause.downcast_ref::<clap::Error>().is_some() {
+            if cause.downcast_ref::<clap::Error>().is_some()
+                || cause.downcast_ref::<args::Usage>().is_some()
+            {
                 return Exit::Usage;
             }
-            if let Some(rdmaxfer::Error::Incomplete { .. }) = cause.downcast_ref() {
-                return Exit::Partial;
+            match cause.downcast_ref() {
+                Some(rdmaxfer::Error::Incomplete { .. }) => return Exit::Partial,
+                Some(rdmaxfer::Error::Timeout { .. }) => return Exit::Timeout,
+                _ => {}
             }
         }
         Exit::Failure
@@ -298,12 +305,26 @@ mod tests {
         assert_eq!(Exit::of(&wrapped), Exit::Partial);
         let usage = clap::Error::raw(clap::error::ErrorKind::InvalidValue, "bad");
         assert_eq!(Exit::of(&usage.into()), Exit::Usage);
+        let after_parsing = anyhow::Error::new(args::Usage("--slots must be 1..=1024".into()));
+        assert_eq!(Exit::of(&after_parsing.context("recv")), Exit::Usage);
+        let timeout = anyhow::Error::new(rdmaxfer::Error::Timeout {
+            what: "a completion",
+            after: std::time::Duration::from_secs(10),
+        });
+        assert_eq!(Exit::of(&timeout.context("sending")), Exit::Timeout);
         let other = rdmaxfer::Error::Connection("the peer disconnected".into());
         assert_eq!(Exit::of(&other.into()), Exit::Failure);
         assert_eq!(Exit::of(&anyhow::anyhow!("x")), Exit::Failure);
         assert_eq!(
-            [Exit::Success, Exit::Failure, Exit::Usage, Exit::Partial].map(|e| e as u8),
-            [0, 1, 2, 23]
+            [
+                Exit::Success,
+                Exit::Failure,
+                Exit::Usage,
+                Exit::Partial,
+                Exit::Timeout
+            ]
+            .map(|e| e as u8),
+            [0, 1, 2, 23, 30]
         );
     }
 
@@ -317,7 +338,7 @@ mod tests {
                 .render_long_help()
                 .to_string(),
         ] {
-            for code in [0, 1, 2, 23, 130] {
+            for code in [0, 1, 2, 23, 30, 130] {
                 assert!(
                     help.lines()
                         .any(|l| l.trim_start().starts_with(&format!("{code} "))),

@@ -1,6 +1,6 @@
 //! What a user of `rdmaxfer send` / `recv` sees (in the rxe guest): progress on a terminal,
-//! per-file lines as files end, exit statuses (23 partial, 2 usage, 130 SIGINT) and messages
-//! that name each cause once.
+//! per-file lines as files end, exit statuses (23 partial, 2 usage, 30 timeout, 130 SIGINT) and
+//! messages that name each cause once.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -244,4 +244,23 @@ fn on_a_terminal_quiet_prints_nothing_and_json_only_its_summary() {
     let j: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
     assert_eq!(j["result"], "ok", "{j}");
     assert_eq!(j["files"].as_array().map(Vec::len), Some(2), "{j}");
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_receiver_that_never_answers_ends_the_sender_at_its_deadline_with_exit_30() {
+    use rdmaxfer::xfer::endpoint::{EndpointOptions, Listener};
+    use rdmaxfer::xfer::file::ReceiverOptions;
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[("a.txt", b"never sent\n".to_vec())]);
+    let port = common::port();
+    let opts = ReceiverOptions::new(&out).endpoint_options(&EndpointOptions::default());
+    let addr = format!("{IP}:{port}").parse().unwrap();
+    let mut l = Listener::bind(addr, &opts).expect("bind");
+    // Accepts, then says nothing (no CHALLENGE) until the sender has given up.
+    let silent = std::thread::spawn(move || l.accept(Some(FILE_T)).expect("accept"));
+    let d = send_text(port, &[&tree], &["--timeout", "2"]).finish(FILE_T);
+    assert_eq!(d.status.code(), Some(30), "{}\n{}", d.out, d.err);
+    assert!(d.err.contains("timed out"), "{}", d.err);
+    drop(silent.join().expect("the silent receiver"));
 }

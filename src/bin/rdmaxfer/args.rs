@@ -1,6 +1,39 @@
-//! Option values shared by the subcommands: sizes with K/M/G suffixes and a server's limits.
+//! Option values shared by the subcommands: sizes with K/M/G suffixes, a server's limits, and
+//! the usage error of a value found wrong after parsing.
 
 use rdmaxfer::xfer::params::{Limits, DEFAULT_MAX_ITERS, DEFAULT_MAX_SIZE};
+
+/// A usage error found after parsing (a value out of range, options that do not go together):
+/// the CLI exits 2 with this one line, as for clap's own errors. It names the option.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// `Err` of a [`Usage`] error from a format string (as `anyhow::bail!`).
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::args::Usage(format!($($t)*))))
+    };
+}
+pub(crate) use usage;
+
+/// `e` (e.g. a value the library refused to parse) as a usage error, after `what` (nothing
+/// when empty: the message names the option already).
+pub fn usage_of(what: &str, e: impl std::fmt::Display) -> anyhow::Error {
+    let e = e.to_string();
+    let e = e.strip_prefix("invalid argument: ").unwrap_or(&e);
+    match what {
+        "" => anyhow::Error::new(Usage(e.to_string())),
+        what => anyhow::Error::new(Usage(format!("{what}: {e}"))),
+    }
+}
 
 /// Parses `1048576`, `64K`, `1M`, `2G` (binary units; `KB`, `KiB` and the like too).
 pub fn parse_size(s: &str) -> Result<u64, String> {

@@ -1,10 +1,10 @@
 //! `rdmaxfer bench write|read|send`: perftest-style bandwidth.
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use rdmaxfer::verbs::WaitMode;
 use rdmaxfer::xfer::bench::{self, BenchOp, BwParams, BwReport};
 
-use crate::args::{parse_mem_size, LimitArgs};
+use crate::args::{parse_mem_size, usage, usage_of, LimitArgs};
 use crate::conn::{serve_admitting, ConnArgs};
 
 /// Measure RDMA WRITE / READ / SEND bandwidth against `rdmaxfer bench --listen`, which runs
@@ -68,9 +68,13 @@ fn print(a: &Args, r: &BwReport) -> Result<()> {
 
 /// Runs the subcommand.
 pub fn run(a: Args) -> Result<()> {
-    let op: Option<BenchOp> = a.op.as_deref().map(str::parse).transpose()?;
+    let op: Option<BenchOp> =
+        a.op.as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| usage_of("", e))?;
     if a.size == 0 || a.iters == 0 || a.tx_depth == 0 {
-        bail!("-s, -n and -t must be at least 1");
+        usage!("-s, -n and -t must be at least 1");
     }
     let base = a.conn.options(4096, 4, 0)?;
     match (&a.listen, &a.host, op) {
@@ -119,7 +123,7 @@ pub fn run(a: Args) -> Result<()> {
             print(&a, &r)
         }
         _ => {
-            bail!("give the op (write, read or send) and HOST to connect to, or --listen to serve")
+            usage!("give the op (write, read or send) and HOST to connect to, or --listen to serve")
         }
     }
 }

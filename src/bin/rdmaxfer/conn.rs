@@ -9,6 +9,7 @@ use rdmaxfer::xfer::endpoint::{Endpoint, EndpointOptions, DEFAULT_PORT};
 use rdmaxfer::xfer::onesided::{self, Msg};
 use rdmaxfer::xfer::session::{self, Incoming, Server};
 
+use crate::args::usage;
 use crate::serve::{serve_concurrent, Limits};
 
 /// How to reach (or be reached by) the peer.
@@ -86,14 +87,14 @@ impl ConnArgs {
         extra: u32,
     ) -> Result<EndpointOptions> {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout < 1e9) {
-            bail!("--timeout must be a positive number of seconds");
+            usage!("--timeout must be a positive number of seconds");
         }
         if self.devices().len() > 1 {
-            bail!("several devices (-d) are for send --streams; give one device here");
+            usage!("several devices (-d) are for send --streams; give one device here");
         }
         let mtu = self.mtu.map(Mtu::from_bytes).transpose()?;
         if mtu.is_some() && !self.oob {
-            bail!("-m sets the path MTU of the --oob exchange; with rdma_cm the MTU follows the route");
+            usage!("-m sets the path MTU of the --oob exchange; with rdma_cm the MTU follows the route");
         }
         Ok(EndpointOptions {
             device: self.device.clone(),

@@ -18,7 +18,7 @@ use rdmaxfer::xfer::file::{
     DEFAULT_CHUNK, DEFAULT_MAX_STREAMS, DEFAULT_SLOTS,
 };
 
-use crate::args::parse_size;
+use crate::args::{parse_size, usage, usage_of};
 use crate::conn::ConnArgs;
 use crate::progress::{self, SendDisplay, Show};
 use crate::serve::{serve_concurrent, Limits};
@@ -35,20 +35,57 @@ fn parse_token(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// The token: `--token`, else `$RDMAXFER_TOKEN` (any bytes). Set but empty is a usage error.
-fn token(arg: &Option<String>) -> Result<Option<Vec<u8>>> {
+/// The token: `--token`, else `--token-file`, else `$RDMAXFER_TOKEN` (any bytes). Set but
+/// empty is a usage error.
+fn token(arg: &Option<String>, file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
     if let Some(t) = arg {
         return Ok(Some(t.clone().into_bytes()));
     }
+    if let Some(path) = file {
+        return token_file(path).map(Some);
+    }
     match std::env::var_os(TOKEN_ENV) {
         None => Ok(None),
-        Some(t) if t.is_empty() => Err(clap::Error::raw(
-            clap::error::ErrorKind::InvalidValue,
-            format!("{TOKEN_ENV} is set but empty, which would turn authentication off: give a non-empty token, or unset it\n"),
-        )
-        .into()),
+        Some(t) if t.is_empty() => usage!(
+            "{TOKEN_ENV} is set but empty, which would turn authentication off: give a non-empty \
+             token, or unset it"
+        ),
         Some(t) => Ok(Some(std::os::unix::ffi::OsStringExt::into_vec(t))),
     }
+}
+
+/// `--token-file FILE`: the token is the file's first line (without its line end), as rsync's
+/// `--password-file`. The file must not be readable by group or others (as ssh's keys), and the
+/// token not empty: both are usage errors.
+fn token_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt as _;
+    let shown = printable(&path.display().to_string()).into_owned();
+    let meta =
+        std::fs::metadata(path).map_err(|e| usage_of(&format!("--token-file {shown}"), e))?;
+    if meta.mode() & 0o077 != 0 {
+        usage!(
+            "--token-file {shown}: readable by others (mode {:o}): chmod 600 it",
+            meta.mode() & 0o777
+        );
+    }
+    let bytes = std::fs::read(path).map_err(|e| usage_of(&format!("--token-file {shown}"), e))?;
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        usage!(
+            "--token-file {shown}: the first line is empty, which would turn authentication off"
+        );
+    }
+    Ok(line.to_vec())
+}
+
+/// What `recv` says on every start without a token: anyone who reaches the address may write.
+fn warn_without_token(listen: &str, out: &std::path::Path) {
+    eprintln!(
+        "rdmaxfer: warning: recv accepts files from any sender that reaches {listen} (no token): \
+         anyone there can write into {}; give --token-file FILE (or $RDMAXFER_TOKEN) to require one",
+        printable(&out.display().to_string())
+    );
 }
 
 /// Arguments of `rdmaxfer recv`.
@@ -63,9 +100,13 @@ pub struct RecvArgs {
     /// Serve one sender, then exit (non-zero if anything failed); others meanwhile are busy.
     #[arg(long)]
     once: bool,
-    /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN; not empty).
+    /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN; not empty). It
+    /// shows in the process list: prefer --token-file.
     #[arg(long, value_parser = parse_token)]
     token: Option<String>,
+    /// Read the token from FILE's first line (mode 600 or stricter), kept off the command line.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     /// Refuse files larger than this (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
     max_size: Option<u64>,
@@ -141,6 +182,9 @@ pub struct SendArgs {
     /// Token the receiver requires (default: $RDMAXFER_TOKEN; not empty).
     #[arg(long, value_parser = parse_token)]
     token: Option<String>,
+    /// Read the token from FILE's first line (mode 600 or stricter), kept off the command line.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     /// Chunk size: bytes per RDMA WRITE (the receiver may lower it).
     #[arg(short = 's', long, visible_alias = "size", value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
     chunk: u64,
@@ -240,17 +284,21 @@ fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
 
 /// `rdmaxfer recv`.
 pub fn recv(a: RecvArgs) -> Result<()> {
-    let meta = std::fs::metadata(&a.out)
-        .with_context(|| format!("--out {}: create the directory first", a.out.display()))?;
+    let meta = std::fs::metadata(&a.out).map_err(|e| {
+        usage_of(
+            &format!("--out {}", a.out.display()),
+            format!("{e}: create the directory first"),
+        )
+    })?;
     if !meta.is_dir() {
-        bail!("--out {} is not a directory", a.out.display());
+        usage!("--out {} is not a directory", a.out.display());
     }
     if a.slots == 0 || a.slots > file::MAX_SLOTS {
-        bail!("--slots must be 1..={}", file::MAX_SLOTS);
+        usage!("--slots must be 1..={}", file::MAX_SLOTS);
     }
     let ropts = ReceiverOptions {
         out_dir: a.out.clone(),
-        token: token(&a.token)?,
+        token: token(&a.token, &a.token_file)?,
         max_size: a.max_size,
         force: a.force,
         resume: a.resume,
@@ -266,18 +314,21 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         hold_stripe: test_hook("RDMAXFER_TEST_RECV_HOLD_STRIPE"),
     };
     if a.min_rate > 0 && a.rate_window == 0 {
-        bail!("--rate-window must be positive with --min-rate");
+        usage!("--rate-window must be positive with --min-rate");
     }
     let max_memory = a.max_memory.unwrap_or_else(default_max_memory);
     let floor = ring_budget::ring_bytes(a.slots, ring_budget::MIN_SLOT).context("--slots")?;
     if max_memory < floor {
-        bail!(
+        usage!(
             "--max-memory {max_memory} is below the smallest ring of one session \
              ({} slots of {} bytes plus {} copy buffers = {floor} bytes)",
             a.slots,
             ring_budget::MIN_SLOT,
             ring_budget::COPY_BUFS
         );
+    }
+    if ropts.token.is_none() {
+        warn_without_token(&a.listen, &a.out);
     }
     let rings = RingBudget::new(max_memory, floor, u64::from(a.max_sessions));
     let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
@@ -343,7 +394,9 @@ fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
             .split_once(']')
             .with_context(|| format!("{s:?}: missing ']'"))?;
         let port = match p.strip_prefix(':') {
-            Some(p) => p.parse().with_context(|| format!("{s:?}: bad port"))?,
+            Some(p) => p
+                .parse()
+                .map_err(|e| usage_of(&format!("{s:?}: {p:?} is not a port number"), e))?,
             None => default_port,
         };
         return Ok((h.to_string(), port));
@@ -352,7 +405,7 @@ fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
         Some((h, p)) if !h.contains(':') => Ok((
             h.to_string(),
             p.parse()
-                .with_context(|| format!("{s:?}: {p:?} is not a port number"))?,
+                .map_err(|e| usage_of(&format!("{s:?}: {p:?} is not a port number"), e))?,
         )),
         _ => Ok((s.to_string(), default_port)),
     }
@@ -374,11 +427,14 @@ pub fn send(a: SendArgs) -> Result<()> {
     let chunk = u32::try_from(a.chunk)
         .ok()
         .filter(|&c| (file::MIN_CHUNK..=file::MAX_CHUNK).contains(&c))
-        .with_context(|| {
-            format!(
-                "--chunk must be {}..={} bytes",
-                file::MIN_CHUNK,
-                file::MAX_CHUNK
+        .ok_or_else(|| {
+            usage_of(
+                "",
+                format!(
+                    "--chunk must be {}..={} bytes",
+                    file::MIN_CHUNK,
+                    file::MAX_CHUNK
+                ),
             )
         })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
@@ -393,7 +449,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         .streams
         .unwrap_or_else(|| file::default_streams(&entries, devices));
     let sopts = SenderOptions {
-        token: token(&a.token)?,
+        token: token(&a.token, &a.token_file)?,
         chunk,
         slots: a.slots,
         resume: a.resume,
@@ -408,7 +464,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         streams,
     };
     if a.slots == 0 || a.slots > file::MAX_SLOTS {
-        bail!("--slots must be 1..={}", file::MAX_SLOTS);
+        usage!("--slots must be 1..={}", file::MAX_SLOTS);
     }
     // Stream i goes over device i mod the devices given, to receiver address i mod those given.
     let rails: Vec<ConnArgs> = match a.conn.devices() {

@@ -4,13 +4,13 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use rdmaxfer::verbs::RemoteAccess;
 use rdmaxfer::xfer::endpoint::Endpoint;
 use rdmaxfer::xfer::onesided::{self, preview, Exposure};
 use rdmaxfer::xfer::rdma_rw;
 
-use crate::args::{parse_mem_size, parse_size};
+use crate::args::{parse_mem_size, parse_size, usage, usage_of};
 use crate::conn::{serve, ConnArgs};
 
 /// Serve one buffer that peers may RDMA WRITE and/or READ, to peers one after another.
@@ -102,9 +102,9 @@ fn save(path: &Path, data: &[u8]) -> Result<()> {
 /// Runs `rdmaxfer expose`.
 pub fn expose(a: ExposeArgs) -> Result<()> {
     if a.size == 0 {
-        bail!("--size must be at least 1");
+        usage!("--size must be at least 1");
     }
-    let access: RemoteAccess = a.access.parse()?;
+    let access: RemoteAccess = a.access.parse().map_err(|e| usage_of("--access", e))?;
     let opts = a.conn.options(4096, 4, 16)?;
     let mut server = a
         .conn
@@ -177,8 +177,11 @@ pub fn write(a: WriteArgs) -> Result<()> {
             let n = usize::try_from(n).context("-s is too large for this machine")?;
             (0..n).map(|i| (i % 251) as u8).collect()
         }
-        (None, None, None) => bail!("give --data, --file or -s"),
+        (None, None, None) => usage!("give --data, --file or -s"),
     };
+    if data.is_empty() {
+        usage!("nothing to write: --data, --file or -s gives no bytes");
+    }
     let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
     let x = onesided::open_session(&mut ep).context("opening the session")?;
     let what = || format!("writing {} bytes at offset {}", data.len(), a.offset);
@@ -196,6 +199,9 @@ pub fn write(a: WriteArgs) -> Result<()> {
 
 /// Runs `rdmaxfer read`.
 pub fn read(a: ReadArgs) -> Result<()> {
+    if a.len == 0 {
+        usage!("-s (--len) must be at least 1");
+    }
     let mut ep = a.conn.connect(&a.host, &a.conn.options(4096, 4, 16)?)?;
     let x = onesided::open_session(&mut ep).context("opening the session")?;
     let what = || format!("reading {} bytes at offset {}", a.len, a.offset);

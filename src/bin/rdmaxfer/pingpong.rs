@@ -2,12 +2,12 @@
 
 use std::net::Ipv6Addr;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use rdmaxfer::verbs::Gid;
 use rdmaxfer::xfer::endpoint::{self, Endpoint, EndpointOptions, LocalInfo, PeerInfo};
 use rdmaxfer::xfer::pingpong::{self, Stats};
 
-use crate::args::{parse_mem_size, LimitArgs};
+use crate::args::{parse_mem_size, usage, LimitArgs};
 use crate::conn::{serve_admitting, ConnArgs};
 
 /// Ping-pong SENDs with a peer (rdmaxfer, or ibv_rc_pingpong with --oob) and report latency.
@@ -47,10 +47,10 @@ pub struct Args {
 impl Args {
     fn options(&self) -> Result<EndpointOptions> {
         if self.size == 0 {
-            bail!("-s must be at least 1");
+            usage!("-s must be at least 1");
         }
         if self.iters == 0 {
-            bail!("-n must be at least 1");
+            usage!("-n must be at least 1");
         }
         let base = self.conn.options(self.size, 4, 0)?;
         Ok(pingpong::endpoint_options(&base, self.size))
@@ -168,6 +168,6 @@ pub fn run(a: Args) -> Result<()> {
     match (&a.listen, &a.host) {
         (Some(listen), _) => server(&a, &opts, listen),
         (None, Some(host)) => client(&a, &opts, host),
-        (None, None) => bail!("give HOST to connect to, or --listen to serve"),
+        (None, None) => usage!("give HOST to connect to, or --listen to serve"),
     }
 }
