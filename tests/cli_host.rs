@@ -140,9 +140,12 @@ fn an_empty_token_is_a_usage_error_not_authentication_off() {
 
 #[test]
 fn a_file_name_with_control_characters_is_refused_and_printed_escaped() {
+    // Named on the command line, it is refused before connecting (inside a tree it is reported
+    // FAILED and the rest is sent: tests/device_cli/cli_ux.rs).
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("evil\nok      forged\x1b[31m"), b"x").unwrap();
-    let d = dir.path().to_str().unwrap();
+    let evil = dir.path().join("evil\nok      forged\x1b[31m");
+    std::fs::write(&evil, b"x").unwrap();
+    let d = evil.to_str().unwrap();
     let (code, out, err) = run_env(&["send", d, "127.0.0.1:1", "--json"], &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("control character (U+000A)"), "{err}");

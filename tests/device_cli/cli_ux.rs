@@ -264,3 +264,46 @@ fn a_receiver_that_never_answers_ends_the_sender_at_its_deadline_with_exit_30() 
     assert!(d.err.contains("timed out"), "{}", d.err);
     drop(silent.join().expect("the silent receiver"));
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_name_that_cannot_be_sent_fails_alone_and_the_rest_arrives_exit_23() {
+    use std::os::unix::ffi::OsStrExt as _;
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[("a.txt", b"a\n".to_vec()), ("sub/b.txt", b"b\n".to_vec())]);
+    std::fs::write(
+        tree.join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt")),
+        b"latin-1",
+    )
+    .unwrap();
+    std::fs::write(tree.join("sub/back\\slash"), b"x").unwrap();
+    std::fs::write(tree.join("evil\nok      forged"), b"x").unwrap();
+    let port = common::port();
+    let r = recv_text(port, &out, &[]);
+    let d = send_text(port, &[&tree], &[]).finish(FILE_T);
+    let rd = r.finish(FILE_T);
+    assert_eq!(d.status.code(), Some(23), "send:\n{}\n{}", d.out, d.err);
+    assert_eq!(rd.status.code(), Some(0), "recv:\n{}\n{}", rd.out, rd.err);
+    assert!(
+        d.out.lines().all(|l| !l.starts_with("ok      forged")),
+        "a forged line:\n{}",
+        d.out
+    );
+    for name in [
+        "tree/caf\\xe9.txt",
+        "tree/sub/back\\slash",
+        "tree/evil\\u{a}ok      forged",
+    ] {
+        assert!(
+            d.out
+                .lines()
+                .any(|l| l.starts_with(&format!("FAILED  {name}"))),
+            "{name}:\n{}",
+            d.out
+        );
+    }
+    assert_eq!(std::fs::read(out.join("tree/a.txt")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(out.join("tree/sub/b.txt")).unwrap(), b"b\n");
+    let arrived: Vec<_> = std::fs::read_dir(out.join("tree")).unwrap().collect();
+    assert_eq!(arrived.len(), 2, "only a.txt and sub/: {arrived:?}");
+}

@@ -78,6 +78,10 @@ pub(super) fn send_entry(
             report.push(FileReport::skipped(e.name.as_str(), "other", 0, why));
             Ok(())
         }
+        (Part::Whole, SourceKind::Unsendable { shown, why }) => {
+            report.push(FileReport::failed(shown, 0, Reason::BadName, why.clone()));
+            Ok(())
+        }
         (Part::Whole, SourceKind::Dir) => {
             send_entry_without_data(ep, st, e, EntryKind::Dir, report)
         }

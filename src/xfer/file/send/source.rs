@@ -22,6 +22,16 @@ pub enum SourceKind {
     /// Not sent, for this reason (a socket, a device, a dangling link with `--copy-links`, …):
     /// reported as skipped.
     Skipped(String),
+    /// Cannot be sent under its name (not UTF-8, or a name the receiver would refuse: a
+    /// backslash, a control character, …): reported as failed, and the rest of the tree is
+    /// sent. `shown` is the name as printed (escaped); the entry's `name` is a stand-in that
+    /// keeps the list sorted and is never sent.
+    Unsendable {
+        /// The name, printable (escapes for what is not UTF-8 or not printable).
+        shown: String,
+        /// Why it cannot be sent.
+        why: String,
+    },
 }
 
 /// An entry to send: the name the receiver gets, where it is here and what it is.
@@ -53,23 +63,35 @@ pub fn walk(roots: &[PathBuf]) -> Result<Vec<SourceEntry>> {
 }
 
 /// Lists what to send under `roots`, sorted by name. A file root is sent under its file name;
-/// a directory root under `<its name>/<relative path>` (like `cp -r`); a root itself may be a
-/// symlink (followed). Inside a tree, symlinks are listed as symlinks (or, with
-/// `copy_links`, what they point to), directories with nothing sent below them as directories
-/// (so empty ones arrive), and special files (sockets, FIFOs, devices) as skipped entries with
-/// the reason. Refuses names the receiver would refuse (non-UTF-8, backslash, …) and the same
-/// name from two roots.
+/// a directory root under `<its name>/<relative path>` (like `cp -r`), and one without a name
+/// (`.`, `..`) as what it holds, at the top; a root itself may be a symlink (followed). Inside a
+/// tree, symlinks are listed as symlinks (or, with `copy_links`, what they point to),
+/// directories with nothing sent below them as directories (so empty ones arrive), special
+/// files (sockets, FIFOs, devices) as skipped entries with the reason, and names that cannot be
+/// sent (not UTF-8, a backslash, a control character, …) as [`SourceKind::Unsendable`]: one
+/// odd name never stops a tree. Refuses a root whose own name cannot be sent, and the same name
+/// from two roots.
 pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry>> {
     let mut out = Vec::new();
     for root in roots {
         let meta = std::fs::metadata(root)
             .map_err(|e| Error::io(format!("stat {}", root.display()), e))?;
-        let base = root.file_name().ok_or_else(|| {
-            invalid(format!(
-                "{}: has no file name to send it as",
-                root.display()
-            ))
-        })?;
+        let Some(base) = root.file_name() else {
+            // `.`, `..`, `/`: what is in the directory, at the top (as `cp -r DIR/. DEST`).
+            if !meta.is_dir() {
+                return Err(invalid(format!(
+                    "{}: has no file name to send it as",
+                    root.display()
+                )));
+            }
+            let mut w = Walker {
+                opts,
+                seen: vec![(meta.dev(), meta.ino())],
+                out: &mut out,
+            };
+            w.dir(root, "")?;
+            continue;
+        };
         let base = utf8(base, root)?;
         if meta.is_file() {
             out.push(entry(base.to_string(), root.clone(), SourceKind::File)?);
@@ -112,6 +134,45 @@ fn entry(name: String, path: PathBuf, kind: SourceKind) -> Result<SourceEntry> {
     Ok(SourceEntry { name, path, kind })
 }
 
+/// The entry of a name in directory `prefix` that cannot be sent (see
+/// [`SourceKind::Unsendable`]): its stand-in name is `prefix/.rdmaxfer-unsendable-HASH` (the
+/// BLAKE3 of the raw name), never sent.
+fn unsendable(
+    prefix: &str,
+    raw: &std::ffi::OsStr,
+    path: PathBuf,
+    why: &str,
+) -> Result<SourceEntry> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let hash = blake3::hash(raw.as_bytes()).to_hex();
+    let stand_in = format!(".rdmaxfer-unsendable-{}", &hash[..32]);
+    let name = if prefix.is_empty() {
+        stand_in
+    } else {
+        format!("{prefix}/{stand_in}")
+    };
+    let raw_shown: String = raw
+        .as_bytes()
+        .utf8_chunks()
+        .flat_map(|c| {
+            let bad = c.invalid().iter().map(|b| format!("\\x{b:02x}"));
+            std::iter::once(crate::xfer::file::names::printable(c.valid()).into_owned()).chain(bad)
+        })
+        .collect();
+    let shown = match prefix {
+        "" => raw_shown,
+        p => format!("{p}/{raw_shown}"),
+    };
+    entry(
+        name,
+        path,
+        SourceKind::Unsendable {
+            shown,
+            why: why.to_string(),
+        },
+    )
+}
+
 /// Why a special file is not sent.
 fn special(ft: &std::fs::FileType) -> &'static str {
     if ft.is_socket() {
@@ -145,7 +206,22 @@ impl Walker<'_> {
             let ft = de
                 .file_type()
                 .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-            let name = format!("{prefix}/{}", utf8(&de.file_name(), &path)?);
+            let name = match de.file_name().to_str() {
+                Some(n) if prefix.is_empty() => n.to_string(),
+                Some(n) => format!("{prefix}/{n}"),
+                None => {
+                    let why = "the name is not UTF-8, which this protocol version cannot send";
+                    self.out
+                        .push(unsendable(prefix, &de.file_name(), path, why)?);
+                    continue;
+                }
+            };
+            if let Err(e) = sanitize(&name) {
+                let why = format!("the receiver would refuse the name: {e}");
+                self.out
+                    .push(unsendable(prefix, &de.file_name(), path, &why)?);
+                continue;
+            }
             self.one(path, name, ft)?;
         }
         Ok(self.out.len() - before)
@@ -454,10 +530,62 @@ mod tests {
         std::fs::write(t.path().join("y/f"), b"").unwrap();
         let e = walk(&[t.path().join("x/f"), t.path().join("y/f")]).unwrap_err();
         assert!(e.to_string().contains("both be sent as f"), "{e}");
+        // A root whose own name cannot be sent is refused up front.
         std::fs::write(t.path().join("x/back\\slash"), b"").unwrap();
-        let e = walk(&[t.path().join("x")]).unwrap_err();
+        let e = walk(&[t.path().join("x/back\\slash")]).unwrap_err();
         assert!(e.to_string().contains("backslash"), "{e}");
         assert!(walk(&[t.path().join("missing")]).is_err());
+    }
+
+    #[test]
+    fn one_odd_name_never_stops_a_tree() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let t = tempfile::tempdir().unwrap();
+        let x = t.path().join("x");
+        std::fs::create_dir_all(x.join("sub")).unwrap();
+        std::fs::write(x.join("ok.txt"), b"ok").unwrap();
+        std::fs::write(x.join("back\\slash"), b"").unwrap();
+        std::fs::write(x.join("new\nline"), b"").unwrap();
+        let raw = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+        std::fs::write(x.join("sub").join(raw), b"latin-1").unwrap();
+        let v = walk(std::slice::from_ref(&x)).unwrap();
+        let sendable: Vec<&str> = v
+            .iter()
+            .filter(|e| !matches!(e.kind, SourceKind::Unsendable { .. }))
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(sendable, ["x/ok.txt"], "{v:?}");
+        let mut shown: Vec<(&str, &str)> = v
+            .iter()
+            .filter_map(|e| match &e.kind {
+                SourceKind::Unsendable { shown, why } => Some((shown.as_str(), why.as_str())),
+                _ => None,
+            })
+            .collect();
+        shown.sort();
+        assert_eq!(shown.len(), 3, "{v:?}");
+        assert_eq!(shown[0].0, "x/back\\slash");
+        assert!(shown[0].1.contains("backslash"), "{shown:?}");
+        assert_eq!(shown[1].0, "x/new\\u{a}line");
+        assert_eq!(shown[2].0, "x/sub/caf\\xe9.txt");
+        assert!(shown[2].1.contains("not UTF-8"), "{shown:?}");
+        // The stand-in names are sendable names of their own, never a real entry's.
+        for e in &v {
+            assert!(sanitize(e.name.as_str()).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_root_without_a_name_sends_what_it_holds_at_the_top() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("d/e")).unwrap();
+        std::fs::write(t.path().join("d/a"), b"a").unwrap();
+        std::fs::write(t.path().join("top"), b"t").unwrap();
+        // `DIR/d/..` is DIR, and has no file name, as `.` has none.
+        let v = walk(&[t.path().join("d").join("..")]).unwrap();
+        let names: Vec<&str> = v.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["d/a", "d/e", "top"]);
+        assert!(walk(&[std::path::PathBuf::from("/nonexistent/..")]).is_err());
     }
 
     fn file_digest(data: &[u8], chunk: u64) -> Digest {
