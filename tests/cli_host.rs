@@ -314,6 +314,15 @@ fn every_bad_value_exits_2_with_one_line_naming_the_option_before_any_device() {
         (&["expose", "--listen", "--size", "0"], "--size"),
         (&["read", "127.0.0.1", "--size", "0"], "-s"),
         (&["write", "127.0.0.1", "--data="], "--data"),
+        (&["send", "127.0.0.1:1"], "PATH"),
+        (
+            &["send", "--files-from", "/nonexistent/list", "127.0.0.1:1"],
+            "--files-from",
+        ),
+        (
+            &["send", p, "127.0.0.1:1", "--exclude", "a//b"],
+            "--exclude",
+        ),
     ];
     assert!(table.len() >= 15);
     for (args, names) in table {

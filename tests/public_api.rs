@@ -690,7 +690,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
     (
         "xfer/file/send",
         &[
-            "source", "core", "data", "part", "file", "session", "streams",
+            "filter", "source", "core", "data", "part", "file", "session", "streams",
         ],
         "recv",
     ),

@@ -307,3 +307,88 @@ fn a_name_that_cannot_be_sent_fails_alone_and_the_rest_arrives_exit_23() {
     let arrived: Vec<_> = std::fs::read_dir(out.join("tree")).unwrap().collect();
     assert_eq!(arrived.len(), 2, "only a.txt and sub/: {arrived:?}");
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn exclude_include_and_files_from_select_what_is_sent() {
+    need_rxe0();
+    let (tmp, tree, out) = tree_of(&[
+        ("a.c", b"a".to_vec()),
+        ("b.o", b"b".to_vec()),
+        ("keep.o", b"k".to_vec()),
+        ("cache/big", b"c".to_vec()),
+        ("sub/c.o", b"c".to_vec()),
+    ]);
+    let port = common::port();
+    let r = recv_text(port, &out, &[]);
+    // In the order given: the include rule first, so keep.o is sent; *.o and cache/ are not.
+    let rules = [
+        "--include",
+        "keep.o",
+        "--exclude",
+        "*.o",
+        "--exclude=cache/",
+    ];
+    let d = send_text(port, &[&tree], &rules).finish(FILE_T);
+    let rd = r.finish(FILE_T);
+    d.ok("send --exclude/--include");
+    rd.ok("recv");
+    let mut got: Vec<String> = Vec::new();
+    for e in walk_names(&out.join("tree")) {
+        got.push(e);
+    }
+    got.sort();
+    assert_eq!(got, ["a.c", "keep.o", "sub/"], "{}", d.out);
+    // --files-from: the listed paths only (comments and empty lines skipped), no PATH needed.
+    let list = tmp.path().join("list");
+    let a = tree.join("a.c");
+    let b = tree.join("b.o");
+    std::fs::write(
+        &list,
+        format!("# two files\n{}\n\n{}\n", a.display(), b.display()),
+    )
+    .unwrap();
+    let out2 = tmp.path().join("out2");
+    std::fs::create_dir(&out2).unwrap();
+    let port = common::port();
+    let r = recv_text(port, &out2, &[]);
+    let d = spawn(
+        "send",
+        &[
+            "send",
+            "--files-from",
+            list.to_str().unwrap(),
+            &format!("{IP}:{port}"),
+        ],
+    )
+    .finish(FILE_T);
+    let rd = r.finish(FILE_T);
+    d.ok("send --files-from");
+    rd.ok("recv");
+    let mut got = walk_names(&out2);
+    got.sort();
+    assert_eq!(got, ["a.c", "b.o"]);
+}
+
+/// The names under `dir`, relative, directories with a trailing `/` when empty.
+fn walk_names(dir: &Path) -> Vec<String> {
+    fn go(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+        let mut any = false;
+        for e in std::fs::read_dir(dir).unwrap() {
+            any = true;
+            let e = e.unwrap();
+            let name = format!("{prefix}{}", e.file_name().to_str().unwrap());
+            if e.file_type().unwrap().is_dir() {
+                go(&e.path(), &format!("{name}/"), out);
+            } else {
+                out.push(name);
+            }
+        }
+        if !any && !prefix.is_empty() {
+            out.push(prefix.to_string());
+        }
+    }
+    let mut out = Vec::new();
+    go(dir, "", &mut out);
+    out
+}

@@ -12,6 +12,7 @@ use rdmaxfer::xfer::file::budget::{
 };
 use rdmaxfer::xfer::file::names::printable;
 use rdmaxfer::xfer::file::ring_budget::{self, RingBudget, RingLease};
+use rdmaxfer::xfer::file::send::filter::Filter;
 use rdmaxfer::xfer::file::source;
 use rdmaxfer::xfer::file::{
     self, Progress, ReceiverOptions, Role, SenderOptions, SessionReport, StreamRegistry,
@@ -176,9 +177,23 @@ fn default_max_memory() -> u64 {
 /// Arguments of `rdmaxfer send`.
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {
-    /// Files and directories to send, then the receiver as HOST or HOST:PORT.
-    #[arg(required = true, num_args = 2.., value_name = "PATH... HOST[:PORT]")]
+    /// Files and directories to send, then the receiver as HOST or HOST:PORT (with
+    /// --files-from, the PATHs may be left out).
+    #[arg(required = true, num_args = 1.., value_name = "PATH... HOST[:PORT]")]
     args: Vec<String>,
+    /// Do not send what PATTERN matches (rsync's rules: `*` within a name, `**` across `/`,
+    /// `?`, `[a-z]`; a trailing `/` for directories only, a leading `/` anchors at the top of
+    /// the names sent, e.g. `tree/…`). Repeatable; with --include, the first matching rule
+    /// decides, in the order given.
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Send what PATTERN matches even if a later --exclude matches it (see --exclude).
+    #[arg(long, value_name = "PATTERN")]
+    include: Vec<String>,
+    /// Also send the paths listed in FILE, one per line (`-` reads standard input; empty lines
+    /// and lines starting with `#` are ignored).
+    #[arg(long, value_name = "FILE")]
+    files_from: Option<PathBuf>,
     /// Token the receiver requires (default: $RDMAXFER_TOKEN; not empty).
     #[arg(long, value_parser = parse_token)]
     token: Option<String>,
@@ -411,17 +426,81 @@ fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
     }
 }
 
+/// `--files-from FILE` (`-`: standard input): one path per line; empty lines and `#` comments
+/// are skipped.
+fn files_from(list: &std::path::Path) -> Result<Vec<PathBuf>> {
+    use std::io::Read as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut bytes = Vec::new();
+    let shown = printable(&list.display().to_string()).into_owned();
+    let read = if list.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut bytes).map(drop)
+    } else {
+        std::fs::File::open(list).and_then(|mut f| f.read_to_end(&mut bytes).map(drop))
+    };
+    read.map_err(|e| usage_of(&format!("--files-from {shown}"), e))?;
+    Ok(bytes
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
+        .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
+        .collect())
+}
+
+/// The include and exclude rules in the order they were given on the command line (clap keeps
+/// each option's values apart, so the order comes from the arguments themselves).
+fn filter_rules(include: &[String], exclude: &[String]) -> Result<Filter> {
+    let mut order: Vec<(bool, String)> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        for (flag, inc) in [("--include", true), ("--exclude", false)] {
+            if arg == flag {
+                if let Some(v) = args.next() {
+                    order.push((inc, v));
+                }
+            } else if let Some(v) = arg.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                order.push((inc, v.to_string()));
+            }
+        }
+    }
+    let same = |inc: bool, given: &[String]| {
+        order
+            .iter()
+            .filter(|o| o.0 == inc)
+            .map(|o| &o.1)
+            .eq(given.iter())
+    };
+    if !(same(true, include) && same(false, exclude)) {
+        // Not found as given (e.g. a test calling `send` directly): includes first.
+        order = include.iter().map(|p| (true, p.clone())).collect();
+        order.extend(exclude.iter().map(|p| (false, p.clone())));
+    }
+    let mut f = Filter::new();
+    for (inc, p) in order {
+        let r = if inc { f.include(&p) } else { f.exclude(&p) };
+        r.map_err(|e| usage_of("", e))?;
+    }
+    Ok(f)
+}
+
 /// `rdmaxfer send`.
 pub fn send(a: SendArgs) -> Result<()> {
     tracing::debug!(target: file::PHASE_TARGET, "send: arguments parsed");
-    let (dest, paths) = a.args.split_last().expect("clap requires 2 arguments");
+    let (dest, paths) = a.args.split_last().expect("clap requires an argument");
     let hosts = dest
         .split(',')
         .map(|h| split_host(h, a.conn.port))
         .collect::<Result<Vec<_>>>()?;
-    let roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+    let mut roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+    if let Some(list) = &a.files_from {
+        roots.extend(files_from(list)?);
+    }
+    if roots.is_empty() {
+        usage!("give PATH... before HOST (or --files-from FILE)");
+    }
     let walk = source::WalkOptions {
         copy_links: a.copy_links,
+        filter: filter_rules(&a.include, &a.exclude)?,
     };
     let entries = source::walk_with(&roots, walk).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)

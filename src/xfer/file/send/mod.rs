@@ -4,13 +4,14 @@
 //! over several streams, and `source` walks and reads what is sent. Nothing here imports the
 //! receiver (`super::recv`).
 //!
-//! The files, in the order each imports only those before it: `source`, `core`, `data`,
-//! `part`, `file`, `session`, `streams`. `core` is the protocol without I/O: what the
-//! receiver's answers mean and where each chunk goes.
+//! The files, in the order each imports only those before it: `filter` (`--exclude`,
+//! `--include`), `source`, `core`, `data`, `part`, `file`, `session`, `streams`. `core` is the
+//! protocol without I/O: what the receiver's answers mean and where each chunk goes.
 
 pub mod core;
 mod data;
 mod file;
+pub mod filter;
 mod part;
 mod session;
 pub mod source;

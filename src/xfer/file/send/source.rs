@@ -5,6 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::filter::Filter;
 use crate::xfer::file::digest::{self, Algo, Chunks, Layout};
 use crate::xfer::file::names::{sanitize, RelPath};
 use crate::xfer::file::proto::{Digest, Reason, MAX_TARGET_LEN};
@@ -45,12 +46,15 @@ pub struct SourceEntry {
     pub kind: SourceKind,
 }
 
-/// How [`walk_with`] treats symlinks inside a tree.
-#[derive(Clone, Copy, Debug, Default)]
+/// How [`walk_with`] treats symlinks inside a tree, and which entries it lists.
+#[derive(Clone, Debug, Default)]
 pub struct WalkOptions {
     /// Send what a symlink points to instead of the link (`send --copy-links`); a dangling
     /// link is skipped, a directory reached twice (a loop) is skipped.
     pub copy_links: bool,
+    /// `send --exclude/--include`: entries (roots too) the rules exclude are not listed, and
+    /// an excluded directory is not entered.
+    pub filter: Filter,
 }
 
 fn invalid(msg: String) -> Error {
@@ -85,7 +89,7 @@ pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry
                 )));
             }
             let mut w = Walker {
-                opts,
+                opts: &opts,
                 seen: vec![(meta.dev(), meta.ino())],
                 out: &mut out,
             };
@@ -93,11 +97,14 @@ pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry
             continue;
         };
         let base = utf8(base, root)?;
+        if !opts.filter.allows(base, meta.is_dir()) {
+            continue;
+        }
         if meta.is_file() {
             out.push(entry(base.to_string(), root.clone(), SourceKind::File)?);
         } else if meta.is_dir() {
             let mut w = Walker {
-                opts,
+                opts: &opts,
                 seen: vec![(meta.dev(), meta.ino())],
                 out: &mut out,
             };
@@ -187,7 +194,7 @@ fn special(ft: &std::fs::FileType) -> &'static str {
 }
 
 struct Walker<'a> {
-    opts: WalkOptions,
+    opts: &'a WalkOptions,
     /// (device, inode) of the directories on the current path (loops with `copy_links`).
     seen: Vec<(u64, u64)>,
     out: &'a mut Vec<SourceEntry>,
@@ -216,6 +223,9 @@ impl Walker<'_> {
                     continue;
                 }
             };
+            if !self.opts.filter.allows(&name, ft.is_dir()) {
+                continue;
+            }
             if let Err(e) = sanitize(&name) {
                 let why = format!("the receiver would refuse the name: {e}");
                 self.out
@@ -490,7 +500,10 @@ mod tests {
         symlink(t.path().join("nowhere"), root.join("dangling")).unwrap();
         let v = walk_with(
             std::slice::from_ref(&root),
-            WalkOptions { copy_links: true },
+            WalkOptions {
+                copy_links: true,
+                ..WalkOptions::default()
+            },
         )
         .unwrap();
         let kinds: Vec<(&str, &SourceKind)> =
@@ -573,6 +586,38 @@ mod tests {
         for e in &v {
             assert!(sanitize(e.name.as_str()).is_ok());
         }
+    }
+
+    #[test]
+    fn excluded_entries_are_not_listed_and_excluded_directories_not_entered() {
+        let t = tempfile::tempdir().unwrap();
+        let x = t.path().join("x");
+        for f in ["a.c", "b.o", "keep.o", "cache/big", "sub/c.o", "sub/d.c"] {
+            let p = x.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"").unwrap();
+        }
+        // Unreadable below an excluded directory: it is never entered.
+        std::fs::write(x.join("cache").join("bad\\name"), b"").unwrap();
+        let mut filter = Filter::new();
+        filter.include("keep.o").unwrap();
+        filter.exclude("*.o").unwrap();
+        filter.exclude("cache/").unwrap();
+        let opts = WalkOptions {
+            filter,
+            ..WalkOptions::default()
+        };
+        let v = walk_with(std::slice::from_ref(&x), opts).unwrap();
+        let names: Vec<&str> = v.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["x/a.c", "x/keep.o", "x/sub/d.c"]);
+        // A root is filtered too.
+        let mut filter = Filter::new();
+        filter.exclude("/x").unwrap();
+        let opts = WalkOptions {
+            filter,
+            ..WalkOptions::default()
+        };
+        assert!(walk_with(&[x], opts).unwrap().is_empty());
     }
 
     #[test]
