@@ -315,6 +315,7 @@ fn every_bad_value_exits_2_with_one_line_naming_the_option_before_any_device() {
         (&["read", "127.0.0.1", "--size", "0"], "-s"),
         (&["write", "127.0.0.1", "--data="], "--data"),
         (&["send", "127.0.0.1:1"], "PATH"),
+        (&["send", p, "127.0.0.1:1", "--bwlimit", "0"], "--bwlimit"),
         (
             &["send", "--files-from", "/nonexistent/list", "127.0.0.1:1"],
             "--files-from",
@@ -404,4 +405,21 @@ fn recv_without_a_token_warns_on_every_start() {
     }
     let (_, _, err) = run_env(&["recv", "--out", o, "--once"], &[("RDMAXFER_TOKEN", "t")]);
     assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
+fn verbosity_and_the_environment_are_in_the_help() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in ["-v, --verbose", "RDMAXFER_LOG", "RDMAXFER_TOKEN"] {
+        assert!(help.contains(needle), "{needle}: {help}");
+    }
+    // -v counts, anywhere on the line.
+    let p = parsed(&["send", "-vv", "f", "h"]).unwrap();
+    assert!(p.contains("verbose: 2"), "{p}");
+    let p = parsed(&["devices", "-v"]).unwrap();
+    assert!(p.contains("verbose: 1"), "{p}");
 }

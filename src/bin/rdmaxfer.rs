@@ -37,7 +37,12 @@ Exit status:
   2    usage: an unknown option, a bad value or options that do not go together
   23   partial transfer: the session ended, but some files were refused or failed
   30   timeout: a step waited past its deadline (--timeout) for the peer
-  130  interrupted by SIGINT (Ctrl-C); 143: by SIGTERM";
+  130  interrupted by SIGINT (Ctrl-C); 143: by SIGTERM
+
+Environment:
+  RDMAXFER_LOG    what to log on stderr, as a tracing filter (e.g. debug, rdmaxfer_phase=debug,
+                  rdmaxfer_wr=trace); overrides -v
+  RDMAXFER_TOKEN  the token of send and recv when neither --token nor --token-file is given";
 
 /// How the process ends; every error maps to one (see [`Exit::of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +82,10 @@ impl Exit {
 #[derive(Parser, Debug)]
 #[command(name = "rdmaxfer", version, about, after_help = EXIT_STATUS_HELP)]
 struct Cli {
+    /// Log more on stderr: -v what each step does (info), -vv its details (debug), -vvv every
+    /// work request (trace). $RDMAXFER_LOG, when set, decides instead.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Command,
 }
@@ -234,7 +243,13 @@ const PARSE_ONLY_ENV: &str = "RDMAXFER_PARSE_ONLY";
 const TRACE_STREAMS_ENV: &str = "RDMAXFER_TRACE_STREAMS";
 
 fn main() -> ExitCode {
-    let mut filter = tracing_subscriber::EnvFilter::from_env("RDMAXFER_LOG");
+    let cli = Cli::parse();
+    let mut filter = match (std::env::var_os("RDMAXFER_LOG"), cli.verbose) {
+        (None, 1) => tracing_subscriber::EnvFilter::new("info"),
+        (None, 2) => tracing_subscriber::EnvFilter::new("debug"),
+        (None, n) if n > 2 => tracing_subscriber::EnvFilter::new("trace"),
+        _ => tracing_subscriber::EnvFilter::from_env("RDMAXFER_LOG"),
+    };
     if std::env::var_os(TRACE_STREAMS_ENV).is_some_and(|v| v == "1") {
         // Every post and completion of every stream's QP (see `verbs::TRACE_TARGET`).
         let wr = format!("{}=trace", verbs::TRACE_TARGET);
@@ -244,7 +259,6 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     if std::env::var_os(PARSE_ONLY_ENV).is_some() {
         // Tests of the option spelling: print what was parsed, touch no device.
         println!("{cli:?}");

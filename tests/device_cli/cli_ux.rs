@@ -392,3 +392,25 @@ fn walk_names(dir: &Path) -> Vec<String> {
     go(dir, "", &mut out);
     out
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn bwlimit_holds_the_data_to_its_rate() {
+    need_rxe0();
+    let (_tmp, tree, out) = tree_of(&[("f.bin", common::pseudo_random(2 << 20, 9))]);
+    let port = common::port();
+    let r = recv_text(port, &out, &[]);
+    // 2 MiB in 256 KiB chunks at 1 MiB/s: the eighth chunk is due 1.75 s after the first.
+    let args = ["--bwlimit", "1M", "--chunk", "256K", "--json"];
+    let d = send_text(port, &[&tree], &args).finish(FILE_T);
+    let rd = r.finish(FILE_T);
+    d.ok("send --bwlimit");
+    rd.ok("recv");
+    let j: serde_json::Value = serde_json::from_str(d.out.trim()).expect("JSON");
+    let secs = j["data_seconds"].as_f64().expect("data_seconds");
+    assert!(secs >= 1.7, "2 MiB at 1 MiB/s in {secs} s: {j}");
+    assert_eq!(
+        std::fs::read(out.join("tree/f.bin")).unwrap(),
+        common::pseudo_random(2 << 20, 9)
+    );
+}

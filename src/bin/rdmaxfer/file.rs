@@ -190,6 +190,10 @@ pub struct SendArgs {
     /// Send what PATTERN matches even if a later --exclude matches it (see --exclude).
     #[arg(long, value_name = "PATTERN")]
     include: Vec<String>,
+    /// At most RATE bytes of file data per second, all streams together (e.g. 50M; K, M, G
+    /// are binary). The receiver's --min-rate still applies: stay above it.
+    #[arg(long, value_name = "RATE", value_parser = parse_size)]
+    bwlimit: Option<u64>,
     /// Also send the paths listed in FILE, one per line (`-` reads standard input; empty lines
     /// and lines starting with `#` are ignored).
     #[arg(long, value_name = "FILE")]
@@ -541,7 +545,11 @@ pub fn send(a: SendArgs) -> Result<()> {
         replay_chunk,
         hold_stripe,
         streams,
+        bwlimit: a.bwlimit,
     };
+    if a.bwlimit == Some(0) {
+        usage!("--bwlimit must be at least 1 byte per second");
+    }
     if a.slots == 0 || a.slots > file::MAX_SLOTS {
         usage!("--slots must be 1..={}", file::MAX_SLOTS);
     }

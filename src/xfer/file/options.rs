@@ -110,6 +110,9 @@ pub struct SenderOptions {
     pub hold_stripe: Option<u16>,
     /// Streams (connections) to ask the receiver for ([`send_streams`](super::send_streams)); 1: one connection.
     pub streams: u16,
+    /// At most this many bytes of file data per second, over all streams together
+    /// (`send --bwlimit`); `None`: as fast as the link goes.
+    pub bwlimit: Option<u64>,
 }
 
 impl Default for SenderOptions {
@@ -128,6 +131,7 @@ impl Default for SenderOptions {
             replay_chunk: None,
             hold_stripe: None,
             streams: 1,
+            bwlimit: None,
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::core::{ChunkPlan, ChunkWrite};
 use super::source::Source;
@@ -88,6 +89,39 @@ pub(super) struct DataTarget<'a> {
     pub(super) plan: ChunkPlan,
     pub(super) faults: Faults,
     pub(super) label: &'a str,
+    /// The stream's pace (`send --bwlimit`), kept from part to part.
+    pub(super) pace: Option<&'a mut Pacer>,
+}
+
+/// Holds a stream's data to at most `rate` bytes per second (`send --bwlimit`): a chunk is
+/// posted no earlier than the time its bytes are due at that rate since the stream's first.
+#[derive(Debug)]
+pub(super) struct Pacer {
+    rate: u64,
+    start: Option<Instant>,
+    sent: u64,
+}
+
+impl Pacer {
+    /// A pace of `rate` bytes per second (at least 1).
+    pub(super) fn new(rate: u64) -> Pacer {
+        Pacer {
+            rate: rate.max(1),
+            start: None,
+            sent: 0,
+        }
+    }
+
+    /// Waits until `n` more bytes may go, and counts them.
+    fn before(&mut self, n: u64) {
+        let start = *self.start.get_or_insert_with(Instant::now);
+        let due = start + Duration::from_secs_f64(self.sent as f64 / self.rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            // Rate limiting, not synchronisation: the link may go no faster than asked.
+            std::thread::sleep(wait);
+        }
+        self.sent += n;
+    }
 }
 
 /// Sends the rest of `src` (after the chunks the receiver holds): a pool of reader threads
@@ -101,7 +135,7 @@ pub(super) fn send_data<S: ChunkSource>(
     ep: &mut Endpoint,
     r: &mut ChunkBufs,
     src: &S,
-    to: &DataTarget<'_>,
+    to: &mut DataTarget<'_>,
     progress: &mut dyn FnMut(u64),
     session: Option<&AtomicU64>,
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
@@ -110,8 +144,9 @@ pub(super) fn send_data<S: ChunkSource>(
         plan,
         faults,
         label,
+        pace,
     } = to;
-    let (remote, faults, label) = (remote, *faults, *label);
+    let (remote, faults, label) = (&*remote, *faults, *label);
     let slot = u64::from(r.slot_size);
     let std::ops::Range {
         start: first,
@@ -162,6 +197,9 @@ pub(super) fn send_data<S: ChunkSource>(
                             return Err(e);
                         }
                     };
+                    if let Some(p) = pace.as_deref_mut() {
+                        p.before(n as u64);
+                    }
                     // The credit first (a timeout of `post`'s own wait would give up the buffer).
                     if let Err(e) = wait_on(ep, session, Endpoint::wait_credit) {
                         r.free.push(buf);
@@ -300,5 +338,28 @@ pub(super) fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
             peer_err(reason, &message)
         }
         _ => err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pace_never_lets_bytes_go_before_their_time() {
+        // 1 MiB/s, five 256 KiB chunks: the fifth is due one second after the first.
+        let mut p = Pacer::new(1 << 20);
+        let t = Instant::now();
+        for _ in 0..5 {
+            p.before(256 << 10);
+        }
+        assert!(
+            t.elapsed() >= Duration::from_millis(990),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(p.sent, 5 * (256 << 10));
+        // No rate of 0: it would never send.
+        assert_eq!(Pacer::new(0).rate, 1);
     }
 }

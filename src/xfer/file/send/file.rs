@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::core::{check_grant, Answer, ChunkPlan, Verdict};
 use super::data::{
-    named_by_peer, send_data, send_digests, ChunkSource, DataTarget, PHASE_TARGET as PHASE,
+    named_by_peer, send_data, send_digests, ChunkSource, DataTarget, Pacer, PHASE_TARGET as PHASE,
 };
 use super::part::{Part, RangeSource};
 use super::source::{self, Source, SourceEntry};
@@ -34,6 +34,8 @@ pub(super) struct StreamState<'a> {
     /// The shared progress of a session over several streams: this stream's waits go on while
     /// it moves (see [`wait_on`]).
     pub(super) session: Option<&'a AtomicU64>,
+    /// This stream's share of `send --bwlimit`.
+    pub(super) pace: Option<Pacer>,
 }
 
 impl<'a> StreamState<'a> {
@@ -44,6 +46,7 @@ impl<'a> StreamState<'a> {
             nonce,
             bufs: None,
             session: None,
+            pace: opts.bwlimit.map(Pacer::new),
         }
     }
 }
@@ -129,6 +132,7 @@ pub(super) fn send_file(
         nonce,
         bufs: ring,
         session,
+        pace,
     } = st;
     let (opts, session, stripe) = (*opts, *session, part.stripe());
     let name = e.name.as_str();
@@ -275,7 +279,7 @@ pub(super) fn send_file(
         stripe.map(|s| (s.stripe.index, s.stripe.count)),
         name,
     );
-    let to = DataTarget {
+    let mut to = DataTarget {
         remote,
         plan: ChunkPlan::new(&mr, reading.size(), reading.first_chunk()),
         // The test hooks name chunks of the file: a stripe's own chunks count from its offset.
@@ -285,12 +289,13 @@ pub(super) fn send_file(
             stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
         ),
         label: &label,
+        pace: pace.as_mut(),
     };
     let hash = match send_data(
         ep,
         r,
         &reading,
-        &to,
+        &mut to,
         &mut |n| {
             progress(Progress::Bytes {
                 name,

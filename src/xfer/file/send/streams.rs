@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::data::PHASE_TARGET as PHASE;
+use super::data::{Pacer, PHASE_TARGET as PHASE};
 use super::file::StreamState;
 use super::part::{FileTrack, Part, StripeJob};
 use super::session::{challenge, send_done, send_entries, send_entry};
@@ -335,6 +335,10 @@ fn work(
     let mut report = SessionReport::default();
     let mut st = StreamState::new(opts, *nonce);
     st.session = Some(&queue.progress);
+    // Each stream takes an even share of --bwlimit.
+    st.pace = opts
+        .bwlimit
+        .map(|r| Pacer::new(r / u64::from(queue.streams.max(1))));
     let res = (|| {
         while let Some(job) = queue.next(me) {
             let (i, stripe) = match job {
