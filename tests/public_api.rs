@@ -690,7 +690,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
     (
         "xfer/file/send",
         &[
-            "filter", "source", "core", "data", "part", "file", "session", "streams",
+            "filter", "source", "core", "data", "part", "file", "pipe", "session", "streams",
         ],
         "recv",
     ),
@@ -708,6 +708,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
             "data",
             "answer",
             "file",
+            "inline",
             "stripe",
             "session",
         ],

@@ -75,6 +75,10 @@ pub fn check_file_proto(data: &[u8]) {
         if let proto::Msg::Skip { why, .. } = &msg {
             assert_eq!(proto::SkipWhy::from_code(why.code()), Some(*why));
         }
+        if let proto::Msg::Data(d) = &msg {
+            assert!(d.bytes.len() <= proto::PIECE_MAX && d.offset < proto::INLINE_MAX);
+            assert!(!d.abandon || (d.bytes.is_empty() && d.hash.is_none()));
+        }
         if let proto::Msg::Digests(d) = &msg {
             assert!((1..=proto::MAX_DIGESTS).contains(&d.digests.len()));
             assert!(d.first.checked_add(d.digests.len() as u64).is_some());
@@ -230,6 +234,9 @@ fn check_hello_kind(h: &proto::Hello) {
     if h.kind != EntryKind::File {
         assert_eq!(h.size, 0);
         assert!(h.checksum.is_none());
+    }
+    if h.flags.inline {
+        assert!(h.kind == EntryKind::File && h.size <= proto::INLINE_MAX);
     }
     let Ok(rel) = names::sanitize(&h.name) else {
         return;
@@ -612,6 +619,25 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 count: 3,
                 offset: 11 << 20,
                 len: 11 << 20,
+            }),
+        ),
+        ("want", proto::Msg::Want),
+        (
+            "data_last",
+            proto::Msg::Data(proto::Data {
+                offset: 8134,
+                hash: Some(digest(8)),
+                abandon: false,
+                bytes: b"the end of a small file".to_vec(),
+            }),
+        ),
+        (
+            "data_abandon",
+            proto::Msg::Data(proto::Data {
+                offset: 0,
+                hash: None,
+                abandon: true,
+                bytes: Vec::new(),
             }),
         ),
     ];

@@ -575,30 +575,23 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
         nonce,
     }))
     .unwrap();
-    let verify = match ctl(&mut ep) {
+    let (verify, chunk) = match ctl(&mut ep) {
         Msg::Hello(h) => {
             assert_eq!((h.name.as_str(), h.size), ("empty.bin", 0));
-            h.verify
+            assert!(h.flags.inline, "an empty file travels inline");
+            (h.verify, h.chunk_size)
         }
         m => panic!("expected HELLO, got {m:?}"),
     };
-    // An empty file needs no ring memory: nothing is written into it.
-    ep.send(&proto::encode(&Msg::Mr(proto::RingGrant {
-        addr: 0,
-        rkey: 0,
-        slot_size: 4096,
-        slot_count: 16,
-        resume_offset: 0,
-        resume_hash: [0; proto::DIGEST_LEN],
-    })))
-    .unwrap();
+    // An empty file needs no ring: WANT, and its one DATA piece carries no bytes.
+    ep.send(&proto::encode(&Msg::Want)).unwrap();
     match ctl(&mut ep) {
-        Msg::Fin { bytes, hash } => {
-            assert_eq!(bytes, 0);
-            // No chunk, so no DIGESTS: the digest of the empty file in 4 KiB chunks.
-            assert_eq!(hash, digest::digest_of(verify, 4096, b"").unwrap());
+        Msg::Data(d) => {
+            assert_eq!((d.offset, d.bytes.len(), d.abandon), (0, 0, false));
+            let want = digest::digest_of(verify, chunk.into(), b"").unwrap();
+            assert_eq!(d.hash, Some(want), "the digest of the empty file");
         }
-        m => panic!("expected FIN, got {m:?}"),
+        m => panic!("expected DATA, got {m:?}"),
     }
     ep.send(&proto::encode(&Msg::Ack {
         status: Reason::Ok,

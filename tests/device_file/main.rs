@@ -12,4 +12,5 @@ mod file_rerun;
 mod harden;
 mod hostile;
 mod recv_multi;
+mod small;
 mod streams;

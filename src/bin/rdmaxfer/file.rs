@@ -522,6 +522,8 @@ pub fn send(a: SendArgs) -> Result<()> {
         })?;
     // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
     let corrupt_chunk = test_hook("RDMAXFER_TEST_CORRUPT_CHUNK");
+    // ... of the file of this name only (as sent).
+    let corrupt_name = test_hook("RDMAXFER_TEST_CORRUPT_NAME");
     // Test-only fault hook (debug builds): a transport fault after this chunk (its immediate
     // delivered twice).
     let replay_chunk = test_hook("RDMAXFER_TEST_REPLAY_CHUNK");
@@ -542,6 +544,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         checksum: a.checksum,
         verify: a.verify,
         corrupt_chunk,
+        corrupt_name,
         replay_chunk,
         hold_stripe,
         streams,

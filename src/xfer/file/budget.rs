@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::proto::Reason;
 use crate::error::{Error, Result};
@@ -30,6 +30,34 @@ pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_REFUSALS: u32 = 1000;
 /// Progress a committed file counts for towards the rate floor (bytes).
 pub const FILE_CREDIT: u64 = 64 << 10;
+
+/// A reading of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`, clock_gettime(2): a few
+/// milliseconds of resolution). Budgets count seconds, and this clock is read without a system
+/// call even where the precise one takes one (an emulated guest without a usable TSC, where a
+/// tree of small files read the clock thousands of times a second).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Instant(Duration);
+
+impl Instant {
+    pub(crate) fn now() -> Instant {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+        Instant(Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        ))
+    }
+
+    fn saturating_duration_since(self, earlier: Instant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl std::ops::Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d))
+    }
+}
 
 /// The limits; `None` (or a rate of 0) switches one off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use super::ctl::PEER_REPORTS;
 use super::proto::{Algo, Digests, Msg, Reason, RingGrant, MAX_DIGESTS};
 use super::recv::core::{PartReceiver, Tail};
 use super::recv::sink::{Sink, SinkOptions};
-use super::send::core::{check_grant, Answer, ChunkPlan, Verdict};
+use super::send::core::{check_grant, Answer, Asked, ChunkPlan, Verdict};
 use super::send::source::Source;
 use crate::error::Error;
 
@@ -200,19 +200,25 @@ fn the_senders_reading_of_each_answer() {
     };
     let mr = Msg::Mr(grant(4096, 4, 0));
     assert_eq!(
-        Answer::of(mr.clone(), true).unwrap(),
+        Answer::of(mr.clone(), Asked::File).unwrap(),
         Answer::Ring(grant(4096, 4, 0))
     );
-    assert!(Answer::of(mr, false).is_err(), "MR for a directory");
-    assert_eq!(Answer::of(ack(Reason::Ok), false).unwrap(), Answer::Made);
-    assert!(Answer::of(ack(Reason::Ok), true).is_err(), "ACK for a file");
+    assert!(Answer::of(mr, Asked::Entry).is_err(), "MR for a directory");
+    assert_eq!(
+        Answer::of(ack(Reason::Ok), Asked::Entry).unwrap(),
+        Answer::Made
+    );
+    assert!(
+        Answer::of(ack(Reason::Ok), Asked::File).is_err(),
+        "ACK for a file"
+    );
     for (reason, fatal) in [
         (Reason::Exists, false),
         (Reason::BadName, false),
         (Reason::AuthFailed, true),
         (Reason::Version, true),
     ] {
-        let a = Answer::of(refuse(reason), true).unwrap();
+        let a = Answer::of(refuse(reason), Asked::File).unwrap();
         assert!(
             matches!(a, Answer::Refused { fatal: f, reason: r, .. } if f == fatal && r == reason)
         );
@@ -222,11 +228,22 @@ fn the_senders_reading_of_each_answer() {
             reason: Reason::Budget,
             message: "spent".into(),
         },
-        true,
+        Asked::File,
     )
     .unwrap_err();
     assert_eq!(e.reason(), Some(Reason::Budget));
-    assert!(Answer::of(Msg::Done, true).is_err());
+    assert!(Answer::of(Msg::Done, Asked::File).is_err());
+    // WANT answers an inline file only; MR never does.
+    assert_eq!(Answer::of(Msg::Want, Asked::Inline).unwrap(), Answer::Want);
+    assert!(
+        Answer::of(Msg::Want, Asked::File).is_err(),
+        "WANT for a ring file"
+    );
+    assert!(
+        Answer::of(Msg::Want, Asked::Entry).is_err(),
+        "WANT for a directory"
+    );
+    assert!(Answer::of(Msg::Mr(grant(4096, 4, 0)), Asked::Inline).is_err());
     // The ring must fit the chunk size asked for and the immediate.
     assert!(check_grant(&grant(4096, 4, 0), 4096).is_ok());
     for g in [

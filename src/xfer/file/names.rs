@@ -282,10 +282,15 @@ impl ConfinedDir {
     /// Opens regular file `name` for reading and writing, never through a symlink.
     /// `create`: create it exclusively (fails if it exists); else it must exist.
     pub fn open_file(&self, name: &str, create: bool) -> Result<File> {
-        let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         if create {
-            flags |= OFlags::CREATE | OFlags::EXCL;
+            return self.create_new(name)?.ok_or_else(|| {
+                io_err(
+                    format!("open {}", self.path.join(name).display()),
+                    Errno::EXIST,
+                )
+            });
         }
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_bits_truncate(0o600))
             .map_err(|e| io_err(format!("open {}", self.path.join(name).display()), e))?;
         let file = File::from(fd);
@@ -299,6 +304,21 @@ impl ConfinedDir {
             ));
         }
         Ok(file)
+    }
+
+    /// Creates regular file `name` (mode 0600) for reading and writing; `None` when something
+    /// of that name exists (`O_EXCL`: never through a symlink, and what it opens is new).
+    pub fn create_new(&self, name: &str) -> Result<Option<File>> {
+        let flags =
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::CREATE | OFlags::EXCL;
+        match rustix::fs::openat(&self.fd, name, flags, Mode::from_bits_truncate(0o600)) {
+            Ok(fd) => Ok(Some(File::from(fd))),
+            Err(Errno::EXIST) => Ok(None),
+            Err(e) => Err(io_err(
+                format!("create {}", self.path.join(name).display()),
+                e,
+            )),
+        }
     }
 
     /// Removes file `name`; a missing file is not an error.
@@ -387,6 +407,37 @@ impl ConfinedDir {
         let st = rustix::fs::fstatvfs(self.fd.as_fd())
             .map_err(|e| io_err(format!("statvfs {}", self.path.display()), e))?;
         Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+}
+
+/// The parent directory of the entry walked to last ([`walk_existing`]), kept so that entries
+/// of one directory one after another (a tree of small files) walk the path once: a handle on
+/// it costs a `dup` where a walk costs an `open` per component. For one session: the receiver
+/// never removes or renames a directory, and the handle goes with the session.
+#[derive(Debug, Default)]
+pub struct DirCache {
+    last: Option<(PathBuf, String, ConfinedDir)>,
+}
+
+impl DirCache {
+    /// [`walk_existing`], from the kept handle when `rel`'s parent is the last one walked to.
+    pub fn walk<'r>(
+        &mut self,
+        out_dir: &Path,
+        rel: &'r RelPath,
+    ) -> Result<(ConfinedDir, Vec<&'r str>)> {
+        let parent = rel.as_str().rsplit_once('/').map_or("", |(p, _)| p);
+        if let Some((o, p, d)) = &self.last {
+            if o == out_dir && p == parent {
+                return Ok((d.try_clone()?, Vec::new()));
+            }
+        }
+        let (dir, missing) = walk_existing(out_dir, rel)?;
+        self.last = match missing.is_empty() {
+            true => Some((out_dir.to_path_buf(), parent.to_string(), dir.try_clone()?)),
+            false => None,
+        };
+        Ok((dir, missing))
     }
 }
 

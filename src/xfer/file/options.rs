@@ -78,6 +78,10 @@ impl ReceiverOptions {
     }
 }
 
+/// Receives a sending endpoint keeps posted: a window of entries in flight one smaller
+/// ([`proto::MAX_IN_FLIGHT`] at most).
+pub const SENDER_RECV_DEPTH: u32 = 32;
+
 /// The sender's settings.
 #[derive(Clone, Debug)]
 pub struct SenderOptions {
@@ -101,6 +105,8 @@ pub struct SenderOptions {
     pub verify: Algo,
     /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
     pub corrupt_chunk: Option<u64>,
+    /// Test-only fault: with `corrupt_chunk`, only the file of this name (as sent).
+    pub corrupt_name: Option<String>,
     /// Test-only fault: after posting this chunk (0-based, per file), post a zero-length RDMA
     /// WRITE_WITH_IMM repeating its immediate, as a faulty transport's retransmission may
     /// deliver (the receiver must name it and commit nothing).
@@ -128,6 +134,7 @@ impl Default for SenderOptions {
             checksum: false,
             verify: Algo::DEFAULT,
             corrupt_chunk: None,
+            corrupt_name: None,
             replay_chunk: None,
             hold_stripe: None,
             streams: 1,
@@ -142,7 +149,8 @@ impl SenderOptions {
     pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
         EndpointOptions {
             msg_size: proto::MAX_MSG_LEN,
-            recv_depth: 8,
+            // The answers of the entries in flight (send::pipe) never wait for a credit.
+            recv_depth: SENDER_RECV_DEPTH,
             send_depth: 4,
             extra_send_wr: self.slots.clamp(1, MAX_SLOTS),
             ..base.clone()
@@ -157,6 +165,7 @@ impl SenderOptions {
             last: false,
             ignore_existing: self.ignore_existing,
             update: self.update,
+            inline: false,
         }
     }
 

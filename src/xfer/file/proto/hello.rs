@@ -12,7 +12,9 @@ const F_AUTH: u16 = 1 << 3;
 const F_CHECKSUM: u16 = 1 << 4;
 const F_IGNORE_EXISTING: u16 = 1 << 5;
 const F_UPDATE: u16 = 1 << 6;
-const F_ALL: u16 = F_RESUME | F_FORCE | F_LAST | F_AUTH | F_CHECKSUM | F_IGNORE_EXISTING | F_UPDATE;
+const F_INLINE: u16 = 1 << 7;
+const F_ALL: u16 =
+    F_RESUME | F_FORCE | F_LAST | F_AUTH | F_CHECKSUM | F_IGNORE_EXISTING | F_UPDATE | F_INLINE;
 
 /// Options carried in a HELLO.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +29,10 @@ pub struct HelloFlags {
     pub ignore_existing: bool,
     /// Skip entries newer on the receiver; replace older ones (the receiver must allow it).
     pub update: bool,
+    /// A file of at most [`INLINE_MAX`](super::INLINE_MAX) bytes whose data comes in DATA
+    /// messages once the receiver answers WANT (no staging ring); the sender may announce the
+    /// next entries before the answer.
+    pub inline: bool,
 }
 
 /// What a HELLO announces.
@@ -171,6 +177,13 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
             kind.as_str()
         )));
     }
+    if bits & F_INLINE != 0 && (kind != EntryKind::File || size > super::INLINE_MAX) {
+        return Err(malformed(format!(
+            "HELLO of an inline {} of {size} bytes (inline: files of at most {} bytes)",
+            kind.as_str(),
+            super::INLINE_MAX
+        )));
+    }
     if kind != EntryKind::File && bits & F_CHECKSUM != 0 {
         return Err(malformed(format!(
             "HELLO of a {} carries a checksum",
@@ -204,6 +217,7 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
             last: bits & F_LAST != 0,
             ignore_existing: bits & F_IGNORE_EXISTING != 0,
             update: bits & F_UPDATE != 0,
+            inline: bits & F_INLINE != 0,
         },
         checksum,
         auth,
@@ -220,6 +234,7 @@ pub(super) fn encode_hello(b: &mut Vec<u8>, h: &Hello) {
         (h.checksum.is_some(), F_CHECKSUM),
         (h.flags.ignore_existing, F_IGNORE_EXISTING),
         (h.flags.update, F_UPDATE),
+        (h.flags.inline, F_INLINE),
     ] {
         if on {
             bits |= bit;

@@ -6,13 +6,14 @@
 //!
 //! Per concern: `hello` (HELLO and SKIP, the entry announcement and the "already there"
 //! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `verify` (the
-//! verification algorithm and DIGESTS), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
+//! verification algorithm and DIGESTS), `inline` (small files in DATA), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
 
 use crate::{Error, Result};
 
 mod auth;
 mod hello;
 mod imm;
+mod inline;
 mod reader;
 mod stream;
 #[cfg(test)]
@@ -22,6 +23,7 @@ mod verify;
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_chunk_imm, encode_chunk_imm, Imm, IMM_SLOTS};
+pub use inline::{Data, INLINE_MAX, MAX_IN_FLIGHT, PIECE_MAX};
 use reader::{put_reason_text, Reader};
 pub use stream::{
     new_session_id, plan_stripes, striped_digest, Join, Open, Session, SessionId, Stripe,
@@ -32,8 +34,8 @@ pub use verify::{Algo, ChunkDigest, Digests, MAX_CHUNK_DIGEST, MAX_DIGESTS};
 /// `"RXFR"`: first four bytes of every control message.
 pub const MAGIC: u32 = 0x5258_4652;
 /// The protocol version this build speaks (2: entry kinds, SKIP, existing-file policies,
-/// per-chunk verification).
-pub const VERSION: u16 = 2;
+/// per-chunk verification; 3: small files inline, WANT and DATA, several entries in flight).
+pub const VERSION: u16 = 3;
 /// Header size: magic u32, version u16, type u16, body length u32.
 pub const HEADER_LEN: usize = 12;
 /// Largest whole control message (header + body), in bytes. Receive buffers of this size suffice.
@@ -66,6 +68,8 @@ const T_OPEN: u16 = 12;
 const T_SESSION: u16 = 13;
 const T_JOIN: u16 = 14;
 const T_STRIPE: u16 = 15;
+const T_WANT: u16 = 16;
+const T_DATA: u16 = 17;
 
 pub use crate::error::Reason;
 
@@ -153,6 +157,10 @@ pub enum Msg {
     Join(Join),
     /// Sender → receiver: the next HELLO covers one byte range of its file.
     Stripe(Stripe),
+    /// Receiver → sender, answering an inline HELLO: send its data (DATA).
+    Want,
+    /// Sender → receiver: a piece of an inline file's data.
+    Data(Data),
 }
 
 /// A parsed header (see [`header`]).
@@ -259,6 +267,8 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
         T_SESSION => Msg::Session(stream::decode_session(&mut r)?),
         T_JOIN => Msg::Join(stream::decode_join(&mut r)?),
         T_STRIPE => Msg::Stripe(stream::decode_stripe(&mut r)?),
+        T_WANT => Msg::Want,
+        T_DATA => Msg::Data(inline::decode_data(&mut r)?),
         _ => Msg::Done, // T_DONE: kind_name already refused unknown types
     };
     r.finish()?;
@@ -282,6 +292,8 @@ fn kind_name(kind: u16) -> Option<&'static str> {
         T_SESSION => "SESSION",
         T_JOIN => "JOIN",
         T_STRIPE => "STRIPE",
+        T_WANT => "WANT",
+        T_DATA => "DATA",
         _ => return None,
     })
 }
@@ -355,6 +367,11 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
         Msg::Stripe(x) => {
             stream::encode_stripe(&mut b, x);
             T_STRIPE
+        }
+        Msg::Want => T_WANT,
+        Msg::Data(d) => {
+            inline::encode_data(&mut b, d);
+            T_DATA
         }
     };
     let body_len = u32::try_from(b.len()).expect("bodies are bounded by the field limits");

@@ -251,7 +251,7 @@ fn distinct_errors() {
     assert!(err(&bad).contains("bad magic"));
     let mut bad = good.clone();
     bad[5] = 1;
-    assert!(err(&bad).contains("unsupported protocol version 1 (this side speaks 2)"));
+    assert!(err(&bad).contains("unsupported protocol version 1 (this side speaks 3)"));
     assert_eq!(
         header(&bad).unwrap().version,
         1,
@@ -456,7 +456,7 @@ fn msg() -> impl Strategy<Value = Msg> {
         any::<i64>(),
         0..1_000_000_000u32,
         (any::<u32>(), prop::sample::select(Algo::ALL.to_vec())),
-        any::<[bool; 5]>(),
+        any::<[bool; 6]>(),
         any::<Option<Digest>>(),
         any::<Option<Digest>>(),
     )
@@ -484,7 +484,11 @@ fn msg() -> impl Strategy<Value = Msg> {
                     kind,
                     name,
                     target,
-                    size: if file { size } else { 0 },
+                    size: match (file, f[5]) {
+                        (false, _) => 0,
+                        (true, false) => size,
+                        (true, true) => size % (INLINE_MAX + 1),
+                    },
                     mode,
                     mtime_sec: s,
                     mtime_nsec: ns,
@@ -496,6 +500,7 @@ fn msg() -> impl Strategy<Value = Msg> {
                         last: f[2],
                         ignore_existing: f[3],
                         update: f[4],
+                        inline: f[5] && file,
                     },
                     checksum: sum.filter(|_| file),
                     auth,
@@ -545,7 +550,93 @@ fn msg() -> impl Strategy<Value = Msg> {
             .prop_map(|(reason, message)| Msg::Err { reason, message }),
         Just(Msg::Done),
         skip,
+        Just(Msg::Want),
+        data(),
     ]
+}
+
+fn data() -> impl Strategy<Value = Msg> {
+    (
+        0..INLINE_MAX,
+        any::<Option<Digest>>(),
+        any::<bool>(),
+        prop::collection::vec(any::<u8>(), 0..=PIECE_MAX),
+    )
+        .prop_map(|(offset, hash, abandon, bytes)| {
+            Msg::Data(if abandon {
+                Data {
+                    offset,
+                    hash: None,
+                    abandon,
+                    bytes: Vec::new(),
+                }
+            } else {
+                Data {
+                    offset,
+                    hash,
+                    abandon,
+                    bytes,
+                }
+            })
+        })
+}
+
+#[test]
+fn want_and_data_layout() {
+    exact(Msg::Want, hdr(16, 0));
+    let mut b = hdr(17, 2 + 8 + 4 + 32 + 3);
+    b.extend_from_slice(&[0, 1]); // last
+    b.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0x20, 0]);
+    b.extend_from_slice(&[0, 0, 0, 3]);
+    b.extend_from_slice(&[7; 32]);
+    b.extend_from_slice(b"abc");
+    let d = Data {
+        offset: 0x2000,
+        hash: Some([7; 32]),
+        abandon: false,
+        bytes: b"abc".to_vec(),
+    };
+    exact(Msg::Data(d.clone()), b.clone());
+    // The largest piece fits a control message.
+    let big = Data {
+        bytes: vec![1; PIECE_MAX],
+        ..d.clone()
+    };
+    assert_eq!(encode(&Msg::Data(big)).len(), MAX_MSG_LEN);
+    // A digest only in the last piece; an abandoning piece is empty and not last.
+    let mut x = b.clone();
+    x[HEADER_LEN + 1] = 0;
+    assert!(
+        err(&x).contains("other than the last carries a digest"),
+        "{}",
+        err(&x)
+    );
+    let mut x = b.clone();
+    x[HEADER_LEN + 1] = 3;
+    assert!(err(&x).contains("abandoning"), "{}", err(&x));
+    let mut x = b.clone();
+    x[HEADER_LEN + 1] = 4;
+    assert!(err(&x).contains("unknown flag"), "{}", err(&x));
+    // Offsets and lengths past the inline limit.
+    let mut x = b.clone();
+    x[HEADER_LEN + 2..HEADER_LEN + 10].copy_from_slice(&INLINE_MAX.to_be_bytes());
+    assert!(err(&x).contains("beyond the inline limit"), "{}", err(&x));
+    let mut x = b.clone();
+    x[HEADER_LEN + 10..HEADER_LEN + 14].copy_from_slice(&(PIECE_MAX as u32 + 1).to_be_bytes());
+    assert!(err(&x).contains("exceeds the maximum"), "{}", err(&x));
+    // An inline HELLO is a file of at most INLINE_MAX bytes.
+    let mut h = hello();
+    h.flags.inline = true;
+    h.size = INLINE_MAX;
+    assert_eq!(
+        decode(&encode(&Msg::Hello(h.clone()))).unwrap(),
+        Msg::Hello(h.clone())
+    );
+    h.size = INLINE_MAX + 1;
+    assert!(err(&encode(&Msg::Hello(h.clone()))).contains("inline"));
+    h.size = 0;
+    h.kind = EntryKind::Dir;
+    assert!(err(&encode(&Msg::Hello(h))).contains("inline dir"));
 }
 
 proptest! {
@@ -571,7 +662,7 @@ proptest! {
 
     /// Arbitrary bytes never panic; bytes behind a valid header reach the body decoders.
     #[test]
-    fn arbitrary_bytes_never_panic(kind in 0..13u16, body in prop::collection::vec(any::<u8>(), 0..200), raw in prop::collection::vec(any::<u8>(), 0..64)) {
+    fn arbitrary_bytes_never_panic(kind in 0..19u16, body in prop::collection::vec(any::<u8>(), 0..200), raw in prop::collection::vec(any::<u8>(), 0..64)) {
         let _ = decode(&raw);
         let mut b = hdr(kind, body.len() as u32);
         b.extend_from_slice(&body);

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
 use crate::xfer::file::ctl::{detail, reason_of, send_err, send_msg, PEER_REPORTS};
-use crate::xfer::file::names::{self, RelPath};
+use crate::xfer::file::names::{self, DirCache, RelPath};
 use crate::xfer::file::options::{ReceiverOptions, MIN_CHUNK};
 use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, SkipWhy};
 use crate::xfer::file::report::{FileReport, SessionReport};
@@ -63,6 +63,33 @@ pub(super) enum Opened {
 /// The checks before anything is exposed: chunk size, what exists (the policy), then the
 /// sink's (size limit, free space).
 pub(super) fn open_sink(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Result<Opened> {
+    let dirs = &mut DirCache::default();
+    match plan_file(opts, dirs, rel, h)? {
+        Planned::Write { replace } => {
+            let resume = opts.resume && h.flags.resume;
+            let mut sink = make_sink(opts, dirs, rel, h, replace, resume)?;
+            sink.set_keep_on_abort(opts.resume);
+            Ok(Opened::Sink(Box::new(sink)))
+        }
+        Planned::Skip(why, message) => Ok(Opened::Skip(why, message)),
+    }
+}
+
+/// What the receiver does with a file's HELLO, by the policy.
+pub(super) enum Planned {
+    /// Write it (replacing what is there, if `replace`).
+    Write { replace: bool },
+    /// Nothing to do.
+    Skip(SkipWhy, String),
+}
+
+/// The checks of a file's HELLO before anything is made: chunk size, then what exists.
+pub(super) fn plan_file(
+    opts: &ReceiverOptions,
+    dirs: &mut DirCache,
+    rel: &RelPath,
+    h: &Hello,
+) -> Result<Planned> {
     if h.chunk_size < MIN_CHUNK {
         return Err(Error::refused(
             Reason::Protocol,
@@ -72,28 +99,39 @@ pub(super) fn open_sink(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Res
             ),
         ));
     }
-    let existing = entry::inspect_file(&opts.out_dir, rel, h)?;
-    let replace = match entry::decide(existing, h, opts.force)? {
-        Decision::Write { replace } => replace,
-        Decision::Skip(why, message) => return Ok(Opened::Skip(why, message)),
+    let existing = entry::inspect_file_in(dirs, &opts.out_dir, rel, h)?;
+    match entry::decide(existing, h, opts.force)? {
+        Decision::Write { replace } => Ok(Planned::Write { replace }),
+        Decision::Skip(why, message) => Ok(Planned::Skip(why, message)),
         Decision::Refuse(_) => unreachable!("entry::decide returns refusals as errors"),
-    };
+    }
+}
+
+/// The sink of a file planned to be written ([`plan_file`]): its size limit and free space
+/// checked, its temporary file made.
+pub(super) fn make_sink(
+    opts: &ReceiverOptions,
+    dirs: &mut DirCache,
+    rel: &RelPath,
+    h: &Hello,
+    replace: bool,
+    resume: bool,
+) -> Result<Sink> {
     let mtime = (h.mtime_sec >= 0)
         .then(|| SystemTime::UNIX_EPOCH + Duration::new(h.mtime_sec as u64, h.mtime_nsec));
-    let mut sink = Sink::create(
+    Sink::create_in(
+        dirs,
         &opts.out_dir,
         rel,
         h.size,
         SinkOptions {
             force: replace,
-            resume: opts.resume && h.flags.resume,
+            resume,
             max_size: opts.max_size,
             mode: Some(h.mode),
             mtime,
         },
-    )?;
-    sink.set_keep_on_abort(opts.resume);
-    Ok(Opened::Sink(Box::new(sink)))
+    )
 }
 
 /// A directory or symlink entry: made, skipped or refused, without data.

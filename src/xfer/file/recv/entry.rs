@@ -84,7 +84,17 @@ pub fn check_link_target(rel: &RelPath, target: &str) -> Result<()> {
 /// refused. A regular file is the same when size and mtime match, or with `h.checksum` when
 /// size and BLAKE3 match; anything else there (a symlink, a special file) differs.
 pub fn inspect_file(out_dir: &Path, rel: &RelPath, h: &Hello) -> Result<Option<Existing>> {
-    let (dir, missing) = names::walk_existing(out_dir, rel)?;
+    inspect_file_in(&mut names::DirCache::default(), out_dir, rel, h)
+}
+
+/// [`inspect_file`], walking through `dirs`.
+pub fn inspect_file_in(
+    dirs: &mut names::DirCache,
+    out_dir: &Path,
+    rel: &RelPath,
+    h: &Hello,
+) -> Result<Option<Existing>> {
+    let (dir, missing) = dirs.walk(out_dir, rel)?;
     if !missing.is_empty() {
         return Ok(None);
     }

@@ -7,7 +7,7 @@
 //! shares the memory of several sessions. Nothing here imports the sender (`super::send`).
 //!
 //! The session files, in the order each imports only those before it: `core`, `data`,
-//! `answer`, `file`, `stripe`, `session`. `core` is the protocol without I/O: what each
+//! `answer`, `file`, `inline` (small files in DATA, several in flight), `stripe`, `session`. `core` is the protocol without I/O: what each
 //! arrival of a part (data chunk, DIGESTS, FIN) means.
 
 mod answer;
@@ -16,6 +16,7 @@ pub mod core;
 mod data;
 pub mod entry;
 mod file;
+mod inline;
 mod joint;
 pub mod partial;
 mod policy;

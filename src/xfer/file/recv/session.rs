@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::answer::{check_auth, tell_peer};
 use super::data::StagingRing;
 use super::file::{receive_file, SessionState};
+use super::inline::Inline;
 use super::joint::{Joint, StreamRegistry};
 use super::ring_budget::RingLease;
 use super::stripe;
@@ -14,7 +15,7 @@ use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::Budget;
 use crate::xfer::file::ctl::{detail, peer_err, reason_of, recv_ctl, send_err, send_msg};
 use crate::xfer::file::options::ReceiverOptions;
-use crate::xfer::file::proto::{self, Msg, Reason, Session, Stripe};
+use crate::xfer::file::proto::{self, EntryKind, Msg, Reason, Session, Stripe};
 use crate::xfer::file::report::{Progress, SessionReport};
 
 /// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
@@ -106,8 +107,13 @@ fn receive_session(
     )?;
     let mut joint: Option<Arc<Joint>> = None;
     let mut stripe: Option<Stripe> = None;
+    let mut inline = Inline::default();
+    let mut last = false;
     let mut first = true;
     loop {
+        if last && inline.is_idle() {
+            return Ok(());
+        }
         let msg = match st.budget.wait(ep, recv_ctl) {
             Ok(m) => m,
             Err(e) if e.reason() == Some(Reason::Budget) => return Err(e),
@@ -172,6 +178,39 @@ fn receive_session(
                 joint = Some(j);
             }
             Msg::Stripe(s) if joint.is_some() && stripe.is_none() => stripe = Some(s),
+            Msg::Hello(h) if h.flags.inline && stripe.is_none() => {
+                last = h.flags.last;
+                let before = report.file_count();
+                let r = inline.on_hello(ep, opts, st, report, &nonce, h);
+                report.announce_since(before, progress);
+                r.map_err(|e| protocol_end(ep, e))?;
+            }
+            Msg::Data(d) => {
+                let before = report.file_count();
+                let r = inline.on_data(ep, opts, st, report, d);
+                report.announce_since(before, progress);
+                r.map_err(|e| protocol_end(ep, e))?;
+            }
+            Msg::Done if !inline.is_idle() => {
+                let e = Error::Protocol(format!(
+                    "DONE while {} inline files answered WANT have no data",
+                    inline.waiting()
+                ));
+                send_err(ep, Reason::Protocol, &e);
+                return Err(e);
+            }
+            // Directories and symlinks may be in flight with inline files; a file through the
+            // ring comes when nothing is.
+            Msg::Hello(h) if !inline.is_idle() && h.kind == EntryKind::File => {
+                let e = Error::Protocol(format!(
+                    "HELLO of {:?} through the ring while {} inline files answered WANT have \
+                     no data",
+                    h.name,
+                    inline.waiting()
+                ));
+                send_err(ep, Reason::Protocol, &e);
+                return Err(e);
+            }
             Msg::Hello(h) => {
                 let last = h.flags.last;
                 let before = report.file_count();
@@ -201,6 +240,15 @@ fn receive_session(
             }
         }
     }
+}
+
+/// A protocol violation ends the session with ERR (budget and connection errors are told
+/// elsewhere, or cannot be); returns `e`.
+fn protocol_end(ep: &mut Endpoint, e: Error) -> Error {
+    if matches!(e, Error::Protocol(_)) {
+        send_err(ep, Reason::Protocol, &e);
+    }
+    e
 }
 
 /// Refuses the session (REFUSE with the error's reason, best effort) and returns the error.

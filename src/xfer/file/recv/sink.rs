@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use super::cleanup::{self, Leftovers, Registered};
 use crate::xfer::file::digest::{self, Algo, ChunkDigest, Chunks, Layout};
-use crate::xfer::file::names::{self, ConfinedDir, RelPath};
+use crate::xfer::file::names::{self, ConfinedDir, DirCache, RelPath};
 use crate::xfer::file::proto::{Digest, Reason};
 use crate::{Error, Result};
 
@@ -73,6 +73,17 @@ impl Sink {
     /// ([`Reason::NoSpace`]); then creates missing parent directories and the temporary file.
     /// With `resume`, an existing temporary file of at most `size` bytes is continued.
     pub fn create(out_dir: &Path, rel: &RelPath, size: u64, opts: SinkOptions) -> Result<Sink> {
+        Sink::create_in(&mut DirCache::default(), out_dir, rel, size, opts)
+    }
+
+    /// [`create`](Sink::create), walking through `dirs`.
+    pub fn create_in(
+        dirs: &mut DirCache,
+        out_dir: &Path,
+        rel: &RelPath,
+        size: u64,
+        opts: SinkOptions,
+    ) -> Result<Sink> {
         if let Some(max) = opts.max_size {
             if size > max {
                 return Err(Error::refused(
@@ -81,7 +92,7 @@ impl Sink {
                 ));
             }
         }
-        let (dir, missing) = names::walk_existing(out_dir, rel)?;
+        let (dir, missing) = dirs.walk(out_dir, rel)?;
         let final_name = rel.file_name().to_string();
         let temp_name = rel.temp_name();
         let mut previous = None;
@@ -138,10 +149,21 @@ impl Sink {
             let file = match previous {
                 Some(file) => file,
                 None => {
-                    dir.remove(&temp_name)?;
-                    // A striped file's state describes the temporary file just removed.
-                    dir.remove(&rel.stripes_name())?;
-                    dir.open_file(&temp_name, true)?
+                    // Without resume, a new temporary file at once when none is there (then
+                    // no striped file's state can describe it: the commit removes any).
+                    let fresh = match opts.resume {
+                        true => None,
+                        false => dir.create_new(&temp_name)?,
+                    };
+                    match fresh {
+                        Some(file) => file,
+                        None => {
+                            dir.remove(&temp_name)?;
+                            // A striped file's state describes the temporary file just removed.
+                            dir.remove(&rel.stripes_name())?;
+                            dir.open_file(&temp_name, true)?
+                        }
+                    }
                 }
             };
             Ok((reg_dir, file))
@@ -317,6 +339,20 @@ impl Sink {
         self.finished = true;
         let r = self.try_commit(expected);
         self.removed_on_failure(r)
+    }
+
+    /// [`commit`](Sink::commit) of a file of at most one chunk whose digest the sender sent
+    /// with its data (inline, no DIGESTS): `expected`, the file digest, covers that chunk.
+    pub fn commit_small(mut self, expected: &Digest) -> Result<Digest> {
+        let chunks = self.started()?.layout().chunks();
+        if chunks > 1 {
+            return Err(Error::Protocol(format!(
+                "{}: a file of {chunks} chunks sent without their digests",
+                self.final_name
+            )));
+        }
+        self.theirs = chunks;
+        self.commit(expected)
     }
 
     /// Striped receipt (`recv::stripe`, never [`start`](Sink::start)ed): another handle on

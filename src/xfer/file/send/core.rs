@@ -12,6 +12,8 @@ use crate::xfer::file::proto::{self, Imm, Msg, Reason, RingGrant};
 pub enum Answer {
     /// MR: the ring to write the file's data into (see [`check_grant`]).
     Ring(RingGrant),
+    /// WANT: send the inline file's data (DATA).
+    Want,
     /// ACK(ok): a directory or symlink was made.
     Made,
     /// SKIP: nothing to send; the receiver's reason.
@@ -28,17 +30,30 @@ pub enum Answer {
     },
 }
 
+/// What a HELLO announced, which decides the answers it may get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Asked {
+    /// A file through the staging ring: MR, SKIP or REFUSE.
+    File,
+    /// A file inline: WANT, SKIP or REFUSE.
+    Inline,
+    /// A directory or symlink: ACK, SKIP or REFUSE.
+    Entry,
+}
+
 impl Answer {
-    /// `msg` as the answer to a HELLO of a file (`file`) or of a directory or symlink. An ERR
-    /// or a message that answers nothing is an error.
-    pub fn of(msg: Msg, file: bool) -> Result<Answer> {
-        match (msg, file) {
-            (Msg::Mr(g), true) => Ok(Answer::Ring(g)),
+    /// `msg` as the answer to a HELLO of what `asked` says. An ERR or a message that answers
+    /// nothing is an error.
+    pub fn of(msg: Msg, asked: Asked) -> Result<Answer> {
+        match (msg, asked) {
+            (Msg::Mr(g), Asked::File) => Ok(Answer::Ring(g)),
+            (Msg::Want, Asked::Inline) => Ok(Answer::Want),
             (
                 Msg::Ack {
                     status: Reason::Ok, ..
                 },
-                false,
+                Asked::Entry,
             ) => Ok(Answer::Made),
             (Msg::Skip { message, .. }, _) => Ok(Answer::Skipped(message)),
             (Msg::Refuse { reason, message }, _) => Ok(Answer::Refused {
@@ -47,13 +62,27 @@ impl Answer {
                 fatal: matches!(reason, Reason::AuthFailed | Reason::Version),
             }),
             (Msg::Err { reason, message }, _) => Err(peer_err(reason, &message)),
-            (other, true) => Err(Error::Protocol(format!(
-                "expected MR, SKIP or REFUSE, got {other:?}"
-            ))),
-            (other, false) => Err(Error::Protocol(format!(
-                "expected ACK, SKIP or REFUSE, got {other:?}"
-            ))),
+            (other, asked) => {
+                let first = match asked {
+                    Asked::File => "MR",
+                    Asked::Inline => "WANT",
+                    Asked::Entry => "ACK",
+                };
+                Err(Error::Protocol(format!(
+                    "expected {first}, SKIP or REFUSE, got {}",
+                    brief(&other)
+                )))
+            }
         }
+    }
+}
+
+/// `msg` for an error: its debug form, cut short (a DATA's bytes are no help).
+fn brief(msg: &Msg) -> String {
+    let s = format!("{msg:?}");
+    match s.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
     }
 }
 

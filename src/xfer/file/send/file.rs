@@ -4,7 +4,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use super::core::{check_grant, Answer, ChunkPlan, Verdict};
+use super::core::{check_grant, Answer, Asked, ChunkPlan, Verdict};
 use super::data::{
     named_by_peer, send_data, send_digests, ChunkSource, DataTarget, Pacer, PHASE_TARGET as PHASE,
 };
@@ -189,7 +189,7 @@ pub(super) fn send_file(
     let part_len = stripe.map_or(size, |s| s.stripe.len);
     let answer = answer_and_ring(ep, ring, opts, part_len, session)?;
     moved(session, 1);
-    let mr = match Answer::of(answer, true)? {
+    let mr = match Answer::of(answer, Asked::File)? {
         Answer::Ring(g) => g,
         Answer::Skipped(message) => {
             let f = FileReport::skipped(name, "file", size, &message);
@@ -206,10 +206,10 @@ pub(super) fn send_file(
             part.record(report, f, true, None);
             return if fatal { Err(err) } else { Ok(()) };
         }
-        // Not an answer to a file's HELLO (`Answer::of` refuses it already).
-        Answer::Made => {
+        // Not answers to a file's HELLO (`Answer::of` refuses them already).
+        Answer::Made | Answer::Want => {
             return Err(Error::Protocol(
-                "expected MR, SKIP or REFUSE, got ACK".into(),
+                "expected MR, SKIP or REFUSE, got ACK or WANT".into(),
             ))
         }
     };
@@ -284,7 +284,8 @@ pub(super) fn send_file(
         plan: ChunkPlan::new(&mr, reading.size(), reading.first_chunk()),
         // The test hooks name chunks of the file: a stripe's own chunks count from its offset.
         faults: Faults::for_part(
-            opts.corrupt_chunk,
+            opts.corrupt_chunk
+                .filter(|_| opts.corrupt_name.as_deref().is_none_or(|n| n == name)),
             opts.replay_chunk,
             stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
         ),

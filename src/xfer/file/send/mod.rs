@@ -5,7 +5,8 @@
 //! receiver (`super::recv`).
 //!
 //! The files, in the order each imports only those before it: `filter` (`--exclude`,
-//! `--include`), `source`, `core`, `data`, `part`, `file`, `session`, `streams`. `core` is the
+//! `--include`), `source`, `core`, `data`, `part`, `file`, `pipe` (directories, symlinks and
+//! small files in flight), `session`, `streams`. `core` is the
 //! protocol without I/O: what the receiver's answers mean and where each chunk goes.
 
 pub mod core;
@@ -13,6 +14,7 @@ mod data;
 mod file;
 pub mod filter;
 mod part;
+mod pipe;
 mod session;
 pub mod source;
 mod streams;

@@ -1,18 +1,16 @@
-//! One stream's session: CHALLENGE, then each entry's HELLO and verdict, then DONE.
+//! One stream's session: CHALLENGE, then each entry's HELLO and verdict (several in flight:
+//! `pipe`), then DONE.
 
-use std::os::unix::fs::MetadataExt;
-
-use super::core::Answer;
 use super::data::{named_by_peer, PHASE_TARGET as PHASE};
 use super::file::{send_file, StreamState};
 use super::part::Part;
+use super::pipe::Pipe;
 use super::source::{SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::budget::wait_on;
 use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
 use crate::xfer::file::options::SenderOptions;
-use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason};
+use crate::xfer::file::proto::{Digest, Msg, Reason};
 use crate::xfer::file::report::{FileReport, Progress, SessionReport};
 
 /// Sends `entries` (from [`source::walk`](crate::xfer::file::source::walk)) on `ep`, one after
@@ -55,23 +53,36 @@ pub(super) fn send_entries(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     let mut st = StreamState::new(opts, *nonce);
+    let mut pipe = Pipe::new(ep);
     for e in entries {
-        send_entry(ep, &mut st, e, Part::Whole, report, progress)?;
+        send_entry(ep, &mut st, &mut pipe, e, Part::Whole, report, progress)?;
     }
-    send_done(ep);
+    finish(ep, &st, &mut pipe, report, progress)?;
     report.result("delivered")
 }
 
 /// Sends one entry (or one stripe of a file entry, a job of one stream of several) and tells
-/// `progress` its verdict (a striped file's with its last stripe).
+/// `progress` its verdict (a striped file's with its last stripe). Directories, symlinks and
+/// small files go through `pipe` (their verdicts may come while later entries are sent, and are
+/// recorded in the order of the entries); anything else waits for what is in flight first.
 pub(super) fn send_entry(
     ep: &mut Endpoint,
     st: &mut StreamState<'_>,
+    pipe: &mut Pipe,
     e: &SourceEntry,
     part: Part<'_>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
+    if matches!(part, Part::Whole) {
+        match pipe.offer(ep, st, e, report, progress) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(err) => return Err(named_by_peer(ep, err)),
+        }
+    }
+    pipe.drain(ep, st, report, progress)
+        .map_err(|err| named_by_peer(ep, err))?;
     let before = report.file_count();
     let r = match (part, &e.kind) {
         (Part::Whole, SourceKind::Skipped(why)) => {
@@ -82,23 +93,29 @@ pub(super) fn send_entry(
             report.push(FileReport::failed(shown, 0, Reason::BadName, why.clone()));
             Ok(())
         }
-        (Part::Whole, SourceKind::Dir) => {
-            send_entry_without_data(ep, st, e, EntryKind::Dir, report)
-        }
-        (Part::Whole, SourceKind::Symlink(_)) => {
-            send_entry_without_data(ep, st, e, EntryKind::Symlink, report)
-        }
-        (Part::Stripe(_), _) | (Part::Whole, SourceKind::File) => {
-            send_file(ep, st, e, part, report, progress)
-        }
+        _ => send_file(ep, st, e, part, report, progress),
     }
     .map_err(|err| named_by_peer(ep, err));
     report.announce_since(before, progress);
     r
 }
 
+/// Takes what is in flight, then ends the session with DONE.
+pub(super) fn finish(
+    ep: &mut Endpoint,
+    st: &StreamState<'_>,
+    pipe: &mut Pipe,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    pipe.drain(ep, st, report, progress)
+        .map_err(|err| named_by_peer(ep, err))?;
+    send_done(ep);
+    Ok(())
+}
+
 /// Ends the session with DONE.
-pub(super) fn send_done(ep: &mut Endpoint) {
+fn send_done(ep: &mut Endpoint) {
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
     // failure to see DONE acknowledged does not undo what was delivered.
@@ -106,74 +123,4 @@ pub(super) fn send_done(ep: &mut Endpoint) {
         tracing::debug!("DONE not acknowledged ({e}); every file already has its verdict");
     }
     tracing::debug!(target: PHASE, "DONE sent");
-}
-
-/// A directory or a symlink (`kind`): HELLO and the receiver's answer.
-fn send_entry_without_data(
-    ep: &mut Endpoint,
-    st: &mut StreamState<'_>,
-    e: &SourceEntry,
-    kind: EntryKind,
-    report: &mut SessionReport,
-) -> Result<()> {
-    let name = e.name.as_str();
-    let target = match &e.kind {
-        SourceKind::Symlink(t) => t.clone(),
-        _ => String::new(),
-    };
-    let (opts, session) = (st.opts, st.session);
-    let meta = match std::fs::symlink_metadata(&e.path) {
-        Ok(m) => m,
-        Err(err) => {
-            let err = Error::refused(Reason::ReadError, format!("{}: {err}", e.path.display()));
-            report.push(
-                FileReport::failed(name, 0, Reason::ReadError, err.to_string()).of_kind(kind),
-            );
-            return Ok(());
-        }
-    };
-    let hello = Hello {
-        version: proto::VERSION,
-        kind,
-        name: name.to_string(),
-        target,
-        size: 0,
-        mode: meta.mode() & 0o7777,
-        mtime_sec: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
-        chunk_size: opts.chunk,
-        verify: opts.verify,
-        flags: opts.hello_flags(),
-        checksum: None,
-        auth: opts
-            .token
-            .as_ref()
-            .map(|t| proto::auth_answer(t, &st.nonce)),
-    };
-    let hello = Msg::Hello(hello);
-    wait_on(ep, session, |ep| send_msg(ep, &hello))?;
-    match Answer::of(wait_on(ep, session, recv_ctl)?, false)? {
-        Answer::Made => report.push(FileReport::made(name, kind)),
-        Answer::Skipped(message) => {
-            report.push(FileReport::skipped(name, kind.as_str(), 0, &message))
-        }
-        Answer::Refused {
-            reason,
-            message,
-            fatal,
-        } => {
-            let err = peer_err(reason, &message);
-            report.push_refused(FileReport::failed(name, 0, reason, message).of_kind(kind));
-            if fatal {
-                return Err(err);
-            }
-        }
-        // Not an answer to a directory's or symlink's HELLO (`Answer::of` refuses it already).
-        Answer::Ring(_) => {
-            return Err(Error::Protocol(
-                "expected ACK, SKIP or REFUSE, got MR".into(),
-            ))
-        }
-    }
-    Ok(())
 }

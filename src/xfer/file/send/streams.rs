@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::data::{Pacer, PHASE_TARGET as PHASE};
 use super::file::StreamState;
 use super::part::{FileTrack, Part, StripeJob};
-use super::session::{challenge, send_done, send_entries, send_entry};
+use super::pipe::Pipe;
+use super::session::{challenge, finish, send_entries, send_entry};
 use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
@@ -132,6 +133,8 @@ fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job>
 enum Event {
     Start(usize),
     Bytes(usize, u16, u64),
+    /// Bytes of a small file sent whole while a later job was being sent.
+    Small(String, u64),
     Done(FileReport),
 }
 
@@ -339,6 +342,7 @@ fn work(
     st.pace = opts
         .bwlimit
         .map(|r| Pacer::new(r / u64::from(queue.streams.max(1))));
+    let mut pipe = Pipe::new(ep);
     let res = (|| {
         while let Some(job) = queue.next(me) {
             let (i, stripe) = match job {
@@ -349,6 +353,11 @@ fn work(
             let mut events = |p: Progress<'_>| {
                 let ev = match p {
                     Progress::FileStart { .. } => Event::Start(i),
+                    Progress::Bytes {
+                        name, file_done, ..
+                    } if name != entries[i].name.as_str() => {
+                        Event::Small(name.to_string(), file_done)
+                    }
                     Progress::Bytes { file_done, .. } => Event::Bytes(i, index, file_done),
                     Progress::FileDone(f) => Event::Done(f.clone()),
                     _ => return,
@@ -356,10 +365,26 @@ fn work(
                 let _ = tx.send(ev);
             };
             let part = stripe.as_ref().map_or(Part::Whole, Part::Stripe);
-            send_entry(ep, &mut st, &entries[i], part, &mut report, &mut events)?;
+            send_entry(
+                ep,
+                &mut st,
+                &mut pipe,
+                &entries[i],
+                part,
+                &mut report,
+                &mut events,
+            )?;
         }
-        send_done(ep);
-        Ok(())
+        finish(ep, &st, &mut pipe, &mut report, &mut |p| {
+            let ev = match p {
+                Progress::Bytes {
+                    name, file_done, ..
+                } => Event::Small(name.to_string(), file_done),
+                Progress::FileDone(f) => Event::Done(f.clone()),
+                _ => return,
+            };
+            let _ = tx.send(ev);
+        })
     })();
     if res.is_err() {
         // The other streams finish the queue; what this one held is not retried.
@@ -405,6 +430,14 @@ fn relay(
                 progress(Progress::Bytes {
                     name: entries[i].name.as_str(),
                     file_done,
+                    total_done: total,
+                });
+            }
+            Event::Small(name, n) => {
+                total += n;
+                progress(Progress::Bytes {
+                    name: &name,
+                    file_done: n,
                     total_done: total,
                 });
             }

@@ -1,0 +1,467 @@
+//! Entries in flight on one stream: directories, symlinks and small files (inline, at most
+//! [`proto::INLINE_MAX`] bytes and one chunk) are announced without waiting for each answer.
+//! Up to a window of them have their answer outstanding: at most [`proto::MAX_IN_FLIGHT`], and
+//! fewer than the receives this endpoint keeps posted, so the receiver's answers never wait for
+//! a credit while this side sends. Answers come in the order of what asked for them; a WANT is
+//! answered at once with the file's DATA, whose verdict (ACK) then joins the queue. Verdicts
+//! are recorded (and told to `progress`) in the order of the entries, whatever order they come
+//! in. A file through the staging ring, a stripe and DONE come after [`Pipe::drain`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+
+use super::core::{Answer, Asked, Verdict};
+use super::file::StreamState;
+use super::source::{self, read_err, SourceEntry, SourceKind};
+use crate::error::{Error, Result};
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::budget::{moved, wait_on};
+use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::digest::{self, Layout};
+use crate::xfer::file::names;
+use crate::xfer::file::proto::{self, Data, Digest, EntryKind, Hello, Msg, Reason};
+use crate::xfer::file::report::{FileReport, Progress, SessionReport};
+
+/// A stream's entries whose answer has not come yet.
+pub(super) struct Pipe {
+    /// What each outstanding answer is for, with its entry's number.
+    waiting: VecDeque<(u64, Awaited)>,
+    window: usize,
+    /// The next entry's number.
+    next: u64,
+    /// The number of the first entry not yet recorded.
+    first_unrecorded: u64,
+    /// Verdicts of entries after it, held until it is recorded: `(report, refused)`.
+    held: BTreeMap<u64, (FileReport, bool)>,
+}
+
+/// What an outstanding answer is for.
+enum Awaited {
+    /// A directory's or symlink's HELLO: ACK, SKIP or REFUSE.
+    Entry { name: String, kind: EntryKind },
+    /// An inline file's HELLO: WANT, SKIP or REFUSE.
+    Hello(Box<Small>),
+    /// An inline file's DATA: its verdict (ACK). `local`: this side gave up on it (DATA said
+    /// so); the receiver's ACK confirms nothing was committed.
+    Verdict {
+        name: String,
+        size: u64,
+        hash: Digest,
+        layout: Layout,
+        local: Option<Error>,
+    },
+}
+
+/// An inline file announced: open, read when the receiver wants it.
+struct Small {
+    name: String,
+    file: File,
+    path: std::path::PathBuf,
+    size: u64,
+}
+
+/// Whether a file of `size` bytes goes inline with `opts`' chunk size.
+fn inline(size: u64, chunk: u32) -> bool {
+    size <= proto::INLINE_MAX && size <= u64::from(chunk)
+}
+
+/// A HELLO of `name` (`kind`, its mode and mtime from `meta`), size 0 and no target.
+fn hello(st: &StreamState<'_>, name: &str, kind: EntryKind, meta: &Metadata) -> Hello {
+    let opts = st.opts;
+    Hello {
+        version: proto::VERSION,
+        kind,
+        name: name.to_string(),
+        target: String::new(),
+        size: 0,
+        mode: meta.mode() & 0o7777,
+        mtime_sec: meta.mtime(),
+        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        chunk_size: opts.chunk,
+        verify: opts.verify,
+        flags: opts.hello_flags(),
+        checksum: None,
+        auth: opts
+            .token
+            .as_ref()
+            .map(|t| proto::auth_answer(t, &st.nonce)),
+    }
+}
+
+impl Pipe {
+    /// An empty pipe for the stream on `ep`.
+    pub(super) fn new(ep: &Endpoint) -> Pipe {
+        let posted = ep.recv_depth() as usize;
+        Pipe {
+            waiting: VecDeque::new(),
+            window: posted.saturating_sub(1).clamp(1, proto::MAX_IN_FLIGHT),
+            next: 0,
+            first_unrecorded: 0,
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// Whether nothing is in flight or held.
+    fn is_empty(&self) -> bool {
+        self.first_unrecorded == self.next
+    }
+
+    /// Records entry `seq`'s verdict `f` once every earlier entry's is, telling `progress`.
+    fn record(
+        &mut self,
+        seq: u64,
+        f: FileReport,
+        refused: bool,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) {
+        self.held.insert(seq, (f, refused));
+        while let Some((f, refused)) = self.held.remove(&self.first_unrecorded) {
+            progress(Progress::FileDone(&f));
+            if refused {
+                report.push_refused(f);
+            } else {
+                report.push(f);
+            }
+            self.first_unrecorded += 1;
+        }
+    }
+
+    /// Announces `e` if it travels through the pipe (a directory, a symlink, a small file; an
+    /// entry not sent while others are in flight) and returns `true`; `false` for a file that
+    /// goes through the staging ring (after [`drain`](Self::drain)) or an entry not sent. A
+    /// failure to read `e` is recorded in `report`.
+    pub(super) fn offer(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        e: &SourceEntry,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<bool> {
+        let name = e.name.as_str();
+        let (kind, target) = match &e.kind {
+            SourceKind::Dir => (EntryKind::Dir, String::new()),
+            SourceKind::Symlink(t) => (EntryKind::Symlink, t.clone()),
+            SourceKind::File => return self.offer_file(ep, st, e, report, progress),
+            // Not sent: recorded at once, or in its turn after those in flight.
+            _ if self.is_empty() => return Ok(false),
+            SourceKind::Skipped(why) => {
+                let f = FileReport::skipped(name, "other", 0, why);
+                self.record_next(f, report, progress);
+                return Ok(true);
+            }
+            SourceKind::Unsendable { shown, why } => {
+                let f = FileReport::failed(shown, 0, Reason::BadName, why.clone());
+                self.record_next(f, report, progress);
+                return Ok(true);
+            }
+        };
+        let meta = match std::fs::symlink_metadata(&e.path) {
+            Ok(m) => m,
+            Err(err) => {
+                let err = read_err(&e.path, err);
+                let f =
+                    FileReport::failed(name, 0, Reason::ReadError, err.to_string()).of_kind(kind);
+                self.record_next(f, report, progress);
+                return Ok(true);
+            }
+        };
+        let mut h = hello(st, name, kind, &meta);
+        h.target = target;
+        let awaited = Awaited::Entry {
+            name: name.to_string(),
+            kind,
+        };
+        self.announce(ep, st, h, awaited, report, progress)?;
+        Ok(true)
+    }
+
+    /// Records the verdict of an entry that sends nothing, in its turn.
+    fn record_next(
+        &mut self,
+        f: FileReport,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) {
+        let seq = self.next;
+        self.next += 1;
+        self.record(seq, f, false, report, progress);
+    }
+
+    /// A regular file: announced inline if small, else `false`.
+    fn offer_file(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        e: &SourceEntry,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<bool> {
+        let opened = File::open(&e.path).and_then(|f| f.metadata().map(|m| (f, m)));
+        let (file, meta) = match opened {
+            Ok((f, m)) if m.is_file() && inline(m.len(), st.opts.chunk) => (f, m),
+            // Large, or not readable: the ring's path opens it again and reports what fails.
+            _ => return Ok(false),
+        };
+        let name = e.name.as_str();
+        let size = meta.len();
+        let mut h = hello(st, name, EntryKind::File, &meta);
+        h.size = size;
+        h.flags.inline = true;
+        if st.opts.checksum {
+            h.checksum = match source::hash_file(&e.path) {
+                Ok(c) => Some(c),
+                Err(err) => {
+                    let f = FileReport::failed(name, size, Reason::ReadError, err.to_string());
+                    self.record_next(f, report, progress);
+                    return Ok(true);
+                }
+            };
+        }
+        progress(Progress::FileStart { name, size });
+        let small = Small {
+            name: name.to_string(),
+            file,
+            path: e.path.clone(),
+            size,
+        };
+        self.announce(ep, st, h, Awaited::Hello(Box::new(small)), report, progress)?;
+        Ok(true)
+    }
+
+    /// Sends `h` once the window has room (taking answers meanwhile).
+    fn announce(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        h: Hello,
+        awaited: Awaited,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        while self.waiting.len() >= self.window {
+            self.take_one(ep, st, report, progress)?;
+        }
+        let msg = Msg::Hello(h);
+        wait_on(ep, st.session, |ep| send_msg(ep, &msg))?;
+        self.waiting.push_back((self.next, awaited));
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Takes every outstanding answer.
+    pub(super) fn drain(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        while !self.waiting.is_empty() {
+            self.take_one(ep, st, report, progress)?;
+        }
+        debug_assert!(self.held.is_empty());
+        Ok(())
+    }
+
+    /// Takes the next answer and records what it says (a WANT: the file's DATA goes out).
+    fn take_one(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        let msg = wait_on(ep, st.session, recv_ctl)?;
+        moved(st.session, 1);
+        if let Msg::Err { reason, message } = &msg {
+            return Err(peer_err(*reason, message));
+        }
+        let Some((seq, awaited)) = self.waiting.pop_front() else {
+            return Err(Error::Protocol(format!(
+                "the receiver sent {} while nothing was asked",
+                proto_name(&msg)
+            )));
+        };
+        let (f, refused, fatal) = match awaited {
+            Awaited::Entry { name, kind } => match Answer::of(msg, Asked::Entry)? {
+                Answer::Made => (FileReport::made(&name, kind), false, None),
+                other => refused_or_skipped(other, &name, kind, 0)?,
+            },
+            Awaited::Hello(small) => match Answer::of(msg, Asked::Inline)? {
+                Answer::Want => return self.send_small(ep, st, seq, *small, report, progress),
+                other => refused_or_skipped(other, &small.name, EntryKind::File, small.size)?,
+            },
+            Awaited::Verdict {
+                name,
+                size,
+                hash,
+                layout,
+                local,
+            } => {
+                let f = match (Verdict::of(msg)?, local) {
+                    (_, Some(err)) => {
+                        FileReport::failed(&name, size, Reason::ReadError, err.to_string())
+                    }
+                    (Verdict::Delivered, None) => FileReport::ok(&name, size, &hash, &layout),
+                    (Verdict::Failed { status, message }, None) => FileReport::failed(
+                        &name,
+                        size,
+                        status,
+                        format!("the receiver reports: {}", names::printable(&message)),
+                    ),
+                };
+                (f, false, None)
+            }
+        };
+        self.record(seq, f, refused, report, progress);
+        fatal.map_or(Ok(()), Err)
+    }
+
+    /// Reads a wanted inline file and sends it in DATA pieces (or gives it up, if it cannot be
+    /// read as announced); its verdict joins the queue.
+    fn send_small(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        seq: u64,
+        small: Small,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        let opts = st.opts;
+        let Small {
+            name,
+            file,
+            path,
+            size,
+        } = small;
+        let mut data = Vec::with_capacity(size as usize);
+        let read = (&file)
+            .take(size + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| read_err(&path, e))
+            .and_then(|n| {
+                if n as u64 == size {
+                    Ok(())
+                } else {
+                    Err(read_err(
+                        &path,
+                        format_args!("size changed from {size} to {n} while being sent"),
+                    ))
+                }
+            });
+        let chunk = u64::from(opts.chunk);
+        let digested = read.and_then(|()| {
+            let layout = Layout::new(opts.verify, chunk, size)?;
+            Ok((layout, digest::digest_of(opts.verify, chunk, &data)?))
+        });
+        let (layout, hash) = match digested {
+            Ok(x) => x,
+            Err(err) => {
+                let abandon = Msg::Data(Data {
+                    offset: 0,
+                    hash: None,
+                    abandon: true,
+                    bytes: Vec::new(),
+                });
+                wait_on(ep, st.session, |ep| send_msg(ep, &abandon))?;
+                self.waiting.push_back((
+                    seq,
+                    Awaited::Verdict {
+                        name,
+                        size,
+                        hash: [0; 32],
+                        layout: Layout::new(opts.verify, chunk, 0)?,
+                        local: Some(err),
+                    },
+                ));
+                return Ok(());
+            }
+        };
+        // Test hook: the file's only chunk flipped after hashing (the receiver must refuse it).
+        let corrupt =
+            opts.corrupt_chunk == Some(0) && opts.corrupt_name.as_deref().is_none_or(|n| n == name);
+        if let (true, Some(b)) = (corrupt, data.first_mut()) {
+            *b ^= 0xff;
+        }
+        let pieces = data.len().div_ceil(proto::PIECE_MAX).max(1);
+        for i in 0..pieces {
+            let start = i * proto::PIECE_MAX;
+            let end = (start + proto::PIECE_MAX).min(data.len());
+            let piece = Msg::Data(Data {
+                offset: start as u64,
+                hash: (i + 1 == pieces).then_some(hash),
+                abandon: false,
+                bytes: data[start..end].to_vec(),
+            });
+            wait_on(ep, st.session, |ep| send_msg(ep, &piece))?;
+        }
+        report.bytes += size;
+        progress(Progress::Bytes {
+            name: &name,
+            file_done: size,
+            total_done: report.bytes,
+        });
+        self.waiting.push_back((
+            seq,
+            Awaited::Verdict {
+                name,
+                size,
+                hash,
+                layout,
+                local: None,
+            },
+        ));
+        Ok(())
+    }
+}
+
+/// A SKIP or REFUSE of an entry as its report, whether it was refused, and for a fatal
+/// refusal the error that ends the session.
+fn refused_or_skipped(
+    answer: Answer,
+    name: &str,
+    kind: EntryKind,
+    size: u64,
+) -> Result<(FileReport, bool, Option<Error>)> {
+    match answer {
+        Answer::Skipped(message) => Ok((
+            FileReport::skipped(name, kind.as_str(), size, &message),
+            false,
+            None,
+        )),
+        Answer::Refused {
+            reason,
+            message,
+            fatal,
+        } => {
+            let fatal = fatal.then(|| peer_err(reason, &message));
+            Ok((
+                FileReport::failed(name, size, reason, message).of_kind(kind),
+                true,
+                fatal,
+            ))
+        }
+        // `Answer::of` gave only what the question allows; these were taken by the caller.
+        Answer::Made | Answer::Want | Answer::Ring(_) => {
+            Err(Error::Protocol("an answer this entry cannot have".into()))
+        }
+    }
+}
+
+/// The type name of `msg`, for errors.
+fn proto_name(msg: &Msg) -> &'static str {
+    match msg {
+        Msg::Ack { .. } => "ACK",
+        Msg::Want => "WANT",
+        Msg::Skip { .. } => "SKIP",
+        Msg::Refuse { .. } => "REFUSE",
+        Msg::Err { .. } => "ERR",
+        Msg::Mr(_) => "MR",
+        _ => "a message",
+    }
+}
