@@ -84,11 +84,17 @@ rdx() {
   local r="$1" row="$2" dest="$3" src="$4" rp rrc=0
   port=$((port + 1))
   mkdir -p "$dest"
-  "$bin" recv --out "$dest" --listen "$ip" -p "$port" --once --json ${FLAGS:-} \
+  # Peak RSS of each side (KiB), where GNU time is installed.
+  local rs=() ss=()
+  if [[ -x /usr/bin/time ]]; then
+    rs=(/usr/bin/time -f %M -o "$out/$row.$r.recv.rss")
+    ss=(/usr/bin/time -f %M -o "$out/$row.$r.send.rss")
+  fi
+  "${rs[@]}" "$bin" recv --out "$dest" --listen "$ip" -p "$port" --once --json ${FLAGS:-} \
     >"$out/$row.$r.recv.json" 2>"$out/$row.$r.recv.err" &
   rp=$!
   wait_line "$out/$row.$r.recv.err" "$rp" || { fails=$((fails + 1)); return 1; }
-  timed "$r" "$row" "$bin" send "$src" "$ip:$port" -q ${FLAGS:-} || true
+  timed "$r" "$row" "${ss[@]}" "$bin" send "$src" "$ip:$port" -q ${FLAGS:-} || true
   wait "$rp" || rrc=$?
   ((rrc == 0)) || { echo "!! $row round $r: receiver exit $rrc"; tail -n 3 "$out/$row.$r.recv.err"; fails=$((fails + 1)); }
 }
@@ -129,9 +135,9 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 
-python3 - "$tsv" "$files" "$size" "$dirs" "$(nproc)" <<'PY' | tee "$out/tree-summary.txt"
-import collections, statistics, sys
-tsv, files, size, dirs, ncpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+python3 - "$tsv" "$files" "$size" "$dirs" "$(nproc)" "$out" <<'PY' | tee "$out/tree-summary.txt"
+import collections, glob, os, statistics, sys
+tsv, files, size, dirs, ncpu, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 v = collections.defaultdict(dict)
 for line in open(tsv).read().splitlines()[1:]:
     r, row, s = line.split("\t")
@@ -151,6 +157,12 @@ def ratio(a, b, goal):
 ratio("tree", "rsync", "<= 1.0")
 ratio("tree", "one", "<= 2.0")
 ratio("rerun", "rsync-rerun", "<= 1.0")
+for row in ("tree", "rerun", "one"):
+    for side in ("send", "recv"):
+        kib = [int(open(f).read().split()[-1]) for f in glob.glob(f"{out}/{row}.*.{side}.rss")
+               if os.path.getsize(f)]
+        if kib:
+            print(f"peak RSS {row:6} {side}: {max(kib) / 1024:.1f} MiB (max over {len(kib)} rounds)")
 PY
 if ((fails)); then
   echo "!! $fails failures"
