@@ -3,7 +3,7 @@
 //! and its re-run skips every entry; one file corrupted in flight fails alone; a receiver
 //! killed mid-tree is completed by a `--resume` re-run with nothing partial left; a crafted
 //! sender that announces inline files and never sends their data is ended with the receiver's
-//! memory bounded.
+//! memory bounded; a receiver with 3 slots takes small and ring files without stalling.
 
 use std::path::Path;
 use std::time::Duration;
@@ -100,6 +100,28 @@ fn a_tree_of_2000_small_files_arrives_whole_and_its_rerun_skips_everything() {
         (sum("files_skipped"), sum("bytes"), sum("files_failed")),
         (2_003, 0, 0)
     );
+}
+
+/// A receiver granting far fewer credits (`--slots 3`) than the sender's 32 posted receives:
+/// small files in flight (the sender waits for credits with answers arriving: it takes them
+/// meanwhile) and ring files of many more chunks than slots (the receiver owes credits with
+/// nothing to answer: its credit messages go at half its own window, not half the sender's).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_receiver_with_three_slots_takes_small_and_ring_files_without_stalling() {
+    need_rxe0();
+    let port = common::port();
+    let (_tmp, src, out) = dirs();
+    let root = src.join("tree");
+    small_tree(&root, 300);
+    std::fs::write(root.join("two.bin"), pseudo_random(2 << 20, 9)).unwrap();
+    let r = recv(port, &out, &["--once", "--slots", "3", "--timeout", "5"]);
+    let args = ["--chunk", "16K", "--streams", "1", "--timeout", "5"];
+    let s = send(port, &[&root], &args).finish(T);
+    s.ok("send to a receiver with 3 slots");
+    r.finish(T).ok("recv --slots 3");
+    same_tree(&root, &out.join("tree"));
+    assert_eq!(s.one_json()["files_failed"], 0);
 }
 
 #[test]

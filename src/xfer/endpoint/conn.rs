@@ -66,9 +66,15 @@ pub(super) const REPOST_BATCH: u32 = 16;
 /// left in flight or unread the whole window is either released (`< batch`) or re-posted and
 /// owed (`< threshold`, else a credit message goes), which `batch <= own_depth - threshold`
 /// rules out. A batch stays below the threshold: its credits then ride on the next message
-/// (not on a credit message of their own), as a single re-post's do.
+/// (not on a credit message of their own), as a single re-post's do. The threshold is half our
+/// own window: what we owe never exceeds it, so a threshold above it (half of a larger peer
+/// window) would never send the credit message a stalled peer waits for; and at most two credit
+/// messages (each at least half our window) are unread at the peer, as its two spare receives
+/// allow. "Nothing unread" is the protocol's part: a side that waits for a credit while the
+/// peer's messages lie unread can wait for a peer that waits for it (`send::pipe` takes its
+/// answers while it waits to send).
 pub(super) fn credit_flow(peer_depth: u32, own_depth: u32) -> Flow {
-    let threshold = peer_depth.div_ceil(2);
+    let threshold = own_depth.div_ceil(2);
     let batch = own_depth
         .saturating_sub(threshold)
         .min(threshold.saturating_sub(1))

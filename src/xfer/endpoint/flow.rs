@@ -443,8 +443,11 @@ mod tests {
 
     #[test]
     fn credit_threshold_is_half_rounded_up() {
-        for (depth, want) in [(1, 1), (2, 1), (3, 2), (16, 8)] {
-            match credit_flow(depth, depth) {
+        // Our window `depth`, the peer's any other: the threshold follows ours, else a peer
+        // with a larger window (a sender's 64 against a receiver's 16 slots) waits for a
+        // credit message that never comes.
+        for (depth, want, peer) in [(1, 1, 1), (2, 1, 8), (3, 2, 3), (16, 8, 64), (16, 8, 4)] {
+            match credit_flow(peer, depth) {
                 Flow::Credits {
                     credits,
                     threshold,
@@ -452,7 +455,7 @@ mod tests {
                     batch,
                     ..
                 } => {
-                    assert_eq!((credits, threshold, owed), (depth, want, 0));
+                    assert_eq!((credits, threshold, owed), (peer, want, 0));
                     // Both sides out of credits is ruled out (see credit_flow).
                     assert!(batch >= 1 && (batch == 1 || batch + threshold <= depth));
                     assert!(

@@ -8,9 +8,12 @@
 //! happen, and `rnr_retry` is small and finite.
 //! - **Credits** (CM; both ends are rdmaxfer): each side posts `recv_depth + 2` receives and
 //!   grants `recv_depth` credits in the handshake. A message costs one credit. Credits come back
-//!   in the immediate word of every SEND_WITH_IMM ([`wire::encode_imm`]); when half the window
+//!   in the immediate word of every SEND_WITH_IMM ([`wire::encode_imm`]); when half our window
 //!   is owed and nothing is being sent, a zero-length credit message returns it. Credit messages
-//!   take no credit: at most two are ever unread, which the two spare receives absorb.
+//!   take no credit: at most two are ever unread, which the two spare receives absorb. Neither
+//!   side may wait for a credit with the peer's messages unread (the peer may be waiting for
+//!   the credits they hold): a protocol where both sides send at will takes what arrived while
+//!   it waits to send.
 //! - **Request/response** (OOB; the peer may be ibv_rc_pingpong, which knows no credits): one
 //!   message may be outstanding, and each message taken from the peer allows one more. Messages
 //!   are plain SENDs, as ibv_rc_pingpong sends them.

@@ -122,6 +122,23 @@ impl Endpoint {
         Ok(self.user_done.drain(..n).collect())
     }
 
+    /// Waits (at most the timeout) until a message may be sent at once or one has arrived:
+    /// true for the first. A protocol whose peer may itself be waiting for a credit takes what
+    /// came instead of waiting for a credit with messages unread (both would wait).
+    pub(crate) fn wait_send_or_message(&mut self) -> Result<bool> {
+        self.check_usable()?;
+        let mut deadline = self.deadline();
+        loop {
+            if self.can_send_now() {
+                return Ok(true);
+            }
+            if !self.ready.is_empty() {
+                return Ok(false);
+            }
+            self.pump(&mut deadline, "send credit from the peer or a message")?;
+        }
+    }
+
     fn can_send_now(&self) -> bool {
         self.credits() > 0 && self.sends_posted < self.own_sq && self.q.free_send_slots() > 0
     }

@@ -28,6 +28,8 @@ use crate::xfer::file::report::{FileReport, Progress, SessionReport};
 pub(super) struct Pipe {
     /// What each outstanding answer is for, with its entry's number.
     waiting: VecDeque<(u64, Awaited)>,
+    /// Inline files answered WANT whose DATA is not sent yet, in the order of the WANTs.
+    wanted: VecDeque<(u64, Small)>,
     window: usize,
     /// The next entry's number.
     next: u64,
@@ -96,6 +98,7 @@ impl Pipe {
         let posted = ep.recv_depth() as usize;
         Pipe {
             waiting: VecDeque::new(),
+            wanted: VecDeque::new(),
             window: posted.saturating_sub(1).clamp(1, proto::MAX_IN_FLIGHT),
             next: 0,
             first_unrecorded: 0,
@@ -242,17 +245,20 @@ impl Pipe {
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
-        while self.waiting.len() >= self.window {
+        loop {
+            self.send_wanted(ep, st, report, progress)?;
+            if self.waiting.len() < self.window {
+                break;
+            }
             self.take_one(ep, st, report, progress)?;
         }
-        let msg = Msg::Hello(h);
-        wait_on(ep, st.session, |ep| send_msg(ep, &msg))?;
+        self.send_taking(ep, st, &Msg::Hello(h), report, progress)?;
         self.waiting.push_back((self.next, awaited));
         self.next += 1;
         Ok(())
     }
 
-    /// Takes every outstanding answer.
+    /// Takes every outstanding answer (sending the DATA of the files wanted meanwhile).
     pub(super) fn drain(
         &mut self,
         ep: &mut Endpoint,
@@ -260,14 +266,53 @@ impl Pipe {
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
-        while !self.waiting.is_empty() {
+        loop {
+            self.send_wanted(ep, st, report, progress)?;
+            if self.waiting.is_empty() {
+                break;
+            }
             self.take_one(ep, st, report, progress)?;
         }
         debug_assert!(self.held.is_empty());
         Ok(())
     }
 
-    /// Takes the next answer and records what it says (a WANT: the file's DATA goes out).
+    /// Sends `msg` once a credit is free, taking the answers that arrive meanwhile: never
+    /// waiting for a credit with answers unread, as the receiver may be waiting for a credit
+    /// of ours to send more (the credits of the answers read go back with `msg` or a credit
+    /// message; see `endpoint::credit_flow`).
+    fn send_taking(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        msg: &Msg,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        while !wait_on(ep, st.session, Endpoint::wait_send_or_message)? {
+            // An answer is there: taking it does not wait.
+            self.take_one(ep, st, report, progress)?;
+        }
+        // A credit and a send buffer are free: this does not wait.
+        wait_on(ep, st.session, |ep| send_msg(ep, msg))
+    }
+
+    /// Sends the DATA of every file wanted (and of those wanted meanwhile).
+    fn send_wanted(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        while let Some((seq, small)) = self.wanted.pop_front() {
+            self.send_small(ep, st, seq, small, report, progress)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the next answer and records what it says (a WANT: the file's DATA is to go out,
+    /// by [`send_wanted`](Self::send_wanted)).
     fn take_one(
         &mut self,
         ep: &mut Endpoint,
@@ -292,7 +337,10 @@ impl Pipe {
                 other => refused_or_skipped(other, &name, kind, 0)?,
             },
             Awaited::Hello(small) => match Answer::of(msg, Asked::Inline)? {
-                Answer::Want => return self.send_small(ep, st, seq, *small, report, progress),
+                Answer::Want => {
+                    self.wanted.push_back((seq, *small));
+                    return Ok(());
+                }
                 other => refused_or_skipped(other, &small.name, EntryKind::File, small.size)?,
             },
             Awaited::Verdict {
@@ -368,7 +416,7 @@ impl Pipe {
                     abandon: true,
                     bytes: Vec::new(),
                 });
-                wait_on(ep, st.session, |ep| send_msg(ep, &abandon))?;
+                self.send_taking(ep, st, &abandon, report, progress)?;
                 self.waiting.push_back((
                     seq,
                     Awaited::Verdict {
@@ -398,7 +446,7 @@ impl Pipe {
                 abandon: false,
                 bytes: data[start..end].to_vec(),
             });
-            wait_on(ep, st.session, |ep| send_msg(ep, &piece))?;
+            self.send_taking(ep, st, &piece, report, progress)?;
         }
         report.bytes += size;
         progress(Progress::Bytes {
