@@ -5,13 +5,12 @@
 # Optional, by environment (ci/test.sh sets them):
 # - CI_VALGRIND_BINS="BIN..." (paths without spaces), CI_VALGRIND_LOG=FILE, CI_VALGRIND_FILTERS:
 #   the memcheck phase, ci/guest-valgrind.sh BIN... in this boot with its output in FILE, after
-#   the binaries (of the first lane, with two; before them all with CI_VALGRIND_FIRST=1); it does not change this script's status
+#   the binaries (before them with CI_VALGRIND_FIRST=1); it does not change this script's status
 #   (ci/test.sh's valgrind step reports it: ci/guest-valgrind.sh --report FILE).
 # - CI_CAPI_READY=FILE: a device_capi* binary first waits (bounded) until FILE exists; the host
 #   builds the C examples meanwhile, then writes "ok" (or "failed") there.
-# - CI_CONTAINER_BINS="BIN...": at the end (of the second lane, with two), those binaries again
-#   inside the CI image (ci/guest-container.sh, docs/container.md), once CI_IMAGE_READY says the
-#   image is built.
+# - CI_CONTAINER_BINS="BIN...": at the end, those binaries again inside the CI image
+#   (ci/guest-container.sh, docs/container.md), once CI_IMAGE_READY says the image is built.
 # Any process that crashes meanwhile (a test binary, or an rdmaxfer or C example it spawned)
 # leaves a core in CI_CORE_DIR (default target/ci/cores); after each test binary the backtraces
 # of the new cores are printed here ("[cores] CRASH: ..."), and a crash fails the run.
@@ -97,34 +96,24 @@ run_bin() {
 # CI_GUEST_PARALLEL="NAME..." (binary names without cargo's hash, e.g. device_file): those run
 # in a second lane beside the rest, one after another, their output held back and shown after
 # the first lane's (and kept in CI_LANE2_LOG), their times in $times all the same. Two lanes keep
-# both vCPUs busy where one test binary keeps about one. The memcheck phase ends the first lane,
-# the container the second (device_verbs counts only its own thread's objects of the device, so
-# nothing needs the guest alone; measured 520426e: lanes 19+194+518 and 576+211 s, then memcheck
-# 132 s and the container about 90 s one after the other).
+# both vCPUs busy where one test binary keeps about one. device_verbs and the memcheck phase
+# (device_verbs under valgrind) count the device's objects system-wide (`rdma resource show`),
+# so with two lanes they run alone: device_verbs before the lanes, the memcheck phase after.
 # A crash in either lane may be reported by both (each looks for new cores).
-# container_phase — the CI container (ci/guest-container.sh, docs/container.md): with
-# CI_CONTAINER_BINS, those binaries run again inside the image; their results count like the rest.
-container_phase() {
-  [[ -n "${CI_CONTAINER_BINS:-}" ]] || return 0
-  echo "[guest-tests] === the CI container: ci/guest-container.sh $CI_CONTAINER_BINS"
-  if ready CI_IMAGE_READY "the CI image"; then
-    # shellcheck disable=SC2086 # a space-separated list of paths
-    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" $CI_CONTAINER_BINS || rc=1
-  else
-    echo "[guest-tests] the CI container FAILED without a test summary (no image)"
-    rc=1
-  fi
-}
 lane2=()
 lane1=()
+alone=()
 for bin in "$@"; do
   n="$(basename "$bin")"
   if [[ " ${CI_GUEST_PARALLEL:-} " == *" ${n%-*} "* ]]; then
     lane2+=("$bin")
+  elif [[ -n "${CI_GUEST_PARALLEL:-}" && "${n%-*}" == device_verbs ]]; then
+    alone+=("$bin")
   else
     lane1+=("$bin")
   fi
 done
+for bin in "${alone[@]}"; do run_bin "$bin"; done
 if ((${#lane2[@]})); then
   # Under the repo (the guest writes there), so it outlives a guest that is stopped.
   lane2_out="${CI_LANE2_LOG:-target/ci/logs/guest-lane2.log}" lane2_rc="/tmp/guest-tests.lane2.rc"
@@ -135,13 +124,11 @@ if ((${#lane2[@]})); then
     times="$times.lane2"
     : >"$times"
     for bin in "${lane2[@]}"; do run_bin "$bin"; done
-    container_phase
     echo "$rc" >"$lane2_rc"
   ) >"$lane2_out" 2>&1 &
   lane2_pid=$!
 fi
 for bin in "${lane1[@]}"; do run_bin "$bin"; done
-if ((${#lane2[@]})) && ((!valgrind_first)); then memcheck_phase; fi
 if ((${#lane2[@]})); then
   wait "$lane2_pid"
   echo "[guest-tests] === the second lane's output"
@@ -152,9 +139,17 @@ if ((${#lane2[@]})); then
 fi
 echo "[guest-tests] slowest device tests (seconds; all in $times):"
 sort -rn "$times" | sed -n '1,15s/^/[guest-tests]   /p'
-if ((!${#lane2[@]})); then
-  # One lane: the memcheck phase and the container after the binaries (with two, each ends a lane).
-  if ((!valgrind_first)); then memcheck_phase; fi
-  container_phase
+if ((!valgrind_first)); then memcheck_phase; fi
+# The CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS, those binaries run
+# again inside the image, in this guest; their results count like the rest.
+if [[ -n "${CI_CONTAINER_BINS:-}" ]]; then
+  echo "[guest-tests] === the CI container: ci/guest-container.sh $CI_CONTAINER_BINS"
+  if ready CI_IMAGE_READY "the CI image"; then
+    # shellcheck disable=SC2086 # a space-separated list of paths
+    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" $CI_CONTAINER_BINS || rc=1
+  else
+    echo "[guest-tests] the CI container FAILED without a test summary (no image)"
+    rc=1
+  fi
 fi
 exit "$rc"

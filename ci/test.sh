@@ -187,11 +187,11 @@ done
 export CI_CAPI_READY="$CI_ROOT/target/ci/capi.ready" CI_IMAGE_READY="$CI_ROOT/target/ci/image.ready"
 valgrind_log="$CI_ROOT/$logs/valgrind-guest.log"
 rm -f "$valgrind_log" "$CI_CAPI_READY" "$CI_IMAGE_READY" "$logs"/device-times*.txt
-# Two lanes in the guest (ci/guest-tests.sh): device_verbs, device_conn, device_capi and the
-# memcheck phase beside device_file, device_cli and the container. Measured from clean clones on
-# 2 cores: the guest's part 1435 s in one lane, 690 s and 857 s in two (the whole run 38 min 37 s
-# -> 25 min 20 s); the memcheck phase and the container moved into the lanes (they ran alone
-# after them, 222 s at 520426e). CI_GUEST_PARALLEL="" runs one lane.
+# Two lanes in the guest (ci/guest-tests.sh): device_verbs alone, then device_file and
+# device_cli one after the other beside device_conn and device_capi, then the memcheck phase and
+# the container alone. Measured from clean clones on 2 cores: the guest's part 1435 s in one
+# lane, 690 s and 857 s in two (the whole run 38 min 37 s -> 25 min 20 s). CI_GUEST_PARALLEL=""
+# runs one lane.
 export CI_GUEST_PARALLEL="${CI_GUEST_PARALLEL-device_file device_cli}"
 guest=(env CI_GUEST_TIMEOUT="${CI_GUEST_TIMEOUT:-2700}" CI_DEVICE_TIMES="$logs/device-times.txt"
   CI_VALGRIND_BINS="$verbs_bin" CI_VALGRIND_FILTERS="verbs:: rw::" CI_VALGRIND_LOG="$valgrind_log"

@@ -2,6 +2,7 @@
 //! They need rxe0, so they are `#[ignore]`d on the host; ci/test.sh runs them in the guest with
 //! `--ignored`, where a missing device makes them fail, never pass.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdmaxfer::cm::CmId;
@@ -484,18 +485,31 @@ fn loopback_round_trip_verifies() {
     assert_eq!(r.device, "rxe0");
 }
 
-/// Objects of rxe0 this test's thread made, as `rdma resource show` lists them: (pd, cq, qp,
-/// mr). Only this thread's (the kernel names each object's creating thread): other tests may run
-/// beside this one (ci/guest-tests.sh runs the memcheck phase beside other device tests).
+/// `rdma resource show` counts for rxe0: (pd, cq, qp, mr).
 fn resources() -> (u64, u64, u64, u64) {
-    let me = [common::tid()];
-    let n = |kind: &str| {
-        common::our_resources(kind, &me)
-            .iter()
-            .filter(|l| l.contains("rxe0"))
-            .count() as u64
+    let out = Command::new("rdma")
+        .args(["resource", "show"])
+        .output()
+        .expect("run `rdma resource show`");
+    assert!(out.status.success(), "rdma resource show failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("rxe0"))
+        .unwrap_or_else(|| panic!("no rxe0 in:\n{text}"));
+    let field = |name: &str| -> u64 {
+        let mut it = line.split_whitespace();
+        while let Some(w) = it.next() {
+            if w == name {
+                return it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("bad {name} in {line}"));
+            }
+        }
+        panic!("no {name} in {line}")
     };
-    (n("pd"), n("cq"), n("qp"), n("mr"))
+    (field("pd"), field("cq"), field("qp"), field("mr"))
 }
 
 #[test]
