@@ -142,6 +142,9 @@ pub enum Error {
         failed: u64,
         /// Files announced.
         total: u64,
+        /// Of the `failed`, files that vanished from the sender's source between its listing
+        /// and their turn (when all of them did, the CLI exits 24, as rsync does).
+        vanished: u64,
         /// What the others were, e.g. "delivered", "received".
         what: &'static str,
     },
@@ -356,6 +359,7 @@ mod tests {
         let e = Error::Incomplete {
             failed: 1,
             total: 3,
+            vanished: 0,
             what: "delivered",
         };
         assert_eq!(e.to_string(), "1 of 3 files were not delivered");

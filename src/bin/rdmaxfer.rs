@@ -36,6 +36,7 @@ Exit status:
   1    an error: connection, device, protocol, a file that cannot be read, ...
   2    usage: an unknown option, a bad value or options that do not go together
   23   partial transfer: the session ended, but some files were refused or failed
+  24   partial transfer: the only files not sent vanished from the source after it was listed
   30   timeout: a step waited past its deadline (--timeout) for the peer
   130  interrupted by SIGINT (Ctrl-C); 143: by SIGTERM
 
@@ -55,6 +56,9 @@ enum Exit {
     Usage = 2,
     /// The session(s) ended, but some files were refused or failed (as rsync's 23).
     Partial = 23,
+    /// As `Partial`, but every file not sent vanished from the source after the listing (as
+    /// rsync's 24).
+    Vanished = 24,
     /// A wait ran past its deadline (as rsync's 30).
     Timeout = 30,
 }
@@ -69,7 +73,14 @@ impl Exit {
                 return Exit::Usage;
             }
             match cause.downcast_ref() {
-                Some(rdmaxfer::Error::Incomplete { .. }) => return Exit::Partial,
+                Some(&rdmaxfer::Error::Incomplete {
+                    failed, vanished, ..
+                }) => {
+                    return match vanished {
+                        v if v > 0 && v == failed => Exit::Vanished,
+                        _ => Exit::Partial,
+                    }
+                }
                 Some(rdmaxfer::Error::Timeout { .. }) => return Exit::Timeout,
                 _ => {}
             }
@@ -304,15 +315,19 @@ mod tests {
 
     #[test]
     fn errors_map_to_their_exit_status() {
-        let partial = rdmaxfer::Error::Incomplete {
-            failed: 1,
+        let partial = |failed, vanished| rdmaxfer::Error::Incomplete {
+            failed,
             total: 3,
+            vanished,
             what: "delivered",
         };
-        assert_eq!(Exit::of(&anyhow::Error::new(partial)), Exit::Partial);
+        assert_eq!(Exit::of(&anyhow::Error::new(partial(1, 0))), Exit::Partial);
+        assert_eq!(Exit::of(&anyhow::Error::new(partial(2, 2))), Exit::Vanished);
+        assert_eq!(Exit::of(&anyhow::Error::new(partial(2, 1))), Exit::Partial);
         let wrapped = anyhow::Error::new(rdmaxfer::Error::Incomplete {
             failed: 1,
             total: 3,
+            vanished: 0,
             what: "received",
         })
         .context("serving");

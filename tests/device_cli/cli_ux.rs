@@ -1,11 +1,11 @@
 //! What a user of `rdmaxfer send` / `recv` sees (in the rxe guest): progress on a terminal,
-//! per-file lines as files end, exit statuses (23 partial, 2 usage, 30 timeout, 130 SIGINT) and
-//! messages that name each cause once.
+//! per-file lines as files end, exit statuses (23 partial, 24 vanished, 2 usage, 30 timeout,
+//! 130 SIGINT) and messages that name each cause once.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::{self, dirs, need_rxe0, recv, spawn, spawn_prog, Done, FILE_T, IP};
+use crate::common::{self, dirs, need_rxe0, recv, spawn, spawn_prog, wait_until, Done, FILE_T, IP};
 
 /// `rdmaxfer send PATHS... IP:port EXTRA...` in text mode (no --json).
 fn send_text(port: u16, paths: &[&Path], extra: &[&str]) -> common::Proc {
@@ -82,13 +82,13 @@ fn progress_on_a_terminal_shows_the_file_name_and_reaches_100_percent() {
 
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
-fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
+fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent_and_stats_follow() {
     need_rxe0();
     let (_tmp, tree, out) = tree_of(&[
         ("a.bin", common::pseudo_random(3 << 20, 1)),
         ("sub/b.bin", common::pseudo_random(5 << 20, 2)),
     ]);
-    let d = send_on_a_terminal(&out, &[&tree], "");
+    let d = send_on_a_terminal(&out, &[&tree], "--stats");
     assert_a_frame_shows(&d.out, "total: 2 of 2 files", "100%");
     for name in ["tree/a.bin", "tree/sub/b.bin"] {
         assert!(
@@ -96,6 +96,15 @@ fn progress_of_a_tree_has_a_total_bar_that_reaches_100_percent() {
             "{name}: {:?}",
             d.out
         );
+    }
+    // --stats: the figures after the summary line.
+    for line in [
+        "Number of entries: ",
+        "Failed entries: 0 (refused by the receiver: 0, vanished from the source: 0)",
+        "File data sent: 8388608 bytes",
+        "Streams: ",
+    ] {
+        assert!(d.out.contains(line), "--stats: {line:?} in {:?}", d.out);
     }
 }
 
@@ -413,4 +422,43 @@ fn bwlimit_holds_the_data_to_its_rate() {
         std::fs::read(out.join("tree/f.bin")).unwrap(),
         common::pseudo_random(2 << 20, 9)
     );
+}
+
+/// A file removed from the source after the listing, before its turn, is reported "vanished"
+/// and the sender exits 24 (as rsync does) when that is all that went wrong; the rest arrives.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_source_file_removed_before_its_turn_vanishes_with_exit_24() {
+    need_rxe0();
+    let big = common::pseudo_random(2 << 20, 5);
+    let (_tmp, tree, out) = tree_of(&[("a.bin", big.clone()), ("b.txt", b"gone".to_vec())]);
+    let port = common::port();
+    let r = recv_text(port, &out, &[]);
+    // a.bin (through the ring) takes about 2 s at 1 MiB/s; b.txt comes after it.
+    let args = [
+        "--bwlimit",
+        "1M",
+        "--chunk",
+        "256K",
+        "--json",
+        "--streams",
+        "1",
+    ];
+    let s = send_text(port, &[&tree], &args);
+    let part = out.join("tree/.a.bin.rdmaxfer-part");
+    wait_until("a.bin under way", FILE_T, || part.exists());
+    std::fs::remove_file(tree.join("b.txt")).unwrap();
+    let d = s.finish(FILE_T);
+    r.finish(FILE_T).ok("recv");
+    assert_eq!(d.status.code(), Some(24), "{}\n{}", d.out, d.err);
+    let j: serde_json::Value = serde_json::from_str(d.out.trim()).expect("JSON");
+    assert_eq!(j["files_vanished"], 1, "{j}");
+    assert_eq!(j["files_failed"], 1, "{j}");
+    let b = j["files"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "tree/b.txt"))
+        .unwrap_or_else(|| panic!("no tree/b.txt in {j}"));
+    assert_eq!(b["result"], "vanished", "{j}");
+    assert_eq!(std::fs::read(out.join("tree/a.bin")).unwrap(), big);
+    assert!(!out.join("tree/b.txt").exists());
 }

@@ -250,8 +250,45 @@ pub struct SendArgs {
     /// Print nothing but errors (no progress, no per-file lines, no summary).
     #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
+    /// After the summary, statistics as rsync's --stats: entries by outcome, bytes, times and
+    /// rates, streams (--json has the same figures)
+    #[arg(long, conflicts_with_all = ["json", "quiet"])]
+    stats: bool,
     #[command(flatten)]
     conn: ConnArgs,
+}
+
+/// `send --stats`: the session's figures, one per line (see [`summary`] for the JSON names).
+fn print_stats(report: &SessionReport, secs: f64, streams: u16) {
+    let rate = |b: u64, s: f64| {
+        if s > 0.0 {
+            b as f64 / (1 << 20) as f64 / s
+        } else {
+            0.0
+        }
+    };
+    let failed = report.failures();
+    let total = report.file_count();
+    println!(
+        "Number of entries: {total} (delivered or made: {}, skipped: {}, failed: {failed})",
+        total - failed - report.skipped,
+        report.skipped
+    );
+    println!(
+        "Failed entries: {failed} (refused by the receiver: {}, vanished from the source: {})",
+        report.refused, report.vanished
+    );
+    println!("File data sent: {} bytes", report.bytes);
+    println!(
+        "Data phase: {:.3} s ({:.1} MiB/s)",
+        report.data_seconds,
+        rate(report.bytes, report.data_seconds)
+    );
+    println!(
+        "Total time: {secs:.3} s ({:.1} MiB/s)",
+        rate(report.bytes, secs)
+    );
+    println!("Streams: {streams}");
 }
 
 fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> serde_json::Value {
@@ -266,6 +303,7 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "files_failed": report.failures(),
         "files_skipped": report.skipped,
         "files_refused": report.refused,
+        "files_vanished": report.vanished,
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -664,6 +702,9 @@ pub fn send(a: SendArgs) -> Result<()> {
     } else if show != Show::Quiet && connected {
         // Without a connection there is nothing to say about files: the error says it all.
         print_summary(&report, secs, "sent");
+        if a.stats {
+            print_stats(&report, secs, used);
+        }
     }
     r
 }

@@ -246,6 +246,8 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
         return Err(rdmaxfer::Error::Incomplete {
             failed: files_failed,
             total: files,
+            // A receiver never hears of a file that vanished on the sender.
+            vanished: 0,
             what: "received",
         }
         .into());

@@ -71,6 +71,8 @@ pub struct FileReport {
 
 /// The `result` of a skipped entry.
 pub const SKIPPED: &str = "skipped";
+/// The `result` of an entry gone from the sender's source between its listing and its turn.
+pub const VANISHED: &str = "vanished";
 
 impl FileReport {
     pub(crate) fn ok(name: &str, bytes: u64, hash: &Digest, layout: &Layout) -> FileReport {
@@ -123,6 +125,26 @@ impl FileReport {
         }
     }
 
+    /// An entry listed but gone when its turn came (`message`: what failed), not announced.
+    pub(crate) fn vanished(name: &str, message: &str) -> FileReport {
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind: EntryKind::File.as_str(),
+            bytes: 0,
+            hash: None,
+            verify: None,
+            result: VANISHED.into(),
+            message: Some(clip(&names::printable(
+                Reason::ReadError.strip_label(message),
+            ))),
+        }
+    }
+
+    /// True for an entry gone from the sender's source before its turn.
+    pub fn is_vanished(&self) -> bool {
+        self.result == VANISHED
+    }
+
     pub(crate) fn of_kind(mut self, kind: EntryKind) -> FileReport {
         self.kind = kind.as_str();
         self
@@ -167,6 +189,9 @@ pub struct SessionReport {
     pub skipped: u64,
     /// Entries the receiver refused before any data (a subset of `failed`).
     pub refused: u64,
+    /// Entries gone from the sender's source between its listing and their turn (a subset of
+    /// `failed`; see [`FileReport::is_vanished`]).
+    pub vanished: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
@@ -184,6 +209,7 @@ impl SessionReport {
             self.skipped += 1;
         } else if !f.is_ok() {
             self.failed += 1;
+            self.vanished += u64::from(f.is_vanished());
         }
         if self.files.len() < MAX_REPORTED_FILES {
             self.files.push(f.clone());
@@ -216,6 +242,7 @@ impl SessionReport {
         self.failed += o.failed;
         self.skipped += o.skipped;
         self.refused += o.refused;
+        self.vanished += o.vanished;
         self.bytes += o.bytes;
         self.data_seconds += o.data_seconds;
         if o.last.is_some() {
@@ -247,6 +274,7 @@ impl SessionReport {
             failed => Err(Error::Incomplete {
                 failed,
                 total: self.file_count(),
+                vanished: self.vanished,
                 what,
             }),
         }

@@ -158,7 +158,11 @@ pub(super) fn send_file(
     let (mut src, checksum) = match opened {
         Ok(s) => s,
         Err(err) => {
-            let f = FileReport::failed(name, 0, reason_of(&err), err.to_string());
+            let f = if source::vanished(&e.path) {
+                FileReport::vanished(name, &err.to_string())
+            } else {
+                FileReport::failed(name, 0, reason_of(&err), err.to_string())
+            };
             part.record(report, f, false, None);
             return Ok(());
         }

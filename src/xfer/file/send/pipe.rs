@@ -165,9 +165,14 @@ impl Pipe {
         let meta = match std::fs::symlink_metadata(&e.path) {
             Ok(m) => m,
             Err(err) => {
-                let err = read_err(&e.path, err);
-                let f =
-                    FileReport::failed(name, 0, Reason::ReadError, err.to_string()).of_kind(kind);
+                let gone = err.kind() == std::io::ErrorKind::NotFound;
+                let err = read_err(&e.path, err).to_string();
+                let f = if gone {
+                    FileReport::vanished(name, &err)
+                } else {
+                    FileReport::failed(name, 0, Reason::ReadError, err)
+                };
+                let f = f.of_kind(kind);
                 self.record_next(f, report, progress);
                 return Ok(true);
             }

@@ -318,6 +318,12 @@ pub(crate) fn unchanged(file: &File, path: &Path, size: u64) -> Result<()> {
     Ok(())
 }
 
+/// Whether `path` is gone now (it, or a directory above it): listed, then removed before its
+/// turn.
+pub(crate) fn vanished(path: &Path) -> bool {
+    matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 pub(crate) fn read_err(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::refused(Reason::ReadError, format!("{}: {what}", path.display()))
 }
