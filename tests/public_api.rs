@@ -708,6 +708,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
             "data",
             "answer",
             "file",
+            "replies",
             "inline",
             "stripe",
             "session",

@@ -628,6 +628,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 offset: 8134,
                 hash: Some(digest(8)),
                 abandon: false,
+                vanished: false,
                 bytes: b"the end of a small file".to_vec(),
             }),
         ),
@@ -637,8 +638,26 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 offset: 0,
                 hash: None,
                 abandon: true,
+                vanished: false,
                 bytes: Vec::new(),
             }),
+        ),
+        (
+            "batch",
+            proto::Msg::Batch(vec![
+                proto::Msg::Want,
+                proto::Msg::Ack {
+                    status: proto::Reason::Ok,
+                    message: String::new(),
+                },
+                proto::Msg::Data(proto::Data {
+                    offset: 0,
+                    hash: Some(digest(9)),
+                    abandon: false,
+                    vanished: false,
+                    bytes: b"a small file".to_vec(),
+                }),
+            ]),
         ),
     ];
     for (n, m) in file_msgs {

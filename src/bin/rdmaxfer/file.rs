@@ -622,8 +622,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     let total: u64 = entries
         .iter()
         .filter(|e| e.kind == source::SourceKind::File)
-        .filter_map(|e| std::fs::metadata(&e.path).ok())
-        .map(|m| m.len())
+        .filter_map(|e| e.listed.map(|m| m.size))
         .sum();
     let show = Show::pick(a.quiet, a.json);
     let start = Instant::now();

@@ -139,6 +139,17 @@ impl Endpoint {
         }
     }
 
+    /// Whether a message has arrived, handling what is in the CQ without waiting: a protocol
+    /// that gathers its answers sends them before it would wait.
+    pub(crate) fn has_message(&mut self) -> Result<bool> {
+        self.check_usable()?;
+        if self.ready.is_empty() {
+            let r = self.poll_now();
+            r.map_err(|e| self.fail(e))?;
+        }
+        Ok(!self.ready.is_empty())
+    }
+
     fn can_send_now(&self) -> bool {
         self.credits() > 0 && self.sends_posted < self.own_sq && self.q.free_send_slots() > 0
     }

@@ -289,10 +289,13 @@ impl Chunks {
 }
 
 /// Threads for hashing: the machine's parallelism, at most `cap`, at least 1.
+/// The parallelism is read once per process: `available_parallelism` reads the cgroup files
+/// on every call, which a tree of small files would pay per file.
 pub fn threads(cap: usize) -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, cap.max(1))
+    static PARALLELISM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let n =
+        *PARALLELISM.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    n.clamp(1, cap.max(1))
 }
 
 /// Runs `job(i)` for every `i` in `range` on `threads` scoped threads (work taken in order from
@@ -318,7 +321,12 @@ pub fn par_for(
             return;
         }
     };
-    let n = threads.clamp(1, 256);
+    // No more threads than jobs: a file with nothing to hash spawns none.
+    let jobs = usize::try_from(range.end.saturating_sub(range.start)).unwrap_or(usize::MAX);
+    if jobs == 0 {
+        return Ok(());
+    }
+    let n = threads.clamp(1, 256).min(jobs);
     let spawned = std::thread::scope(|s| {
         let handles: Vec<_> = (1..n).map(|_| s.spawn(work)).collect();
         work();

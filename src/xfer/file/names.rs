@@ -439,6 +439,28 @@ impl DirCache {
         };
         Ok((dir, missing))
     }
+
+    /// [`walk`](Self::walk) for a look only: `f` gets the directory and the components still
+    /// missing, and the kept handle is lent, not duplicated.
+    pub fn visit<'r, R>(
+        &mut self,
+        out_dir: &Path,
+        rel: &'r RelPath,
+        f: impl FnOnce(&ConfinedDir, &[&'r str]) -> R,
+    ) -> Result<R> {
+        let parent = rel.as_str().rsplit_once('/').map_or("", |(p, _)| p);
+        if let Some((o, p, d)) = &self.last {
+            if o == out_dir && p == parent {
+                return Ok(f(d, &[]));
+            }
+        }
+        let (dir, missing) = walk_existing(out_dir, rel)?;
+        let r = f(&dir, &missing);
+        self.last = missing
+            .is_empty()
+            .then(|| (out_dir.to_path_buf(), parent.to_string(), dir));
+        Ok(r)
+    }
 }
 
 /// Walks `rel`'s parent directories below `out_dir` without following symlinks. Returns the

@@ -27,6 +27,7 @@ pub const MAX_IN_FLIGHT: usize = 64;
 
 const D_LAST: u16 = 1 << 0;
 const D_ABANDON: u16 = 1 << 1;
+const D_VANISHED: u16 = 1 << 2;
 
 /// DATA: sender → receiver, a piece of the oldest inline file the receiver answered WANT.
 /// Pieces come in order (`offset` is the bytes before it); the last one carries the file
@@ -39,13 +40,15 @@ pub struct Data {
     pub hash: Option<Digest>,
     /// The sender gave up on this file (could not read it): no bytes, no digest.
     pub abandon: bool,
+    /// With `abandon`: the file was gone from the sender's source (removed after the listing).
+    pub vanished: bool,
     /// At most [`PIECE_MAX`] bytes.
     pub bytes: Vec<u8>,
 }
 
 pub(super) fn decode_data(r: &mut Reader<'_>) -> Result<Data> {
     let bits = r.u16()?;
-    if bits & !(D_LAST | D_ABANDON) != 0 {
+    if bits & !(D_LAST | D_ABANDON | D_VANISHED) != 0 {
         return Err(malformed(format!("DATA has unknown flag bits {bits:#06x}")));
     }
     let offset = r.u64()?;
@@ -63,9 +66,15 @@ pub(super) fn decode_data(r: &mut Reader<'_>) -> Result<Data> {
     let hash = r.digest()?;
     let bytes = r.take(len)?.to_vec();
     let (last, abandon) = (bits & D_LAST != 0, bits & D_ABANDON != 0);
+    let vanished = bits & D_VANISHED != 0;
     if abandon && (last || len != 0) {
         return Err(malformed(
             "an abandoning DATA carries data or the last flag",
+        ));
+    }
+    if vanished && !abandon {
+        return Err(malformed(
+            "a DATA flagged vanished does not abandon its file",
         ));
     }
     if !last && hash != [0; 32] {
@@ -75,6 +84,7 @@ pub(super) fn decode_data(r: &mut Reader<'_>) -> Result<Data> {
         offset,
         hash: last.then_some(hash),
         abandon,
+        vanished,
         bytes,
     })
 }
@@ -84,12 +94,16 @@ pub(super) fn decode_data(r: &mut Reader<'_>) -> Result<Data> {
 pub(super) fn encode_data(b: &mut Vec<u8>, d: &Data) {
     assert!(d.bytes.len() <= PIECE_MAX);
     assert!(!d.abandon || (d.bytes.is_empty() && d.hash.is_none()));
+    assert!(!d.vanished || d.abandon);
     let mut bits = 0;
     if d.hash.is_some() {
         bits |= D_LAST;
     }
     if d.abandon {
         bits |= D_ABANDON;
+    }
+    if d.vanished {
+        bits |= D_VANISHED;
     }
     b.extend_from_slice(&bits.to_be_bytes());
     b.extend_from_slice(&d.offset.to_be_bytes());

@@ -6,11 +6,12 @@
 //!
 //! Per concern: `hello` (HELLO and SKIP, the entry announcement and the "already there"
 //! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `verify` (the
-//! verification algorithm and DIGESTS), `inline` (small files in DATA), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
+//! verification algorithm and DIGESTS), `inline` (small files in DATA), `batch` (several messages in one SEND), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
 
 use crate::{Error, Result};
 
 mod auth;
+mod batch;
 mod hello;
 mod imm;
 mod inline;
@@ -21,6 +22,7 @@ mod tests;
 mod verify;
 
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
+pub use batch::{batchable, Batch};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_chunk_imm, encode_chunk_imm, Imm, IMM_SLOTS};
 pub use inline::{Data, INLINE_MAX, MAX_IN_FLIGHT, PIECE_MAX};
@@ -70,6 +72,7 @@ const T_JOIN: u16 = 14;
 const T_STRIPE: u16 = 15;
 const T_WANT: u16 = 16;
 const T_DATA: u16 = 17;
+const T_BATCH: u16 = 18;
 
 pub use crate::error::Reason;
 
@@ -161,6 +164,9 @@ pub enum Msg {
     Want,
     /// Sender → receiver: a piece of an inline file's data.
     Data(Data),
+    /// Either way: several pipelined messages (HELLO, DATA, WANT, SKIP, REFUSE, ACK) in one
+    /// SEND, to be read in order.
+    Batch(Vec<Msg>),
 }
 
 /// A parsed header (see [`header`]).
@@ -269,6 +275,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
         T_STRIPE => Msg::Stripe(stream::decode_stripe(&mut r)?),
         T_WANT => Msg::Want,
         T_DATA => Msg::Data(inline::decode_data(&mut r)?),
+        T_BATCH => Msg::Batch(batch::decode_batch(&mut r)?),
         _ => Msg::Done, // T_DONE: kind_name already refused unknown types
     };
     r.finish()?;
@@ -294,6 +301,7 @@ fn kind_name(kind: u16) -> Option<&'static str> {
         T_STRIPE => "STRIPE",
         T_WANT => "WANT",
         T_DATA => "DATA",
+        T_BATCH => "BATCH",
         _ => return None,
     })
 }
@@ -373,14 +381,23 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             inline::encode_data(&mut b, d);
             T_DATA
         }
+        Msg::Batch(members) => {
+            batch::encode_batch(&mut b, members);
+            T_BATCH
+        }
     };
-    let body_len = u32::try_from(b.len()).expect("bodies are bounded by the field limits");
-    let mut out = Vec::with_capacity(HEADER_LEN + b.len());
+    framed(kind, &b)
+}
+
+/// A message of type `kind`: the header, then `body`.
+fn framed(kind: u16, body: &[u8]) -> Vec<u8> {
+    let body_len = u32::try_from(body.len()).expect("bodies are bounded by the field limits");
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
     out.extend_from_slice(&MAGIC.to_be_bytes());
     out.extend_from_slice(&VERSION.to_be_bytes());
     out.extend_from_slice(&kind.to_be_bytes());
     out.extend_from_slice(&body_len.to_be_bytes());
-    out.extend_from_slice(&b);
+    out.extend_from_slice(body);
     out
 }
 

@@ -568,6 +568,7 @@ fn data() -> impl Strategy<Value = Msg> {
                     offset,
                     hash: None,
                     abandon,
+                    vanished: bytes.first().is_some_and(|b| b % 2 == 1),
                     bytes: Vec::new(),
                 }
             } else {
@@ -575,6 +576,7 @@ fn data() -> impl Strategy<Value = Msg> {
                     offset,
                     hash,
                     abandon,
+                    vanished: false,
                     bytes,
                 }
             })
@@ -594,6 +596,7 @@ fn want_and_data_layout() {
         offset: 0x2000,
         hash: Some([7; 32]),
         abandon: false,
+        vanished: false,
         bytes: b"abc".to_vec(),
     };
     exact(Msg::Data(d.clone()), b.clone());
@@ -615,8 +618,23 @@ fn want_and_data_layout() {
     x[HEADER_LEN + 1] = 3;
     assert!(err(&x).contains("abandoning"), "{}", err(&x));
     let mut x = b.clone();
-    x[HEADER_LEN + 1] = 4;
+    x[HEADER_LEN + 1] = 8;
     assert!(err(&x).contains("unknown flag"), "{}", err(&x));
+    // `vanished` (bit 2) only with `abandon`.
+    let mut x = b.clone();
+    x[HEADER_LEN + 1] = 5;
+    assert!(err(&x).contains("flagged vanished"), "{}", err(&x));
+    let gone = Msg::Data(Data {
+        offset: 0,
+        hash: None,
+        abandon: true,
+        vanished: true,
+        bytes: Vec::new(),
+    });
+    let mut g = hdr(17, 2 + 8 + 4 + 32);
+    g.extend_from_slice(&[0, 6]);
+    g.extend_from_slice(&[0; 8 + 4 + 32]);
+    exact(gone, g);
     // Offsets and lengths past the inline limit.
     let mut x = b.clone();
     x[HEADER_LEN + 2..HEADER_LEN + 10].copy_from_slice(&INLINE_MAX.to_be_bytes());

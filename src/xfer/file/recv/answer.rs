@@ -15,6 +15,19 @@ use crate::xfer::file::options::{ReceiverOptions, MIN_CHUNK};
 use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, SkipWhy};
 use crate::xfer::file::report::{FileReport, SessionReport};
 
+/// Where an answer goes: sent at once (an [`Endpoint`]) or gathered with others
+/// (`replies::Gathered`).
+pub(super) trait Reply {
+    /// Sends `msg`, or keeps it to send with the next ones.
+    fn reply(&mut self, msg: &Msg) -> Result<()>;
+}
+
+impl Reply for Endpoint {
+    fn reply(&mut self, msg: &Msg) -> Result<()> {
+        send_msg(self, msg)
+    }
+}
+
 /// The checks of every HELLO: authentication, then the name.
 pub(super) fn admit(opts: &ReceiverOptions, nonce: &Digest, h: &Hello) -> Result<RelPath> {
     check_auth(opts, nonce, h.auth.as_ref())?;
@@ -176,20 +189,17 @@ pub(super) fn tell_peer(ep: &mut Endpoint, e: &Error) {
 
 /// Answers a HELLO with SKIP (nothing to do) and records it; skipping counts as progress.
 pub(super) fn answer_skip(
-    ep: &mut Endpoint,
+    ep: &mut impl Reply,
     report: &mut SessionReport,
     budget: &mut Budget,
     h: &Hello,
     why: SkipWhy,
     message: String,
 ) -> Result<()> {
-    send_msg(
-        ep,
-        &Msg::Skip {
-            why,
-            message: proto::truncate_text(&message),
-        },
-    )?;
+    ep.reply(&Msg::Skip {
+        why,
+        message: proto::truncate_text(&message),
+    })?;
     report.push(FileReport::skipped(
         &h.name,
         h.kind.as_str(),
@@ -203,7 +213,7 @@ pub(super) fn answer_skip(
 /// Answers a HELLO with REFUSE and records it (a refusal spends the refusal budget); a failed
 /// authentication ends the session.
 pub(super) fn answer_refuse(
-    ep: &mut Endpoint,
+    ep: &mut impl Reply,
     report: &mut SessionReport,
     budget: &mut Budget,
     h: &Hello,
@@ -215,13 +225,10 @@ pub(super) fn answer_refuse(
         report.push_refused(refused);
         return Err(spent);
     }
-    send_msg(
-        ep,
-        &Msg::Refuse {
-            reason,
-            message: proto::truncate_text(&detail(&e)),
-        },
-    )?;
+    ep.reply(&Msg::Refuse {
+        reason,
+        message: proto::truncate_text(&detail(&e)),
+    })?;
     report.push_refused(refused);
     if reason == Reason::AuthFailed {
         return Err(e);

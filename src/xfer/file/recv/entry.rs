@@ -94,10 +94,14 @@ pub fn inspect_file_in(
     rel: &RelPath,
     h: &Hello,
 ) -> Result<Option<Existing>> {
-    let (dir, missing) = dirs.walk(out_dir, rel)?;
-    if !missing.is_empty() {
-        return Ok(None);
-    }
+    dirs.visit(out_dir, rel, |dir, missing| match missing.is_empty() {
+        true => inspect_in(dir, rel, h),
+        false => Ok(None),
+    })?
+}
+
+/// [`inspect_file`] in `rel`'s directory `dir`.
+fn inspect_in(dir: &names::ConfinedDir, rel: &RelPath, h: &Hello) -> Result<Option<Existing>> {
     let name = rel.file_name();
     let Some(st) = dir.stat(name) else {
         return Ok(None);

@@ -7,12 +7,12 @@
 
 use std::collections::VecDeque;
 
-use super::answer::{admit, answer_refuse, answer_skip, make_sink, plan_file, Planned};
+use super::answer::{admit, answer_refuse, answer_skip, make_sink, plan_file, Planned, Reply};
 use super::file::SessionState;
+use super::replies::Gathered;
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::FILE_CREDIT;
-use crate::xfer::file::ctl::{reason_of, send_msg};
+use crate::xfer::file::ctl::reason_of;
 use crate::xfer::file::names::{DirCache, RelPath};
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, Data, Digest, Hello, Msg, Reason};
@@ -46,10 +46,10 @@ impl Inline {
         self.wanted.len()
     }
 
-    /// An inline file's HELLO: WANT (queued), SKIP or REFUSE.
+    /// An inline file's HELLO: WANT (queued), SKIP or REFUSE (gathered in `ep`).
     pub(super) fn on_hello(
         &mut self,
-        ep: &mut Endpoint,
+        ep: &mut Gathered<'_>,
         opts: &ReceiverOptions,
         st: &mut SessionState<'_>,
         report: &mut SessionReport,
@@ -73,7 +73,7 @@ impl Inline {
         });
         match planned {
             Ok((rel, Planned::Write { replace })) => {
-                send_msg(ep, &Msg::Want)?;
+                ep.reply(&Msg::Want)?;
                 self.wanted.push_back(Wanted {
                     hello: h,
                     rel,
@@ -89,10 +89,10 @@ impl Inline {
     }
 
     /// A DATA piece of the oldest wanted file; its last piece commits the file and answers
-    /// ACK.
+    /// ACK (gathered in `ep`, sent after the directory's fsync).
     pub(super) fn on_data(
         &mut self,
-        ep: &mut Endpoint,
+        ep: &mut Gathered<'_>,
         opts: &ReceiverOptions,
         st: &mut SessionState<'_>,
         report: &mut SessionReport,
@@ -115,16 +115,22 @@ impl Inline {
         if d.abandon {
             let w = self.wanted.pop_front().expect("looked at above");
             self.buf.clear();
-            let why = "the sender could not read it as announced";
-            send_msg(
-                ep,
-                &Msg::Ack {
-                    status: Reason::ReadError,
-                    message: why.into(),
-                },
-            )?;
+            let why = match d.vanished {
+                true => "vanished from the sender's source after it was listed",
+                false => "the sender could not read it as announced",
+            };
+            ep.reply(&Msg::Ack {
+                status: Reason::ReadError,
+                message: why.into(),
+            })?;
+            let name = &w.hello.name;
+            if d.vanished {
+                // Removed from the sender's source after its listing: not this side's failure.
+                report.push(FileReport::skipped(name, "file", size, why));
+                return Ok(());
+            }
             report.push(FileReport::failed(
-                &w.hello.name,
+                name,
                 size,
                 Reason::ReadError,
                 why.into(),
@@ -168,7 +174,7 @@ struct Whole<'a> {
 }
 
 fn commit(
-    ep: &mut Endpoint,
+    ep: &mut Gathered<'_>,
     opts: &ReceiverOptions,
     dirs: &mut DirCache,
     st: &mut SessionState<'_>,
@@ -183,13 +189,15 @@ fn commit(
             sink.write_chunk_at(0, data)?;
         }
         let layout = *sink.layout().expect("started above");
+        // The ACK below goes out after this directory's fsync (`Replies::flush`).
+        ep.replies.dirty(sink.dir())?;
         sink.commit_small(&hash).map(|got| (got, layout))
     });
     let (status, message) = match &result {
         Ok(_) => (Reason::Ok, String::new()),
         Err(e) => (reason_of(e), proto::truncate_text(&e.to_string())),
     };
-    send_msg(ep, &Msg::Ack { status, message })?;
+    ep.reply(&Msg::Ack { status, message })?;
     report.bytes += h.size;
     match result {
         Ok((got, layout)) => {

@@ -7,7 +7,8 @@
 //! shares the memory of several sessions. Nothing here imports the sender (`super::send`).
 //!
 //! The session files, in the order each imports only those before it: `core`, `data`,
-//! `answer`, `file`, `inline` (small files in DATA, several in flight), `stripe`, `session`. `core` is the protocol without I/O: what each
+//! `answer`, `file`, `replies` (answers sent together), `inline` (small files in DATA, several
+//! in flight), `stripe`, `session`. `core` is the protocol without I/O: what each
 //! arrival of a part (data chunk, DIGESTS, FIN) means.
 
 mod answer;
@@ -20,6 +21,7 @@ mod inline;
 mod joint;
 pub mod partial;
 mod policy;
+mod replies;
 pub mod ring_budget;
 mod session;
 pub mod sink;

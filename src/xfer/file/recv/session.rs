@@ -1,6 +1,7 @@
 //! The receiver's side of a session: CHALLENGE, then OPEN or JOIN (several streams), then each
 //! HELLO (after STRIPE, for one stripe of a file) until DONE.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::answer::{check_auth, tell_peer};
@@ -8,6 +9,7 @@ use super::data::StagingRing;
 use super::file::{receive_file, SessionState};
 use super::inline::Inline;
 use super::joint::{Joint, StreamRegistry};
+use super::replies::Replies;
 use super::ring_budget::RingLease;
 use super::stripe;
 use crate::error::{Error, Result};
@@ -108,13 +110,19 @@ fn receive_session(
     let mut joint: Option<Arc<Joint>> = None;
     let mut stripe: Option<Stripe> = None;
     let mut inline = Inline::default();
+    let mut replies = Replies::default();
+    let mut pending = VecDeque::new();
     let mut last = false;
     let mut first = true;
     loop {
         if last && inline.is_idle() {
-            return Ok(());
+            return replies.flush(ep);
         }
-        let msg = match st.budget.wait(ep, recv_ctl) {
+        let next = match pending.pop_front() {
+            Some(m) => Ok(m),
+            None => next_msg(ep, st, &mut replies, &mut pending),
+        };
+        let msg = match next {
             Ok(m) => m,
             Err(e) if e.reason() == Some(Reason::Budget) => return Err(e),
             Err(e) => {
@@ -134,6 +142,14 @@ fn receive_session(
                 return Err(e);
             }
         };
+        let pipelined = match &msg {
+            Msg::Hello(h) => h.flags.inline && stripe.is_none(),
+            m => matches!(m, Msg::Data(_)),
+        };
+        if !pipelined {
+            // What is answered otherwise is answered after what came before it.
+            replies.flush(ep)?;
+        }
         let was_first = std::mem::replace(&mut first, false);
         if was_first && role.join_only && !matches!(msg, Msg::Join(_)) {
             let e = Error::refused(
@@ -181,13 +197,13 @@ fn receive_session(
             Msg::Hello(h) if h.flags.inline && stripe.is_none() => {
                 last = h.flags.last;
                 let before = report.file_count();
-                let r = inline.on_hello(ep, opts, st, report, &nonce, h);
+                let r = inline.on_hello(&mut replies.on(ep), opts, st, report, &nonce, h);
                 report.announce_since(before, progress);
                 r.map_err(|e| protocol_end(ep, e))?;
             }
             Msg::Data(d) => {
                 let before = report.file_count();
-                let r = inline.on_data(ep, opts, st, report, d);
+                let r = inline.on_data(&mut replies.on(ep), opts, st, report, d);
                 report.announce_since(before, progress);
                 r.map_err(|e| protocol_end(ep, e))?;
             }
@@ -239,6 +255,26 @@ fn receive_session(
                 return Err(e);
             }
         }
+    }
+}
+
+/// The next message from the sender. The answers gathered go out first when nothing has
+/// arrived (the sender may be waiting for them); a BATCH's members are taken one by one.
+fn next_msg(
+    ep: &mut Endpoint,
+    st: &mut SessionState<'_>,
+    replies: &mut Replies,
+    pending: &mut VecDeque<Msg>,
+) -> Result<Msg> {
+    if !replies.is_empty() && !ep.has_message()? {
+        replies.flush(ep)?;
+    }
+    match st.budget.wait(ep, recv_ctl)? {
+        Msg::Batch(members) => {
+            pending.extend(members);
+            Ok(pending.pop_front().expect("a BATCH has members"))
+        }
+        m => Ok(m),
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Sink {
     temp_name: String,
     /// Where a striped file's resume state is kept ([`super::partial`]).
     stripes_name: String,
+    /// Whether the commit fsyncs the directory (not for [`commit_small`](Sink::commit_small)).
+    sync_dir: bool,
     file: File,
     size: u64,
     /// Bytes of the temporary file from an earlier attempt (whole chunks once started).
@@ -186,6 +188,7 @@ impl Sink {
             final_name,
             temp_name,
             stripes_name: rel.stripes_name(),
+            sync_dir: true,
             file,
             size,
             held,
@@ -343,6 +346,8 @@ impl Sink {
 
     /// [`commit`](Sink::commit) of a file of at most one chunk whose digest the sender sent
     /// with its data (inline, no DIGESTS): `expected`, the file digest, covers that chunk.
+    /// The directory is not fsynced: the caller syncs [`dir`](Sink::dir) (once for the
+    /// files of a batch) before it tells anyone the file is committed.
     pub fn commit_small(mut self, expected: &Digest) -> Result<Digest> {
         let chunks = self.started()?.layout().chunks();
         if chunks > 1 {
@@ -352,7 +357,13 @@ impl Sink {
             )));
         }
         self.theirs = chunks;
+        self.sync_dir = false;
         self.commit(expected)
+    }
+
+    /// The directory the file is committed in.
+    pub fn dir(&self) -> &ConfinedDir {
+        &self.dir
     }
 
     /// Striped receipt (`recv::stripe`, never [`start`](Sink::start)ed): another handle on
@@ -445,7 +456,10 @@ impl Sink {
         self.dir
             .rename(&self.temp_name, &self.final_name, self.opts.force)?;
         self.dir.remove(&self.stripes_name)?;
-        self.dir.sync()
+        match self.sync_dir {
+            true => self.dir.sync(),
+            false => Ok(()),
+        }
     }
 
     /// Keeps a striped file's resume state (an encoded [`super::partial::StripeState`]) next

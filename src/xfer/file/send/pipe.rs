@@ -8,17 +8,16 @@
 //! in. A file through the staging ring, a stripe and DONE come after [`Pipe::drain`].
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 
 use super::core::{Answer, Asked, Verdict};
 use super::file::StreamState;
-use super::source::{self, read_err, SourceEntry, SourceKind};
+use super::source::{self, read_err, Listed, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{moved, wait_on};
-use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::ctl::{peer_err, recv_ctl};
 use crate::xfer::file::digest::{self, Layout};
 use crate::xfer::file::names;
 use crate::xfer::file::proto::{self, Data, Digest, EntryKind, Hello, Msg, Reason};
@@ -37,6 +36,11 @@ pub(super) struct Pipe {
     first_unrecorded: u64,
     /// Verdicts of entries after it, held until it is recorded: `(report, refused)`.
     held: BTreeMap<u64, (FileReport, bool)>,
+    /// HELLOs and DATA not sent yet: they go out together, in one BATCH, when the next does
+    /// not fit or before this side waits.
+    out: proto::Batch,
+    /// Answers read in a BATCH and not taken yet.
+    incoming: VecDeque<Msg>,
 }
 
 /// What an outstanding answer is for.
@@ -46,20 +50,20 @@ enum Awaited {
     /// An inline file's HELLO: WANT, SKIP or REFUSE.
     Hello(Box<Small>),
     /// An inline file's DATA: its verdict (ACK). `local`: this side gave up on it (DATA said
-    /// so); the receiver's ACK confirms nothing was committed.
+    /// so), and whether the file was gone; the receiver's ACK confirms nothing was committed.
     Verdict {
         name: String,
         size: u64,
         hash: Digest,
         layout: Layout,
-        local: Option<Error>,
+        local: Option<(Error, bool)>,
     },
 }
 
-/// An inline file announced: open, read when the receiver wants it.
+/// An inline file announced: opened and read only when the receiver wants it (a re-run of
+/// an unchanged tree opens nothing).
 struct Small {
     name: String,
-    file: File,
     path: std::path::PathBuf,
     size: u64,
 }
@@ -70,7 +74,7 @@ fn inline(size: u64, chunk: u32) -> bool {
 }
 
 /// A HELLO of `name` (`kind`, its mode and mtime from `meta`), size 0 and no target.
-fn hello(st: &StreamState<'_>, name: &str, kind: EntryKind, meta: &Metadata) -> Hello {
+fn hello(st: &StreamState<'_>, name: &str, kind: EntryKind, meta: &Listed) -> Hello {
     let opts = st.opts;
     Hello {
         version: proto::VERSION,
@@ -78,9 +82,9 @@ fn hello(st: &StreamState<'_>, name: &str, kind: EntryKind, meta: &Metadata) -> 
         name: name.to_string(),
         target: String::new(),
         size: 0,
-        mode: meta.mode() & 0o7777,
-        mtime_sec: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        mode: meta.mode,
+        mtime_sec: meta.mtime_sec,
+        mtime_nsec: meta.mtime_nsec,
         chunk_size: opts.chunk,
         verify: opts.verify,
         flags: opts.hello_flags(),
@@ -103,6 +107,8 @@ impl Pipe {
             next: 0,
             first_unrecorded: 0,
             held: BTreeMap::new(),
+            out: proto::Batch::default(),
+            incoming: VecDeque::new(),
         }
     }
 
@@ -177,7 +183,7 @@ impl Pipe {
                 return Ok(true);
             }
         };
-        let mut h = hello(st, name, kind, &meta);
+        let mut h = hello(st, name, kind, &Listed::of(&meta));
         h.target = target;
         let awaited = Awaited::Entry {
             name: name.to_string(),
@@ -208,14 +214,13 @@ impl Pipe {
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<bool> {
-        let opened = File::open(&e.path).and_then(|f| f.metadata().map(|m| (f, m)));
-        let (file, meta) = match opened {
-            Ok((f, m)) if m.is_file() && inline(m.len(), st.opts.chunk) => (f, m),
-            // Large, or not readable: the ring's path opens it again and reports what fails.
+        let meta = match e.listed {
+            Some(m) if inline(m.size, st.opts.chunk) => m,
+            // Large, or not there when listed: the ring's path opens it and reports what fails.
             _ => return Ok(false),
         };
         let name = e.name.as_str();
-        let size = meta.len();
+        let size = meta.size;
         let mut h = hello(st, name, EntryKind::File, &meta);
         h.size = size;
         h.flags.inline = true;
@@ -232,7 +237,6 @@ impl Pipe {
         progress(Progress::FileStart { name, size });
         let small = Small {
             name: name.to_string(),
-            file,
             path: e.path.clone(),
             size,
         };
@@ -255,9 +259,10 @@ impl Pipe {
             if self.waiting.len() < self.window {
                 break;
             }
+            self.flush(ep, st, report, progress)?;
             self.take_one(ep, st, report, progress)?;
         }
-        self.send_taking(ep, st, &Msg::Hello(h), report, progress)?;
+        self.queue(ep, st, &Msg::Hello(h), report, progress)?;
         self.waiting.push_back((self.next, awaited));
         self.next += 1;
         Ok(())
@@ -273,12 +278,13 @@ impl Pipe {
     ) -> Result<()> {
         loop {
             self.send_wanted(ep, st, report, progress)?;
+            self.flush(ep, st, report, progress)?;
             if self.waiting.is_empty() {
                 break;
             }
             self.take_one(ep, st, report, progress)?;
         }
-        debug_assert!(self.held.is_empty());
+        debug_assert!(self.held.is_empty() && self.out.is_empty());
         Ok(())
     }
 
@@ -290,7 +296,7 @@ impl Pipe {
         &mut self,
         ep: &mut Endpoint,
         st: &StreamState<'_>,
-        msg: &Msg,
+        bytes: &[u8],
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
@@ -299,7 +305,40 @@ impl Pipe {
             self.take_one(ep, st, report, progress)?;
         }
         // A credit and a send buffer are free: this does not wait.
-        wait_on(ep, st.session, |ep| send_msg(ep, msg))
+        wait_on(ep, st.session, |ep| ep.send(bytes))
+    }
+
+    /// Adds `msg` to the batch going out, first sending what is gathered if `msg` does not
+    /// fit with it.
+    fn queue(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        msg: &Msg,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        let encoded = proto::encode(msg);
+        if !self.out.fits(&encoded) {
+            self.flush(ep, st, report, progress)?;
+        }
+        self.out.push(encoded);
+        Ok(())
+    }
+
+    /// Sends what is gathered (one message, or a BATCH), if anything: before this side waits
+    /// for an answer.
+    fn flush(
+        &mut self,
+        ep: &mut Endpoint,
+        st: &StreamState<'_>,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<()> {
+        match self.out.take() {
+            Some(bytes) => self.send_taking(ep, st, &bytes, report, progress),
+            None => Ok(()),
+        }
     }
 
     /// Sends the DATA of every file wanted (and of those wanted meanwhile).
@@ -325,7 +364,16 @@ impl Pipe {
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
-        let msg = wait_on(ep, st.session, recv_ctl)?;
+        let msg = match self.incoming.pop_front() {
+            Some(m) => m,
+            None => match wait_on(ep, st.session, recv_ctl)? {
+                Msg::Batch(members) => {
+                    self.incoming.extend(members);
+                    self.incoming.pop_front().expect("a BATCH has members")
+                }
+                m => m,
+            },
+        };
         moved(st.session, 1);
         if let Msg::Err { reason, message } = &msg {
             return Err(peer_err(*reason, message));
@@ -356,7 +404,8 @@ impl Pipe {
                 local,
             } => {
                 let f = match (Verdict::of(msg)?, local) {
-                    (_, Some(err)) => {
+                    (_, Some((err, true))) => FileReport::vanished(&name, &err.to_string()),
+                    (_, Some((err, false))) => {
                         FileReport::failed(&name, size, Reason::ReadError, err.to_string())
                     }
                     (Verdict::Delivered, None) => FileReport::ok(&name, size, &hash, &layout),
@@ -386,16 +435,10 @@ impl Pipe {
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
         let opts = st.opts;
-        let Small {
-            name,
-            file,
-            path,
-            size,
-        } = small;
+        let Small { name, path, size } = small;
         let mut data = Vec::with_capacity(size as usize);
-        let read = (&file)
-            .take(size + 1)
-            .read_to_end(&mut data)
+        let read = File::open(&path)
+            .and_then(|f| f.take(size + 1).read_to_end(&mut data))
             .map_err(|e| read_err(&path, e))
             .and_then(|n| {
                 if n as u64 == size {
@@ -415,13 +458,15 @@ impl Pipe {
         let (layout, hash) = match digested {
             Ok(x) => x,
             Err(err) => {
+                let gone = source::vanished(&path);
                 let abandon = Msg::Data(Data {
                     offset: 0,
                     hash: None,
                     abandon: true,
+                    vanished: gone,
                     bytes: Vec::new(),
                 });
-                self.send_taking(ep, st, &abandon, report, progress)?;
+                self.queue(ep, st, &abandon, report, progress)?;
                 self.waiting.push_back((
                     seq,
                     Awaited::Verdict {
@@ -429,7 +474,7 @@ impl Pipe {
                         size,
                         hash: [0; 32],
                         layout: Layout::new(opts.verify, chunk, 0)?,
-                        local: Some(err),
+                        local: Some((err, gone)),
                     },
                 ));
                 return Ok(());
@@ -449,9 +494,10 @@ impl Pipe {
                 offset: start as u64,
                 hash: (i + 1 == pieces).then_some(hash),
                 abandon: false,
+                vanished: false,
                 bytes: data[start..end].to_vec(),
             });
-            self.send_taking(ep, st, &piece, report, progress)?;
+            self.queue(ep, st, &piece, report, progress)?;
         }
         report.bytes += size;
         progress(Progress::Bytes {

@@ -44,6 +44,34 @@ pub struct SourceEntry {
     pub path: PathBuf,
     /// What it is.
     pub kind: SourceKind,
+    /// A file's size, mode and mtime when it was listed (`None` for other kinds, or a file
+    /// whose stat failed): what HELLO announces and what plans count, one stat per file.
+    pub listed: Option<Listed>,
+}
+
+/// A file's metadata as the walk found it (see [`SourceEntry::listed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Modification time: seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Modification time: nanoseconds (below 10⁹).
+    pub mtime_nsec: u32,
+}
+
+impl Listed {
+    /// The fields of `m`.
+    pub fn of(m: &std::fs::Metadata) -> Listed {
+        Listed {
+            size: m.len(),
+            mode: m.mode() & 0o7777,
+            mtime_sec: m.mtime(),
+            mtime_nsec: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+        }
+    }
 }
 
 /// How [`walk_with`] treats symlinks inside a tree, and which entries it lists.
@@ -138,7 +166,20 @@ fn utf8<'a>(s: &'a std::ffi::OsStr, path: &Path) -> Result<&'a str> {
 fn entry(name: String, path: PathBuf, kind: SourceKind) -> Result<SourceEntry> {
     let name =
         sanitize(&name).map_err(|e| invalid(format!("{}: cannot be sent: {e}", path.display())))?;
-    Ok(SourceEntry { name, path, kind })
+    let listed = match kind {
+        // One stat per file (following a symlink, as opening it does).
+        SourceKind::File => std::fs::metadata(&path)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| Listed::of(&m)),
+        _ => None,
+    };
+    Ok(SourceEntry {
+        name,
+        path,
+        kind,
+        listed,
+    })
 }
 
 /// The entry of a name in directory `prefix` that cannot be sent (see
@@ -490,7 +531,12 @@ mod tests {
         );
         assert_eq!(v[2].path, root.join("b/c/deep"));
         assert_eq!(v[2].kind, SourceKind::File);
+        // A file is listed with its size, mode and mtime (one stat); other kinds without.
+        let deep = std::fs::metadata(root.join("b/c/deep")).unwrap();
+        assert_eq!(v[2].listed, Some(Listed::of(&deep)));
+        assert_eq!(v[2].listed.unwrap().size, 1);
         assert_eq!(v[3].kind, SourceKind::Dir);
+        assert_eq!(v[3].listed, None);
         let secret = outside.path().join("secret");
         assert_eq!(
             v[5].kind,

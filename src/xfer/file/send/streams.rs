@@ -64,8 +64,7 @@ pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
     let sizes: Vec<u64> = entries
         .iter()
         .filter(|e| e.kind == SourceKind::File)
-        .filter_map(|e| std::fs::metadata(&e.path).ok())
-        .map(|m| m.len())
+        .filter_map(|e| e.listed.map(|m| m.size))
         .collect();
     let total = sizes.iter().fold(0u64, |a, &b| a.saturating_add(b));
     let big = sizes.iter().any(|&s| s >= STRIPE_MIN);
@@ -96,8 +95,8 @@ enum Job {
 fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        let size = match (&e.kind, std::fs::metadata(&e.path)) {
-            (SourceKind::File, Ok(m)) => m.len(),
+        let size = match (&e.kind, e.listed) {
+            (SourceKind::File, Some(m)) => m.size,
             _ => 0,
         };
         let stripes = match size >= STRIPE_MIN {
@@ -412,7 +411,7 @@ fn relay(
         match ev {
             Event::Start(i) => {
                 if !std::mem::replace(&mut started[i], true) {
-                    let size = std::fs::metadata(&entries[i].path).map_or(0, |m| m.len());
+                    let size = entries[i].listed.map_or(0, |m| m.size);
                     progress(Progress::FileStart {
                         name: entries[i].name.as_str(),
                         size,

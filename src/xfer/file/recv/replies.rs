@@ -1,0 +1,75 @@
+//! The answers to entries in flight (WANT, SKIP, REFUSE, ACK), gathered and sent together in
+//! one BATCH, and the directory fsyncs of the small files they commit, done once per directory
+//! per batch. A file's ACK(ok) goes out only after its directory's fsync: what the sender hears
+//! is committed is as durable as one file committed alone.
+
+use super::answer::Reply;
+use crate::error::Result;
+use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::names::ConfinedDir;
+use crate::xfer::file::proto::{self, Batch, Msg};
+
+/// Answers gathered before they are sent at once: the sender's window is 31 entries (its
+/// posted receives less one), so at half of it the sender has answers to act on before it
+/// runs dry.
+pub(super) const FLUSH_AT: usize = 16;
+
+/// Answers not sent yet, and the directories whose fsync they wait for.
+#[derive(Default)]
+pub(super) struct Replies {
+    out: Batch,
+    dirty: Vec<ConfinedDir>,
+}
+
+impl Replies {
+    /// Whether nothing waits to be sent.
+    pub(super) fn is_empty(&self) -> bool {
+        self.out.is_empty() && self.dirty.is_empty()
+    }
+
+    /// Notes that a file was committed in `dir`: it is fsynced before the next answers go.
+    pub(super) fn dirty(&mut self, dir: &ConfinedDir) -> Result<()> {
+        if !self.dirty.iter().any(|d| d.path() == dir.path()) {
+            self.dirty.push(dir.try_clone()?);
+        }
+        Ok(())
+    }
+
+    /// Syncs the directories noted and sends the gathered answers (one message, or a BATCH).
+    pub(super) fn flush(&mut self, ep: &mut Endpoint) -> Result<()> {
+        for d in self.dirty.drain(..) {
+            d.sync()?;
+        }
+        match self.out.take() {
+            Some(bytes) => ep.send(&bytes),
+            None => Ok(()),
+        }
+    }
+
+    /// `ep` and these replies as a [`Reply`]: answers are gathered, sent when the next does not
+    /// fit or [`FLUSH_AT`] are there.
+    pub(super) fn on<'a>(&'a mut self, ep: &'a mut Endpoint) -> Gathered<'a> {
+        Gathered { ep, replies: self }
+    }
+}
+
+/// Answers gathered on an endpoint (see [`Replies::on`]).
+pub(super) struct Gathered<'a> {
+    pub(super) ep: &'a mut Endpoint,
+    pub(super) replies: &'a mut Replies,
+}
+
+impl Reply for Gathered<'_> {
+    fn reply(&mut self, msg: &Msg) -> Result<()> {
+        debug_assert!(proto::batchable(msg));
+        let encoded = proto::encode(msg);
+        if !self.replies.out.fits(&encoded) {
+            self.replies.flush(self.ep)?;
+        }
+        self.replies.out.push(encoded);
+        if self.replies.out.len() >= FLUSH_AT {
+            self.replies.flush(self.ep)?;
+        }
+        Ok(())
+    }
+}
