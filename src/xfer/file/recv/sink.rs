@@ -59,6 +59,11 @@ pub struct Sink {
     leftovers: Registered,
 }
 
+/// Below this many bytes to write, the free space is not asked for before the temporary file
+/// is made (a statfs per file is a tree of small files' cost; a write onto a full disk fails
+/// with ENOSPC, reported as no space too).
+const FREE_CHECK_MIN: u64 = 64 * 1024;
+
 pub(crate) fn write_err(what: String, e: std::io::Error) -> Error {
     let reason = if e.raw_os_error() == Some(libc::ENOSPC) {
         Reason::NoSpace
@@ -132,7 +137,11 @@ impl Sink {
         } else {
             held
         };
-        let free = dir.free_bytes()?;
+        let free = match size - held > FREE_CHECK_MIN {
+            true => dir.free_bytes()?,
+            // A write this small onto a full disk fails with ENOSPC: no space, as here.
+            false => u64::MAX,
+        };
         if free < size - held {
             return Err(Error::refused(
                 Reason::NoSpace,

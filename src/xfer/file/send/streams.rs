@@ -57,7 +57,8 @@ pub const DEFAULT_STREAMS_PER_DEVICE: u16 = 2;
 
 /// The stream count `send` uses without `--streams`: 1 for a transfer too small to gain from
 /// more (no file of [`STRIPE_MIN`] or more, and fewer than 2 files or less than
-/// [`STRIPE_MIN`] in all), otherwise the machine's CPUs, at most
+/// [`STRIPE_MIN`] in all through the staging ring: small files, of at most
+/// [`proto::INLINE_MAX`], travel pipelined in control messages and do not count), otherwise the machine's CPUs, at most
 /// [`DEFAULT_STREAMS_PER_DEVICE`] per device (`devices`, at least 1) and at most
 /// [`DEFAULT_STREAMS_CAP`]. The receiver may grant fewer (its `--max-streams`).
 pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
@@ -65,6 +66,7 @@ pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
         .iter()
         .filter(|e| e.kind == SourceKind::File)
         .filter_map(|e| e.listed.map(|m| m.size))
+        .filter(|&s| s > proto::INLINE_MAX)
         .collect();
     let total = sizes.iter().fold(0u64, |a, &b| a.saturating_add(b));
     let big = sizes.iter().any(|&s| s >= STRIPE_MIN);
@@ -461,5 +463,34 @@ mod tests {
             assert_eq!(stripe_align(c) % u64::from(c), 0);
             assert_eq!(stripe_align(c) % STRIPE_ALIGN, 0);
         }
+    }
+
+    /// A directory of `n` sparse files of `size` bytes, listed.
+    fn tree(n: usize, size: u64) -> (tempfile::TempDir, Vec<SourceEntry>) {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("t");
+        std::fs::create_dir(&root).unwrap();
+        for i in 0..n {
+            let f = std::fs::File::create(root.join(format!("f{i:04}"))).unwrap();
+            f.set_len(size).unwrap();
+        }
+        let entries = source::walk(&[root]).unwrap();
+        (t, entries)
+    }
+
+    #[test]
+    fn small_files_take_one_stream_whatever_their_total() {
+        // 200 files of 64 KiB: 12.5 MiB in all, over STRIPE_MIN, all of them inline.
+        let (_t, small) = tree(200, proto::INLINE_MAX);
+        const { assert!(200 * proto::INLINE_MAX > STRIPE_MIN) };
+        assert_eq!(default_streams(&small, 1), 1);
+        // Just over the inline limit they go through the ring, and their total counts.
+        let (_t, ring) = tree(200, proto::INLINE_MAX + 1);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let want = cpus.min(usize::from(DEFAULT_STREAMS_PER_DEVICE)) as u16;
+        assert_eq!(default_streams(&ring, 1), want.max(1));
+        // One big file is striped whatever else there is.
+        let (_t, big) = tree(1, STRIPE_MIN);
+        assert_eq!(default_streams(&big, 1), want.max(1));
     }
 }
