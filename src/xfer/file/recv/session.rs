@@ -199,13 +199,13 @@ fn receive_session(
                 let before = report.file_count();
                 let r = inline.on_hello(&mut replies.on(ep), opts, st, report, &nonce, h);
                 report.announce_since(before, progress);
-                r.map_err(|e| protocol_end(ep, e))?;
+                r.map_err(|e| gathered_end(ep, &mut replies, e))?;
             }
             Msg::Data(d) => {
                 let before = report.file_count();
                 let r = inline.on_data(&mut replies.on(ep), opts, st, report, d);
                 report.announce_since(before, progress);
-                r.map_err(|e| protocol_end(ep, e))?;
+                r.map_err(|e| gathered_end(ep, &mut replies, e))?;
             }
             Msg::Done if !inline.is_idle() => {
                 let e = Error::Protocol(format!(
@@ -276,6 +276,16 @@ fn next_msg(
         }
         m => Ok(m),
     }
+}
+
+/// An error of a pipelined entry ends the session: the answers gathered go out first (a
+/// REFUSE of a failed authentication among them, which tells the sender why), then ERR for a
+/// protocol violation; returns `e`.
+fn gathered_end(ep: &mut Endpoint, replies: &mut Replies, e: Error) -> Error {
+    if let Err(e2) = replies.flush(ep) {
+        tracing::debug!("sending the gathered answers: {e2}");
+    }
+    protocol_end(ep, e)
 }
 
 /// A protocol violation ends the session with ERR (budget and connection errors are told
