@@ -95,7 +95,7 @@ fn interrupted_tree_completes_with_resume_on_both_sides() {
         ("c.txt", b"the rest\n".to_vec()),
     ];
     write_tree(&root, &files);
-    let mut r = recv(port, &out, &["--resume", "--timeout", "3"]);
+    let mut r = recv(port, &out, &["--resume"]);
     // One stream: this is the single-connection resume (striped: module `streams`).
     let slow = [
         "--chunk",

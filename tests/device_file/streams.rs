@@ -581,20 +581,34 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
-    let data = pseudo_random(64 << 20, 11);
+    let data = pseudo_random(128 << 20, 11);
     std::fs::write(&src, &data).unwrap();
-    // A step deadline of 2 s; stripe 1's stream holds its data (MR in hand) until stripe 0's
-    // 32 MiB have their verdict, which takes longer in the guest (3-4 s): its receiving stream
-    // waits its turn while the session moves, and must not time out. (With 1 s, the pause
-    // between stripe 0's last chunk and stripe 1's first, its verdict on the way, passed it
-    // once with another test binary running beside this one.)
-    let r = common::recv(port, &out, &["--once", "--timeout", "2"]);
+    // A step deadline of 3 s; stripe 1's stream holds its data (MR in hand) until stripe 0's
+    // 64 MiB have their verdict, which takes twice as long in the guest (6-8 s): its receiving
+    // stream waits its turn while the session moves, and must not time out. (64 MiB with 2 s
+    // timed out once in CI beside another test binary: the pause around stripe 0's verdict.)
+    let r = common::recv(port, &out, &["--once", "--timeout", "3"]);
     let args = send_args(port, &[&src], &["--streams", "2"]);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let d = spawn_env("send", &a, &[("RDMAXFER_TEST_HOLD_STRIPE", "1")]).finish(T);
+    let env = [
+        ("RDMAXFER_TEST_HOLD_STRIPE", "1"),
+        ("RDMAXFER_LOG", "rdmaxfer=info"),
+    ];
+    let d = spawn_env("send", &a, &env).finish(T);
     d.ok("send --streams 2 with stripe 1 held back");
     let rd = r.finish(T);
-    rd.ok("recv --timeout 2 of a striped file with a stream held back");
+    rd.ok("recv --timeout 3 of a striped file with a stream held back");
+    // The hold outlasted the receiver's step deadline, or the test proved nothing.
+    let held = d.err.lines().find_map(|l| {
+        let t = l.split("held back for ").nth(1)?;
+        let secs = t.trim().strip_suffix('s')?.parse::<f64>().ok()?;
+        Some(secs)
+    });
+    assert!(
+        held.is_some_and(|s| s > 3.0),
+        "stripe 1 held back for {held:?} s, not past the 3 s deadline: {}",
+        d.err
+    );
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
 }
 

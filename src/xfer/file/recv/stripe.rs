@@ -345,7 +345,12 @@ pub(super) fn receive_stripe(
             Ok(())
         }
         (Some(Err(_)), _) | (None, Err(_)) => budget.refused(),
-        (None, Ok(_)) => Ok(()),
+        // A verified stripe of a file still open is progress of the session too: the streams
+        // waiting for theirs (held back by the sender) wait a step from its verdict.
+        (None, Ok(_)) => {
+            budget.progress(FILE_CREDIT);
+            Ok(())
+        }
     }
 }
 

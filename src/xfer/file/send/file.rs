@@ -270,7 +270,13 @@ pub(super) fn send_file(
         });
     }
     if let Some(s) = stripe.filter(|s| opts.hold_stripe == Some(s.stripe.index)) {
+        let t0 = Instant::now();
         s.track.wait_others(s.stripe.index);
+        tracing::info!(
+            "test hold: stripe {} held back for {:?}",
+            s.stripe.index,
+            t0.elapsed()
+        );
     }
     let r = ring.as_mut().expect("made above");
     let sent_before = report.bytes;
