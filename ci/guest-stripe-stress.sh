@@ -72,3 +72,4 @@ done
 echo "--- dmesg (last 20 lines):"
 dmesg | tail -n 20
 echo "stress: $ok of $runs ok"
+((ok == runs))
