@@ -396,15 +396,22 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Waits (at most the timeout) until a credit for an RDMA WRITE_WITH_IMM is free, so that
-    /// the next [`post`](Self::post) of one does not wait. Unlike that wait (which gives up its
-    /// work request), a timeout here leaves the caller's buffers with it and the endpoint
-    /// usable: the caller may wait again.
+    /// Waits until a credit for an RDMA WRITE_WITH_IMM is free, so that the next
+    /// [`post`](Self::post) of one does not wait: at most the timeout without progress, where a
+    /// completion of one of the caller's work requests is progress (the peer acknowledged a
+    /// WRITE; its credit comes back once the peer takes it, a batch of credits at a time). On a
+    /// slow link (seconds per chunk) credits come back seconds apart while the data moves.
+    /// Unlike [`post`](Self::post)'s own wait (which gives up its work request), a timeout here
+    /// leaves the caller's buffers with it and the endpoint usable: the caller may wait again.
     pub(crate) fn wait_credit(&mut self) -> Result<()> {
         self.check_usable()?;
         let mut deadline = self.deadline();
         while self.credits() == 0 {
+            let done = self.user_done.len();
             self.pump(&mut deadline, "send credit from the peer")?;
+            if self.user_done.len() > done {
+                deadline = self.deadline();
+            }
         }
         Ok(())
     }
