@@ -491,6 +491,17 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             }),
         ),
         (
+            "hello_dry_run",
+            proto::Msg::Hello(proto::Hello {
+                flags: proto::HelloFlags {
+                    dry_run: true,
+                    last: true,
+                    ..proto::HelloFlags::default()
+                },
+                ..hello.clone()
+            }),
+        ),
+        (
             "hello_dir",
             proto::Msg::Hello(proto::Hello {
                 kind: proto::EntryKind::Dir,

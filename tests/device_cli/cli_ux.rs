@@ -117,11 +117,24 @@ fn a_tree_with_a_refused_file_is_a_partial_transfer_exit_23() {
         ("small.txt", b"small\n".to_vec()),
     ]);
     let port = common::port();
-    let r = recv_text(port, &out, &["--max-size", "1K"]);
+    let r = recv_text(port, &out, &["--max-size", "1K", "--stats"]);
     let d = send_text(port, &[&tree], &[]).finish(FILE_T);
     let rd = r.finish(FILE_T);
     assert_eq!(d.status.code(), Some(23), "send:\n{}\n{}", d.out, d.err);
     assert_eq!(rd.status.code(), Some(23), "recv:\n{}\n{}", rd.out, rd.err);
+    // recv --stats: the connection's figures after its summary line.
+    for line in [
+        "Number of entries: 2 (delivered or made: 1, skipped: 0, failed: 1)",
+        // big.bin is inline: refused at its commit, after its data came (not before it).
+        "Failed entries: 1 (refused by the receiver: 0, vanished from the source: 0)",
+        "File data received: 65542 bytes",
+    ] {
+        assert!(
+            rd.out.contains(line),
+            "recv --stats: {line:?} in {:?}",
+            rd.out
+        );
+    }
     assert_eq!(
         std::fs::read(out.join("tree/small.txt")).unwrap(),
         b"small\n"

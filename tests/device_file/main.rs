@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod dry_run;
 mod file;
 mod file_rerun;
 mod harden;

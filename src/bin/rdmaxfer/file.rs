@@ -144,6 +144,10 @@ pub struct RecvArgs {
     /// Print nothing but errors (no per-file lines, no summaries).
     #[arg(short, long, conflicts_with = "json")]
     quiet: bool,
+    /// After each connection's summary, its statistics as rsync's --stats: entries by
+    /// outcome, bytes and time (--json has the same figures)
+    #[arg(long, conflicts_with_all = ["json", "quiet"])]
+    stats: bool,
     /// Streams (connections) one sender may open for a transfer (send --streams); a sender
     /// asking for more gets this many. Each is served like a sender (--max-sessions,
     /// --max-memory).
@@ -213,6 +217,10 @@ pub struct SendArgs {
     /// Continue partial files the receiver kept (it must run with --resume).
     #[arg(long)]
     resume: bool,
+    /// Print what would be sent (created or replaced), skipped or refused, and send nothing:
+    /// the receiver answers for every entry and changes nothing either. One stream.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
     /// Connections (streams) carrying the transfer: a tree's files are spread over them and
     /// files of 8 MiB or more are striped across them. With several devices (-d a,b) or
     /// receiver addresses (HOST1,HOST2: one per rail), streams are placed on them in turn.
@@ -258,8 +266,10 @@ pub struct SendArgs {
     conn: ConnArgs,
 }
 
-/// `send --stats`: the session's figures, one per line (see [`summary`] for the JSON names).
-fn print_stats(report: &SessionReport, secs: f64, streams: u16) {
+/// `--stats`: the figures of a session (sender) or connection (receiver), one per line, as one
+/// block (see [`summary`] for the JSON names). `streams`: the sender's; `verb`: "sent" or
+/// "received".
+fn stats_text(report: &SessionReport, secs: f64, streams: Option<u16>, verb: &str) -> String {
     let rate = |b: u64, s: f64| {
         if s > 0.0 {
             b as f64 / (1 << 20) as f64 / s
@@ -269,26 +279,38 @@ fn print_stats(report: &SessionReport, secs: f64, streams: u16) {
     };
     let failed = report.failures();
     let total = report.file_count();
-    println!(
-        "Number of entries: {total} (delivered or made: {}, skipped: {}, failed: {failed})",
-        total - failed - report.skipped,
+    let mut t = format!(
+        "Number of entries: {total} (delivered or made: {}, skipped: {}, failed: {failed})\n",
+        total - failed - report.skipped - report.planned,
         report.skipped
     );
-    println!(
-        "Failed entries: {failed} (refused by the receiver: {}, vanished from the source: {})",
+    t += &format!(
+        "Failed entries: {failed} (refused by the receiver: {}, vanished from the source: {})\n",
         report.refused, report.vanished
     );
-    println!("File data sent: {} bytes", report.bytes);
-    println!(
-        "Data phase: {:.3} s ({:.1} MiB/s)",
-        report.data_seconds,
-        rate(report.bytes, report.data_seconds)
-    );
-    println!(
+    if report.planned > 0 {
+        t += &format!(
+            "Dry run: {} entries would be sent ({} bytes)\n",
+            report.planned, report.planned_bytes
+        );
+    }
+    t += &format!("File data {verb}: {} bytes\n", report.bytes);
+    if streams.is_some() {
+        // The sender times the data phase (first chunk to the receiver's verdict).
+        t += &format!(
+            "Data phase: {:.3} s ({:.1} MiB/s)\n",
+            report.data_seconds,
+            rate(report.bytes, report.data_seconds)
+        );
+    }
+    t += &format!(
         "Total time: {secs:.3} s ({:.1} MiB/s)",
         rate(report.bytes, secs)
     );
-    println!("Streams: {streams}");
+    if let Some(streams) = streams {
+        t += &format!("\nStreams: {streams}");
+    }
+    t
 }
 
 fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> serde_json::Value {
@@ -304,6 +326,8 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "files_skipped": report.skipped,
         "files_refused": report.refused,
         "files_vanished": report.vanished,
+        "files_planned": report.planned,
+        "bytes_planned": report.planned_bytes,
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -326,16 +350,29 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
 /// The summary line (the files' own lines were printed as each one ended).
 fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
     let mib = report.bytes as f64 / (1 << 20) as f64;
-    let skipped = match report.skipped {
-        0 => String::new(),
-        n => format!(" ({n} skipped)"),
+    let skipped = match (report.skipped, report.planned) {
+        (0, 0) => String::new(),
+        (n, 0) => format!(" ({n} skipped)"),
+        (n, p) => format!(" ({n} skipped, {p} asked about by a dry run)"),
     };
     println!(
         "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
-        report.file_count() - report.failures() - report.skipped,
+        report.file_count() - report.failures() - report.skipped - report.planned,
         report.file_count(),
         report.bytes,
         if secs > 0.0 { mib / secs } else { 0.0 }
+    );
+}
+
+/// A dry run's summary line: what would be sent, skipped and refused.
+fn print_dry_summary(report: &SessionReport) {
+    println!(
+        "dry run: {} of {} entries would be sent ({} bytes), {} skipped, {} failed or refused; nothing was sent or changed",
+        report.planned,
+        report.file_count(),
+        report.planned_bytes,
+        report.skipped,
+        report.failures()
     );
 }
 
@@ -438,6 +475,10 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         } else if show != Show::Quiet && (r.is_ok() || report.file_count() > 0) {
             // A session that failed before any file has nothing to say about files.
             print_summary(&report, secs, "received");
+            if a.stats {
+                // One block per connection (sessions served at once do not interleave).
+                println!("{}", stats_text(&report, secs, None, "received"));
+            }
         }
         r
     };
@@ -587,6 +628,7 @@ pub fn send(a: SendArgs) -> Result<()> {
         hold_stripe,
         streams,
         bwlimit: a.bwlimit,
+        dry_run: a.dry_run,
     };
     if a.bwlimit == Some(0) {
         usage!("--bwlimit must be at least 1 byte per second");
@@ -700,9 +742,13 @@ pub fn send(a: SendArgs) -> Result<()> {
         println!("{j}");
     } else if show != Show::Quiet && connected {
         // Without a connection there is nothing to say about files: the error says it all.
-        print_summary(&report, secs, "sent");
+        if a.dry_run {
+            print_dry_summary(&report);
+        } else {
+            print_summary(&report, secs, "sent");
+        }
         if a.stats {
-            print_stats(&report, secs, used);
+            println!("{}", stats_text(&report, secs, Some(used), "sent"));
         }
     }
     r

@@ -35,7 +35,8 @@ impl Show {
 
 /// One entry's result line: `ok      NAME (N bytes, xxh3 H)` (the verification and the
 /// file digest), `ok      NAME (symlink)`,
-/// `skipped  NAME (identical)` or `FAILED  NAME: why`.
+/// `skipped  NAME (identical)`, `would create NAME (N bytes)` (a dry run) or
+/// `FAILED  NAME: why`.
 pub fn file_line(f: &FileReport) -> String {
     // The library escapes what the peer sent; escaping again changes nothing (defence in
     // depth: one line per file, whatever the names).
@@ -48,6 +49,14 @@ pub fn file_line(f: &FileReport) -> String {
         }
         (None, _) if f.is_ok() => format!("ok      {name} ({})", f.kind),
         (_, m) if f.is_skipped() => format!("skipped  {name} ({})", printable(m.unwrap_or(""))),
+        (_, m) if f.is_planned() => {
+            // "would create NAME (4096 bytes)": what a dry run would send.
+            let verb = printable(m.unwrap_or("would send"));
+            match f.kind {
+                "file" => format!("{verb} {name} ({} bytes)", f.bytes),
+                kind => format!("{verb} {name} ({kind})"),
+            }
+        }
         (_, Some(m)) if !m.is_empty() => {
             let m = printable(m);
             // The reason in parentheses, unless the message already says it.

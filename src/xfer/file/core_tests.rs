@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::ctl::PEER_REPORTS;
-use super::proto::{Algo, Digests, Msg, Reason, RingGrant, MAX_DIGESTS};
+use super::proto::{Algo, Digests, Msg, Reason, RingGrant, SkipWhy, MAX_DIGESTS};
 use super::recv::core::{PartReceiver, Tail};
 use super::recv::sink::{Sink, SinkOptions};
 use super::send::core::{check_grant, Answer, Asked, ChunkPlan, Verdict};
@@ -244,6 +244,31 @@ fn the_senders_reading_of_each_answer() {
         "WANT for a directory"
     );
     assert!(Answer::of(Msg::Mr(grant(4096, 4, 0)), Asked::Inline).is_err());
+    // A dry run's HELLO gets SKIP (what would be done) or REFUSE, and only it gets "would".
+    let skip = |why| Msg::Skip {
+        why,
+        message: "m".into(),
+    };
+    for (why, replace) in [(SkipWhy::WouldCreate, false), (SkipWhy::WouldReplace, true)] {
+        assert_eq!(
+            Answer::of(skip(why), Asked::DryRun).unwrap(),
+            Answer::Would { replace }
+        );
+        for asked in [Asked::File, Asked::Inline, Asked::Entry] {
+            let e = Answer::of(skip(why), asked).unwrap_err();
+            assert!(e.to_string().contains("not a dry run"), "{e}");
+        }
+    }
+    assert_eq!(
+        Answer::of(skip(SkipWhy::Identical), Asked::DryRun).unwrap(),
+        Answer::Skipped("m".into())
+    );
+    for m in [Msg::Want, Msg::Mr(grant(4096, 4, 0)), ack(Reason::Ok)] {
+        assert!(
+            Answer::of(m, Asked::DryRun).is_err(),
+            "no data after a dry run"
+        );
+    }
     // The ring must fit the chunk size asked for and the immediate.
     assert!(check_grant(&grant(4096, 4, 0), 4096).is_ok());
     for g in [

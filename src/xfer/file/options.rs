@@ -119,6 +119,10 @@ pub struct SenderOptions {
     /// At most this many bytes of file data per second, over all streams together
     /// (`send --bwlimit`); `None`: as fast as the link goes.
     pub bwlimit: Option<u64>,
+    /// `send --dry-run`: every entry is announced and the receiver answers what it would do
+    /// (create, replace, skip, refuse); no data is sent and nothing changes on either side.
+    /// One stream.
+    pub dry_run: bool,
 }
 
 impl Default for SenderOptions {
@@ -139,6 +143,7 @@ impl Default for SenderOptions {
             hold_stripe: None,
             streams: 1,
             bwlimit: None,
+            dry_run: false,
         }
     }
 }
@@ -160,12 +165,14 @@ impl SenderOptions {
     /// The HELLO flags these options ask for (`last` unset).
     pub(crate) fn hello_flags(&self) -> HelloFlags {
         HelloFlags {
-            resume: self.resume,
+            // No data follows a dry run: nothing to resume.
+            resume: self.resume && !self.dry_run,
             force: self.force,
             last: false,
             ignore_existing: self.ignore_existing,
             update: self.update,
             inline: false,
+            dry_run: self.dry_run,
         }
     }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::digest::Layout;
 use super::names;
-use super::proto::{Digest, EntryKind, Reason};
+use super::proto::{Digest, EntryKind, Reason, SkipWhy};
 use crate::error::{Error, Result};
 
 /// Entries a [`SessionReport`] keeps; later ones are only counted (`elided`).
@@ -73,6 +73,9 @@ pub struct FileReport {
 pub const SKIPPED: &str = "skipped";
 /// The `result` of an entry gone from the sender's source between its listing and its turn.
 pub const VANISHED: &str = "vanished";
+/// The `result` of an entry a dry run would send (`message`: "would create" or "would
+/// replace").
+pub const WOULD_SEND: &str = "would send";
 
 impl FileReport {
     pub(crate) fn ok(name: &str, bytes: u64, hash: &Digest, layout: &Layout) -> FileReport {
@@ -123,6 +126,28 @@ impl FileReport {
             // The reason is `result`: the message says the rest, without naming it again.
             message: Some(clip(&names::printable(reason.strip_label(&message)))),
         }
+    }
+
+    /// What a dry run would do with an entry: send it, over what is there if `replace`.
+    pub(crate) fn would(name: &str, kind: EntryKind, bytes: u64, replace: bool) -> FileReport {
+        let why = match replace {
+            true => SkipWhy::WouldReplace,
+            false => SkipWhy::WouldCreate,
+        };
+        FileReport {
+            name: clip(&names::printable(name)),
+            kind: kind.as_str(),
+            bytes,
+            hash: None,
+            verify: None,
+            result: WOULD_SEND.into(),
+            message: Some(why.as_str().into()),
+        }
+    }
+
+    /// True for an entry a dry run would send.
+    pub fn is_planned(&self) -> bool {
+        self.result == WOULD_SEND
     }
 
     /// An entry listed but gone when its turn came (`message`: what failed), not announced.
@@ -189,6 +214,10 @@ pub struct SessionReport {
     pub skipped: u64,
     /// Entries the receiver refused before any data (a subset of `failed`).
     pub refused: u64,
+    /// Entries a dry run would send ([`FileReport::is_planned`]), listed or not.
+    pub planned: u64,
+    /// Bytes of the files a dry run would send.
+    pub planned_bytes: u64,
     /// Entries gone from the sender's source between its listing and their turn (a subset of
     /// `failed`; see [`FileReport::is_vanished`]).
     pub vanished: u64,
@@ -207,6 +236,9 @@ impl SessionReport {
     pub fn push(&mut self, f: FileReport) {
         if f.is_skipped() {
             self.skipped += 1;
+        } else if f.is_planned() {
+            self.planned += 1;
+            self.planned_bytes += f.bytes;
         } else if !f.is_ok() {
             self.failed += 1;
             self.vanished += u64::from(f.is_vanished());
@@ -242,6 +274,8 @@ impl SessionReport {
         self.failed += o.failed;
         self.skipped += o.skipped;
         self.refused += o.refused;
+        self.planned += o.planned;
+        self.planned_bytes += o.planned_bytes;
         self.vanished += o.vanished;
         self.bytes += o.bytes;
         self.data_seconds += o.data_seconds;

@@ -13,8 +13,16 @@ const F_CHECKSUM: u16 = 1 << 4;
 const F_IGNORE_EXISTING: u16 = 1 << 5;
 const F_UPDATE: u16 = 1 << 6;
 const F_INLINE: u16 = 1 << 7;
-const F_ALL: u16 =
-    F_RESUME | F_FORCE | F_LAST | F_AUTH | F_CHECKSUM | F_IGNORE_EXISTING | F_UPDATE | F_INLINE;
+const F_DRY_RUN: u16 = 1 << 8;
+const F_ALL: u16 = F_RESUME
+    | F_FORCE
+    | F_LAST
+    | F_AUTH
+    | F_CHECKSUM
+    | F_IGNORE_EXISTING
+    | F_UPDATE
+    | F_INLINE
+    | F_DRY_RUN;
 
 /// Options carried in a HELLO.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +41,10 @@ pub struct HelloFlags {
     /// messages once the receiver answers WANT (no staging ring); the sender may announce the
     /// next entries before the answer.
     pub inline: bool,
+    /// `send --dry-run`: the receiver answers what it would do (SKIP with
+    /// [`SkipWhy::WouldCreate`] or [`SkipWhy::WouldReplace`], or as for a real run) and
+    /// changes nothing; no data follows.
+    pub dry_run: bool,
 }
 
 /// What a HELLO announces.
@@ -114,11 +126,21 @@ pub enum SkipWhy {
     Exists = 2,
     /// It is newer on the receiver and the sender asked `--update`.
     Newer = 3,
+    /// `--dry-run`: it would be received (nothing is there).
+    WouldCreate = 4,
+    /// `--dry-run`: it would be received over what is there (the policy allows it).
+    WouldReplace = 5,
 }
 
 impl SkipWhy {
     /// Every code, in order.
-    pub const ALL: [SkipWhy; 3] = [SkipWhy::Identical, SkipWhy::Exists, SkipWhy::Newer];
+    pub const ALL: [SkipWhy; 5] = [
+        SkipWhy::Identical,
+        SkipWhy::Exists,
+        SkipWhy::Newer,
+        SkipWhy::WouldCreate,
+        SkipWhy::WouldReplace,
+    ];
 
     /// The wire code.
     pub fn code(self) -> u16 {
@@ -136,6 +158,8 @@ impl SkipWhy {
             SkipWhy::Identical => "identical",
             SkipWhy::Exists => "exists",
             SkipWhy::Newer => "newer on the receiver",
+            SkipWhy::WouldCreate => "would create",
+            SkipWhy::WouldReplace => "would replace",
         }
     }
 }
@@ -184,6 +208,11 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
             super::INLINE_MAX
         )));
     }
+    if bits & F_DRY_RUN != 0 && bits & (F_INLINE | F_RESUME) != 0 {
+        return Err(malformed(
+            "HELLO of a dry run flagged inline or resume (no data follows a dry run)",
+        ));
+    }
     if kind != EntryKind::File && bits & F_CHECKSUM != 0 {
         return Err(malformed(format!(
             "HELLO of a {} carries a checksum",
@@ -218,6 +247,7 @@ pub(super) fn decode_hello(r: &mut Reader<'_>) -> Result<Hello> {
             ignore_existing: bits & F_IGNORE_EXISTING != 0,
             update: bits & F_UPDATE != 0,
             inline: bits & F_INLINE != 0,
+            dry_run: bits & F_DRY_RUN != 0,
         },
         checksum,
         auth,
@@ -235,6 +265,7 @@ pub(super) fn encode_hello(b: &mut Vec<u8>, h: &Hello) {
         (h.flags.ignore_existing, F_IGNORE_EXISTING),
         (h.flags.update, F_UPDATE),
         (h.flags.inline, F_INLINE),
+        (h.flags.dry_run, F_DRY_RUN),
     ] {
         if on {
             bits |= bit;

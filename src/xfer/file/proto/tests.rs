@@ -120,6 +120,36 @@ fn hello_kind_rules() {
     let mut b = enc(&|_| {});
     b[HEADER_LEN + 5] = 3;
     assert!(err(&b).contains("unknown entry kind 3"), "{}", err(&b));
+    // No data follows a dry run: it carries neither inline nor resume (the sample has resume).
+    let b = enc(&|h| h.flags.dry_run = true);
+    assert!(
+        err(&b).contains("dry run flagged inline or resume"),
+        "{}",
+        err(&b)
+    );
+    let b = enc(&|h| {
+        h.flags = HelloFlags {
+            dry_run: true,
+            inline: true,
+            ..HelloFlags::default()
+        };
+        h.size = 10;
+    });
+    assert!(
+        err(&b).contains("dry run flagged inline or resume"),
+        "{}",
+        err(&b)
+    );
+    let b = enc(&|h| {
+        h.flags = HelloFlags {
+            dry_run: true,
+            ..HelloFlags::default()
+        }
+    });
+    match decode(&b).unwrap() {
+        Msg::Hello(h) => assert!(h.flags.dry_run && !h.flags.inline),
+        m => panic!("{m:?}"),
+    }
 }
 
 #[test]
@@ -134,7 +164,7 @@ fn skip_layout() {
         },
         b,
     );
-    for code in [0u16, 4, 0xffff] {
+    for code in [0u16, 6, 0xffff] {
         let mut b = hdr(10, 4);
         b.extend_from_slice(&code.to_be_bytes());
         b.extend_from_slice(&[0, 0]);
@@ -501,6 +531,8 @@ fn msg() -> impl Strategy<Value = Msg> {
                         ignore_existing: f[3],
                         update: f[4],
                         inline: f[5] && file,
+                        // A dry run carries neither inline nor resume.
+                        dry_run: f[1] && f[2] && !f[0] && !(f[5] && file),
                     },
                     checksum: sum.filter(|_| file),
                     auth,

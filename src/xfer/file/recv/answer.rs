@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use super::entry;
 use super::policy::Decision;
-use super::sink::{Sink, SinkOptions};
+use super::sink::{check_size, Sink, SinkOptions};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
@@ -145,6 +145,50 @@ pub(super) fn make_sink(
             mtime,
         },
     )
+}
+
+/// A HELLO of a dry run (`send --dry-run`): answered with what receiving it would do (SKIP
+/// saying create, replace or why not; REFUSE as a real run would), changing nothing here.
+pub(super) fn answer_dry(
+    out: &mut impl Reply,
+    opts: &ReceiverOptions,
+    dirs: &mut DirCache,
+    budget: &mut Budget,
+    report: &mut SessionReport,
+    nonce: &Digest,
+    h: &Hello,
+) -> Result<()> {
+    let planned = admit(opts, nonce, h).and_then(|rel| match h.kind {
+        EntryKind::File => plan_file(opts, dirs, &rel, h).and_then(|p| match p {
+            Planned::Write { replace } => {
+                check_size(&rel, h.size, opts.max_size)?;
+                Ok(Decision::Write { replace })
+            }
+            Planned::Skip(why, message) => Ok(Decision::Skip(why, message)),
+        }),
+        _ => entry::plan_entry(&opts.out_dir, &rel, h, opts.force),
+    });
+    match planned {
+        Ok(Decision::Write { replace }) => {
+            let why = match replace {
+                true => SkipWhy::WouldReplace,
+                false => SkipWhy::WouldCreate,
+            };
+            out.reply(&Msg::Skip {
+                why,
+                message: why.as_str().into(),
+            })?;
+            report.push(FileReport::would(&h.name, h.kind, h.size, replace));
+            budget.progress(FILE_CREDIT);
+            Ok(())
+        }
+        Ok(Decision::Skip(why, message)) => answer_skip(out, report, budget, h, why, message),
+        Ok(Decision::Refuse(why)) => {
+            let e = Error::refused(Reason::Exists, why);
+            answer_refuse(out, report, budget, h, e)
+        }
+        Err(e) => answer_refuse(out, report, budget, h, e),
+    }
 }
 
 /// A directory or symlink entry: made, skipped or refused, without data.

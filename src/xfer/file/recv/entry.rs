@@ -8,7 +8,7 @@ use rustix::fs::FileType;
 
 use super::policy::{self, Decision, Existing};
 use crate::xfer::file::names::{self, RelPath};
-use crate::xfer::file::proto::{Hello, Reason, SkipWhy};
+use crate::xfer::file::proto::{EntryKind, Hello, Reason, SkipWhy};
 use crate::{Error, Result};
 
 /// What became of a directory or symlink entry.
@@ -135,34 +135,48 @@ pub fn decide(existing: Option<Existing>, h: &Hello, allow: bool) -> Result<Deci
     }
 }
 
-/// Receives a directory entry: creates it (and missing parents, mode 0755) below `out_dir`;
-/// an existing directory is skipped as identical, anything else there is refused.
-pub fn receive_dir(out_dir: &Path, rel: &RelPath) -> Result<Outcome> {
-    let (dir, mut missing) = names::walk_existing(out_dir, rel)?;
+/// What is under a directory entry's name: its deepest existing parent and the names missing
+/// below it, or `None` when a directory is there already; anything else there is refused.
+fn look_dir<'r>(
+    out_dir: &Path,
+    rel: &'r RelPath,
+) -> Result<Option<(names::ConfinedDir, Vec<&'r str>)>> {
+    let (dir, missing) = names::walk_existing(out_dir, rel)?;
     if missing.is_empty() {
         match dir
             .stat(rel.file_name())
             .map(|st| FileType::from_raw_mode(st.st_mode))
         {
-            Some(FileType::Directory) => {
-                return Ok(Outcome::Skipped(
-                    SkipWhy::Identical,
-                    "directory exists".into(),
-                ))
-            }
+            Some(FileType::Directory) => return Ok(None),
             Some(_) => return Err(exists("exists and is not a directory")),
             None => {}
         }
     }
+    Ok(Some((dir, missing)))
+}
+
+/// Receives a directory entry: creates it (and missing parents, mode 0755) below `out_dir`;
+/// an existing directory is skipped as identical, anything else there is refused.
+pub fn receive_dir(out_dir: &Path, rel: &RelPath) -> Result<Outcome> {
+    let Some((dir, mut missing)) = look_dir(out_dir, rel)? else {
+        return Ok(Outcome::Skipped(
+            SkipWhy::Identical,
+            "directory exists".into(),
+        ));
+    };
     missing.push(rel.file_name());
     names::create_dirs(dir, rel, &missing)?;
     Ok(Outcome::Made)
 }
 
-/// Receives a symlink entry (`h.target`, checked by [`check_link_target`]): an existing link
-/// with the same target is skipped; anything else there goes through the policy (a directory
-/// is refused). The link is made under the temporary name and renamed into place.
-pub fn receive_symlink(out_dir: &Path, rel: &RelPath, h: &Hello, allow: bool) -> Result<Outcome> {
+/// What is under a symlink entry's name (its target checked by [`check_link_target`]): its
+/// deepest existing parent, the names missing below it, and the policy's verdict.
+fn look_symlink<'r>(
+    out_dir: &Path,
+    rel: &'r RelPath,
+    h: &Hello,
+    allow: bool,
+) -> Result<(names::ConfinedDir, Vec<&'r str>, Decision)> {
     check_link_target(rel, &h.target)?;
     let (dir, missing) = names::walk_existing(out_dir, rel)?;
     let name = rel.file_name();
@@ -183,7 +197,30 @@ pub fn receive_symlink(out_dir: &Path, rel: &RelPath, h: &Hello, allow: bool) ->
     } else {
         None
     };
-    let replace = match decide(existing, h, allow)? {
+    let d = decide(existing, h, allow)?;
+    Ok((dir, missing, d))
+}
+
+/// What receiving a directory or symlink entry would do, changing nothing (`send --dry-run`):
+/// write it (over what is there if `replace`), skip it, or an error for a refusal.
+pub fn plan_entry(out_dir: &Path, rel: &RelPath, h: &Hello, allow: bool) -> Result<Decision> {
+    match h.kind {
+        EntryKind::Dir => Ok(match look_dir(out_dir, rel)? {
+            None => Decision::Skip(SkipWhy::Identical, "directory exists".into()),
+            Some(_) => Decision::Write { replace: false },
+        }),
+        EntryKind::Symlink => look_symlink(out_dir, rel, h, allow).map(|(_, _, d)| d),
+        EntryKind::File => Err(Error::Protocol("plan_entry of a file".into())),
+    }
+}
+
+/// Receives a symlink entry (`h.target`, checked by [`check_link_target`]): an existing link
+/// with the same target is skipped; anything else there goes through the policy (a directory
+/// is refused). The link is made under the temporary name and renamed into place.
+pub fn receive_symlink(out_dir: &Path, rel: &RelPath, h: &Hello, allow: bool) -> Result<Outcome> {
+    let (dir, missing, d) = look_symlink(out_dir, rel, h, allow)?;
+    let name = rel.file_name();
+    let replace = match d {
         Decision::Skip(why, msg) => return Ok(Outcome::Skipped(why, msg)),
         Decision::Write { replace } => replace,
         Decision::Refuse(_) => unreachable!("decide returns refusals as errors"),

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::answer::{check_auth, tell_peer};
+use super::answer::{answer_dry, check_auth, tell_peer};
 use super::data::StagingRing;
 use super::file::{receive_file, SessionState};
 use super::inline::Inline;
@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::Budget;
 use crate::xfer::file::ctl::{detail, peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::names::DirCache;
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, EntryKind, Msg, Reason, Session, Stripe};
 use crate::xfer::file::report::{Progress, SessionReport};
@@ -112,6 +113,7 @@ fn receive_session(
     let mut inline = Inline::default();
     let mut replies = Replies::default();
     let mut pending = VecDeque::new();
+    let mut dry_dirs = DirCache::default();
     let mut last = false;
     let mut first = true;
     loop {
@@ -143,7 +145,7 @@ fn receive_session(
             }
         };
         let pipelined = match &msg {
-            Msg::Hello(h) => h.flags.inline && stripe.is_none(),
+            Msg::Hello(h) => (h.flags.inline || h.flags.dry_run) && stripe.is_none(),
             m => matches!(m, Msg::Data(_)),
         };
         if !pipelined {
@@ -194,6 +196,19 @@ fn receive_session(
                 joint = Some(j);
             }
             Msg::Stripe(s) if joint.is_some() && stripe.is_none() => stripe = Some(s),
+            Msg::Hello(h) if h.flags.dry_run => {
+                if stripe.is_some() {
+                    let e = Error::Protocol(format!("STRIPE of a dry run's HELLO of {:?}", h.name));
+                    send_err(ep, Reason::Protocol, &e);
+                    return Err(e);
+                }
+                last = h.flags.last;
+                let before = report.file_count();
+                let out = &mut replies.on(ep);
+                let r = answer_dry(out, opts, &mut dry_dirs, st.budget, report, &nonce, &h);
+                report.announce_since(before, progress);
+                r.map_err(|e| gathered_end(ep, &mut replies, e))?;
+            }
             Msg::Hello(h) if h.flags.inline && stripe.is_none() => {
                 last = h.flags.last;
                 let before = report.file_count();

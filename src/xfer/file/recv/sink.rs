@@ -15,6 +15,17 @@ use crate::xfer::file::names::{self, ConfinedDir, DirCache, RelPath};
 use crate::xfer::file::proto::{Digest, Reason};
 use crate::{Error, Result};
 
+/// A file of `size` bytes against the receiver's `--max-size`: [`Reason::TooLarge`] over it.
+pub fn check_size(rel: &RelPath, size: u64, max_size: Option<u64>) -> Result<()> {
+    match max_size {
+        Some(max) if size > max => Err(Error::refused(
+            Reason::TooLarge,
+            format!("{rel}: {size} bytes exceeds the limit of {max}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Most threads hashing a resumed prefix.
 const RESUME_THREADS: usize = 16;
 
@@ -91,14 +102,7 @@ impl Sink {
         size: u64,
         opts: SinkOptions,
     ) -> Result<Sink> {
-        if let Some(max) = opts.max_size {
-            if size > max {
-                return Err(Error::refused(
-                    Reason::TooLarge,
-                    format!("{rel}: {size} bytes exceeds the limit of {max}"),
-                ));
-            }
-        }
+        check_size(rel, size, opts.max_size)?;
         let (dir, missing) = dirs.walk(out_dir, rel)?;
         let final_name = rel.file_name().to_string();
         let temp_name = rel.temp_name();

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::xfer::file::ctl::peer_err;
-use crate::xfer::file::proto::{self, Imm, Msg, Reason, RingGrant};
+use crate::xfer::file::proto::{self, Imm, Msg, Reason, RingGrant, SkipWhy};
 
 /// The receiver's answer to a HELLO.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +18,11 @@ pub enum Answer {
     Made,
     /// SKIP: nothing to send; the receiver's reason.
     Skipped(String),
+    /// SKIP of a dry run's HELLO: it would be received, over what is there if `replace`.
+    Would {
+        /// Over an existing entry.
+        replace: bool,
+    },
     /// REFUSE: this entry is not taken; `fatal` when the session cannot go on either (a failed
     /// authentication, a version the receiver does not speak).
     Refused {
@@ -40,6 +45,8 @@ pub enum Asked {
     Inline,
     /// A directory or symlink: ACK, SKIP or REFUSE.
     Entry,
+    /// Any entry of a dry run: SKIP (what would be done) or REFUSE.
+    DryRun,
 }
 
 impl Answer {
@@ -55,7 +62,18 @@ impl Answer {
                 },
                 Asked::Entry,
             ) => Ok(Answer::Made),
-            (Msg::Skip { message, .. }, _) => Ok(Answer::Skipped(message)),
+            (Msg::Skip { why, message }, asked) => match (why, asked) {
+                (SkipWhy::WouldCreate | SkipWhy::WouldReplace, Asked::DryRun) => {
+                    Ok(Answer::Would {
+                        replace: why == SkipWhy::WouldReplace,
+                    })
+                }
+                (SkipWhy::WouldCreate | SkipWhy::WouldReplace, _) => Err(Error::Protocol(format!(
+                    "SKIP ({}) of a HELLO that is not a dry run",
+                    why.as_str()
+                ))),
+                _ => Ok(Answer::Skipped(message)),
+            },
             (Msg::Refuse { reason, message }, _) => Ok(Answer::Refused {
                 reason,
                 message,
@@ -67,6 +85,7 @@ impl Answer {
                     Asked::File => "MR",
                     Asked::Inline => "WANT",
                     Asked::Entry => "ACK",
+                    Asked::DryRun => "nothing else",
                 };
                 Err(Error::Protocol(format!(
                     "expected {first}, SKIP or REFUSE, got {}",

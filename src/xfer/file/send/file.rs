@@ -211,7 +211,7 @@ pub(super) fn send_file(
             return if fatal { Err(err) } else { Ok(()) };
         }
         // Not answers to a file's HELLO (`Answer::of` refuses them already).
-        Answer::Made | Answer::Want => {
+        Answer::Made | Answer::Want | Answer::Would { .. } => {
             return Err(Error::Protocol(
                 "expected MR, SKIP or REFUSE, got ACK or WANT".into(),
             ))

@@ -5,7 +5,9 @@
 //! a credit while this side sends. Answers come in the order of what asked for them; a WANT is
 //! answered at once with the file's DATA, whose verdict (ACK) then joins the queue. Verdicts
 //! are recorded (and told to `progress`) in the order of the entries, whatever order they come
-//! in. A file through the staging ring, a stripe and DONE come after [`Pipe::drain`].
+//! in. A file through the staging ring, a stripe and DONE come after [`Pipe::drain`]. In a dry
+//! run (`send --dry-run`) every entry, whatever its size, goes through the pipe and gets only
+//! its answer (what the receiver would do).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -49,6 +51,12 @@ enum Awaited {
     Entry { name: String, kind: EntryKind },
     /// An inline file's HELLO: WANT, SKIP or REFUSE.
     Hello(Box<Small>),
+    /// Any entry's HELLO in a dry run: SKIP (what the receiver would do) or REFUSE.
+    Plan {
+        name: String,
+        kind: EntryKind,
+        size: u64,
+    },
     /// An inline file's DATA: its verdict (ACK). `local`: this side gave up on it (DATA said
     /// so), and whether the file was gone; the receiver's ACK confirms nothing was committed.
     Verdict {
@@ -185,9 +193,16 @@ impl Pipe {
         };
         let mut h = hello(st, name, kind, &Listed::of(&meta));
         h.target = target;
-        let awaited = Awaited::Entry {
-            name: name.to_string(),
-            kind,
+        let awaited = match st.opts.dry_run {
+            true => Awaited::Plan {
+                name: name.to_string(),
+                kind,
+                size: 0,
+            },
+            false => Awaited::Entry {
+                name: name.to_string(),
+                kind,
+            },
         };
         self.announce(ep, st, h, awaited, report, progress)?;
         Ok(true)
@@ -215,7 +230,21 @@ impl Pipe {
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<bool> {
         let meta = match e.listed {
-            Some(m) if inline(m.size, st.opts.chunk) => m,
+            Some(m) if inline(m.size, st.opts.chunk) || st.opts.dry_run => m,
+            // Not there when listed, in a dry run: reported as the ring's path would.
+            None if st.opts.dry_run => match std::fs::metadata(&e.path) {
+                Ok(m) => Listed::of(&m),
+                Err(err) => {
+                    let gone = err.kind() == std::io::ErrorKind::NotFound;
+                    let err = read_err(&e.path, err).to_string();
+                    let f = match gone {
+                        true => FileReport::vanished(e.name.as_str(), &err),
+                        false => FileReport::failed(e.name.as_str(), 0, Reason::ReadError, err),
+                    };
+                    self.record_next(f, report, progress);
+                    return Ok(true);
+                }
+            },
             // Large, or not there when listed: the ring's path opens it and reports what fails.
             _ => return Ok(false),
         };
@@ -223,7 +252,7 @@ impl Pipe {
         let size = meta.size;
         let mut h = hello(st, name, EntryKind::File, &meta);
         h.size = size;
-        h.flags.inline = true;
+        h.flags.inline = !st.opts.dry_run;
         if st.opts.checksum {
             h.checksum = match source::hash_file(&e.path) {
                 Ok(c) => Some(c),
@@ -235,12 +264,19 @@ impl Pipe {
             };
         }
         progress(Progress::FileStart { name, size });
-        let small = Small {
-            name: name.to_string(),
-            path: e.path.clone(),
-            size,
+        let awaited = match st.opts.dry_run {
+            true => Awaited::Plan {
+                name: name.to_string(),
+                kind: EntryKind::File,
+                size,
+            },
+            false => Awaited::Hello(Box::new(Small {
+                name: name.to_string(),
+                path: e.path.clone(),
+                size,
+            })),
         };
-        self.announce(ep, st, h, Awaited::Hello(Box::new(small)), report, progress)?;
+        self.announce(ep, st, h, awaited, report, progress)?;
         Ok(true)
     }
 
@@ -259,13 +295,22 @@ impl Pipe {
             if self.waiting.len() < self.window {
                 break;
             }
-            self.flush(ep, st, report, progress)?;
+            // The answers already here are taken before what is gathered goes out: a SEND then
+            // carries the entries of many answers, not one entry per answer taken.
+            if !self.answer_ready(ep)? {
+                self.flush(ep, st, report, progress)?;
+            }
             self.take_one(ep, st, report, progress)?;
         }
         self.queue(ep, st, &Msg::Hello(h), report, progress)?;
         self.waiting.push_back((self.next, awaited));
         self.next += 1;
         Ok(())
+    }
+
+    /// Whether an answer can be taken without waiting.
+    fn answer_ready(&self, ep: &mut Endpoint) -> Result<bool> {
+        Ok(!self.incoming.is_empty() || (!self.waiting.is_empty() && ep.has_message()?))
     }
 
     /// Takes every outstanding answer (sending the DATA of the files wanted meanwhile).
@@ -278,7 +323,15 @@ impl Pipe {
     ) -> Result<()> {
         loop {
             self.send_wanted(ep, st, report, progress)?;
+            if self.answer_ready(ep)? {
+                self.take_one(ep, st, report, progress)?;
+                continue;
+            }
             self.flush(ep, st, report, progress)?;
+            // Answers taken while sending may have asked for more DATA.
+            if !self.wanted.is_empty() {
+                continue;
+            }
             if self.waiting.is_empty() {
                 break;
             }
@@ -395,6 +448,12 @@ impl Pipe {
                     return Ok(());
                 }
                 other => refused_or_skipped(other, &small.name, EntryKind::File, small.size)?,
+            },
+            Awaited::Plan { name, kind, size } => match Answer::of(msg, Asked::DryRun)? {
+                Answer::Would { replace } => {
+                    (FileReport::would(&name, kind, size, replace), false, None)
+                }
+                other => refused_or_skipped(other, &name, kind, size)?,
             },
             Awaited::Verdict {
                 name,
@@ -546,7 +605,7 @@ fn refused_or_skipped(
             ))
         }
         // `Answer::of` gave only what the question allows; these were taken by the caller.
-        Answer::Made | Answer::Want | Answer::Ring(_) => {
+        Answer::Made | Answer::Want | Answer::Ring(_) | Answer::Would { .. } => {
             Err(Error::Protocol("an answer this entry cannot have".into()))
         }
     }

@@ -153,7 +153,8 @@ pub fn send_streams(
 ) -> Result<()> {
     opts.check()?;
     let nonce = challenge(first)?;
-    if opts.streams <= 1 {
+    // A dry run moves no data: one stream asks the receiver about every entry.
+    if opts.streams <= 1 || opts.dry_run {
         return send_entries(first, entries, opts, &nonce, report, progress);
     }
     let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
