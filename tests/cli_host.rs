@@ -324,6 +324,16 @@ fn every_bad_value_exits_2_with_one_line_naming_the_option_before_any_device() {
             &["send", p, "127.0.0.1:1", "--exclude", "a//b"],
             "--exclude",
         ),
+        (&["cp", p, o], "HOST:PATH"),
+        (&["cp", "h:a", "h2:b"], "both sides are remote"),
+        (&["cp", p], "SRC"),
+        (&["cp", "-e", "'ssh", p, "h:/x"], "-e"),
+        (&["cp", "--timeout", "0", p, "h:/x"], "--timeout"),
+        (&["cp", "--chunk", "1K", p, "h:/x"], "--chunk"),
+        (&["cp", "--slots", "0", p, "h:/x"], "--slots"),
+        (&["cp", "--bwlimit", "0", p, "h:/x"], "--bwlimit"),
+        (&["cp", "--verify", "x", p, "h:/x"], "--verify"),
+        (&["cp", "h1:a", "h2:b", o], "two hosts"),
     ];
     assert!(table.len() >= 15);
     for (args, names) in table {

@@ -690,7 +690,8 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
     (
         "xfer/file/send",
         &[
-            "filter", "source", "core", "data", "part", "file", "pipe", "session", "streams",
+            "filter", "source", "core", "data", "part", "file", "pipe", "delete", "session",
+            "streams",
         ],
         "recv",
     ),
@@ -700,6 +701,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
             "cleanup",
             "policy",
             "entry",
+            "delete",
             "partial",
             "sink",
             "ring_budget",

@@ -79,6 +79,17 @@ pub fn check_file_proto(data: &[u8]) {
             assert!(d.bytes.len() <= proto::PIECE_MAX && d.offset < proto::INLINE_MAX);
             assert!(!d.abandon || (d.bytes.is_empty() && d.hash.is_none()));
         }
+        if let proto::Msg::List(n) | proto::Msg::Delete(n) = &msg {
+            assert!(!n.is_empty() && n.len() <= proto::MAX_NAME_LEN);
+            check_name(n);
+        }
+        if let proto::Msg::Names(n) = &msg {
+            assert!(n.last || !n.names.is_empty());
+            for l in &n.names {
+                assert!(proto::listable(&l.name) && l.name.len() <= proto::MAX_LISTED_LEN);
+                assert_eq!(proto::ListedKind::from_code(l.kind.code()), Some(l.kind));
+            }
+        }
         if let proto::Msg::Digests(d) = &msg {
             assert!((1..=proto::MAX_DIGESTS).contains(&d.digests.len()));
             assert!(d.first.checked_add(d.digests.len() as u64).is_some());
@@ -670,6 +681,24 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 }),
             ]),
         ),
+        ("list", proto::Msg::List("tree/sub".into())),
+        (
+            "names",
+            proto::Msg::Names(proto::Names {
+                last: true,
+                names: vec![
+                    proto::Listed {
+                        kind: proto::ListedKind::File,
+                        name: "extra.txt".into(),
+                    },
+                    proto::Listed {
+                        kind: proto::ListedKind::Dir,
+                        name: "old".into(),
+                    },
+                ],
+            }),
+        ),
+        ("delete", proto::Msg::Delete("tree/sub/extra.txt".into())),
     ];
     for (n, m) in file_msgs {
         out.push(("file_proto", n.to_string(), proto::encode(&m)));

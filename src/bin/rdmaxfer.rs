@@ -10,6 +10,8 @@ mod args;
 mod bench;
 #[path = "rdmaxfer/conn.rs"]
 mod conn;
+#[path = "rdmaxfer/cp.rs"]
+mod cp;
 #[path = "rdmaxfer/file.rs"]
 mod file;
 #[path = "rdmaxfer/onesided.rs"]
@@ -18,10 +20,16 @@ mod onesided;
 mod pingpong;
 #[path = "rdmaxfer/progress.rs"]
 mod progress;
+#[path = "rdmaxfer/remote.rs"]
+mod remote;
 #[path = "rdmaxfer/serve.rs"]
 mod serve;
 #[path = "rdmaxfer/signals.rs"]
 mod signals;
+#[path = "rdmaxfer/ssh.rs"]
+mod ssh;
+#[path = "rdmaxfer/token.rs"]
+mod token;
 
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory as _, Parser, Subcommand};
@@ -84,6 +92,16 @@ impl Exit {
                 Some(rdmaxfer::Error::Timeout { .. }) => return Exit::Timeout,
                 _ => {}
             }
+            if let Some(r) = cause.downcast_ref::<args::RemoteStatus>() {
+                // The other side of `cp`: its status, within this table.
+                return match r.code {
+                    Some(2) => Exit::Usage,
+                    Some(23) => Exit::Partial,
+                    Some(24) => Exit::Vanished,
+                    Some(30) => Exit::Timeout,
+                    _ => Exit::Failure,
+                };
+            }
         }
         Exit::Failure
     }
@@ -145,6 +163,16 @@ enum Command {
     /// Receive files from `rdmaxfer send` into a directory (up to --max-sessions senders at once).
     #[command(after_help = EXIT_STATUS_HELP)]
     Recv(file::RecvArgs),
+    /// Copy files and trees to or from another host in one command, as scp: the other side is
+    /// started over ssh (-e) and the data goes over RDMA, verified.
+    #[command(
+        after_help = EXIT_STATUS_HELP,
+        override_usage = "rdmaxfer cp [OPTIONS] SRC... [USER@]HOST:DEST\n       rdmaxfer cp [OPTIONS] [USER@]HOST:SRC... DEST"
+    )]
+    Cp(cp::CpArgs),
+    /// The remote side of `cp`, started by it over ssh.
+    #[command(hide = true, name = "cp-remote")]
+    CpRemote(remote::RemoteArgs),
     /// Print a shell completion script for SHELL on stdout.
     #[command(hide = true)]
     Completions {
@@ -235,6 +263,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(a) => bench::run(a)?,
         Command::Send(a) => file::send(a)?,
         Command::Recv(a) => file::recv(a)?,
+        Command::Cp(a) => cp::run(a)?,
+        Command::CpRemote(a) => remote::run(a)?,
         Command::Completions { shell } => clap_complete::generate(
             shell,
             &mut Cli::command(),

@@ -41,11 +41,14 @@ pub enum Reason {
     Busy = 13,
     /// A symlink whose target could resolve outside the receiver's output directory.
     UnsafeLink = 14,
+    /// The receiver does not allow what was asked (a sender's deletions without
+    /// `recv --allow-delete`).
+    NotAllowed = 15,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::Ok,
         Reason::BadName,
         Reason::TooLarge,
@@ -61,6 +64,7 @@ impl Reason {
         Reason::Budget,
         Reason::Busy,
         Reason::UnsafeLink,
+        Reason::NotAllowed,
     ];
 
     /// The wire code.
@@ -93,6 +97,7 @@ impl Reason {
             Reason::Budget => "session budget spent",
             Reason::Busy => "busy",
             Reason::UnsafeLink => "unsafe symlink",
+            Reason::NotAllowed => "not allowed",
         }
     }
 

@@ -300,6 +300,11 @@ impl Proc {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
     }
+
+    /// True while it runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
 }
 
 impl Drop for Proc {
@@ -445,6 +450,25 @@ pub fn send(port: u16, paths: &[&Path], extra: &[&str]) -> Proc {
     let args = send_args(port, paths, extra);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     spawn("send", &a)
+}
+
+/// Every entry below `root` (symlinks not followed): its name relative to `root`, its path and
+/// its metadata.
+pub fn entries(root: &Path) -> Vec<(String, PathBuf, std::fs::Metadata)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if m.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push((rel, p, m));
+        }
+    }
+    out
 }
 
 /// Every regular file below `dir`, relative, sorted.

@@ -8,4 +8,5 @@ mod common;
 
 mod cli;
 mod cli_ux;
+mod cp;
 mod onesided;

@@ -16,29 +16,17 @@ type State = BTreeMap<String, (char, u64, i128, Vec<u8>)>;
 
 fn state(root: &Path) -> State {
     let mut s = State::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-            let (kind, data) = if m.is_dir() {
-                stack.push(p.clone());
-                ('d', Vec::new())
-            } else if m.file_type().is_symlink() {
-                (
-                    'l',
-                    std::fs::read_link(&p)
-                        .unwrap()
-                        .into_os_string()
-                        .into_encoded_bytes(),
-                )
-            } else {
-                ('f', std::fs::read(&p).unwrap())
-            };
-            s.insert(rel, (kind, m.len(), mtime, data));
-        }
+    for (rel, p, m) in common::entries(root) {
+        let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+        let (kind, data) = if m.is_dir() {
+            ('d', Vec::new())
+        } else if m.file_type().is_symlink() {
+            let target = std::fs::read_link(&p).unwrap();
+            ('l', target.into_os_string().into_encoded_bytes())
+        } else {
+            ('f', std::fs::read(&p).unwrap())
+        };
+        s.insert(rel, (kind, m.len(), mtime, data));
     }
     s
 }

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod delete;
 mod dry_run;
 mod file;
 mod file_rerun;

@@ -16,6 +16,23 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+/// The other side of `cp` ended with this exit status (`None`: killed, or not ended).
+#[derive(Debug)]
+pub struct RemoteStatus {
+    /// Its exit status.
+    pub code: Option<i32>,
+    /// What happened, naming the host.
+    pub what: String,
+}
+
+impl std::fmt::Display for RemoteStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for RemoteStatus {}
+
 /// `Err` of a [`Usage`] error from a format string (as `anyhow::bail!`).
 macro_rules! usage {
     ($($t:tt)*) => {

@@ -24,145 +24,86 @@ use crate::conn::ConnArgs;
 use crate::progress::{self, SendDisplay, Show};
 use crate::serve::{serve_concurrent, Limits};
 use crate::signals;
-
-/// Environment variable holding the token when `--token` is not given.
-const TOKEN_ENV: &str = "RDMAXFER_TOKEN";
-
-/// `--token`: an empty token is a usage error (it must not turn authentication off).
-fn parse_token(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        return Err("an empty token would turn authentication off: give a non-empty token, or leave --token out".into());
-    }
-    Ok(s.to_string())
-}
-
-/// The token: `--token`, else `--token-file`, else `$RDMAXFER_TOKEN` (any bytes). Set but
-/// empty is a usage error.
-fn token(arg: &Option<String>, file: &Option<PathBuf>) -> Result<Option<Vec<u8>>> {
-    if let Some(t) = arg {
-        return Ok(Some(t.clone().into_bytes()));
-    }
-    if let Some(path) = file {
-        return token_file(path).map(Some);
-    }
-    match std::env::var_os(TOKEN_ENV) {
-        None => Ok(None),
-        Some(t) if t.is_empty() => usage!(
-            "{TOKEN_ENV} is set but empty, which would turn authentication off: give a non-empty \
-             token, or unset it"
-        ),
-        Some(t) => Ok(Some(std::os::unix::ffi::OsStringExt::into_vec(t))),
-    }
-}
-
-/// `--token-file FILE`: the token is the file's first line (without its line end), as rsync's
-/// `--password-file`. The file must not be readable by group or others (as ssh's keys), and the
-/// token not empty: both are usage errors.
-fn token_file(path: &std::path::Path) -> Result<Vec<u8>> {
-    use std::os::unix::fs::MetadataExt as _;
-    let shown = printable(&path.display().to_string()).into_owned();
-    let meta =
-        std::fs::metadata(path).map_err(|e| usage_of(&format!("--token-file {shown}"), e))?;
-    if meta.mode() & 0o077 != 0 {
-        usage!(
-            "--token-file {shown}: readable by others (mode {:o}): chmod 600 it",
-            meta.mode() & 0o777
-        );
-    }
-    let bytes = std::fs::read(path).map_err(|e| usage_of(&format!("--token-file {shown}"), e))?;
-    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.is_empty() {
-        usage!(
-            "--token-file {shown}: the first line is empty, which would turn authentication off"
-        );
-    }
-    Ok(line.to_vec())
-}
-
-/// What `recv` says on every start without a token: anyone who reaches the address may write.
-fn warn_without_token(listen: &str, out: &std::path::Path) {
-    eprintln!(
-        "rdmaxfer: warning: recv accepts files from any sender that reaches {listen} (no token): \
-         anyone there can write into {}; give --token-file FILE (or $RDMAXFER_TOKEN) to require one",
-        printable(&out.display().to_string())
-    );
-}
+use crate::token::{parse_token, token, warn_without_token};
 
 /// Arguments of `rdmaxfer recv`.
 #[derive(clap::Args, Debug)]
 pub struct RecvArgs {
     /// Directory the files go to (must exist).
     #[arg(long)]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Address to listen on (default, or a bare --listen: all addresses).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_value = "0.0.0.0", default_missing_value = "0.0.0.0")]
-    listen: String,
+    pub(crate) listen: String,
     /// Serve one sender, then exit (non-zero if anything failed); others meanwhile are busy.
     #[arg(long)]
-    once: bool,
+    pub(crate) once: bool,
     /// Require senders to prove they know this token (default: $RDMAXFER_TOKEN; not empty). It
     /// shows in the process list: prefer --token-file.
     #[arg(long, value_parser = parse_token)]
-    token: Option<String>,
+    pub(crate) token: Option<String>,
     /// Read the token from FILE's first line (mode 600 or stricter), kept off the command line.
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    pub(crate) token_file: Option<PathBuf>,
     /// Refuse files larger than this (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
-    max_size: Option<u64>,
+    pub(crate) max_size: Option<u64>,
     /// Allow senders to replace existing entries that differ (they ask with send --force or
     /// --update); without it such files are refused, and identical ones are skipped anyway.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// Keep partial files and continue them when the sender resumes.
     #[arg(long)]
-    resume: bool,
+    pub(crate) resume: bool,
+    /// Let senders delete what they do not have in the directories they send (send --delete):
+    /// only inside those directories, never through a symlink; without it they are refused.
+    #[arg(long)]
+    pub(crate) allow_delete: bool,
     /// Accept only this chunk verification (blake3 or xxh3); default: what the sender asks.
     #[arg(long)]
-    verify: Option<rdmaxfer::xfer::file::digest::Algo>,
+    pub(crate) verify: Option<rdmaxfer::xfer::file::digest::Algo>,
     /// Staging ring slots (chunks the sender may have in flight).
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
-    slots: u32,
+    pub(crate) slots: u32,
     /// End a session without progress (no data received, no file committed) for this many
     /// seconds; 0: never.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE.as_secs())]
-    idle_timeout: u64,
+    pub(crate) idle_timeout: u64,
     /// End a session that moves fewer bytes per second than this, averaged over
     /// --rate-window (a committed file counts as 64 KiB); 0: no floor.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value_t = DEFAULT_MIN_RATE)]
-    min_rate: u64,
+    pub(crate) min_rate: u64,
     /// The window, in seconds, over which --min-rate is averaged.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_RATE_WINDOW.as_secs())]
-    rate_window: u64,
+    pub(crate) rate_window: u64,
     /// End a session after more than this many refused or failed files.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REFUSALS)]
-    max_refusals: u32,
+    pub(crate) max_refusals: u32,
     /// Print one JSON summary per connection on stdout (one line each).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Print nothing but errors (no per-file lines, no summaries).
     #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// After each connection's summary, its statistics as rsync's --stats: entries by
     /// outcome, bytes and time (--json has the same figures)
     #[arg(long, conflicts_with_all = ["json", "quiet"])]
-    stats: bool,
+    pub(crate) stats: bool,
     /// Streams (connections) one sender may open for a transfer (send --streams); a sender
     /// asking for more gets this many. Each is served like a sender (--max-sessions,
     /// --max-memory).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STREAMS, value_parser = clap::value_parser!(u16).range(1..=64))]
-    max_streams: u16,
+    pub(crate) max_streams: u16,
     /// Senders served at once; one more is refused as busy (it may retry).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    max_sessions: u32,
+    pub(crate) max_sessions: u32,
     /// Staging memory of all sessions together (e.g. 256M; default: 256 MiB, at most a quarter
     /// of RAM). Sessions get smaller ring slots when it runs short; a sender for which not even
     /// the smallest ring is left is refused as busy.
     #[arg(long, value_parser = parse_size)]
-    max_memory: Option<u64>,
+    pub(crate) max_memory: Option<u64>,
     #[command(flatten)]
-    conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Default `--max-memory`: 256 MiB (the default ring of 16 × 1 MiB slots plus its copy
@@ -184,43 +125,49 @@ pub struct SendArgs {
     /// Files and directories to send, then the receiver as HOST or HOST:PORT (with
     /// --files-from, the PATHs may be left out).
     #[arg(required = true, num_args = 1.., value_name = "PATH... HOST[:PORT]")]
-    args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// Do not send what PATTERN matches (rsync's rules: `*` within a name, `**` across `/`,
     /// `?`, `[a-z]`; a trailing `/` for directories only, a leading `/` anchors at the top of
     /// the names sent, e.g. `tree/…`). Repeatable; with --include, the first matching rule
     /// decides, in the order given.
     #[arg(long, value_name = "PATTERN")]
-    exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
     /// Send what PATTERN matches even if a later --exclude matches it (see --exclude).
     #[arg(long, value_name = "PATTERN")]
-    include: Vec<String>,
+    pub(crate) include: Vec<String>,
     /// At most RATE bytes of file data per second, all streams together (e.g. 50M; K, M, G
     /// are binary). The receiver's --min-rate still applies: stay above it.
     #[arg(long, value_name = "RATE", value_parser = parse_size)]
-    bwlimit: Option<u64>,
+    pub(crate) bwlimit: Option<u64>,
     /// Also send the paths listed in FILE, one per line (`-` reads standard input; empty lines
     /// and lines starting with `#` are ignored).
     #[arg(long, value_name = "FILE")]
-    files_from: Option<PathBuf>,
+    pub(crate) files_from: Option<PathBuf>,
     /// Token the receiver requires (default: $RDMAXFER_TOKEN; not empty).
     #[arg(long, value_parser = parse_token)]
-    token: Option<String>,
+    pub(crate) token: Option<String>,
     /// Read the token from FILE's first line (mode 600 or stricter), kept off the command line.
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    pub(crate) token_file: Option<PathBuf>,
     /// Chunk size: bytes per RDMA WRITE (the receiver may lower it).
     #[arg(short = 's', long, visible_alias = "size", value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
-    chunk: u64,
+    pub(crate) chunk: u64,
     /// Chunks in flight at most.
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
-    slots: u32,
+    pub(crate) slots: u32,
     /// Continue partial files the receiver kept (it must run with --resume).
     #[arg(long)]
-    resume: bool,
+    pub(crate) resume: bool,
     /// Print what would be sent (created or replaced), skipped or refused, and send nothing:
     /// the receiver answers for every entry and changes nothing either. One stream.
     #[arg(short = 'n', long)]
-    dry_run: bool,
+    pub(crate) dry_run: bool,
+    /// After sending, delete on the receiver what is not here in each directory sent (as
+    /// rsync --delete): names --exclude excludes are kept, nothing is deleted in a directory
+    /// where an entry failed, and the receiver must allow it (recv --allow-delete). With
+    /// --dry-run, prints what would be deleted.
+    #[arg(long)]
+    pub(crate) delete: bool,
     /// Connections (streams) carrying the transfer: a tree's files are spread over them and
     /// files of 8 MiB or more are striped across them. With several devices (-d a,b) or
     /// receiver addresses (HOST1,HOST2: one per rail), streams are placed on them in turn.
@@ -229,41 +176,41 @@ pub struct SendArgs {
     /// at most 2 per device and at most 4 (2 streams beat 1 even on one emulated device:
     /// see "Streams" in docs/file-protocol.md). --json reports the streams used.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
-    streams: Option<u16>,
+    pub(crate) streams: Option<u16>,
     /// Replace files that exist on the receiver and differ (the receiver must allow it with
     /// recv --force). Identical files are skipped either way.
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// Skip every file that exists on the receiver, identical or not.
     #[arg(long)]
-    ignore_existing: bool,
+    pub(crate) ignore_existing: bool,
     /// Skip files that are newer on the receiver; replace older ones (the receiver must allow
     /// it with recv --force).
     #[arg(long)]
-    update: bool,
+    pub(crate) update: bool,
     /// Compare existing files by BLAKE3 checksum (both sides read them) instead of size and
     /// modification time.
     #[arg(long)]
-    checksum: bool,
+    pub(crate) checksum: bool,
     /// How each chunk is verified end to end: xxh3 (XXH3-128, fast, against corruption) or
     /// blake3 (BLAKE3-256, cryptographic). The receiver may insist on one (recv --verify).
     #[arg(long, default_value_t = rdmaxfer::xfer::file::digest::Algo::DEFAULT)]
-    verify: rdmaxfer::xfer::file::digest::Algo,
+    pub(crate) verify: rdmaxfer::xfer::file::digest::Algo,
     /// In a tree, send the files symlinks point to instead of the symlinks.
     #[arg(long)]
-    copy_links: bool,
+    pub(crate) copy_links: bool,
     /// Print one JSON summary on stdout (and no progress).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Print nothing but errors (no progress, no per-file lines, no summary).
     #[arg(short, long, conflicts_with = "json")]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// After the summary, statistics as rsync's --stats: entries by outcome, bytes, times and
     /// rates, streams (--json has the same figures)
     #[arg(long, conflicts_with_all = ["json", "quiet"])]
-    stats: bool,
+    pub(crate) stats: bool,
     #[command(flatten)]
-    conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// `--stats`: the figures of a session (sender) or connection (receiver), one per line, as one
@@ -288,6 +235,12 @@ fn stats_text(report: &SessionReport, secs: f64, streams: Option<u16>, verb: &st
         "Failed entries: {failed} (refused by the receiver: {}, vanished from the source: {})\n",
         report.refused, report.vanished
     );
+    if report.deleted + report.delete_skipped > 0 {
+        t += &format!(
+            "Deleted entries: {} (directories not cleaned after a failure: {})\n",
+            report.deleted, report.delete_skipped
+        );
+    }
     if report.planned > 0 {
         t += &format!(
             "Dry run: {} entries would be sent ({} bytes)\n",
@@ -328,6 +281,9 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "files_vanished": report.vanished,
         "files_planned": report.planned,
         "bytes_planned": report.planned_bytes,
+        "files_deleted": report.deleted,
+        "deleted": report.deleted_names,
+        "delete_skipped": report.delete_skipped,
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -355,6 +311,10 @@ fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
         (n, 0) => format!(" ({n} skipped)"),
         (n, p) => format!(" ({n} skipped, {p} asked about by a dry run)"),
     };
+    let skipped = match report.deleted {
+        0 => skipped,
+        n => format!("{skipped} ({n} deleted)"),
+    };
     println!(
         "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
         report.file_count() - report.failures() - report.skipped - report.planned,
@@ -378,6 +338,31 @@ fn print_dry_summary(report: &SessionReport) {
 
 /// `rdmaxfer recv`.
 pub fn recv(a: RecvArgs) -> Result<()> {
+    recv_announcing(a, |_| Ok(()))
+}
+
+/// `recv`, telling `ready` where it listens once it does (`cp`'s receiving side reports the
+/// port the system chose).
+pub(crate) fn recv_announcing(
+    a: RecvArgs,
+    ready: impl FnOnce(std::net::SocketAddr) -> Result<()>,
+) -> Result<()> {
+    let (ropts, max_memory, floor) = receiver_plan(&a)?;
+    if ropts.token.is_none() {
+        warn_without_token(&a.listen, &a.out);
+    }
+    let rings = RingBudget::new(max_memory, floor, u64::from(a.max_sessions));
+    let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
+    signals::exit_cleanly_on_interrupt()?;
+    let show = Show::pick(a.quiet, a.json);
+    let mut server = a.conn.listen(&a.listen, &opts)?;
+    ready(server.local_addr())?;
+    serve_sessions(&a, &mut server, &ropts, &rings, max_memory, show)
+}
+
+/// The receiver's options from `a`, its memory budget and the smallest ring, with the checks
+/// of their values (usage errors).
+pub(crate) fn receiver_plan(a: &RecvArgs) -> Result<(ReceiverOptions, u64, u64)> {
     let meta = std::fs::metadata(&a.out).map_err(|e| {
         usage_of(
             &format!("--out {}", a.out.display()),
@@ -396,6 +381,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         max_size: a.max_size,
         force: a.force,
         resume: a.resume,
+        allow_delete: a.allow_delete,
         slots: a.slots,
         verify: a.verify,
         budgets: Budgets {
@@ -421,14 +407,18 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             ring_budget::COPY_BUFS
         );
     }
-    if ropts.token.is_none() {
-        warn_without_token(&a.listen, &a.out);
-    }
-    let rings = RingBudget::new(max_memory, floor, u64::from(a.max_sessions));
-    let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
-    signals::exit_cleanly_on_interrupt()?;
-    let show = Show::pick(a.quiet, a.json);
-    let mut server = a.conn.listen(&a.listen, &opts)?;
+    Ok((ropts, max_memory, floor))
+}
+
+/// Serves senders on `server` as `recv` does.
+fn serve_sessions(
+    a: &RecvArgs,
+    server: &mut rdmaxfer::xfer::session::Server,
+    ropts: &ReceiverOptions,
+    rings: &std::sync::Arc<RingBudget>,
+    max_memory: u64,
+    show: Show,
+) -> Result<()> {
     let limits = Limits {
         count: a.once.then_some(1),
         max_sessions: a.max_sessions as usize,
@@ -461,7 +451,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
             streams: Some(&streams),
             join_only,
         };
-        let r = file::receive_streams(ep, &ropts, &mut lease, role, &mut report, &mut lines)
+        let r = file::receive_streams(ep, ropts, &mut lease, role, &mut report, &mut lines)
             .map_err(anyhow::Error::from);
         let secs = start.elapsed().as_secs_f64();
         if a.json {
@@ -482,7 +472,7 @@ pub fn recv(a: RecvArgs) -> Result<()> {
         }
         r
     };
-    serve_concurrent(&mut server, &limits, admit, refuse, serve_one)
+    serve_concurrent(server, &limits, admit, refuse, serve_one)
 }
 
 fn split_host(s: &str, default_port: u16) -> Result<(String, u16)> {
@@ -574,6 +564,16 @@ pub fn send(a: SendArgs) -> Result<()> {
         .split(',')
         .map(|h| split_host(h, a.conn.port))
         .collect::<Result<Vec<_>>>()?;
+    let (entries, sopts) = send_plan(&a, paths)?;
+    send_to(a, &hosts, &entries, &sopts)
+}
+
+/// What `send` (and `cp`'s sending side) sends, and how: the walk of `paths` (and
+/// --files-from) and the options, with the checks of their values (usage errors).
+pub(crate) fn send_plan(
+    a: &SendArgs,
+    paths: &[String],
+) -> Result<(Vec<source::SourceEntry>, SenderOptions)> {
     let mut roots: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
     if let Some(list) = &a.files_from {
         roots.extend(files_from(list)?);
@@ -581,9 +581,10 @@ pub fn send(a: SendArgs) -> Result<()> {
     if roots.is_empty() {
         usage!("give PATH... before HOST (or --files-from FILE)");
     }
+    let filter = filter_rules(&a.include, &a.exclude)?;
     let walk = source::WalkOptions {
         copy_links: a.copy_links,
-        filter: filter_rules(&a.include, &a.exclude)?,
+        filter: filter.clone(),
     };
     let entries = source::walk_with(&roots, walk).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)
@@ -629,6 +630,8 @@ pub fn send(a: SendArgs) -> Result<()> {
         streams,
         bwlimit: a.bwlimit,
         dry_run: a.dry_run,
+        delete: a.delete,
+        filter,
     };
     if a.bwlimit == Some(0) {
         usage!("--bwlimit must be at least 1 byte per second");
@@ -636,6 +639,17 @@ pub fn send(a: SendArgs) -> Result<()> {
     if a.slots == 0 || a.slots > file::MAX_SLOTS {
         usage!("--slots must be 1..={}", file::MAX_SLOTS);
     }
+    Ok((entries, sopts))
+}
+
+/// Sends `entries` to the receiver at `hosts` (one per rail), as `send` does.
+pub(crate) fn send_to(
+    a: SendArgs,
+    hosts: &[(String, u16)],
+    entries: &[source::SourceEntry],
+    sopts: &SenderOptions,
+) -> Result<()> {
+    let streams = sopts.streams;
     // Stream i goes over device i mod the devices given, to receiver address i mod those given.
     let rails: Vec<ConnArgs> = match a.conn.devices() {
         d if d.is_empty() => vec![a.conn.clone()],
@@ -661,17 +675,7 @@ pub fn send(a: SendArgs) -> Result<()> {
     };
     let (conn, host, opts) = place(0)?;
     signals::exit_cleanly_on_interrupt()?;
-    let total: u64 = entries
-        .iter()
-        .filter(|e| e.kind == source::SourceKind::File)
-        .filter_map(|e| e.listed.map(|m| m.size))
-        .sum();
-    let show = Show::pick(a.quiet, a.json);
-    let start = Instant::now();
-    let mut report = SessionReport::default();
-    let mut connected = false;
-    let mut used = 1u16;
-    let r = std::thread::scope(|sc| {
+    std::thread::scope(|sc| {
         // Streams 1.. are made ready (route, QP) on their own threads while stream 0 connects
         // and opens the session: they send their connect requests only once it is open (the
         // receiver takes a connection that does not open a session only to join one).
@@ -691,28 +695,51 @@ pub fn send(a: SendArgs) -> Result<()> {
             })
             .map(Mutex::new)
             .collect();
+        let more = |i: u16| -> rdmaxfer::Result<Endpoint> {
+            let ready = usize::from(i)
+                .checked_sub(1)
+                .and_then(|k| dials.get(k))
+                .and_then(|d| d.lock().unwrap_or_else(|p| p.into_inner()).take());
+            let ep = match ready {
+                Some(h) => h
+                    .join()
+                    .unwrap_or_else(|_| bail!("the set-up thread panicked"))
+                    .and_then(|(dial, to)| {
+                        dial.connect()
+                            .with_context(|| format!("connecting to {to} (rdma_cm)"))
+                    }),
+                None => place(usize::from(i)).and_then(|(c, host, opts)| c.connect(&host, &opts)),
+            };
+            ep.map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
+        };
         tracing::debug!(target: file::PHASE_TARGET, "stream 0: connecting");
-        conn.connect(&host, &opts).and_then(|mut ep| {
+        send_over(&a, entries, sopts, || conn.connect(&host, &opts), &more)
+    })
+}
+
+/// Sends `entries` on the endpoint `first` makes (stream 0, which opens the session) and those
+/// `more` makes (streams 1..), showing progress and the summary as `send` does.
+pub(crate) fn send_over(
+    a: &SendArgs,
+    entries: &[source::SourceEntry],
+    sopts: &SenderOptions,
+    first: impl FnOnce() -> Result<Endpoint>,
+    more: &(dyn Fn(u16) -> rdmaxfer::Result<Endpoint> + Sync),
+) -> Result<()> {
+    let total: u64 = entries
+        .iter()
+        .filter(|e| e.kind == source::SourceKind::File)
+        .filter_map(|e| e.listed.map(|m| m.size))
+        .sum();
+    let show = Show::pick(a.quiet, a.json);
+    let start = Instant::now();
+    let mut report = SessionReport::default();
+    let mut connected = false;
+    let mut used = 1u16;
+    let r = first().and_then(|mut ep| {
             connected = true;
             tracing::debug!(target: file::PHASE_TARGET, "stream 0: connected");
             let mut display = SendDisplay::new(show, entries.len(), total);
-            let more = |i: u16| -> rdmaxfer::Result<Endpoint> {
-                let ready = usize::from(i)
-                    .checked_sub(1)
-                    .and_then(|k| dials.get(k))
-                    .and_then(|d| d.lock().unwrap_or_else(|p| p.into_inner()).take());
-                let ep = match ready {
-                    Some(h) => h
-                        .join()
-                        .unwrap_or_else(|_| bail!("the set-up thread panicked"))
-                        .and_then(|(dial, to)| {
-                            dial.connect()
-                                .with_context(|| format!("connecting to {to} (rdma_cm)"))
-                        }),
-                    None => place(usize::from(i)).and_then(|(c, host, opts)| c.connect(&host, &opts)),
-                };
-                ep.map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
-            };
             let mut events = |p: Progress<'_>| {
                 if let Progress::Streams { asked, granted } = p {
                     used = granted;
@@ -725,7 +752,7 @@ pub fn send(a: SendArgs) -> Result<()> {
                 }
                 display.event(p)
             };
-            let r = file::send_streams(&mut ep, &more, &entries, &sopts, &mut report, &mut events)
+            let r = file::send_streams(&mut ep, more, entries, sopts, &mut report, &mut events)
                 .map_err(anyhow::Error::from);
             display.finish();
             if let Err(e) = ep.close() {
@@ -733,8 +760,7 @@ pub fn send(a: SendArgs) -> Result<()> {
             }
             tracing::debug!(target: file::PHASE_TARGET, "stream 0: closed");
             r
-        })
-    });
+        });
     let secs = start.elapsed().as_secs_f64();
     if a.json {
         let mut j = summary(&report, secs, r.as_ref().err());

@@ -77,11 +77,35 @@ fn print_line(line: &str) {
 
 /// Receiver: prints each file's line as its verdict arrives.
 pub fn recv_observer(show: Show) -> impl FnMut(Progress<'_>) {
-    move |p| {
-        if let (Progress::FileDone(f), Show::Lines | Show::Bars) = (p, show) {
-            print_line(&file_line(f));
+    move |p| match (p, show) {
+        (_, Show::Quiet) => {}
+        (Progress::FileDone(f), _) => print_line(&file_line(f)),
+        (p, _) => {
+            if let Some(line) = delete_line(p) {
+                print_line(&line);
+            }
         }
     }
+}
+
+/// `deleting NAME` / `would delete NAME` (as rsync), or `not deleting in DIR: why`.
+fn delete_line(p: Progress<'_>) -> Option<String> {
+    Some(match p {
+        Progress::Deleted {
+            name,
+            kind,
+            dry_run,
+        } => {
+            let verb = if dry_run { "would delete" } else { "deleting" };
+            let slash = if kind == "dir" { "/" } else { "" };
+            format!("{verb} {}{slash}", printable(name))
+        }
+        Progress::NotDeleting { dir: "", why } => format!("not deleting: {why}"),
+        Progress::NotDeleting { dir, why } => {
+            format!("not deleting in {}: {why}", printable(dir))
+        }
+        _ => return None,
+    })
 }
 
 fn total_message(ended: usize, files: usize) -> String {
@@ -195,7 +219,14 @@ impl SendDisplay {
                 self.show_total();
             }
             Progress::FileDone(f) => self.file_done(f),
-            _ => {}
+            p => {
+                if let (Some(line), false) = (delete_line(p), self.show == Show::Quiet) {
+                    match &self.bars {
+                        Some(b) => b.multi.suspend(|| print_line(&line)),
+                        None => print_line(&line),
+                    }
+                }
+            }
         }
     }
 

@@ -9,6 +9,8 @@
 //! and refuses new files, then ends the process. Connections end with the process: the kernel
 //! tears the queue pairs and CM identifiers down, and the peer sees the disconnect.
 
+use std::io::Write as _;
+
 use anyhow::{Context as _, Result};
 use rdmaxfer::xfer::file::cleanup;
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -28,7 +30,8 @@ pub fn exit_cleanly_on_interrupt() -> Result<()> {
                     1 => ", removed 1 partial file".into(),
                     n => format!(", removed {n} partial files"),
                 };
-                eprintln!("rdmaxfer: interrupted by {name}{what}");
+                // Not eprintln!: a closed stderr must not keep the process from ending.
+                let _ = writeln!(std::io::stderr(), "rdmaxfer: interrupted by {name}{what}");
                 std::process::exit(128 + sig);
             }
         })

@@ -215,6 +215,11 @@ impl ConfinedDir {
         &self.path
     }
 
+    /// The directory's descriptor (the receiver's deletions work relative to it).
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Opens the subdirectory `name`, refusing a symlink or a non-directory.
     fn child(&self, name: &str) -> std::result::Result<ConfinedDir, Errno> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;

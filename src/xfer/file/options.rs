@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::budget::Budgets;
 use super::digest::Algo;
 use super::proto::{self, HelloFlags};
+use super::send::filter::Filter;
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::EndpointOptions;
 
@@ -48,6 +49,10 @@ pub struct ReceiverOptions {
     /// Test-only hold: the stripe of this index (of every striped file) is answered (MR) only
     /// once every other stripe of its file has ended (the sender's stream waits for it).
     pub hold_stripe: Option<u16>,
+    /// Allow a sender to list the directories it sent in the session and to delete what it
+    /// does not have there (`recv --allow-delete`, for `send --delete`); without it LIST and
+    /// DELETE are refused (`not allowed`).
+    pub allow_delete: bool,
 }
 
 impl ReceiverOptions {
@@ -63,6 +68,7 @@ impl ReceiverOptions {
             budgets: Budgets::default(),
             verify: None,
             hold_stripe: None,
+            allow_delete: false,
         }
     }
 
@@ -123,6 +129,13 @@ pub struct SenderOptions {
     /// (create, replace, skip, refuse); no data is sent and nothing changes on either side.
     /// One stream.
     pub dry_run: bool,
+    /// `send --delete`: after every entry, remove on the receiver what is not in the sender's
+    /// directories (each directory it sent; see `send::delete`). The receiver must allow it
+    /// (`recv --allow-delete`). With `dry_run`, only says what would be deleted.
+    pub delete: bool,
+    /// The rules the entries were listed with (`--exclude`, `--include`): with `delete`, a
+    /// name they exclude is never deleted (as rsync without `--delete-excluded`).
+    pub filter: Filter,
 }
 
 impl Default for SenderOptions {
@@ -144,6 +157,8 @@ impl Default for SenderOptions {
             streams: 1,
             bwlimit: None,
             dry_run: false,
+            delete: false,
+            filter: Filter::new(),
         }
     }
 }

@@ -36,6 +36,24 @@ pub enum Progress<'a> {
     },
     /// A file's verdict (delivered, refused or failed), as recorded in the [`SessionReport`].
     FileDone(&'a FileReport),
+    /// An entry deleted on the receiver (`send --delete`; a dry run's: would be deleted), as
+    /// recorded in the [`SessionReport`] (`deleted`).
+    Deleted {
+        /// Relative name on the receiver (escaped as report names are).
+        name: &'a str,
+        /// `"file"`, `"dir"`, `"symlink"` or `"other"`.
+        kind: &'static str,
+        /// A dry run: nothing was deleted.
+        dry_run: bool,
+    },
+    /// Sender (`send --delete`): nothing is deleted in this directory (counted in
+    /// [`SessionReport::delete_skipped`]).
+    NotDeleting {
+        /// The directory, as sent.
+        dir: &'a str,
+        /// Why (e.g. an entry in it failed).
+        why: &'a str,
+    },
     /// Sender: the receiver granted this many streams of those asked for (fewer: its cap).
     Streams {
         /// Streams asked for (`--streams`).
@@ -221,6 +239,14 @@ pub struct SessionReport {
     /// Entries gone from the sender's source between its listing and their turn (a subset of
     /// `failed`; see [`FileReport::is_vanished`]).
     pub vanished: u64,
+    /// Entries deleted on the receiver (`send --delete`; in a dry run, that would be), listed
+    /// or not.
+    pub deleted: u64,
+    /// The first [`MAX_REPORTED_FILES`] of them (names escaped and clipped as in
+    /// [`FileReport`]).
+    pub deleted_names: Vec<String>,
+    /// Sender: directories in which nothing was deleted because an entry in them failed.
+    pub delete_skipped: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
@@ -277,6 +303,11 @@ impl SessionReport {
         self.planned += o.planned;
         self.planned_bytes += o.planned_bytes;
         self.vanished += o.vanished;
+        self.deleted += o.deleted;
+        self.delete_skipped += o.delete_skipped;
+        let room = MAX_REPORTED_FILES.saturating_sub(self.deleted_names.len());
+        self.deleted_names
+            .extend(o.deleted_names.into_iter().take(room));
         self.bytes += o.bytes;
         self.data_seconds += o.data_seconds;
         if o.last.is_some() {
@@ -288,6 +319,26 @@ impl SessionReport {
     pub fn push_refused(&mut self, f: FileReport) {
         self.refused += 1;
         self.push(f);
+    }
+
+    /// Records an entry deleted (or, in a dry run, that would be) and tells `progress`.
+    pub(crate) fn push_deleted(
+        &mut self,
+        name: &str,
+        kind: &'static str,
+        dry_run: bool,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) {
+        let name = clip(&names::printable(name));
+        self.deleted += 1;
+        progress(Progress::Deleted {
+            name: &name,
+            kind,
+            dry_run,
+        });
+        if self.deleted_names.len() < MAX_REPORTED_FILES {
+            self.deleted_names.push(name);
+        }
     }
 
     /// Files announced, listed or not.

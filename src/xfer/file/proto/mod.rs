@@ -6,12 +6,13 @@
 //!
 //! Per concern: `hello` (HELLO and SKIP, the entry announcement and the "already there"
 //! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `verify` (the
-//! verification algorithm and DIGESTS), `inline` (small files in DATA), `batch` (several messages in one SEND), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
+//! verification algorithm and DIGESTS), `inline` (small files in DATA), `delete` (LIST, NAMES and DELETE: `send --delete`), `batch` (several messages in one SEND), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
 
 use crate::{Error, Result};
 
 mod auth;
 mod batch;
+mod delete;
 mod hello;
 mod imm;
 mod inline;
@@ -23,6 +24,7 @@ mod verify;
 
 pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
 pub use batch::{batchable, Batch};
+pub use delete::{listable, Listed, ListedKind, Names, MAX_LISTED_LEN};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_chunk_imm, encode_chunk_imm, Imm, IMM_SLOTS};
 pub use inline::{Data, INLINE_MAX, MAX_IN_FLIGHT, PIECE_MAX};
@@ -36,7 +38,8 @@ pub use verify::{Algo, ChunkDigest, Digests, MAX_CHUNK_DIGEST, MAX_DIGESTS};
 /// `"RXFR"`: first four bytes of every control message.
 pub const MAGIC: u32 = 0x5258_4652;
 /// The protocol version this build speaks (2: entry kinds, SKIP, existing-file policies,
-/// per-chunk verification; 3: small files inline, WANT and DATA, several entries in flight).
+/// per-chunk verification; 3: small files inline, WANT and DATA, several entries in flight,
+/// deletion: LIST, NAMES, DELETE).
 pub const VERSION: u16 = 3;
 /// Header size: magic u32, version u16, type u16, body length u32.
 pub const HEADER_LEN: usize = 12;
@@ -73,6 +76,9 @@ const T_STRIPE: u16 = 15;
 const T_WANT: u16 = 16;
 const T_DATA: u16 = 17;
 const T_BATCH: u16 = 18;
+const T_LIST: u16 = 19;
+const T_NAMES: u16 = 20;
+const T_DELETE: u16 = 21;
 
 pub use crate::error::Reason;
 
@@ -167,6 +173,14 @@ pub enum Msg {
     /// Either way: several pipelined messages (HELLO, DATA, WANT, SKIP, REFUSE, ACK) in one
     /// SEND, to be read in order.
     Batch(Vec<Msg>),
+    /// Sender → receiver (`send --delete`), after every entry: the names in this directory
+    /// (one the sender sent), please (answered NAMES, or REFUSE).
+    List(String),
+    /// Receiver → sender: names of the directory a LIST asked for.
+    Names(Names),
+    /// Sender → receiver: remove this entry (recursively for a directory), which the sender
+    /// does not have (answered ACK, or REFUSE).
+    Delete(String),
 }
 
 /// A parsed header (see [`header`]).
@@ -276,6 +290,9 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
         T_WANT => Msg::Want,
         T_DATA => Msg::Data(inline::decode_data(&mut r)?),
         T_BATCH => Msg::Batch(batch::decode_batch(&mut r)?),
+        T_LIST => Msg::List(delete::decode_name(&mut r)?),
+        T_NAMES => Msg::Names(delete::decode_names(&mut r)?),
+        T_DELETE => Msg::Delete(delete::decode_name(&mut r)?),
         _ => Msg::Done, // T_DONE: kind_name already refused unknown types
     };
     r.finish()?;
@@ -302,6 +319,9 @@ fn kind_name(kind: u16) -> Option<&'static str> {
         T_WANT => "WANT",
         T_DATA => "DATA",
         T_BATCH => "BATCH",
+        T_LIST => "LIST",
+        T_NAMES => "NAMES",
+        T_DELETE => "DELETE",
         _ => return None,
     })
 }
@@ -384,6 +404,18 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
         Msg::Batch(members) => {
             batch::encode_batch(&mut b, members);
             T_BATCH
+        }
+        Msg::List(dir) => {
+            delete::encode_name(&mut b, dir);
+            T_LIST
+        }
+        Msg::Names(n) => {
+            delete::encode_names(&mut b, n);
+            T_NAMES
+        }
+        Msg::Delete(name) => {
+            delete::encode_name(&mut b, name);
+            T_DELETE
         }
     };
     framed(kind, &b)

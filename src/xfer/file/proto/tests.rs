@@ -578,7 +578,32 @@ fn msg() -> impl Strategy<Value = Msg> {
         skip,
         Just(Msg::Want),
         data(),
+        (text(MAX_NAME_LEN), any::<bool>()).prop_map(|(n, del)| {
+            let n = if n.is_empty() { "d".into() } else { n };
+            if del {
+                Msg::Delete(n)
+            } else {
+                Msg::List(n)
+            }
+        }),
+        names(),
     ]
+}
+
+fn names() -> impl Strategy<Value = Msg> {
+    let one = (0..4u16, "[a-z.é]{1,20}");
+    (any::<bool>(), prop::collection::vec(one, 0..30)).prop_map(|(last, v)| {
+        let names: Vec<Listed> = v
+            .into_iter()
+            .filter(|(_, n)| listable(n))
+            .map(|(k, name)| Listed {
+                kind: ListedKind::from_code(k).expect("0..4"),
+                name,
+            })
+            .collect();
+        let last = last || names.is_empty();
+        Msg::Names(Names { last, names })
+    })
 }
 
 fn data() -> impl Strategy<Value = Msg> {
@@ -706,7 +731,7 @@ proptest! {
 
     /// Arbitrary bytes never panic; bytes behind a valid header reach the body decoders.
     #[test]
-    fn arbitrary_bytes_never_panic(kind in 0..19u16, body in prop::collection::vec(any::<u8>(), 0..200), raw in prop::collection::vec(any::<u8>(), 0..64)) {
+    fn arbitrary_bytes_never_panic(kind in 0..22u16, body in prop::collection::vec(any::<u8>(), 0..200), raw in prop::collection::vec(any::<u8>(), 0..64)) {
         let _ = decode(&raw);
         let mut b = hdr(kind, body.len() as u32);
         b.extend_from_slice(&body);

@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use super::delete::SentDirs;
 use super::partial;
 use super::sink::Sink;
 use crate::error::{Error, Result};
@@ -70,6 +71,7 @@ impl StreamRegistry {
             files: Mutex::new(HashMap::new()),
             partials: self.partials.clone(),
             progress: Arc::new(AtomicU64::new(0)),
+            dirs: SentDirs::default(),
         });
         let mut s = lock(&self.sessions);
         s.retain(|_, w| w.strong_count() > 0);
@@ -124,6 +126,8 @@ pub(super) struct Joint {
     /// Bytes received by all its streams: each stream's budget counts them (see
     /// `Budget::share`), so a stream waiting its turn does not time out while the others move.
     pub(super) progress: Arc<AtomicU64>,
+    /// The directories its streams' HELLOs named (`recv --allow-delete`).
+    pub(super) dirs: SentDirs,
 }
 
 /// How the receiver answered a striped file's first HELLO: every later stripe gets the same.

@@ -6,6 +6,8 @@
 //! file's resume state, `cleanup` removes unfinished files on interrupt, and `ring_budget`
 //! shares the memory of several sessions. Nothing here imports the sender (`super::send`).
 //!
+//! `delete` answers a sender's LIST and DELETE (`recv --allow-delete`).
+//!
 //! The session files, in the order each imports only those before it: `core`, `data`,
 //! `answer`, `file`, `replies` (answers sent together), `inline` (small files in DATA, several
 //! in flight), `stripe`, `session`. `core` is the protocol without I/O: what each
@@ -15,6 +17,7 @@ mod answer;
 pub mod cleanup;
 pub mod core;
 mod data;
+pub mod delete;
 pub mod entry;
 mod file;
 mod inline;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::answer::{answer_dry, check_auth, tell_peer};
 use super::data::StagingRing;
+use super::delete::{self, SentDirs};
 use super::file::{receive_file, SessionState};
 use super::inline::Inline;
 use super::joint::{Joint, StreamRegistry};
@@ -114,6 +115,7 @@ fn receive_session(
     let mut replies = Replies::default();
     let mut pending = VecDeque::new();
     let mut dry_dirs = DirCache::default();
+    let mut sent_dirs = SentDirs::default();
     let mut last = false;
     let mut first = true;
     loop {
@@ -144,6 +146,9 @@ fn receive_session(
                 return Err(e);
             }
         };
+        if let (Msg::Hello(h), true) = (&msg, opts.allow_delete) {
+            sent_dirs.record(&h.name, h.kind == EntryKind::Dir);
+        }
         let pipelined = match &msg {
             Msg::Hello(h) => (h.flags.inline || h.flags.dry_run) && stripe.is_none(),
             m => matches!(m, Msg::Data(_)),
@@ -167,6 +172,7 @@ fn receive_session(
                     Some(reg) => {
                         let j = reg.open(o.streams);
                         st.budget.share(j.progress.clone());
+                        sent_dirs = j.dirs.clone();
                         let granted = (j.id, j.granted);
                         joint = Some(j);
                         granted
@@ -193,6 +199,7 @@ fn receive_session(
                 st.budget.share(j.progress.clone());
                 st.stream = Some(index);
                 send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
+                sent_dirs = j.dirs.clone();
                 joint = Some(j);
             }
             Msg::Stripe(s) if joint.is_some() && stripe.is_none() => stripe = Some(s),
@@ -261,6 +268,14 @@ fn receive_session(
                 if last {
                     return Ok(());
                 }
+            }
+            Msg::List(dir) if inline.is_idle() && stripe.is_none() => {
+                let d = &sent_dirs;
+                delete::on_list(ep, opts, d, st.budget, report, progress, &dir)?;
+            }
+            Msg::Delete(name) if inline.is_idle() && stripe.is_none() => {
+                let d = &sent_dirs;
+                delete::on_delete(ep, opts, d, st.budget, report, progress, &name)?;
             }
             Msg::Done => return Ok(()),
             Msg::Err { reason, message } => return Err(peer_err(reason, &message)),

@@ -6,11 +6,13 @@
 //!
 //! The files, in the order each imports only those before it: `filter` (`--exclude`,
 //! `--include`), `source`, `core`, `data`, `part`, `file`, `pipe` (directories, symlinks and
-//! small files in flight), `session`, `streams`. `core` is the
+//! small files in flight), `delete` (`--delete`: what the receiver has and the sender does
+//! not), `session`, `streams`. `core` is the
 //! protocol without I/O: what the receiver's answers mean and where each chunk goes.
 
 pub mod core;
 mod data;
+pub mod delete;
 mod file;
 pub mod filter;
 mod part;

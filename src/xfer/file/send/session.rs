@@ -2,6 +2,7 @@
 //! `pipe`), then DONE.
 
 use super::data::{named_by_peer, PHASE_TARGET as PHASE};
+use super::delete::delete_extras;
 use super::file::{send_file, StreamState};
 use super::part::Part;
 use super::pipe::Pipe;
@@ -57,7 +58,11 @@ pub(super) fn send_entries(
     for e in entries {
         send_entry(ep, &mut st, &mut pipe, e, Part::Whole, report, progress)?;
     }
-    finish(ep, &st, &mut pipe, report, progress)?;
+    drain(ep, &st, &mut pipe, report, progress)?;
+    if opts.delete {
+        delete_extras(ep, entries, opts, report, progress).map_err(|e| named_by_peer(ep, e))?;
+    }
+    send_done(ep);
     report.result("delivered")
 }
 
@@ -108,14 +113,25 @@ pub(super) fn finish(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
-    pipe.drain(ep, st, report, progress)
-        .map_err(|err| named_by_peer(ep, err))?;
+    drain(ep, st, pipe, report, progress)?;
     send_done(ep);
     Ok(())
 }
 
+/// Takes what is in flight (every entry has its answer then).
+pub(super) fn drain(
+    ep: &mut Endpoint,
+    st: &StreamState<'_>,
+    pipe: &mut Pipe,
+    report: &mut SessionReport,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<()> {
+    pipe.drain(ep, st, report, progress)
+        .map_err(|err| named_by_peer(ep, err))
+}
+
 /// Ends the session with DONE.
-fn send_done(ep: &mut Endpoint) {
+pub(super) fn send_done(ep: &mut Endpoint) {
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
     // failure to see DONE acknowledged does not undo what was delivered.

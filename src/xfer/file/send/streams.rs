@@ -10,10 +10,11 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::data::{Pacer, PHASE_TARGET as PHASE};
+use super::delete::delete_extras;
 use super::file::StreamState;
 use super::part::{FileTrack, Part, StripeJob};
 use super::pipe::Pipe;
-use super::session::{challenge, finish, send_entries, send_entry};
+use super::session::{challenge, drain, finish, send_done, send_entries, send_entry};
 use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
@@ -193,7 +194,8 @@ pub fn send_streams(
         let mut workers = Vec::new();
         let (queue, first_nonce) = (&queue, nonce);
         let tx0 = tx.clone();
-        workers.push(sc.spawn(move || work(first, 0, &first_nonce, queue, entries, opts, &tx0)));
+        let first0 = &mut *first;
+        workers.push(sc.spawn(move || work(first0, 0, &first_nonce, queue, entries, opts, &tx0)));
         for i in 1..session.streams {
             let tx = tx.clone();
             workers.push(sc.spawn(move || {
@@ -234,6 +236,7 @@ pub fn send_streams(
     });
     let mut first_err = None;
     let mut data = 0f64;
+    let first_ok = results.first().is_some_and(|(_, res)| res.is_ok());
     for (r, res) in results {
         data = data.max(r.data_seconds);
         report.merge(r);
@@ -242,6 +245,19 @@ pub fn send_streams(
         }
     }
     report.data_seconds = data;
+    // With --delete, stream 0 deletes once every stream has finished, then ends with DONE.
+    if opts.delete && first_ok {
+        if first_err.is_none() {
+            if let Err(e) = delete_extras(first, entries, opts, report, progress) {
+                first_err = Some(e);
+            }
+        } else {
+            report.delete_skipped += 1;
+            let why = "a stream failed: nothing is deleted";
+            progress(Progress::NotDeleting { dir: "", why });
+        }
+        send_done(first);
+    }
     match first_err {
         Some(e) => Err(e),
         None => report.result("delivered"),
@@ -377,7 +393,12 @@ fn work(
                 &mut events,
             )?;
         }
-        finish(ep, &st, &mut pipe, &mut report, &mut |p| {
+        // Stream 0 of a --delete ends the session later (`send_streams`).
+        let end = match me == 0 && opts.delete {
+            true => drain,
+            false => finish,
+        };
+        end(ep, &st, &mut pipe, &mut report, &mut |p| {
             let ev = match p {
                 Progress::Bytes {
                     name, file_done, ..
