@@ -5,6 +5,8 @@
 #         start to the receiver's exit)
 #   cp    `rdmaxfer cp FILE 127.0.0.1:DEST` through an sshd on 127.0.0.1 (ci/guest-sshd.sh) with
 #         key authentication: ssh start-up, the remote side's start and the copy, all timed
+#   ssh   `ssh 127.0.0.1 true` with the same options: what ssh itself costs (key exchange and
+#         the login shell's start, with its rc files), which cp pays once per copy
 # Each copy is checked with cmp. Prints each row's median and spread (min..max) and the per-round
 # ratio cp / hand (issue 38's goal: <= 1.1). Raw figures: OUTDIR/cp-runs.tsv.
 # Env: RDMAXFER_BIN (default target/release/rdmaxfer).
@@ -47,6 +49,14 @@ hand() {
   check "$work/hand" hand "$r"
 }
 
+bare_ssh() {
+  local r="$1" a b
+  a="$(now)"
+  $rsh 127.0.0.1 true </dev/null >/dev/null 2>&1 || { echo "!! ssh round $r failed"; fails=$((fails + 1)); return; }
+  b="$(now)"
+  record "$r" ssh "$a" "$b"
+}
+
 viacp() {
   local r="$1" a b rc=0
   rm -rf "$work/cp"
@@ -62,7 +72,7 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 chmod 600 "$work/token"
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r/$rounds ($(date +%T))"
-  if ((r % 2)); then hand "$r"; viacp "$r"; else viacp "$r"; hand "$r"; fi
+  if ((r % 2)); then hand "$r"; viacp "$r"; bare_ssh "$r"; else bare_ssh "$r"; viacp "$r"; hand "$r"; fi
 done
 
 python3 - "$tsv" "$mib" <<'PY' | tee "$out/cp-summary.txt"
@@ -76,10 +86,12 @@ def spread(xs, f="{:.2f}"):
     xs = sorted(xs)
     return f"{f.format(statistics.median(xs))} ({f.format(xs[0])}..{f.format(xs[-1])})" if xs else "missing"
 print(f"== one file of {mib} MiB, tmpfs -> tmpfs in one guest; seconds, median (min..max) over rounds")
-for row in ("hand", "cp"):
+for row in ("hand", "cp", "ssh"):
     print(f"{row:5} {spread(v[row].values())} s")
 xs = [v["cp"][r] / v["hand"][r] for r in v["cp"] if r in v["hand"]]
 print(f"cp / hand: {spread(xs, '{:.3f}')} (goal <= 1.1)")
+xs = [(v["cp"][r] - v["ssh"][r]) / v["hand"][r] for r in v["cp"] if r in v["hand"] and r in v["ssh"]]
+print(f"(cp - ssh) / hand: {spread(xs, '{:.3f}')} (cp without what ssh itself costs)")
 PY
 if ((fails)); then
   echo "!! $fails failures"

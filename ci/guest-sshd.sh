@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# ci/guest-sshd.sh DIR [PORT] — runs INSIDE a guest (or a rig host): starts an sshd from Debian's
-# openssh-server on 127.0.0.1:PORT (default 2222) that lets root in with a fresh key only (host
+# ci/guest-sshd.sh DIR [PORT] [ADDR] — runs INSIDE a guest (or a rig host): starts an sshd from
+# Debian's openssh-server on ADDR:PORT (default 127.0.0.1:2222) that lets root in with a fresh key only (host
 # key, client key and config in DIR), waits until a command runs through it, and prints the
 # `rdmaxfer cp -e` command line that reaches it. Stop it with: kill "$(cat DIR/sshd.pid)".
 set -euo pipefail
 dir="$(realpath -m "${1:?usage: ci/guest-sshd.sh DIR [PORT]}")"
 port="${2:-2222}"
+addr="${3:-127.0.0.1}"
 [[ -x /usr/sbin/sshd ]] || { echo "!! /usr/sbin/sshd missing: ci/setup.sh installs openssh-server" >&2; exit 2; }
 mkdir -p "$dir" /run/sshd
 chmod 700 "$dir"
@@ -15,7 +16,7 @@ done
 cp "$dir/id.pub" "$dir/authorized_keys"
 cat >"$dir/sshd_config" <<CONF
 Port $port
-ListenAddress 127.0.0.1
+ListenAddress $addr
 HostKey $dir/host_key
 AuthorizedKeysFile $dir/authorized_keys
 PermitRootLogin prohibit-password
@@ -29,9 +30,9 @@ CONF
 /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log" </dev/null >/dev/null 2>&1
 rsh="ssh -p $port -i $dir/id -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
 for _ in $(seq 200); do
-  $rsh 127.0.0.1 true 2>/dev/null && { echo "$rsh"; exit 0; }
+  $rsh "$addr" true </dev/null 2>/dev/null && { echo "$rsh"; exit 0; }
   sleep 0.1
 done
-echo "!! sshd on 127.0.0.1:$port did not let a key in; its log:" >&2
+echo "!! sshd on $addr:$port did not let a key in; its log:" >&2
 cat "$dir/sshd.log" >&2
 exit 1

@@ -68,6 +68,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ("wrong_token", transfer::wrong_token),
     ("wrong_gid", transfer::wrong_gid),
     ("mtu_mismatch", transfer::mtu_mismatch),
+    ("cp", transfer::cp),
     ("multi_hostile", sessions::multi_hostile),
     ("soak", sessions::soak),
     ("bench", bench::bench),

@@ -396,3 +396,87 @@ pub fn mtu_mismatch(cx: &mut Ctx) -> (bool, String) {
         &["MTU", "mtu"],
     )
 }
+
+/// `rdmaxfer cp` between the hosts, the other side started over ssh (an sshd on B's wire
+/// address, key authentication): a 64 MiB tree pushed A→B, then pulled back B→A; each copy
+/// verified by the digests of every file, and a re-run of the push sends nothing.
+pub fn cp(cx: &mut Ctx) -> (bool, String) {
+    let mut t = cx.begin("cp");
+    let p = cx.port;
+    let keys = cx.rig.agent_dir(Node::B).join("ssh");
+    let keys = keys.display();
+    let root = cx.rig.root.join("ci/guest-sshd.sh");
+    let (sshd, rc) = cx.rig.run(
+        Node::B,
+        120,
+        &format!(
+            "bash {} {keys} 2222 {IP_B} >/dev/null && printf '#!/bin/sh\\nulimit -l unlimited\\nexec %s \"$@\"\\n' \"$BIN\" >rr && chmod +x rr",
+            root.display()
+        ),
+    );
+    show("B sshd", &cx.rig.log_of(sshd));
+    if !t.step(rc.ok()) {
+        return t.end();
+    }
+    // A remote login gets pam_limits' memlock (8 MiB): rr lifts it, as limits.conf would.
+    let rsh = format!(
+        "ssh -p 2222 -i {keys}/id -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
+    );
+    let cp = format!("$BIN cp -e '{rsh}' --remote-path /tmp/rig/rr --json");
+    let digest = "find . -type f | sort | xargs sha256sum | sha256sum";
+    let (mk, rc) = cx.rig.run(
+        Node::A,
+        120,
+        "for d in 0 1 2 3; do mkdir -p tree/d$d; for f in 0 1 2 3; do mkrand tree/d$d/f$f.bin 4; done; done",
+    );
+    show("A mktree", &cx.rig.log_of(mk));
+    t.step(rc.ok());
+    let src = sha(&cx.rig.output(Node::A, 60, &format!("cd tree && {digest}")));
+    let dest = format!("/tmp/rig/cp-{p}");
+    for (what, script, there, tree) in [
+        (
+            "push A→B",
+            format!("{cp} tree {IP_B}:{dest}"),
+            Node::B,
+            format!("{dest}/tree"),
+        ),
+        (
+            "re-run of the push",
+            format!("{cp} tree {IP_B}:{dest}"),
+            Node::B,
+            format!("{dest}/tree"),
+        ),
+        (
+            "pull B→A",
+            format!("rm -rf back-{p}; {cp} {IP_B}:{dest}/tree back-{p}"),
+            Node::A,
+            format!("back-{p}/tree"),
+        ),
+    ] {
+        let (c, rc) = cx.rig.run(Node::A, 300, &script);
+        let log = cx.rig.log_of(c);
+        show(&format!("A cp ({what})"), &log);
+        t.expect(format!("{what}: cp exits 0 (rc {rc})"), rc.ok());
+        let got = sha(&cx.rig.output(there, 60, &format!("cd {tree} && {digest}")));
+        t.expect(
+            format!(
+                "{what}: the 16 files arrived whole ({}…)",
+                src.get(..16).unwrap_or("")
+            ),
+            !src.is_empty() && got == src,
+        );
+        if what.starts_with("re-run") {
+            let skipped = json(&log, "files_skipped");
+            t.expect(
+                format!("{what}: all 16 skipped ({skipped})"),
+                skipped == "16",
+            );
+        }
+        t.note(format!("{what}: {} MiB/s", rate(&log, "mib_s")));
+    }
+    let (_, left) = cx.rig.run(Node::B, 30, "! pgrep -f cp-remote");
+    t.expect("no cp-remote left on B", left.ok());
+    cx.rig
+        .run(Node::B, 30, &format!("kill $(cat {keys}/sshd.pid)"));
+    t.end()
+}
