@@ -334,6 +334,10 @@ fn every_bad_value_exits_2_with_one_line_naming_the_option_before_any_device() {
         (&["cp", "--bwlimit", "0", p, "h:/x"], "--bwlimit"),
         (&["cp", "--verify", "x", p, "h:/x"], "--verify"),
         (&["cp", "h1:a", "h2:b", o], "two hosts"),
+        (
+            &["send", p, "127.0.0.1:1", "--require-receiver-token"],
+            "--require-receiver-token",
+        ),
     ];
     assert!(table.len() >= 15);
     for (args, names) in table {

@@ -548,6 +548,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             proto::Msg::Challenge {
                 version: proto::VERSION,
                 nonce: digest(9),
+                proof: None,
             },
         ),
         (

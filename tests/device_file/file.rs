@@ -573,6 +573,7 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
     ep.send(&proto::encode(&Msg::Challenge {
         version: proto::VERSION,
         nonce,
+        proof: None,
     }))
     .unwrap();
     let (verify, chunk) = match ctl(&mut ep) {

@@ -272,3 +272,37 @@ fn sigint_ends_the_sender_with_130_and_the_receiver_cleans_up() {
         everything(&out)
     );
 }
+
+#[test]
+#[ignore = "needs rxe0: run by ci/test.sh in the guest"]
+fn a_sender_that_requires_the_receivers_proof_sends_nothing_to_a_receiver_without_the_token() {
+    need_rxe0();
+    let (_tmp, src, out) = common::dirs();
+    let f = src.join("secret");
+    std::fs::write(&f, b"not for them").unwrap();
+    let mine = ["--token", "mine", "--require-receiver-token"];
+    for (rtok, what) in [(Some("other"), "another token"), (None, "no token")] {
+        let port = common::port();
+        let mut extra = vec!["--once"];
+        extra.extend(rtok.iter().flat_map(|t| ["--token", *t]));
+        let r = recv(port, &out, &extra);
+        let s = send(port, &[&f], &mine).finish(T);
+        s.failed(&format!("a sender facing a receiver with {what}"));
+        assert!(
+            s.err.contains("did not prove it knows the token"),
+            "{what}: {}",
+            s.err
+        );
+        drop(r.finish(T));
+        assert!(
+            everything(&out).is_empty(),
+            "{what}: {:?}",
+            everything(&out)
+        );
+    }
+    let port = common::port();
+    let r = recv(port, &out, &["--once", "--token", "mine"]);
+    send(port, &[&f], &mine).finish(T).ok("the same token");
+    r.finish(T).ok("the receiver with the same token");
+    assert_eq!(std::fs::read(out.join("secret")).unwrap(), b"not for them");
+}

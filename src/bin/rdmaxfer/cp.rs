@@ -393,6 +393,7 @@ fn push(
     }
     let hosts: Vec<(String, u16)> = addrs.into_iter().map(|ip| (ip, ready.port)).collect();
     sopts.token = Some(ready.token.into_bytes());
+    sopts.require_receiver_proof = true;
     sa.token = None;
     let r = crate::file::send_to(sa, &hosts, &entries, &sopts);
     let st = remote.finish(Duration::from_secs_f64(a.timeout));

@@ -149,6 +149,10 @@ pub struct SendArgs {
     /// Read the token from FILE's first line (mode 600 or stricter), kept off the command line.
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     pub(crate) token_file: Option<PathBuf>,
+    /// Send nothing unless the receiver proves it knows the token too (in its CHALLENGE): a
+    /// receiver without it, or with another token, gets not a byte (`cp` always does this).
+    #[arg(long)]
+    pub(crate) require_receiver_token: bool,
     /// Chunk size: bytes per RDMA WRITE (the receiver may lower it).
     #[arg(short = 's', long, visible_alias = "size", value_parser = parse_size, default_value_t = u64::from(DEFAULT_CHUNK))]
     pub(crate) chunk: u64,
@@ -632,9 +636,16 @@ pub(crate) fn send_plan(
         dry_run: a.dry_run,
         delete: a.delete,
         filter,
+        require_receiver_proof: a.require_receiver_token,
     };
     if a.bwlimit == Some(0) {
         usage!("--bwlimit must be at least 1 byte per second");
+    }
+    if sopts.require_receiver_proof && sopts.token.is_none() {
+        usage!(
+            "--require-receiver-token needs a token (--token-file FILE or ${}): the receiver proves it knows that one",
+            crate::token::TOKEN_ENV
+        );
     }
     if a.slots == 0 || a.slots > file::MAX_SLOTS {
         usage!("--slots must be 1..={}", file::MAX_SLOTS);

@@ -220,6 +220,8 @@ fn send(mut a: SendArgs) -> Result<()> {
     a.token_file = None;
     let (entries, mut sopts) = crate::file::send_plan(&a, &a.args)?;
     sopts.token = Some(token.clone().into_bytes());
+    // It listens: whoever connects first must prove it has the token before it gets a byte.
+    sopts.require_receiver_proof = true;
     let addrs = rdma_addrs(a.conn.device.as_deref())?;
     let opts = sopts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     let server = Server::bind("0.0.0.0", 0, false, &opts)

@@ -9,7 +9,7 @@ use rdmaxfer::xfer::file::names::printable;
 use crate::args::{usage, usage_of};
 
 /// Environment variable holding the token when `--token` is not given.
-const TOKEN_ENV: &str = "RDMAXFER_TOKEN";
+pub const TOKEN_ENV: &str = "RDMAXFER_TOKEN";
 
 /// `--token`: an empty token is a usage error (it must not turn authentication off).
 pub fn parse_token(s: &str) -> Result<String, String> {

@@ -136,6 +136,10 @@ pub struct SenderOptions {
     /// The rules the entries were listed with (`--exclude`, `--include`): with `delete`, a
     /// name they exclude is never deleted (as rsync without `--delete-excluded`).
     pub filter: Filter,
+    /// Send nothing to a receiver that does not prove, in its CHALLENGE, that it knows
+    /// `token` (`cp` sets it: its remote sender listens, and the first to connect must not get
+    /// the files). Without a token, no receiver can prove it.
+    pub require_receiver_proof: bool,
 }
 
 impl Default for SenderOptions {
@@ -159,6 +163,7 @@ impl Default for SenderOptions {
             dry_run: false,
             delete: false,
             filter: Filter::new(),
+            require_receiver_proof: false,
         }
     }
 }

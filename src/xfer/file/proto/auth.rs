@@ -22,6 +22,28 @@ pub fn auth_answer(token: &[u8], nonce: &Digest) -> Digest {
     *h.finalize().as_bytes()
 }
 
+/// Prefix of the receiver's proof, distinct from the sender's answer (a receiver cannot get a
+/// sender's answer by sending it as its own proof, nor the other way round).
+const PROOF_LABEL: &[u8] = b"rdmaxfer CHALLENGE proof v1\0";
+
+/// The receiver's proof that it knows the token, sent with its CHALLENGE:
+/// `blake3::keyed_hash(derive_key(AUTH_CONTEXT, token), "rdmaxfer CHALLENGE proof v1\0" ‖ nonce)`.
+pub fn receiver_proof(token: &[u8], nonce: &Digest) -> Digest {
+    let key = blake3::derive_key(AUTH_CONTEXT, token);
+    let mut h = blake3::Hasher::new_keyed(&key);
+    h.update(PROOF_LABEL);
+    h.update(nonce);
+    *h.finalize().as_bytes()
+}
+
+/// True when `proof` is the receiver's proof for `nonce` under `token`; constant-time compare.
+pub fn receiver_proof_ok(token: &[u8], nonce: &Digest, proof: Option<&Digest>) -> bool {
+    match proof {
+        Some(p) => blake3::Hash::from(receiver_proof(token, nonce)) == blake3::Hash::from(*p),
+        None => false,
+    }
+}
+
 /// True when `answer` is the right answer for `nonce` under `token`; constant-time compare.
 pub fn auth_verify(token: &[u8], nonce: &Digest, answer: Option<&Digest>) -> bool {
     match answer {

@@ -22,7 +22,9 @@ mod stream;
 mod tests;
 mod verify;
 
-pub use auth::{auth_answer, auth_verify, new_nonce, AUTH_CONTEXT};
+pub use auth::{
+    auth_answer, auth_verify, new_nonce, receiver_proof, receiver_proof_ok, AUTH_CONTEXT,
+};
 pub use batch::{batchable, Batch};
 pub use delete::{listable, Listed, ListedKind, Names, MAX_LISTED_LEN};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
@@ -111,6 +113,9 @@ pub enum Msg {
         version: u16,
         /// Fresh random nonce.
         nonce: Digest,
+        /// The receiver's proof that it knows the token ([`receiver_proof`]): present when it
+        /// has one. A sender that requires it sends nothing to a receiver without it.
+        proof: Option<Digest>,
     },
     /// Receiver → sender: file accepted; where to write.
     Mr(RingGrant),
@@ -249,10 +254,20 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
     let mut r = Reader::new(body, name);
     let msg = match h.kind {
         T_HELLO => Msg::Hello(hello::decode_hello(&mut r)?),
-        T_CHALLENGE => Msg::Challenge {
-            version: r.u16()?,
-            nonce: r.digest()?,
-        },
+        T_CHALLENGE => {
+            let version = r.u16()?;
+            let nonce = r.digest()?;
+            let proof = if r.is_empty() {
+                None
+            } else {
+                Some(r.digest()?)
+            };
+            Msg::Challenge {
+                version,
+                nonce,
+                proof,
+            }
+        }
         T_MR => Msg::Mr(RingGrant {
             addr: r.u64()?,
             rkey: r.u32()?,
@@ -336,9 +351,16 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             hello::encode_hello(&mut b, h);
             T_HELLO
         }
-        Msg::Challenge { version, nonce } => {
+        Msg::Challenge {
+            version,
+            nonce,
+            proof,
+        } => {
             b.extend_from_slice(&version.to_be_bytes());
             b.extend_from_slice(nonce);
+            if let Some(p) = proof {
+                b.extend_from_slice(p);
+            }
             T_CHALLENGE
         }
         Msg::Mr(r) => {

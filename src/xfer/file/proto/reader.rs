@@ -92,6 +92,11 @@ impl<'a> Reader<'a> {
         Ok((reason, self.text(MAX_TEXT_LEN, "message")?))
     }
 
+    /// True when every byte was taken.
+    pub(super) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     pub(super) fn finish(self) -> Result<()> {
         if self.buf.is_empty() {
             Ok(())

@@ -178,9 +178,40 @@ fn challenge_layout() {
         Msg::Challenge {
             version: 3,
             nonce: [7; 32],
+            proof: None,
         },
         b,
     );
+    // With the receiver's proof: 32 more bytes; anything between is malformed.
+    let mut b = hdr(2, 66);
+    b.extend_from_slice(&[0, 3]);
+    b.extend_from_slice(&[7; 32]);
+    b.extend_from_slice(&[9; 32]);
+    exact(
+        Msg::Challenge {
+            version: 3,
+            nonce: [7; 32],
+            proof: Some([9; 32]),
+        },
+        b,
+    );
+    for len in [35u32, 50, 65, 67] {
+        let mut b = hdr(2, len);
+        b.extend(std::iter::repeat_n(1u8, len as usize));
+        assert!(decode(&b).is_err(), "a CHALLENGE body of {len} bytes");
+    }
+}
+
+#[test]
+fn the_receivers_proof_is_bound_to_token_and_nonce_and_is_not_the_senders_answer() {
+    let (t, n) = (b"token".as_slice(), [5u8; 32]);
+    let p = receiver_proof(t, &n);
+    assert!(receiver_proof_ok(t, &n, Some(&p)));
+    assert!(!receiver_proof_ok(b"other", &n, Some(&p)));
+    assert!(!receiver_proof_ok(t, &[6u8; 32], Some(&p)));
+    assert!(!receiver_proof_ok(t, &n, None));
+    assert_ne!(p, auth_answer(t, &n));
+    assert!(!auth_verify(t, &n, Some(&p)));
 }
 
 #[test]
@@ -556,8 +587,13 @@ fn msg() -> impl Strategy<Value = Msg> {
     prop_oneof![
         hello,
         digests,
-        (any::<u16>(), any::<Digest>())
-            .prop_map(|(version, nonce)| Msg::Challenge { version, nonce }),
+        (any::<u16>(), any::<Digest>(), any::<Option<Digest>>()).prop_map(
+            |(version, nonce, proof)| Msg::Challenge {
+                version,
+                nonce,
+                proof
+            }
+        ),
         any::<(u64, u32, u32, u32, u64, Digest)>().prop_map(|t| Msg::Mr(RingGrant {
             addr: t.0,
             rkey: t.1,

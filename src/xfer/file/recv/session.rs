@@ -107,6 +107,10 @@ fn receive_session(
         &Msg::Challenge {
             version: proto::VERSION,
             nonce,
+            proof: opts
+                .token
+                .as_ref()
+                .map(|t| proto::receiver_proof(t, &nonce)),
         },
     )?;
     let mut joint: Option<Arc<Joint>> = None;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
 use crate::xfer::file::options::SenderOptions;
-use crate::xfer::file::proto::{Digest, Msg, Reason};
+use crate::xfer::file::proto::{self, Digest, Msg, Reason};
 use crate::xfer::file::report::{FileReport, Progress, SessionReport};
 
 /// Sends `entries` (from [`source::walk`](crate::xfer::file::source::walk)) on `ep`, one after
@@ -27,14 +27,29 @@ pub fn send(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
-    let nonce = challenge(ep)?;
+    let nonce = challenge(ep, opts)?;
     send_entries(ep, entries, opts, &nonce, report, progress)
 }
 
-/// Waits for the receiver's CHALLENGE and returns its nonce.
-pub(super) fn challenge(ep: &mut Endpoint) -> Result<Digest> {
+/// Waits for the receiver's CHALLENGE and returns its nonce; with
+/// [`SenderOptions::require_receiver_proof`], only from a receiver that proved it knows the token.
+pub(super) fn challenge(ep: &mut Endpoint, opts: &SenderOptions) -> Result<Digest> {
     match recv_ctl(ep)? {
-        Msg::Challenge { nonce, .. } => Ok(nonce),
+        Msg::Challenge { nonce, proof, .. } => {
+            if opts.require_receiver_proof {
+                let ok = opts
+                    .token
+                    .as_ref()
+                    .is_some_and(|t| proto::receiver_proof_ok(t, &nonce, proof.as_ref()));
+                if !ok {
+                    return Err(Error::refused(
+                        Reason::AuthFailed,
+                        "the receiver did not prove it knows the token: nothing was sent to it",
+                    ));
+                }
+            }
+            Ok(nonce)
+        }
         Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
             Err(peer_err(reason, &message))
         }

@@ -153,7 +153,7 @@ pub fn send_streams(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
-    let nonce = challenge(first)?;
+    let nonce = challenge(first, opts)?;
     // A dry run moves no data: one stream asks the receiver about every entry.
     if opts.streams <= 1 || opts.dry_run {
         return send_entries(first, entries, opts, &nonce, report, progress);
@@ -271,7 +271,7 @@ fn join(
     index: u16,
     opts: &SenderOptions,
 ) -> Result<Digest> {
-    let nonce = challenge(ep)?;
+    let nonce = challenge(ep, opts)?;
     let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
     send_msg(ep, &Msg::Join(Join { id, index, auth }))?;
     match recv_ctl(ep)? {
