@@ -3,7 +3,7 @@
 //! to be removed (DELETE → ACK or REFUSE).
 //!
 //! Confined: only with `allow_delete`; only directories a HELLO of this session named (as the
-//! parent of an entry, or as a directory entry: [`SentDirs`], shared by the session's streams);
+//! parent of an entry, or as a directory entry: `SentDirs`, shared by the session's streams);
 //! only names inside one of them and never one of them itself (so neither the output directory
 //! nor anything outside the sent tree); each reached from the output directory without
 //! following a symlink (`names::walk_existing`, then `openat(O_NOFOLLOW)`), and a directory
