@@ -60,22 +60,25 @@ memcheck_phase() {
 }
 valgrind_first="${CI_VALGRIND_FIRST:-0}"
 if ((valgrind_first)); then memcheck_phase; fi
-# run_bin BIN — one device test binary, its output shown and its per-test times appended to
-# $times; sets rc=1 if it failed or a process crashed.
+# run_bin BIN [ARG...] — one device test binary (ARGs: libtest's filters, e.g. `cp::` or
+# `--skip cp::`), its output shown and its per-test times appended to $times; sets rc=1 if it
+# failed or a process crashed.
 run_bin() {
-  local bin="$1" name log before r
+  local bin="$1" name log before r tag
+  shift
   name="$(basename "$bin")"
+  tag="$name${1:+.$(printf '%s' "$*" | tr -c 'A-Za-z0-9_\n' '_')}"
   case "$name" in
     device_capi*)
       ready CI_CAPI_READY "the C examples" ||
         echo "[guest-tests] $name: running it anyway: its C-example tests will fail"
       ;;
   esac
-  log="/tmp/guest-tests.$name.log" # guest-only /tmp
-  before="/tmp/guest-tests.$name.cores"
+  log="/tmp/guest-tests.$tag.log" # guest-only /tmp
+  before="/tmp/guest-tests.$tag.cores"
   cores_list "$cores" >"$before"
-  echo "[guest-tests] === $name --ignored --test-threads=1 (limit ${limit}s)"
-  timeout -k 10 "$limit" "$bin" --ignored --test-threads=1 2>&1 | stamp_lines "$log" "$times"
+  echo "[guest-tests] === $name --ignored --test-threads=1 $* (limit ${limit}s)"
+  timeout -k 10 "$limit" "$bin" --ignored --test-threads=1 "$@" 2>&1 | stamp_lines "$log" "$times"
   r="${PIPESTATUS[0]}"
   if ! cores_report "$cores" "$before"; then
     echo "[guest-tests] $name: a process crashed (core and backtrace above)"
@@ -100,13 +103,24 @@ run_bin() {
 # (device_verbs under valgrind) count the device's objects system-wide (`rdma resource show`),
 # so with two lanes they run alone: device_verbs before the lanes, the memcheck phase after.
 # A crash in either lane may be reported by both (each looks for new cores).
+# CI_GUEST_SPLIT="NAME:FILTER..." (e.g. device_cli:cp::): a second-lane binary's tests that
+# FILTER matches run at the end of the first lane instead (`FILTER`, and `--skip FILTER` in the
+# second), which evens the lanes out. Lanes hold "BIN [ARG...]" (paths without spaces).
 lane2=()
 lane1=()
+lane1_end=()
 alone=()
 for bin in "$@"; do
   n="$(basename "$bin")"
   if [[ " ${CI_GUEST_PARALLEL:-} " == *" ${n%-*} "* ]]; then
-    lane2+=("$bin")
+    skip=""
+    for split in ${CI_GUEST_SPLIT:-}; do
+      if [[ "${split%%:*}" == "${n%-*}" ]]; then
+        skip+=" --skip ${split#*:}"
+        lane1_end+=("$bin ${split#*:}")
+      fi
+    done
+    lane2+=("$bin$skip")
   elif [[ -n "${CI_GUEST_PARALLEL:-}" && "${n%-*}" == device_verbs ]]; then
     alone+=("$bin")
   else
@@ -123,12 +137,24 @@ if ((${#lane2[@]})); then
     rc=0
     times="$times.lane2"
     : >"$times"
-    for bin in "${lane2[@]}"; do run_bin "$bin"; done
+    for job in "${lane2[@]}"; do
+      read -ra words <<<"$job"
+      run_bin "${words[@]}"
+    done
     echo "$rc" >"$lane2_rc"
   ) >"$lane2_out" 2>&1 &
   lane2_pid=$!
 fi
-for bin in "${lane1[@]}"; do run_bin "$bin"; done
+for job in "${lane1[@]}" "${lane1_end[@]}"; do
+  read -ra words <<<"$job"
+  run_bin "${words[@]}"
+done
+# The CI container's image is loaded (some 55 s of CPU) while the second lane still runs, not
+# after it: the container step below then finds it (a failed load is tried again there).
+if ((${#lane2[@]})) && [[ -n "${CI_CONTAINER_BINS:-}" ]] && ready CI_IMAGE_READY "the CI image"; then
+  bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" --load ||
+    echo "[guest-tests] loading the CI image failed: the container step loads it again"
+fi
 if ((${#lane2[@]})); then
   wait "$lane2_pid"
   echo "[guest-tests] === the second lane's output"

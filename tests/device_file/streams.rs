@@ -581,14 +581,15 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
-    let data = pseudo_random(128 << 20, 11);
+    let data = pseudo_random(64 << 20, 11);
     std::fs::write(&src, &data).unwrap();
-    // A step deadline of 3 s; stripe 1's stream holds its data (MR in hand) until stripe 0's
-    // 64 MiB have their verdict, which takes twice as long in the guest (6-8 s): its receiving
-    // stream waits its turn while the session moves, and must not time out. (64 MiB with 2 s
-    // timed out once in CI beside another test binary: the pause around stripe 0's verdict.)
-    let r = common::recv(port, &out, &["--once", "--timeout", "3"]);
-    let args = send_args(port, &[&src], &["--streams", "2"]);
+    // A step deadline of 5 s; stripe 1's stream holds its data (MR in hand) until stripe 0's
+    // 32 MiB have their verdict, which at --bwlimit 8M (4 MiB/s a stream) takes at least 8 s:
+    // its receiving stream waits its turn while the session moves, and must not time out. The
+    // pace makes the hold outlast the deadline on any host, and keeps the emulated CPU free
+    // enough that no stall of the data itself reaches 5 s (3 s did once, in CI under load).
+    let r = common::recv(port, &out, &["--once", "--timeout", "5"]);
+    let args = send_args(port, &[&src], &["--streams", "2", "--bwlimit", "8M"]);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let env = [
         ("RDMAXFER_TEST_HOLD_STRIPE", "1"),
@@ -597,7 +598,7 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
     let d = spawn_env("send", &a, &env).finish(T);
     d.ok("send --streams 2 with stripe 1 held back");
     let rd = r.finish(T);
-    rd.ok("recv --timeout 3 of a striped file with a stream held back");
+    rd.ok("recv --timeout 5 of a striped file with a stream held back");
     // The hold outlasted the receiver's step deadline, or the test proved nothing.
     let held = d.err.lines().find_map(|l| {
         let t = l.split("held back for ").nth(1)?;
@@ -605,8 +606,8 @@ fn a_stream_held_back_past_the_step_deadline_waits_while_the_others_move() {
         Some(secs)
     });
     assert!(
-        held.is_some_and(|s| s > 3.0),
-        "stripe 1 held back for {held:?} s, not past the 3 s deadline: {}",
+        held.is_some_and(|s| s > 5.0),
+        "stripe 1 held back for {held:?} s, not past the 5 s deadline: {}",
         d.err
     );
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
@@ -620,13 +621,14 @@ fn a_sending_stream_kept_waiting_by_the_receiver_waits_while_the_others_move() {
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let src = tmp.path().join("f.bin");
-    let data = pseudo_random(128 << 20, 13);
+    let data = pseudo_random(64 << 20, 13);
     std::fs::write(&src, &data).unwrap();
     // The mirror of the test above: the receiver answers stripe 1's HELLO (MR) only once stripe
-    // 0's 64 MiB have ended, which takes longer in the guest than the sender's step deadline of
-    // 3 s. The sending stream of stripe 1 waits its turn while the session moves, and must not
-    // time out. (Deadlines of 1 and 2 s timed the whole session out at set-up, before any data,
-    // on a host loaded by other builds and guests.)
+    // 0's 32 MiB have ended, which at --bwlimit 8M (4 MiB/s a stream) takes at least 8 s, past
+    // the sender's step deadline of 5 s. The sending stream of stripe 1 waits its turn while the
+    // session moves, and must not time out. (Unpaced, with 3 s, a stall of stripe 1's data
+    // itself timed out once in CI under load; deadlines of 1 and 2 s timed the session out at
+    // set-up.)
     let p = port.to_string();
     let recv_args = [
         "recv",
@@ -645,14 +647,24 @@ fn a_sending_stream_kept_waiting_by_the_receiver_waits_while_the_others_move() {
     ];
     let mut r = spawn_env("recv", &recv_args, &hold);
     r.wait_for("listening on", T);
-    let args = send_args(port, &[&src], &["--streams", "2", "--timeout", "3"]);
+    let args = send_args(
+        port,
+        &[&src],
+        &["--streams", "2", "--timeout", "5", "--bwlimit", "8M"],
+    );
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let d = spawn_env("send", &a, &[("RDMAXFER_LOG", "rdmaxfer=debug")]).finish(T);
     let rd = r.finish(T);
-    let held = rd.err.lines().find(|l| l.contains("test hold: stripe 1"));
-    assert!(held.is_some(), "the receiver held stripe 1: {}", rd.err);
-    eprintln!("{}", held.unwrap_or_default());
-    d.ok("send --streams 2 --timeout 3, stripe 1 answered after stripe 0 ended");
+    let held = rd.err.lines().find_map(|l| {
+        let t = l.split("test hold: stripe 1 answered after ").nth(1)?;
+        t.trim().strip_suffix('s')?.parse::<f64>().ok()
+    });
+    assert!(
+        held.is_some_and(|s| s > 5.0),
+        "the receiver held stripe 1 for {held:?} s, not past the 5 s deadline: {}",
+        rd.err
+    );
+    d.ok("send --streams 2 --timeout 5, stripe 1 answered after stripe 0 ended");
     rd.ok("recv --once holding stripe 1 back");
     assert_eq!(d.one_json()["files"][0]["result"], "ok", "{}", d.out);
     assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
