@@ -6,8 +6,6 @@
 # --test-threads=1 and the libtest name filters given in the same word, if any (so paths must
 # have no spaces). Their libtest output goes to stdout. Exit 0 only if every binary passed.
 # docs/container.md.
-# ci/guest-container.sh --load — only loads the image, and keeps the store: a later run in the
-# same guest finds it loaded (ci/guest-tests.sh loads it while the other test lane still runs).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 archive="${CI_IMAGE_ARCHIVE:-$root/target/ci/image/rdmaxfer-ci.oci.tar}"
@@ -20,12 +18,7 @@ state="${CI_PODMAN_DIR:-/tmp/rdmaxfer-podman}"
 log() { printf '[guest-container] %s\n' "$*"; }
 die() { printf '[guest-container] ERROR: %s\n' "$*" >&2; exit 1; }
 
-load_only=0
-if [[ "${1:-}" == --load ]]; then
-  load_only=1
-  shift
-fi
-((load_only || $#)) || die "usage: ci/guest-container.sh 'BIN [FILTER...]'... | --load"
+(($#)) || die "usage: ci/guest-container.sh 'BIN [FILTER...]'..."
 for spec in "$@"; do
   read -r b _ <<<"$spec"
   [[ -x "$b" ]] || die "test binary $b: not an executable file"
@@ -41,12 +34,7 @@ drop_store() {
   awk -v d="$state/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | sort -r | xargs -r umount -l
   rm -rf "$state"
 }
-# The image a --load run left (its name in $state/loaded), else none: a fresh store.
-loaded="$(cat "$state/loaded" 2>/dev/null || true)"
-if ((load_only)) || [[ -z "$loaded" ]]; then
-  drop_store || die "cannot remove the old store $state"
-  loaded=""
-fi
+drop_store || die "cannot remove the old store $state"
 # The store and podman's own state: overlay layers on the guest's tmpfs, containers without
 # cgroups (no systemd in the guest), events to a file, nothing under /var or /etc.
 mkdir -p "$state"/{root,run,tmp,net} || die "cannot create $state"
@@ -68,28 +56,15 @@ pm=(podman --root "$state/root" --runroot "$state/run" --storage-driver "$driver
 
 # stop_all — remove every container of this (private) store, e.g. one whose podman timed out.
 stop_all() { timeout -k 5 60 "${pm[@]}" rm -a -f -t 0 >/dev/null 2>&1 || true; }
-if ((load_only)); then
-  trap 'stop_all' EXIT
-else
-  trap 'stop_all; [[ -n "${CI_PODMAN_KEEP:-}" ]] || drop_store' EXIT
-fi
+trap 'stop_all; [[ -n "${CI_PODMAN_KEEP:-}" ]] || drop_store' EXIT
 
 log "podman $(podman --version | awk '{print $3}'), storage $driver in $state"
 t0=$SECONDS
-if [[ -n "$loaded" ]] && "${pm[@]}" image exists "$loaded"; then
-  image="$loaded"
-  log "$image: loaded already (ci/guest-container.sh --load)"
-else
-  out="$(timeout -k 10 900 "${pm[@]}" load --quiet -i "$archive" 2>&1)" ||
-    die "podman load -i $archive failed: $out"
-  image="$(awk '/^Loaded image/ { sub(/^[^:]*: */, ""); print; exit }' <<<"$out")"
-  [[ -n "$image" ]] || die "podman load printed no image name: $out"
-  log "loaded $image in $((SECONDS - t0))s"
-fi
-if ((load_only)); then
-  echo "$image" >"$state/loaded"
-  exit 0
-fi
+out="$(timeout -k 10 900 "${pm[@]}" load --quiet -i "$archive" 2>&1)" ||
+  die "podman load -i $archive failed: $out"
+image="$(awk '/^Loaded image/ { sub(/^[^:]*: */, ""); print; exit }' <<<"$out")"
+[[ -n "$image" ]] || die "podman load printed no image name: $out"
+log "loaded $image in $((SECONDS - t0))s"
 
 # run_in NAME LIMIT CMD... — CMD in a fresh container of the image (the flags docs/container.md gives).
 run_in() {

@@ -96,12 +96,25 @@ run_bin() {
     fi
   fi
 }
+# container_phase — the CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS,
+# those binaries run again inside the image, in this guest; their results count like the rest.
+container_phase() {
+  [[ -n "${CI_CONTAINER_BINS:-}" ]] || return 0
+  echo "[guest-tests] === the CI container: ci/guest-container.sh $CI_CONTAINER_BINS"
+  if ready CI_IMAGE_READY "the CI image"; then
+    # shellcheck disable=SC2086 # a space-separated list of paths
+    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" $CI_CONTAINER_BINS || rc=1
+  else
+    echo "[guest-tests] the CI container FAILED without a test summary (no image)"
+    rc=1
+  fi
+}
 # CI_GUEST_PARALLEL="NAME..." (binary names without cargo's hash, e.g. device_file): those run
 # in a second lane beside the rest, one after another, their output held back and shown after
 # the first lane's (and kept in CI_LANE2_LOG), their times in $times all the same. Two lanes keep
-# both vCPUs busy where one test binary keeps about one. device_verbs and the memcheck phase
-# (device_verbs under valgrind) count the device's objects system-wide (`rdma resource show`),
-# so with two lanes they run alone: device_verbs before the lanes, the memcheck phase after.
+# both vCPUs busy where one test binary keeps about one. The memcheck phase ends the second lane
+# and the container phase the first. Device tests count only their own objects on the device
+# (`rdma resource show`, by thread), so they may run beside each other.
 # A crash in either lane may be reported by both (each looks for new cores).
 # CI_GUEST_SPLIT="NAME:FILTER..." (e.g. device_cli:cp::): a second-lane binary's tests that
 # FILTER matches run at the end of the first lane instead (`FILTER`, and `--skip FILTER` in the
@@ -109,7 +122,6 @@ run_bin() {
 lane2=()
 lane1=()
 lane1_end=()
-alone=()
 for bin in "$@"; do
   n="$(basename "$bin")"
   if [[ " ${CI_GUEST_PARALLEL:-} " == *" ${n%-*} "* ]]; then
@@ -121,13 +133,10 @@ for bin in "$@"; do
       fi
     done
     lane2+=("$bin$skip")
-  elif [[ -n "${CI_GUEST_PARALLEL:-}" && "${n%-*}" == device_verbs ]]; then
-    alone+=("$bin")
   else
     lane1+=("$bin")
   fi
 done
-for bin in "${alone[@]}"; do run_bin "$bin"; done
 if ((${#lane2[@]})); then
   # Under the repo (the guest writes there), so it outlives a guest that is stopped.
   lane2_out="${CI_LANE2_LOG:-target/ci/logs/guest-lane2.log}" lane2_rc="/tmp/guest-tests.lane2.rc"
@@ -141,6 +150,7 @@ if ((${#lane2[@]})); then
       read -ra words <<<"$job"
       run_bin "${words[@]}"
     done
+    if ((!valgrind_first)); then memcheck_phase; fi
     echo "$rc" >"$lane2_rc"
   ) >"$lane2_out" 2>&1 &
   lane2_pid=$!
@@ -149,13 +159,8 @@ for job in "${lane1[@]}" "${lane1_end[@]}"; do
   read -ra words <<<"$job"
   run_bin "${words[@]}"
 done
-# The CI container's image is loaded (some 55 s of CPU) while the second lane still runs, not
-# after it: the container step below then finds it (a failed load is tried again there).
-if ((${#lane2[@]})) && [[ -n "${CI_CONTAINER_BINS:-}" ]] && ready CI_IMAGE_READY "the CI image"; then
-  bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" --load ||
-    echo "[guest-tests] loading the CI image failed: the container step loads it again"
-fi
 if ((${#lane2[@]})); then
+  container_phase
   wait "$lane2_pid"
   echo "[guest-tests] === the second lane's output"
   cat "$lane2_out"
@@ -165,17 +170,8 @@ if ((${#lane2[@]})); then
 fi
 echo "[guest-tests] slowest device tests (seconds; all in $times):"
 sort -rn "$times" | sed -n '1,15s/^/[guest-tests]   /p'
-if ((!valgrind_first)); then memcheck_phase; fi
-# The CI container (ci/image.sh, docs/container.md): with CI_CONTAINER_BINS, those binaries run
-# again inside the image, in this guest; their results count like the rest.
-if [[ -n "${CI_CONTAINER_BINS:-}" ]]; then
-  echo "[guest-tests] === the CI container: ci/guest-container.sh $CI_CONTAINER_BINS"
-  if ready CI_IMAGE_READY "the CI image"; then
-    # shellcheck disable=SC2086 # a space-separated list of paths
-    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" $CI_CONTAINER_BINS || rc=1
-  else
-    echo "[guest-tests] the CI container FAILED without a test summary (no image)"
-    rc=1
-  fi
+if ((!${#lane2[@]})); then
+  if ((!valgrind_first)); then memcheck_phase; fi
+  container_phase
 fi
 exit "$rc"

@@ -22,7 +22,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// Connects like a sender and takes the CHALLENGE's nonce.
-fn connect(port: u16) -> (Endpoint, proto::Digest) {
+pub(crate) fn connect(port: u16) -> (Endpoint, proto::Digest) {
     connect_within(port, Duration::from_secs(30))
 }
 
@@ -45,7 +45,7 @@ fn hello_msg(name: &str, size: u64, chunk_size: u32) -> Vec<u8> {
     proto::encode(&Msg::Hello(common::hello(name, size, chunk_size, None)))
 }
 
-fn next(ep: &mut Endpoint) -> Msg {
+pub(crate) fn next(ep: &mut Endpoint) -> Msg {
     proto::decode(&ep.recv().expect("a reply from recv")).expect("decode the reply")
 }
 

@@ -14,5 +14,6 @@ mod file_rerun;
 mod harden;
 mod hostile;
 mod recv_multi;
+mod share;
 mod small;
 mod streams;

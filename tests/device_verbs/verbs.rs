@@ -2,7 +2,6 @@
 //! They need rxe0, so they are `#[ignore]`d on the host; ci/test.sh runs them in the guest with
 //! `--ignored`, where a missing device makes them fail, never pass.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdmaxfer::cm::CmId;
@@ -485,31 +484,12 @@ fn loopback_round_trip_verifies() {
     assert_eq!(r.device, "rxe0");
 }
 
-/// `rdma resource show` counts for rxe0: (pd, cq, qp, mr).
+/// Counts of this thread's objects (`rdma resource show KIND`, by creating thread): (pd, cq,
+/// qp, mr). Objects of other processes (tests in another lane) do not count.
 fn resources() -> (u64, u64, u64, u64) {
-    let out = Command::new("rdma")
-        .args(["resource", "show"])
-        .output()
-        .expect("run `rdma resource show`");
-    assert!(out.status.success(), "rdma resource show failed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("rxe0"))
-        .unwrap_or_else(|| panic!("no rxe0 in:\n{text}"));
-    let field = |name: &str| -> u64 {
-        let mut it = line.split_whitespace();
-        while let Some(w) = it.next() {
-            if w == name {
-                return it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| panic!("bad {name} in {line}"));
-            }
-        }
-        panic!("no {name} in {line}")
-    };
-    (field("pd"), field("cq"), field("qp"), field("mr"))
+    let me = [common::tid()];
+    let n = |kind: &str| common::our_resources(kind, &me).len() as u64;
+    (n("pd"), n("cq"), n("qp"), n("mr"))
 }
 
 #[test]

@@ -356,6 +356,7 @@ pub(crate) fn recv_announcing(
         warn_without_token(&a.listen, &a.out);
     }
     let rings = RingBudget::new(max_memory, floor, u64::from(a.max_sessions));
+    crate::serve::raise_fd_limit(a.max_sessions);
     let opts = ropts.endpoint_options(&a.conn.options_waiting(WaitMode::Event, 4096, 16, 0)?);
     signals::exit_cleanly_on_interrupt()?;
     let show = Show::pick(a.quiet, a.json);
@@ -613,6 +614,8 @@ pub(crate) fn send_plan(
     let replay_chunk = test_hook("RDMAXFER_TEST_REPLAY_CHUNK");
     // Test-only hold (debug builds): this stripe sends its data after the others' verdicts.
     let hold_stripe = test_hook("RDMAXFER_TEST_HOLD_STRIPE");
+    // Test-only greed (debug builds): this stream starts late, striped files uncapped.
+    let lag_stream = test_hook("RDMAXFER_TEST_LAG_STREAM");
     let devices = a.conn.devices().len();
     let streams = a
         .streams
@@ -631,6 +634,7 @@ pub(crate) fn send_plan(
         corrupt_name,
         replay_chunk,
         hold_stripe,
+        lag_stream,
         streams,
         bwlimit: a.bwlimit,
         dry_run: a.dry_run,

@@ -29,6 +29,38 @@ use rdmaxfer::xfer::session::{Incoming, Server};
 /// on (not spun) in between.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
 
+/// Open files a session slot may hold at most: a connection (its CM id, completion channel and
+/// event channel), and for each of its files the temporary file, its directory and a stripe's
+/// own descriptor, with up to `UNFINISHED_PER_STREAM` striped files unfinished; rounded up.
+pub const FDS_PER_SESSION: u64 = 16;
+/// Open files of the receiver itself (standard streams, the listener, the device, logs).
+pub const FDS_BASE: u64 = 64;
+
+/// Raises the soft limit on open files to the hard one (setrlimit(2), `RLIMIT_NOFILE`) and
+/// warns when it is still below what `max_sessions` session slots may hold
+/// ([`FDS_PER_SESSION`] each): past it, new connections would fail with "Too many open files".
+pub fn raise_fd_limit(max_sessions: u32) {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum || (l.maximum.is_none() && l.current.is_some()) {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            tracing::debug!("raising the open-file limit to its hard limit: {e}");
+        }
+    }
+    let need = u64::from(max_sessions)
+        .saturating_mul(FDS_PER_SESSION)
+        .saturating_add(FDS_BASE);
+    match getrlimit(Resource::Nofile).current {
+        Some(n) if n < need => eprintln!(
+            "rdmaxfer: warning: the open-file limit is {n}, below the {need} that \
+             --max-sessions {max_sessions} may need: raise it (ulimit -n, limits.conf) or \
+             lower --max-sessions"
+        ),
+        n => tracing::debug!("open-file limit {n:?}, {need} needed at most"),
+    }
+}
+
 /// Limits of [`serve_concurrent`].
 pub struct Limits {
     /// Stop after admitting this many sessions (then wait for them); `None`: serve forever.
@@ -222,14 +254,18 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                     let mut p = partial_r.lock().unwrap_or_else(|e| e.into_inner());
                     *p = (p.0 + 1, p.1 + failed, p.2 + total);
                 }
-                if let Err(e) = r {
-                    failed_r.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("rdmaxfer: error: session {id}: serving {who}: {e:#}");
-                }
+                // The slot is free before the session's error line: a peer that reads the line
+                // finds it free.
                 let g = gate_r.lock().unwrap_or_else(|p| p.into_inner());
+                if r.is_err() {
+                    failed_r.fetch_add(1, Ordering::Relaxed);
+                }
                 active_r.fetch_sub(1, Ordering::AcqRel);
                 drop(g);
                 turn_r.notify_all();
+                if let Err(e) = r {
+                    eprintln!("rdmaxfer: error: session {id}: serving {who}: {e:#}");
+                }
             });
         }
     });

@@ -9,8 +9,12 @@
 //! - **refusals**: more than [`Budgets::max_refusals`] refused or failed files.
 //!
 //! A spent budget is `Error::Refused(Reason::Budget, …)`; the receiver sends it as ERR and ends
-//! the session. Refusals are not progress.
+//! the session. Refusals are not progress. An answer without data (SKIP, a dry run's answer)
+//! is progress once per name: a name answered again in the session is a refusal
+//! (`Budget::answered`), so re-sending the HELLO of an existing entry keeps no session alive.
 
+use std::collections::HashSet;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +34,9 @@ pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_REFUSALS: u32 = 1000;
 /// Progress a committed file counts for towards the rate floor (bytes).
 pub const FILE_CREDIT: u64 = 64 << 10;
+/// Names a stream remembers as answered without data (8 bytes each, hashed): past that many
+/// it forgets them and starts over, so a repeat is seen within the last this many answers.
+pub const MAX_ANSWERED: usize = 1 << 18;
 
 /// A reading of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`, clock_gettime(2): a few
 /// milliseconds of resolution). Budgets count seconds, and this clock is read without a system
@@ -94,6 +101,9 @@ pub(crate) struct Budget {
     refusals: u32,
     /// With several streams: the session's progress (bytes of all its streams), shared.
     session: Option<Arc<AtomicU64>>,
+    /// Hashes of the names answered without data ([`answered`](Self::answered)).
+    answered: HashSet<u64>,
+    hasher: std::collections::hash_map::RandomState,
 }
 
 impl Budget {
@@ -108,6 +118,22 @@ impl Budget {
             window_bytes: 0,
             refusals: 0,
             session: None,
+            answered: HashSet::new(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// Counts an answer without data for `name` (SKIP, a dry run's answer): progress the first
+    /// time in this stream, a refusal when answered before (an error once over the budget).
+    pub(crate) fn answered(&mut self, name: &str) -> Result<()> {
+        if self.answered.len() >= MAX_ANSWERED {
+            self.answered.clear();
+        }
+        if self.answered.insert(self.hasher.hash_one(name)) {
+            self.progress(FILE_CREDIT);
+            Ok(())
+        } else {
+            self.refused()
         }
     }
 
@@ -352,6 +378,20 @@ mod tests {
         let t1 = b.last_progress;
         assert!(b.check(t1 + Duration::from_secs(9)).is_ok());
         assert_eq!(b.deadline(), Some(t1 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn an_answer_without_data_is_progress_once_per_name_then_a_refusal() {
+        let mut b = Budget::new(budgets(10, 0, 30, 2), Duration::from_secs(10));
+        b.answered("d").unwrap();
+        b.answered("e").unwrap();
+        assert_eq!(b.window_bytes, 2 * FILE_CREDIT, "two names, two credits");
+        b.answered("d").unwrap();
+        b.answered("e").unwrap();
+        assert_eq!(b.window_bytes, 2 * FILE_CREDIT, "repeats earn nothing");
+        assert_eq!(b.refusals, 2);
+        let e = b.answered("d").unwrap_err();
+        assert!(e.to_string().contains("--max-refusals"), "{e}");
     }
 
     #[test]

@@ -120,6 +120,10 @@ pub struct SenderOptions {
     /// Test-only hold: the stripe of this index (of every striped file) sends its data only
     /// once every other stripe of its file has its verdict (its stream waits, MR in hand).
     pub hold_stripe: Option<u16>,
+    /// Test-only greed: the stream of this index takes its first job only once every job left
+    /// is its own (at most a minute), and the cap on striped files unfinished at once is off,
+    /// so that half-sent files pile up at the receiver as a greedy peer's would.
+    pub lag_stream: Option<u16>,
     /// Streams (connections) to ask the receiver for ([`send_streams`](super::send_streams)); 1: one connection.
     pub streams: u16,
     /// At most this many bytes of file data per second, over all streams together
@@ -158,6 +162,7 @@ impl Default for SenderOptions {
             corrupt_name: None,
             replay_chunk: None,
             hold_stripe: None,
+            lag_stream: None,
             streams: 1,
             bwlimit: None,
             dry_run: false,

@@ -8,7 +8,7 @@ use super::policy::Decision;
 use super::sink::{check_size, Sink, SinkOptions};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::budget::Budget;
 use crate::xfer::file::ctl::{detail, reason_of, send_err, send_msg, PEER_REPORTS};
 use crate::xfer::file::names::{self, DirCache, RelPath};
 use crate::xfer::file::options::{ReceiverOptions, MIN_CHUNK};
@@ -179,8 +179,7 @@ pub(super) fn answer_dry(
                 message: why.as_str().into(),
             })?;
             report.push(FileReport::would(&h.name, h.kind, h.size, replace));
-            budget.progress(FILE_CREDIT);
-            Ok(())
+            budget.answered(&h.name)
         }
         Ok(Decision::Skip(why, message)) => answer_skip(out, report, budget, h, why, message),
         Ok(Decision::Refuse(why)) => {
@@ -231,7 +230,8 @@ pub(super) fn tell_peer(ep: &mut Endpoint, e: &Error) {
     }
 }
 
-/// Answers a HELLO with SKIP (nothing to do) and records it; skipping counts as progress.
+/// Answers a HELLO with SKIP (nothing to do) and records it; skipping counts as progress the
+/// first time for a name, as a refusal after ([`Budget::answered`]).
 pub(super) fn answer_skip(
     ep: &mut impl Reply,
     report: &mut SessionReport,
@@ -250,8 +250,7 @@ pub(super) fn answer_skip(
         h.size,
         &message,
     ));
-    budget.progress(FILE_CREDIT);
-    Ok(())
+    budget.answered(&h.name)
 }
 
 /// Answers a HELLO with REFUSE and records it (a refusal spends the refusal budget); a failed

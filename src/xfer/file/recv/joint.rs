@@ -7,7 +7,7 @@
 //! (`--max-memory`) like any sender; a session has at most `--max-streams` of them.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,10 @@ use crate::xfer::file::proto::{self, Reason, SessionId, Stripe, MAX_STREAMS};
 
 /// Default `recv --max-streams`: streams one session may open.
 pub const DEFAULT_MAX_STREAMS: u16 = 8;
+/// Striped files a session may have unfinished (some stripe started, not every stripe ended),
+/// per stream granted: each holds its temporary file open. The sender keeps to one a stream
+/// (`send::streams`); a session that starts more is ended (ERR budget).
+pub const UNFINISHED_PER_STREAM: usize = 2;
 
 /// What a receiver keeps of striped files abandoned with `--resume`: for each file name, the
 /// stripe layout and how many bytes of each stripe are in its temporary file, so a resumed
@@ -72,6 +76,7 @@ impl StreamRegistry {
             partials: self.partials.clone(),
             progress: Arc::new(AtomicU64::new(0)),
             dirs: SentDirs::default(),
+            unfinished: Arc::new(AtomicUsize::new(0)),
         });
         let mut s = lock(&self.sessions);
         s.retain(|_, w| w.strong_count() > 0);
@@ -128,6 +133,19 @@ pub(super) struct Joint {
     pub(super) progress: Arc<AtomicU64>,
     /// The directories its streams' HELLOs named (`recv --allow-delete`).
     pub(super) dirs: SentDirs,
+    /// Its striped files being assembled ([`Unfinished`] counts them).
+    unfinished: Arc<AtomicUsize>,
+}
+
+/// One of a session's striped files being assembled, counted while it lives (an [`Assembly`]
+/// holds it: it goes when the file ends, or with the session).
+#[derive(Debug)]
+pub(super) struct Unfinished(Arc<AtomicUsize>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// How the receiver answered a striped file's first HELLO: every later stripe gets the same.
@@ -193,6 +211,8 @@ pub(super) struct Assembly {
     /// Per stripe being received: its chunk digests so far (the bytes written without a gap,
     /// for checkpoints of the resume state while it is received).
     live: Vec<Option<Arc<Chunks>>>,
+    /// Counts it among the session's unfinished striped files while it lives.
+    _counted: Unfinished,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -204,6 +224,27 @@ pub(super) struct StripeState {
 }
 
 impl Joint {
+    /// Counts one more unfinished striped file: refused (budget) when the session has as many
+    /// as [`UNFINISHED_PER_STREAM`] per stream granted already.
+    pub(super) fn start_file(&self) -> Result<Unfinished> {
+        let cap = UNFINISHED_PER_STREAM * usize::from(self.granted);
+        self.unfinished
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .map(|_| Unfinished(self.unfinished.clone()))
+            .map_err(|_| {
+                Error::refused(
+                    Reason::Budget,
+                    format!(
+                        "a striped file started with {cap} unfinished in this session ({} for \
+                         each of its {} streams): a sender starts one as another ends",
+                        UNFINISHED_PER_STREAM, self.granted
+                    ),
+                )
+            })
+    }
+
     /// The shared state of the striped file `name` (made undecided on first sight).
     pub(super) fn file(&self, name: &str) -> Arc<Mutex<FileState>> {
         lock(&self.files)
@@ -221,6 +262,7 @@ impl Joint {
         size: u64,
         count: u16,
         keep: bool,
+        counted: Unfinished,
     ) -> Assembly {
         // This process's record, else the one kept on disk (a restarted receiver).
         let previous = lock(&self.partials).remove(name).or_else(|| {
@@ -254,6 +296,7 @@ impl Joint {
             keep,
             partials: self.partials.clone(),
             live: vec![None; usize::from(count)],
+            _counted: counted,
         }
     }
 }
@@ -451,10 +494,31 @@ mod tests {
         c.stripe(s.offset, c.finish().unwrap())
     }
 
+    /// `j.assembly(...)`, counted among `j`'s unfinished files.
+    fn counted(j: &Joint, name: &str, sink: Sink, size: u64, count: u16, keep: bool) -> Assembly {
+        let c = j.start_file().unwrap();
+        j.assembly(name, sink, size, count, keep, c)
+    }
+
     fn assembly(streams: &StreamRegistry, out: &std::path::Path, keep: bool) -> Assembly {
         let rel = sanitize("f").unwrap();
         let sink = Sink::create(out, &rel, 8, SinkOptions::default()).unwrap();
-        streams.open(2).assembly("f", sink, 8, 2, keep)
+        counted(&streams.open(2), "f", sink, 8, 2, keep)
+    }
+
+    #[test]
+    fn a_session_has_at_most_two_unfinished_striped_files_a_stream() {
+        let j = StreamRegistry::new(4).open(2);
+        let mut held: Vec<Unfinished> = (0..4).map(|_| j.start_file().unwrap()).collect();
+        let e = j.start_file().unwrap_err();
+        assert!(
+            matches!(&e, Error::Refused { reason: Reason::Budget, message } if message.contains("4 unfinished")),
+            "{e}"
+        );
+        held.pop();
+        let again = j.start_file();
+        assert!(again.is_ok(), "a file that ended frees its place");
+        assert!(j.start_file().is_err(), "and only its place");
     }
 
     #[test]
@@ -510,7 +574,7 @@ mod tests {
         };
         let rel = sanitize("f").unwrap();
         let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
-        let mut a = streams.open(2).assembly("f", sink, 8, 2, true);
+        let mut a = counted(&streams.open(2), "f", sink, 8, 2, true);
         let (s0, s1) = (stripe(0, 0, 4), stripe(1, 4, 4));
         a.start(&s0).unwrap();
         a.start(&s1).unwrap();
@@ -522,14 +586,14 @@ mod tests {
         drop(a);
         // The next attempt finds what each stripe holds.
         let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
-        let a = streams.open(2).assembly("f", sink, 8, 2, true);
+        let a = counted(&streams.open(2), "f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2));
         assert_eq!(a.held_of(&stripe(1, 3, 5)), 0, "another layout starts over");
         drop(a);
         // A restarted receiver (a new registry: nothing in memory) reads it from disk.
         let restarted = StreamRegistry::new(4);
         let sink = Sink::create(out.path(), &rel, 8, opts.clone()).unwrap();
-        let a = restarted.open(2).assembly("f", sink, 8, 2, true);
+        let a = counted(&restarted.open(2), "f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (4, 2), "from disk");
         drop(a);
         // A torn or altered state is ignored: the stripes start over.
@@ -539,9 +603,7 @@ mod tests {
         b[last] ^= 1;
         std::fs::write(&state, &b).unwrap();
         let sink = Sink::create(out.path(), &rel, 8, opts).unwrap();
-        let a = StreamRegistry::new(4)
-            .open(2)
-            .assembly("f", sink, 8, 2, true);
+        let a = counted(&StreamRegistry::new(4).open(2), "f", sink, 8, 2, true);
         assert_eq!((a.held_of(&s0), a.held_of(&s1)), (0, 0), "altered");
     }
 

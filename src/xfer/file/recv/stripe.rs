@@ -176,9 +176,18 @@ pub(super) fn receive_stripe(
     let mut st = lock(&file);
     if matches!(*st, FileState::Undecided) {
         // The first stripe to arrive decides for all: policy, size, space, the temporary file.
+        // At most so many files unfinished: a peer that starts more is ended.
+        let counted = match joint.start_file() {
+            Ok(c) => c,
+            Err(e) => {
+                drop(st);
+                tell_peer(ep, &e);
+                return Err(e);
+            }
+        };
         match admit(opts, nonce, &h).and_then(|rel| open_sink(opts, &rel, &h)) {
             Ok(Opened::Sink(sink)) => {
-                let a = joint.assembly(&h.name, *sink, h.size, s.count, opts.resume);
+                let a = joint.assembly(&h.name, *sink, h.size, s.count, opts.resume, counted);
                 *st = FileState::Open(Box::new(a));
             }
             Ok(Opened::Skip(why, message)) => {

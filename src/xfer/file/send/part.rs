@@ -138,6 +138,11 @@ impl FileTrack {
 }
 
 impl FileTrack {
+    /// Whether every stripe has its verdict.
+    pub(super) fn ended(&self) -> bool {
+        lock(&self.ends).iter().all(Option::is_some)
+    }
+
     /// For the test hold ([`SenderOptions::hold_stripe`]): waits (at most a minute) until every
     /// stripe but `index` has its verdict.
     pub(super) fn wait_others(&self, index: u16) {

@@ -181,14 +181,18 @@ pub fn send_streams(
     }
     let (tx, rx) = mpsc::channel::<Event>();
     let queue = Queue {
-        jobs: Mutex::new((
-            VecDeque::from(plan(entries, session.streams, opts)),
-            Vec::new(),
-            1,
-        )),
+        jobs: Mutex::new(Jobs {
+            left: VecDeque::from(plan(entries, session.streams, opts)),
+            dead: Vec::new(),
+            settled: 1,
+            open: Vec::new(),
+        }),
         settled: Condvar::new(),
         streams: session.streams,
         progress: AtomicU64::new(0),
+        lag: opts
+            .lag_stream
+            .map(|i| (i, std::time::Instant::now() + LAG_MAX)),
     };
     let results = std::thread::scope(|sc| {
         let mut workers = Vec::new();
@@ -287,17 +291,36 @@ fn join(
 
 /// The streams' jobs: entries go to whichever stream is free; stripe *i* goes to stream
 /// *i* mod the streams (its home), so that each stream carries its share even while the others
-/// are still connecting, unless that stream could not join.
+/// are still connecting, unless that stream could not join. At most as many striped files are
+/// unfinished at once as there are streams (the receiver ends a session with more than twice
+/// that: "Streams" in `docs/file-protocol.md`): a stream that would start another waits for
+/// one to finish, taking stripes of those already started meanwhile.
 struct Queue {
-    /// The jobs left, the streams that could not join, and the streams settled (joined or
-    /// failed to; stream 0 is).
-    jobs: Mutex<(VecDeque<Job>, Vec<u16>, u16)>,
+    jobs: Mutex<Jobs>,
+    /// Signalled when a stream settles or fails, and when a stream recorded a verdict.
     settled: Condvar,
     streams: u16,
     /// The session's progress, counted by every stream: a stream's waits go on while it moves
     /// (a stream waiting its turn for the link or the receiver is not stalled; see
     /// `budget::wait_on`).
     progress: AtomicU64,
+    /// Test-only ([`SenderOptions::lag_stream`]): the stream that starts late, and until when.
+    lag: Option<(u16, std::time::Instant)>,
+}
+
+/// The longest a lagging stream ([`SenderOptions::lag_stream`]) waits.
+const LAG_MAX: Duration = Duration::from_secs(60);
+
+struct Jobs {
+    /// The jobs not taken yet.
+    left: VecDeque<Job>,
+    /// The streams that could not join, or failed.
+    dead: Vec<u16>,
+    /// The streams settled (joined or failed to; stream 0 is).
+    settled: u16,
+    /// The striped files started (a stripe taken): entry and tracker, until every stripe has
+    /// its verdict.
+    open: Vec<(usize, Arc<FileTrack>)>,
 }
 
 impl Queue {
@@ -305,16 +328,21 @@ impl Queue {
     fn settle(&self, i: u16, ok: bool) {
         let mut g = lock(&self.jobs);
         if !ok {
-            g.1.push(i);
+            g.dead.push(i);
         }
-        g.2 += 1;
+        g.settled += 1;
         drop(g);
         self.settled.notify_all();
     }
 
     /// Stream `i` failed: the others take the stripes it has not taken.
     fn fail(&self, i: u16) {
-        lock(&self.jobs).1.push(i);
+        lock(&self.jobs).dead.push(i);
+        self.settled.notify_all();
+    }
+
+    /// A stream recorded a verdict: one waiting to start a striped file looks again.
+    fn recorded(&self) {
         self.settled.notify_all();
     }
 
@@ -322,26 +350,84 @@ impl Queue {
     /// (and every stream has settled, so that the session outlives every JOIN), the stripes of
     /// streams that could not join. `None`: nothing left for it.
     fn next(&self, me: u16) -> Option<Job> {
-        let mine = |j: &Job, dead: &[u16]| match j {
-            Job::Whole(_) => true,
-            Job::Part(_, s) => {
-                let home = s.stripe.index % self.streams;
-                home == me || dead.contains(&home)
-            }
-        };
         let mut g = lock(&self.jobs);
         loop {
-            let (jobs, dead, _) = &mut *g;
-            if let Some(k) = jobs.iter().position(|j| mine(j, dead)) {
-                return jobs.remove(k);
+            let lagging = self
+                .lag
+                .is_some_and(|(i, until)| i == me && std::time::Instant::now() < until);
+            match g.pick(me, self.streams, self.lag.is_none(), lagging) {
+                Pick::Job(j) => return Some(j),
+                Pick::Done => return None,
+                // Woken by `recorded`, `settle` or `fail`; a verdict recorded while a stream
+                // ends its session (no `recorded` after it) is seen at the next look.
+                Pick::Wait => {
+                    g = self
+                        .settled
+                        .wait_timeout(g, RECHECK)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
             }
-            if g.2 >= self.streams {
-                return None;
-            }
-            g = self.settled.wait(g).unwrap_or_else(|p| p.into_inner());
         }
     }
 }
+
+/// What [`Jobs::pick`] found for a stream.
+#[derive(Debug)]
+enum Pick {
+    Job(Job),
+    /// Nothing it may take yet.
+    Wait,
+    /// Nothing left for it.
+    Done,
+}
+
+impl Jobs {
+    /// The next job for stream `me` of `streams` (see [`Queue::next`]): with `capped`, a
+    /// stripe of a file not started yet only while fewer than `streams` striped files are
+    /// unfinished; with `lagging` (test-only), nothing while jobs of other live streams (or
+    /// whole entries) are left.
+    fn pick(&mut self, me: u16, streams: u16, capped: bool, lagging: bool) -> Pick {
+        let Jobs {
+            left,
+            dead,
+            open,
+            settled,
+        } = self;
+        let home = |j: &Job| match j {
+            Job::Whole(_) => None,
+            Job::Part(_, s) => Some(s.stripe.index % streams),
+        };
+        let mine = |j: &Job| home(j).is_none_or(|h| h == me || dead.contains(&h));
+        open.retain(|(_, t)| !t.ended());
+        let full = capped && open.len() >= usize::from(streams);
+        let startable = |j: &Job| match j {
+            Job::Whole(_) => true,
+            Job::Part(i, _) => !full || open.iter().any(|(o, _)| o == i),
+        };
+        // Lagging: while a job of another stream still alive is left.
+        let others = |j: &Job| home(j).is_none_or(|h| h != me && !dead.contains(&h));
+        let found = match lagging && left.iter().any(others) {
+            true => None,
+            false => left.iter().position(|j| mine(j) && startable(j)),
+        };
+        if let Some(job) = found.and_then(|k| left.remove(k)) {
+            if let Job::Part(i, s) = &job {
+                if !open.iter().any(|(o, _)| o == i) {
+                    open.push((*i, s.track.clone()));
+                }
+            }
+            return Pick::Job(job);
+        }
+        if !left.iter().any(mine) && *settled >= streams {
+            return Pick::Done;
+        }
+        Pick::Wait
+    }
+}
+
+/// How often a stream waiting to start a striped file looks again without being woken.
+const RECHECK: Duration = Duration::from_millis(100);
 
 /// One stream: takes jobs until there are none, then DONE. Returns its report and result.
 fn work(
@@ -392,6 +478,7 @@ fn work(
                 &mut report,
                 &mut events,
             )?;
+            queue.recorded();
         }
         // Stream 0 of a --delete ends the session later (`send_streams`).
         let end = match me == 0 && opts.delete {
@@ -472,6 +559,100 @@ fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Jobs of `files` striped files of 2 stripes each, for 2 streams, all settled.
+    fn striped(files: usize) -> (Jobs, Vec<Arc<FileTrack>>) {
+        let stripes = proto::plan_stripes(16 << 20, 2, STRIPE_ALIGN);
+        let mut left = VecDeque::new();
+        let mut tracks = Vec::new();
+        for i in 0..files {
+            let track = Arc::new(FileTrack::new(16 << 20, None, stripes.clone()));
+            tracks.push(track.clone());
+            for &stripe in &stripes {
+                let (track, stream) = (track.clone(), stripe.index);
+                left.push_back(Job::Part(
+                    i,
+                    StripeJob {
+                        stripe,
+                        track,
+                        stream,
+                    },
+                ));
+            }
+        }
+        let jobs = Jobs {
+            left,
+            dead: Vec::new(),
+            settled: 2,
+            open: Vec::new(),
+        };
+        (jobs, tracks)
+    }
+
+    fn taken(p: Pick) -> (usize, u16) {
+        match p {
+            Pick::Job(Job::Part(i, s)) => (i, s.stripe.index),
+            p => panic!("expected a stripe, got {p:?}"),
+        }
+    }
+
+    fn end(t: &FileTrack, index: u16) {
+        let s = proto::plan_stripes(16 << 20, 2, STRIPE_ALIGN)[usize::from(index)];
+        t.end(
+            &s,
+            FileReport::failed("f", 0, Reason::Internal, "x".into()),
+            false,
+            None,
+        );
+    }
+
+    #[test]
+    fn a_stream_starts_no_more_striped_files_than_there_are_streams_unfinished() {
+        let (mut jobs, tracks) = striped(3);
+        // Stream 0 runs ahead: its stripes of files 0 and 1, then it must wait.
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (0, 0));
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (1, 0));
+        assert!(matches!(jobs.pick(0, 2, true, false), Pick::Wait));
+        // Stream 1 takes stripes of the files started (not a new one).
+        assert_eq!(taken(jobs.pick(1, 2, true, false)), (0, 1));
+        end(&tracks[0], 0);
+        assert!(
+            matches!(jobs.pick(0, 2, true, false), Pick::Wait),
+            "file 0 not ended"
+        );
+        end(&tracks[0], 1);
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (2, 0), "file 0 ended");
+        // Uncapped (the test-only greed), stream 0 would have gone on.
+        let (mut greedy, _) = striped(3);
+        for i in 0..3 {
+            assert_eq!(taken(greedy.pick(0, 2, false, false)), (i, 0));
+        }
+    }
+
+    #[test]
+    fn a_waiting_stream_takes_a_dead_streams_stripe_of_a_started_file() {
+        let (mut jobs, _tracks) = striped(3);
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (0, 0));
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (1, 0));
+        jobs.dead.push(1);
+        // Files 0 and 1 are unfinished: their stripes 1 (stream 1's, dead) come first.
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (0, 1));
+        assert_eq!(taken(jobs.pick(0, 2, true, false)), (1, 1));
+        assert!(matches!(jobs.pick(0, 2, true, false), Pick::Wait));
+    }
+
+    #[test]
+    fn a_lagging_stream_waits_while_others_have_jobs() {
+        let (mut jobs, _tracks) = striped(1);
+        assert!(matches!(jobs.pick(1, 2, false, true), Pick::Wait));
+        assert_eq!(
+            taken(jobs.pick(0, 2, false, false)),
+            (0, 0),
+            "the others do not lag"
+        );
+        assert_eq!(taken(jobs.pick(1, 2, false, true)), (0, 1));
+        assert!(matches!(jobs.pick(1, 2, false, true), Pick::Done));
+    }
 
     #[test]
     fn stripes_start_on_the_chunk_grid() {
