@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # ci/test.sh — command 2, every test; ends "N passed, M failed" (CI runs it via .ci/run).
-# Order: set-up; the test binaries (debug, all features, line tables only) built once; the CI
-# image, the C library and examples, fmt, clippy, docs, examples, header check, host `cargo
-# test`, the fuzz targets; then one rxe guest runs every device test (ci/guest-tests.sh, the
-# memcheck phase and the CI container's smoke set included); its output and counts, and the
-# memcheck verdict.
+# Order: set-up; the test binaries (debug, all features, line tables only) built once; fmt,
+# clippy, docs, examples, header check, host `cargo test`; the guest's build (opt-level 1), the
+# CI image, the C library and examples, the fuzz targets; then one rxe guest runs every device
+# test (ci/guest-tests.sh, the memcheck phase and the CI container's smoke set included); its
+# output and counts, and the memcheck verdict.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$CI_ROOT"
@@ -97,6 +97,16 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 # The test binaries, built once (the host run below finds them built).
 step build-tests cargo test --all-features --no-run || finish
+# The host's checks and tests next, on these artifacts as they are: the guest's build below
+# writes target/debug's librdmaxfer.so (a cdylib's name has no hash) at opt-level 1, and a cargo
+# step after it would rebuild the crate at 0 first.
+step fmt cargo fmt --check || true
+step clippy cargo clippy --all-targets --all-features -- -D warnings || true
+# Rust docs (the guide's doc-tests run in host-tests) and examples/*.rs, async ones included.
+step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || true
+step examples cargo build --examples --all-features || true
+step header bash ci/gen-header.sh --check || true
+step host-tests cargo test --all-features --no-fail-fast || true
 # What the guest runs: the device test binaries, the CLI and the C library, built again with the
 # crate itself at opt-level 1 (its dependencies as above: the same units, not rebuilt). Measured
 # from a clean clone on 2 cores: the guest's part 2180 s at opt-level 0, 1435 s at 1 (memcheck
@@ -172,7 +182,8 @@ ci_log "device test binaries: ${device_bins[*]}; RDMAXFER_BIN=$RDMAXFER_BIN"
 # beside it only slows it. Measured on this 2-core size: two guests at once took 1790 s and
 # 2231 s where one guest had taken 1355 s for all of it; one guest beside the (niced) host steps
 # ran its device binaries and the host steps each about twice as slow as alone. CI_OVERLAP=1
-# still starts the guest first, the host steps niced (CI_HOST_NICE, default 10).
+# still starts the guest before the image, C examples and fuzz steps, those niced
+# (CI_HOST_NICE, default 10).
 ordered=()
 for pre in device_verbs device_conn device_file device_cli; do
   for b in "${device_bins[@]}"; do [[ "$(basename "$b")" == "$pre"-* ]] && ordered+=("$b"); done
@@ -213,13 +224,6 @@ if step image bash ci/image.sh; then echo ok >"$CI_IMAGE_READY"; else echo faile
 # The C API as a C user gets it: install with PREFIX, build examples/c with pkg-config (the guest
 # runs them from target/capi/bin: tests/device_capi). The marker lets the guest go on.
 if step capi-examples bash ci/capi-examples.sh; then echo ok >"$CI_CAPI_READY"; else echo failed >"$CI_CAPI_READY"; fi
-step fmt cargo fmt --check || true
-step clippy cargo clippy --all-targets --all-features -- -D warnings || true
-# Rust docs (the guide's doc-tests run in host-tests) and examples/*.rs, async ones included.
-step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || true
-step examples cargo build --examples --all-features || true
-step header bash ci/gen-header.sh --check || true
-step host-tests cargo test --all-features --no-fail-fast || true
 # AFL++ fuzz targets of the peer-input decoders (fuzz/, docs/fuzzing.md): fails on a crash.
 step fuzz bash ci/fuzz.sh || true
 

@@ -227,7 +227,9 @@ impl CpArgs {
         v
     }
 
-    /// How long ssh and the remote side may take to start.
+    /// How long ssh and the remote side may take to start, and to end once the transfer has:
+    /// its summary, the device's teardown and ssh's own (more than one step deadline on a
+    /// loaded host: 5 s was once too short in the emulated guest).
     fn start_wait(&self) -> Duration {
         Duration::from_secs_f64(self.timeout.max(10.0) * 3.0)
     }
@@ -396,7 +398,7 @@ fn push(
     sopts.require_receiver_proof = true;
     sa.token = None;
     let r = crate::file::send_to(sa, &hosts, &entries, &sopts);
-    let st = remote.finish(Duration::from_secs_f64(a.timeout));
+    let st = remote.finish(a.start_wait());
     combined(host, r, st)
 }
 
@@ -446,7 +448,7 @@ fn pull(
     ra.token = Some(ready.token.clone());
     ra.max_streams = ready.streams;
     let r = receive_dialing(ra, &addrs, ready.port, ready.streams);
-    let st = remote.finish(Duration::from_secs_f64(a.timeout));
+    let st = remote.finish(a.start_wait());
     combined(host, r, st)
 }
 
