@@ -605,16 +605,12 @@ pub(crate) fn send_plan(
                 ),
             )
         })?;
-    // Test-only fault hook (debug builds): corrupt one chunk after hashing it.
+    // Test-only hooks (debug builds), as their `SenderOptions` fields describe: faults, a held
+    // stripe, a stream that starts late.
     let corrupt_chunk = test_hook("RDMAXFER_TEST_CORRUPT_CHUNK");
-    // ... of the file of this name only (as sent).
     let corrupt_name = test_hook("RDMAXFER_TEST_CORRUPT_NAME");
-    // Test-only fault hook (debug builds): a transport fault after this chunk (its immediate
-    // delivered twice).
     let replay_chunk = test_hook("RDMAXFER_TEST_REPLAY_CHUNK");
-    // Test-only hold (debug builds): this stripe sends its data after the others' verdicts.
     let hold_stripe = test_hook("RDMAXFER_TEST_HOLD_STRIPE");
-    // Test-only greed (debug builds): this stream starts late, striped files uncapped.
     let lag_stream = test_hook("RDMAXFER_TEST_LAG_STREAM");
     let devices = a.conn.devices().len();
     let streams = a
