@@ -42,7 +42,7 @@ for ((i = 0; i < n; i++)); do
 done
 : >"$work/src/empty.bin"
 
-"$bin" recv --out "$work/out" --listen "$ip" -p "$port" --json --max-sessions "$n" --force \
+"$bin" recv --out "$work/out" --listen "$ip" -p "$port" --json --max-sessions "$((n + 1))" --force \
   ${FLAGS:-} >"$work/recv.json" 2>"$work/recv.err" &
 rpid=$!
 wait_line "$work/recv.err" "$rpid"

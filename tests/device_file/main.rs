@@ -13,6 +13,7 @@ mod file;
 mod file_rerun;
 mod harden;
 mod hostile;
+mod peers;
 mod recv_multi;
 mod share;
 mod small;

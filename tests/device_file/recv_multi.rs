@@ -90,7 +90,8 @@ fn eight_senders_at_once_while_another_is_held() {
     let port = common::port();
     let (_tmp, src, out) = dirs();
     let files = sources(&src, 8);
-    let mut r = recv_patient(port, &out, &["--max-sessions", "9"]);
+    // 9 connections from this one address: a peer's share is all slots but one.
+    let mut r = recv_patient(port, &out, &["--max-sessions", "10"]);
     // One connection that never sends its HELLO: served one after another, it would hold all.
     let held = hold(port);
     r.wait_for("session 1: serving", T);
@@ -227,6 +228,19 @@ fn a_short_memory_budget_gives_a_smaller_ring_then_busy() {
     assert_eq!(u64::from(ring_a.slot_size), budget::MIN_SLOT, "{ring_a:?}");
 }
 
+/// The connect parameters of an rdmaxfer client (its handshake in the private data).
+pub(crate) fn connect_param() -> ConnParam {
+    ConnParam {
+        private_data: wire::Hello::new(16, proto::MAX_MSG_LEN as u32)
+            .encode()
+            .to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+    }
+}
+
 /// A CM peer that sends a valid connection request, waits until the receiver accepted it
 /// (CONNECT_RESPONSE: it has no QP, so librdmacm leaves the rest to it) and then never completes
 /// the connection (no RTU: the receiver waits for ESTABLISHED).
@@ -238,16 +252,7 @@ fn stall_cm(port: u16) -> CmId {
     id.resolve_route(T).unwrap();
     id.expect_event(EventKind::RouteResolved, T, "route")
         .unwrap();
-    id.connect(&ConnParam {
-        private_data: wire::Hello::new(16, proto::MAX_MSG_LEN as u32)
-            .encode()
-            .to_vec(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-    })
-    .unwrap();
+    id.connect(&connect_param()).unwrap();
     id.expect_event(EventKind::ConnectResponse, T, "the receiver's accept")
         .unwrap();
     id

@@ -11,7 +11,7 @@ use crate::common::{self, has_temp, need_rxe0, recv, send_args, spawn_env, wait_
 const T: Duration = Duration::from_secs(120);
 
 /// Descriptors process `pid` has open.
-fn fds(pid: u32) -> usize {
+pub(crate) fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)

@@ -260,7 +260,7 @@ fn more_streams_than_the_receiver_allows_are_capped() {
     d.ok("send --streams 5 to a receiver allowing 2");
     assert!(
         d.err.contains(
-            "the receiver allows 2 streams per transfer (its --max-streams); using 2 of the 5"
+            "the receiver allows 2 streams per transfer (its --max-streams, or its --max-sessions less one); using 2 of the 5"
         ),
         "{}",
         d.err

@@ -170,6 +170,7 @@ pub fn serve(
         full: "it serves one peer at a time".into(),
         wait_turn: TURN_WAIT,
         joins: false,
+        per_peer: 1,
     };
     let refuse = |ep: &mut Endpoint, why: &str| {
         let msg = Msg::Refuse(format!("busy: {why}; retry later"));

@@ -66,7 +66,7 @@ pub struct RecvArgs {
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
     pub(crate) slots: u32,
     /// End a session without progress (no data received, no file committed) for this many
-    /// seconds; 0: never.
+    /// seconds, each stream of a session on its own; 0: never.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE.as_secs())]
     pub(crate) idle_timeout: u64,
     /// End a session that moves fewer bytes per second than this, averaged over
@@ -424,17 +424,10 @@ fn serve_sessions(
     max_memory: u64,
     show: Show,
 ) -> Result<()> {
-    let limits = Limits {
-        count: a.once.then_some(1),
-        max_sessions: a.max_sessions as usize,
-        full: format!(
-            "it serves {} senders at once (its --max-sessions)",
-            a.max_sessions
-        ),
-        wait_turn: Duration::ZERO,
-        joins: true,
-    };
-    let streams = StreamRegistry::new(a.max_streams);
+    let limits = Limits::recv(a.max_sessions, a.once);
+    // A session's streams are each a session slot: a session takes at most a peer's share.
+    let share = u16::try_from(limits.per_peer).unwrap_or(u16::MAX);
+    let streams = StreamRegistry::new(a.max_streams.min(share));
     let admit = |_join_only: bool| {
         rings
             .reserve()
@@ -757,7 +750,7 @@ pub(crate) fn send_over(
                     // Only a count the user asked for is worth a note; the default adapts.
                     if granted < asked && !a.quiet && a.streams.is_some() {
                         eprintln!(
-                            "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams); using {granted} of the {asked} asked for"
+                            "rdmaxfer: the receiver allows {granted} streams per transfer (its --max-streams, or its --max-sessions less one); using {granted} of the {asked} asked for"
                         );
                     }
                 }

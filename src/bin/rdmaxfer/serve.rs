@@ -15,9 +15,15 @@
 //! one set-up thread for that long, never a session slot, and never delays the other peers.
 //! An event loop would need every session step rewritten as a state machine, for no gain at
 //! this scale (tens of sessions; the data itself moves by RDMA WRITE without our threads).
+//!
+//! Each peer (source address) has a share of both: at most [`Limits::per_peer`] session slots
+//! and [`Limits::per_peer_handshakes`] set-ups, so a greedy peer leaves room for another. An
+//! RDMA CM connection over a set-up cap is rejected at once with the busy text in the reject.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -77,6 +83,10 @@ pub struct Limits {
     /// While an admitted session is being served, a connection over `count` is still admitted
     /// to join it (its `admit` is told so: `recv --once` with `send --streams`).
     pub joins: bool,
+    /// Session slots one peer (source address) may hold at once: with fewer than
+    /// `max_sessions`, a peer that takes all it may (e.g. one session's many streams) still
+    /// leaves a slot for another.
+    pub per_peer: usize,
 }
 
 impl Limits {
@@ -86,6 +96,66 @@ impl Limits {
     pub fn max_handshakes(&self) -> usize {
         self.max_sessions.saturating_mul(4).max(16)
     }
+
+    /// Connections one peer (source address) may have being set up at once: a quarter of
+    /// [`max_handshakes`](Self::max_handshakes) (at least 4), so a peer that stalls its
+    /// handshakes leaves most of them to the others.
+    pub fn per_peer_handshakes(&self) -> usize {
+        (self.max_handshakes() / 4).max(4)
+    }
+
+    /// `recv`'s: senders refused at once when every slot is taken, streams joining the
+    /// session being served, and a peer's share all slots but one (the one of
+    /// `--max-sessions 1`), except with `--once`, whose one session's streams may all come
+    /// from one peer.
+    pub fn recv(max_sessions: u32, once: bool) -> Limits {
+        let max = max_sessions as usize;
+        Limits {
+            count: once.then_some(1),
+            max_sessions: max,
+            full: format!("it serves {max} senders at once (its --max-sessions)"),
+            wait_turn: Duration::ZERO,
+            joins: true,
+            per_peer: if once {
+                max
+            } else {
+                max.saturating_sub(1).max(1)
+            },
+        }
+    }
+}
+
+/// What one peer (source address) holds: connections being set up, and session slots.
+#[derive(Default)]
+struct Share {
+    handshaking: usize,
+    active: usize,
+}
+
+/// The shares of the peers holding anything, by address (an unknown address counts as one
+/// peer).
+#[derive(Default)]
+struct Shares(HashMap<Option<IpAddr>, Share>);
+
+impl Shares {
+    fn of(&mut self, ip: Option<IpAddr>) -> &mut Share {
+        self.0.entry(ip).or_default()
+    }
+
+    /// Drops `ip`'s entry once it holds nothing (the map stays as small as the peers served).
+    fn tidy(&mut self, ip: Option<IpAddr>) {
+        if self
+            .0
+            .get(&ip)
+            .is_some_and(|s| s.handshaking == 0 && s.active == 0)
+        {
+            self.0.remove(&ip);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Admission after a completed handshake: sessions admitted so far and the caller's `admit`.
@@ -110,6 +180,8 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
 ) -> Result<()> {
     let max = limits.max_sessions.max(1);
     let max_handshakes = limits.max_handshakes();
+    let (per_peer, per_peer_handshakes) = (limits.per_peer.max(1), limits.per_peer_handshakes());
+    let shares = Mutex::new(Shares::default());
     let full = &limits.full;
     let gate = Mutex::new(Gate { admitted: 0, admit });
     let turn = Condvar::new();
@@ -123,8 +195,8 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
     let partial = Mutex::new((0u64, 0u64, 0u64));
     let all_admitted = |g: &Gate<A>| limits.count.is_some_and(|c| g.admitted >= c);
     let (refuse, one, gate_r, turn_r) = (&refuse, &one, &gate, &turn);
-    let (active_r, handshaking_r, refusing_r, failed_r, partial_r) =
-        (&active, &handshaking, &refusing, &failed, &partial);
+    let (active_r, handshaking_r, refusing_r, failed_r, partial_r, shares_r) =
+        (&active, &handshaking, &refusing, &failed, &partial, &shares);
     let broken = std::thread::scope(|sc| {
         // Tells a set-up peer it is busy and closes (on the caller's thread).
         let refuse_now = move |mut ep: Endpoint, who: &str, why: &str| {
@@ -173,12 +245,41 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                 }
             };
             let who = incoming.peer_addr().map_or("?".into(), |a| a.to_string());
-            if handshaking.load(Ordering::Acquire) >= max_handshakes {
-                let why = format!("{max_handshakes} connections are being set up");
-                refuse_later(incoming, who, why);
+            let ip = incoming.peer_addr().map(|a| a.ip());
+            let over = if handshaking.load(Ordering::Acquire) >= max_handshakes {
+                Some(format!("{max_handshakes} connections are being set up"))
+            } else {
+                let mut sh = lock(&shares);
+                let s = sh.of(ip);
+                if s.handshaking >= per_peer_handshakes {
+                    Some(format!(
+                        "{per_peer_handshakes} connections from {}, a peer's share, are being set up",
+                        ip.map_or("?".into(), |a| a.to_string())
+                    ))
+                } else {
+                    s.handshaking += 1;
+                    None
+                }
+            };
+            if let Some(why) = over {
+                if incoming.over_cm() {
+                    // A CM reject carries the reason at once: no set-up, no thread.
+                    eprintln!("refused {who}: busy: {why}");
+                    incoming.refuse(&format!("busy: {why}; retry later"));
+                } else {
+                    refuse_later(incoming, who, why);
+                }
                 continue;
             }
             handshaking.fetch_add(1, Ordering::AcqRel);
+            // Gives back the peer's set-up place (`admitted`: and takes a slot in its stead).
+            let done_setting_up = move |admitted: bool| {
+                let mut sh = lock(shares_r);
+                let s = sh.of(ip);
+                s.handshaking -= 1;
+                s.active += usize::from(admitted);
+                sh.tidy(ip);
+            };
             sc.spawn(move || {
                 let ep = incoming.finish();
                 let ep = match ep {
@@ -193,6 +294,7 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                                 g.admitted += 1;
                             }
                             failed_r.fetch_add(1, Ordering::Relaxed);
+                            done_setting_up(false);
                             handshaking_r.fetch_sub(1, Ordering::AcqRel);
                         }
                         eprintln!("rdmaxfer: error: accepting a connection: {e}");
@@ -221,20 +323,29 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                     // Over `count`, only to join the session being served.
                     let join_only =
                         all_admitted(&g) && limits.joins && active_r.load(Ordering::Acquire) > 0;
+                    let held = lock(shares_r).of(ip).active;
                     let r = if all_admitted(&g) && !join_only {
                         Err("it is finishing its last session".to_string())
                     } else if active_r.load(Ordering::Acquire) >= max {
                         Err(full.clone())
+                    } else if held >= per_peer {
+                        Err(format!(
+                            "{} holds {held} of its {max} session slots, a peer's share \
+                             (the others are kept for other peers)",
+                            ip.map_or("?".into(), |a| a.to_string())
+                        ))
                     } else {
                         (g.admit)(join_only)
                     };
-                    r.map(|ticket| {
+                    let r = r.map(|ticket| {
                         if !join_only {
                             g.admitted += 1;
                         }
                         active_r.fetch_add(1, Ordering::AcqRel);
                         (g.admitted, ticket)
-                    })
+                    });
+                    done_setting_up(r.is_ok());
+                    r
                 };
                 handshaking_r.fetch_sub(1, Ordering::AcqRel);
                 let (id, ticket) = match admitted {
@@ -261,6 +372,11 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                     failed_r.fetch_add(1, Ordering::Relaxed);
                 }
                 active_r.fetch_sub(1, Ordering::AcqRel);
+                {
+                    let mut sh = lock(shares_r);
+                    sh.of(ip).active -= 1;
+                    sh.tidy(ip);
+                }
                 drop(g);
                 turn_r.notify_all();
                 if let Err(e) = r {

@@ -72,6 +72,12 @@ impl Pending {
         &mut self.opts
     }
 
+    /// Whether the peer connects over RDMA CM (whose [`refuse`](Self::refuse) carries the
+    /// reason) rather than the OOB exchange.
+    pub fn over_cm(&self) -> bool {
+        matches!(self.how, How::Cm { .. })
+    }
+
     /// Refuses the client: over RDMA CM a reject whose reason is `why` (its connect fails
     /// with that text); over OOB the TCP connection is closed.
     pub fn refuse(self, why: &str) {

@@ -3,9 +3,12 @@
 //! each wait; these bound the session:
 //!
 //! - **idle**: no progress (data bytes received or a file committed) for [`Budgets::idle`];
+//!   per stream: a stream of a session with several streams that moves nothing is idle,
+//!   whatever its siblings move (they may keep it waiting past a step deadline, not forever);
 //! - **rate floor**: fewer than [`Budgets::min_rate`] × [`Budgets::rate_window`] bytes of
 //!   progress in a window of [`Budgets::rate_window`] (a committed file counts as
-//!   [`FILE_CREDIT`] bytes, so many small files keep a session above the floor);
+//!   [`FILE_CREDIT`] bytes, so many small files keep a session above the floor); counted over
+//!   the whole session (its streams' bytes together);
 //! - **refusals**: more than [`Budgets::max_refusals`] refused or failed files.
 //!
 //! A spent budget is `Error::Refused(Reason::Budget, …)`; the receiver sends it as ERR and ends
@@ -138,7 +141,8 @@ impl Budget {
     }
 
     /// Joins the account of a session carried by several streams: the progress of each counts
-    /// for all (a stream waiting its turn while the others use the link is not stalled).
+    /// for all in the rate floor, and lets a stream wait its turn past a step deadline while
+    /// the others use the link; its idle budget counts only its own progress.
     pub(crate) fn share(&mut self, session: Arc<AtomicU64>) {
         self.session = Some(session);
     }
@@ -178,11 +182,16 @@ impl Budget {
         self.credit(bytes);
     }
 
-    /// Counts `bytes` of progress of this session (its own or another stream's).
+    /// Counts `bytes` of this stream's own progress.
     fn credit(&mut self, bytes: u64) {
-        let now = Instant::now();
-        self.roll(now);
-        self.last_progress = now;
+        self.last_progress = Instant::now();
+        self.credit_session(bytes);
+    }
+
+    /// Counts `bytes` the session's other streams moved: toward the rate floor, not as this
+    /// stream's progress (its idle clock runs on).
+    fn credit_session(&mut self, bytes: u64) {
+        self.roll(Instant::now());
         self.window_bytes = self.window_bytes.saturating_add(bytes);
     }
 
@@ -241,8 +250,9 @@ impl Budget {
     /// Runs the blocking step `f` on `ep` with its deadline lowered to the budget's; a step that
     /// times out because a budget is spent returns the budget's error. With a shared session
     /// ([`share`](Self::share)), a step that times out while another stream of the session made
-    /// progress is run again (credited with that progress): only a session that stalls as a
-    /// whole for a step deadline times out.
+    /// progress is run again (that progress counted toward the rate floor): only a session that
+    /// stalls as a whole for a step deadline times out, and a stream idle for its idle budget
+    /// is ended, whatever the others move.
     pub(crate) fn wait<T>(
         &mut self,
         ep: &mut Endpoint,
@@ -263,7 +273,7 @@ impl Budget {
                     let moved = self.session_bytes().saturating_sub(seen);
                     if moved > 0 {
                         tracing::debug!("waiting on while the session's other streams progress");
-                        self.credit(moved);
+                        self.credit_session(moved);
                         continue;
                     }
                     self.check(Instant::now())?;
@@ -378,6 +388,26 @@ mod tests {
         let t1 = b.last_progress;
         assert!(b.check(t1 + Duration::from_secs(9)).is_ok());
         assert_eq!(b.deadline(), Some(t1 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_stream_is_idle_on_its_own_while_the_rate_floor_counts_its_session() {
+        // 100 B/s over 10 s; idle after 10 s.
+        let mut b = Budget::new(budgets(10, 100, 10, 5), Duration::from_secs(10));
+        b.share(Arc::new(AtomicU64::new(0)));
+        let t0 = b.last_progress;
+        // The other streams moved 5000 bytes: the floor is met, the idle clock runs on.
+        b.credit_session(5000);
+        assert_eq!(b.last_progress, t0);
+        assert_eq!(b.window_bytes, 5000);
+        let e = b.check(t0 + Duration::from_secs(10)).unwrap_err();
+        assert!(e.to_string().contains("--idle-timeout"), "{e}");
+        // Its own progress is both (the check rolled the met window over), and is counted for
+        // the session.
+        b.progress(7);
+        assert!(b.last_progress >= t0);
+        assert_eq!(b.window_bytes, 7);
+        assert_eq!(b.session_bytes(), 7);
     }
 
     #[test]
