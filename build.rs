@@ -1,5 +1,5 @@
-//! Generates the rdma-core FFI (bindgen over `wrapper.h`), compiles the C shim (`csrc/`) and
-//! gives the cdylib (`librdmaxfer.so`) its SONAME.
+//! Generates the rdma-core FFI (bindgen over `wrapper.h`) and compiles the C shim (`csrc/`).
+//! (The C library, with its SONAME, is built by the `librdmaxfer` package.)
 //!
 //! Headers and libraries come from pkg-config (`libibverbs`, `librdmacm`), or from
 //! `RDMA_CORE_PREFIX` (`$PREFIX/include`, `$PREFIX/lib`) for a custom rdma-core build.
@@ -87,10 +87,6 @@ fn main() {
         .expect("bindgen failed on wrapper.h (is libclang-dev installed?)")
         .write_to_file(out.join("sys.rs"))
         .expect("writing OUT_DIR/sys.rs");
-
-    // The C library's SONAME carries the major version (ci/install.sh makes the symlinks).
-    let major = env::var("CARGO_PKG_VERSION_MAJOR").expect("set by cargo");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librdmaxfer.so.{major}");
 
     // Providers (librxe etc.) are dlopen()ed by libibverbs at run time: link dynamically.
     println!("cargo:rustc-link-lib=dylib=ibverbs");

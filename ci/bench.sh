@@ -7,7 +7,7 @@ cd "$CI_ROOT"
 
 bash ci/setup.sh
 ci_path
-cargo build --release
+cargo build --release --features cli
 export RDMAXFER_BIN="$CI_ROOT/target/release/rdmaxfer"
 out="target/bench"
 rm -rf "$out"

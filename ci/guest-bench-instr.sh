@@ -42,13 +42,13 @@
 # (default) the sides counted; INSTR_RUN_TIMEOUT (default 300 s) bounds each run (a loaded host
 # needs more for the -n 2000 runs); INSTR_VG_EXTRA adds callgrind options (e.g. --dump-instr=yes
 # for per-instruction counts). A row whose runs were skipped prints n/a.
-# Needs valgrind and the release binary: cargo build --release --bin rdmaxfer (on the host).
+# Needs valgrind and the release binary: cargo build --release --features cli --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench/instr}"
 reps="${2:-2}"
 mkdir -p "$out"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
-[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
+[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --features cli --bin rdmaxfer"; exit 2; }
 command -v valgrind >/dev/null || { echo "!! valgrind missing: apt-get install valgrind (ci/setup.sh does)"; exit 2; }
 ip=198.18.0.1
 port=18700

@@ -5,13 +5,13 @@
 #   ibv_rc_pingpong -s 4096 usec/iter vs  rdmaxfer pingpong -s 4096 usec/iter     (target <= 1.0)
 #   rdmaxfer event vs poll mode: CPU seconds per iteration (reported).
 # Servers run on vCPU 0, clients on vCPU 1 (BENCH_PIN=0: unpinned).
-# Needs the release binary: cargo build --release --bin rdmaxfer (on the host).
+# Needs the release binary: cargo build --release --features cli --bin rdmaxfer (on the host).
 set -euo pipefail
 out="${1:-target/bench}"
 rounds="${2:-12}"
 mkdir -p "$out"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
-[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
+[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --features cli --bin rdmaxfer"; exit 2; }
 ip=198.18.0.1
 port=18600
 fails=0

@@ -15,7 +15,7 @@ out="$(realpath -m "${1:-target/bench/cp}")"
 rounds="${2:-5}"
 mib="${3:-128}"
 bin="$(realpath "${RDMAXFER_BIN:-target/release/rdmaxfer}")"
-[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
+[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --features cli --bin rdmaxfer"; exit 2; }
 ip=198.18.0.1
 port=18900
 fails=0

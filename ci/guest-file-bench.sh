@@ -25,7 +25,7 @@ rounds="${2:-3}"
 mib="${3:-128}"
 chunk="${4:-1048576}"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
-[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
+[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --features cli --bin rdmaxfer"; exit 2; }
 [[ -x /usr/bin/time ]] || { echo "!! /usr/bin/time missing (CPU and RSS figures need it)"; exit 2; }
 ip=198.18.0.1
 ip1=198.18.1.1

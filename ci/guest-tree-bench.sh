@@ -20,7 +20,7 @@ files="${3:-10000}"
 size="${4:-4096}"
 dirs="${5:-100}"
 bin="${RDMAXFER_BIN:-target/release/rdmaxfer}"
-[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --bin rdmaxfer"; exit 2; }
+[[ -x "$bin" ]] || { echo "!! $bin missing: cargo build --release --features cli --bin rdmaxfer"; exit 2; }
 command -v rsync >/dev/null || { echo "!! rsync missing (ci/setup.sh installs it)"; exit 2; }
 ip=198.18.0.1
 port=18800

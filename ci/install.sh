@@ -39,10 +39,11 @@ print(v, m["target_directory"])')
 major="${version%%.*}"
 
 tool="${RDMAXFER_INSTALL_TOOL:-1}"
-# RDMAXFER_FEATURES: cargo features to build with (e.g. "tokio"). A cdylib's files have no
-# per-feature name, so a build with other features than the caller's replaces its library.
-features=()
-[[ -n "${RDMAXFER_FEATURES:-}" ]] && features=(--features "$RDMAXFER_FEATURES")
+# RDMAXFER_FEATURES: the rdmaxfer crate's cargo features to build with besides the tool's
+# `cli` (e.g. "tokio"). The C library is the `rdmaxfer-ffi` package (librdmaxfer/), built as
+# librdmaxfer_ffi.so and installed under its SONAME's name.
+feats="" asked="${RDMAXFER_FEATURES:-}"
+for f in ${asked//,/ }; do feats+="rdmaxfer/$f,"; done
 prebuilt="${RDMAXFER_PREBUILT_LIB:-}"
 if [[ -n "$prebuilt" ]]; then
   [[ "$tool" == 0 ]] || ci_die "RDMAXFER_PREBUILT_LIB needs RDMAXFER_INSTALL_TOOL=0 (the tool is built, not given)"
@@ -50,12 +51,13 @@ if [[ -n "$prebuilt" ]]; then
   ci_log "installing the librdmaxfer.so built already: $prebuilt"
 elif [[ "$tool" == 0 ]]; then
   ci_log "building librdmaxfer.so $version ($profile)"
-  cargo build -q --lib --profile "$profile" "${features[@]}"
+  cargo build -q -p rdmaxfer-ffi --lib --profile "$profile" ${feats:+--features "$feats"}
 else
   ci_log "building rdmaxfer and librdmaxfer.so $version ($profile)"
-  cargo build -q --lib --bin rdmaxfer --profile "$profile" "${features[@]}"
+  cargo build -q -p rdmaxfer-ffi -p rdmaxfer --lib --bin rdmaxfer --profile "$profile" \
+    --features "${feats}rdmaxfer/cli"
 fi
-lib="${prebuilt:-$target_dir/$outdir/librdmaxfer.so}"
+lib="${prebuilt:-$target_dir/$outdir/librdmaxfer_ffi.so}"
 bin="$target_dir/$outdir/rdmaxfer"
 [[ -f "$lib" ]] || ci_die "$lib was not built"
 soname="$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"

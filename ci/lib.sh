@@ -50,7 +50,7 @@ CARGO_AFL_VERSION="0.18.2"
 ci_guest_bench() {
   local out="$1" script="$2"
   shift 2
-  cargo build --release --bin rdmaxfer
+  cargo build --release --features cli --bin rdmaxfer
   rm -rf "$out"
   mkdir -p "$out"
   ci/guest.sh -- bash "$script" "$out" "$@"

@@ -15,6 +15,6 @@ ci_find_vng || ci_die "virtme-ng (vng) not found: run ci/setup.sh"
 ci_find_kernel >/dev/null || ci_die "no guest kernel with rdma_rxe.ko: run ci/setup.sh"
 if [[ "${RIG_BUILD:-1}" != 0 ]]; then
   ci_log "building the release binary"
-  cargo build --release --bin rdmaxfer
+  cargo build --release --features cli --bin rdmaxfer
 fi
 exec cargo test --test rig -- --ignored "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci/test.sh — command 2, every test; ends "N passed, M failed" (CI runs it via .ci/run).
 # Order: set-up; the test binaries (debug, all features, line tables only) built once; fmt,
-# clippy, docs, examples, header check, host `cargo test`; the guest's build (opt-level 1), the
+# clippy, docs, examples, header check, host `cargo test`, a dependent project's check; the guest's build (opt-level 1), the
 # CI image, the C library and examples, the fuzz targets; then one rxe guest runs every device
 # test (ci/guest-tests.sh, the memcheck phase and the CI container's smoke set included); its
 # output and counts, and the memcheck verdict.
@@ -107,6 +107,10 @@ step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || tr
 step examples cargo build --examples --all-features || true
 step header bash ci/gen-header.sh --check || true
 step host-tests cargo test --all-features --no-fail-fast || true
+# A Rust project depending on the library (default features): no CLI crates, no C exports.
+step dependent bash ci/dependent.sh || true
+# The crate as crates.io would get it: packaged, and built from the package.
+step publish cargo publish --dry-run --locked --allow-dirty -p rdmaxfer || true
 # What the guest runs: the device test binaries, the CLI and the C library, built again with the
 # crate itself at opt-level 1 (its dependencies as above: the same units, not rebuilt). Measured
 # from a clean clone on 2 cores: the guest's part 2180 s at opt-level 0, 1435 s at 1 (memcheck
@@ -119,6 +123,8 @@ json="target/ci/test-artifacts.json"
 guest_build=(cargo test --all-features --no-run --message-format=json-render-diagnostics
   --config "profile.dev.package.rdmaxfer.opt-level=${CI_GUEST_OPT_LEVEL:-1}")
 for d in tests/device_*/; do guest_build+=(--test "$(basename "$d")"); done
+# The C library (librdmaxfer/: its test `exports` builds it) in the same build, features and all.
+guest_build+=(-p rdmaxfer -p rdmaxfer-ffi --test exports)
 step build-guest bash -c '"${@:2}" >"$1"' _ "$json" "${guest_build[@]}" || finish
 mapfile -t found < <(python3 - "$json" <<'PY'
 import json, sys

@@ -13,7 +13,9 @@
     missing_docs
 )]
 
-// The C API: reachable only through the C ABI (the `#[no_mangle]` exports of librdmaxfer.so).
+// The C API: reachable only through the C ABI (the `#[no_mangle]` exports of librdmaxfer.so,
+// built by the `librdmaxfer` package with this feature; a Rust dependent carries none).
+#[cfg(feature = "capi")]
 mod capi;
 // cbindgen reads the whole crate: the other modules' items are not part of the C header.
 /// cbindgen:ignore

@@ -220,7 +220,10 @@ fn spawn_command(name: &str, mut cmd: Command, args: &[&str]) -> Proc {
 /// link that no later build on the host replaces while the guest runs), else the one cargo
 /// built with the tests.
 pub fn bin() -> String {
-    std::env::var("RDMAXFER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rdmaxfer").to_string())
+    std::env::var("RDMAXFER_BIN").unwrap_or_else(|_| match option_env!("CARGO_BIN_EXE_rdmaxfer") {
+        Some(b) => b.to_string(),
+        None => panic!("the rdmaxfer tool needs feature `cli`: cargo test --features cli"),
+    })
 }
 
 pub fn spawn(name: &str, args: &[&str]) -> Proc {

@@ -33,6 +33,7 @@ impl Endpoint {
 
     /// The completion channel's and the CM event channel's own descriptors, for the crate's own
     /// waits (the C API's connection descriptor).
+    #[cfg(feature = "capi")]
     pub(crate) fn raw_fds(&self) -> (Option<BorrowedFd<'_>>, Option<BorrowedFd<'_>>) {
         (
             self.q.cq().raw_channel_fd(),
