@@ -2,7 +2,7 @@
 # ci/install.sh — build the rdmaxfer tool and librdmaxfer.so (release) and install them with
 # include/rdmaxfer.h, rdmaxfer.pc, shell completions and manual pages.
 #   PREFIX=DIR  where to install (default /usr/local): DIR/bin/rdmaxfer,
-#               DIR/lib/librdmaxfer.so.X.Y.Z with the librdmaxfer.so.X (SONAME) and
+#               DIR/lib/librdmaxfer.so.X.Y.Z with the librdmaxfer.so.X (SONAME; 0.x: .so.0.Y) and
 #               librdmaxfer.so links, DIR/include/rdmaxfer.h, DIR/lib/pkgconfig/rdmaxfer.pc
 #               (prefix=DIR), completions in DIR/share/bash-completion/completions/rdmaxfer,
 #               DIR/share/zsh/site-functions/_rdmaxfer and
@@ -61,13 +61,16 @@ lib="${prebuilt:-$target_dir/$outdir/librdmaxfer_ffi.so}"
 bin="$target_dir/$outdir/rdmaxfer"
 [[ -f "$lib" ]] || ci_die "$lib was not built"
 soname="$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"
-[[ "$soname" == "librdmaxfer.so.$major" ]] || ci_die "$lib has SONAME '$soname', expected librdmaxfer.so.$major"
+# The ABI version (librdmaxfer/build.rs): MAJOR, or 0.MINOR for 0.x.
+abi="$major"
+[[ "$major" == 0 ]] && abi="0.$(cut -d. -f2 <<<"$version")"
+[[ "$soname" == "librdmaxfer.so.$abi" ]] || ci_die "$lib has SONAME '$soname', expected librdmaxfer.so.$abi"
 
 libdir="$destdir$prefix/lib"
 install -d "$libdir/pkgconfig" "$destdir$prefix/include"
 install -m 0755 "$lib" "$libdir/librdmaxfer.so.$version"
-ln -sfn "librdmaxfer.so.$version" "$libdir/librdmaxfer.so.$major"
-ln -sfn "librdmaxfer.so.$major" "$libdir/librdmaxfer.so"
+ln -sfn "librdmaxfer.so.$version" "$libdir/librdmaxfer.so.$abi"
+ln -sfn "librdmaxfer.so.$abi" "$libdir/librdmaxfer.so"
 install -m 0644 include/rdmaxfer.h "$destdir$prefix/include/rdmaxfer.h"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" rdmaxfer.pc.in >"$libdir/pkgconfig/rdmaxfer.pc"
 chmod 0644 "$libdir/pkgconfig/rdmaxfer.pc"

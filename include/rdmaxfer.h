@@ -3,6 +3,8 @@
  * RDMA CM or ibv_rc_pingpong's out-of-band exchange, messages, ping-pong, registered buffers
  * with one-sided RDMA READ/WRITE against a peer's exposed buffer, and verified file transfer.
  * Build: cc prog.c $(pkg-config --cflags --libs rdmaxfer)
+ * Versions: the SONAME names the ABI (librdmaxfer.so.0.MINOR while 0.x); every change a C
+ * program can notice is in docs/c-changelog.md of the source.
  *
  * Conventions
  *
@@ -76,6 +78,9 @@
 #define RDMAXFER_STRINGIFY_(x) #x
 #define RDMAXFER_STRINGIFY(x) RDMAXFER_STRINGIFY_(x)
 #define RDMAXFER_VERSION RDMAXFER_STRINGIFY(RDMAXFER_VERSION_MAJOR) "." RDMAXFER_STRINGIFY(RDMAXFER_VERSION_MINOR) "." RDMAXFER_STRINGIFY(RDMAXFER_VERSION_PATCH)
+/* RDMAXFER_VERSION_NUMBER: 0xMMmmpp (major, minor, patch), for compile-time comparisons
+ * (#if RDMAXFER_VERSION_NUMBER >= 0x000100), as LIBCURL_VERSION_NUM. */
+#define RDMAXFER_VERSION_NUMBER ((RDMAXFER_VERSION_MAJOR << 16) | (RDMAXFER_VERSION_MINOR << 8) | RDMAXFER_VERSION_PATCH)
 
 /**
  * Peers may RDMA READ the exposed buffer.

@@ -459,7 +459,8 @@ fn the_header_compiles_as_c_and_its_version_macro_matches() {
         "#include <stdio.h>\n#include \"rdmaxfer.h\"\n\
          int main(void) {\n\
            enum rdmaxfer_status s = RDMAXFER_ERR_BUFFER_TOO_SMALL;\n\
-           printf(\"%s %d %d %d\\n\", RDMAXFER_VERSION, (int)s, RDMAXFER_ACCESS_READ_WRITE, RDMAXFER_DEFAULT_PORT);\n\
+           printf(\"%s %d %d %d %x\\n\", RDMAXFER_VERSION, (int)s, RDMAXFER_ACCESS_READ_WRITE, RDMAXFER_DEFAULT_PORT,\n\
+                  (unsigned)RDMAXFER_VERSION_NUMBER);\n\
            printf(\"%zu %zu %zu %zu %zu %d\\n\", sizeof(rdmaxfer_expose_report), sizeof(rdmaxfer_pingpong_stats),\n\
                   sizeof(rdmaxfer_device_info), sizeof(rdmaxfer_recv_summary), sizeof(s), RDMAXFER_ACCESS_READ);\n\
            return 0;\n}\n",
@@ -482,10 +483,14 @@ fn the_header_compiles_as_c_and_its_version_macro_matches() {
     let out = Command::new(&exe).output().unwrap();
     let out = String::from_utf8(out.stdout).unwrap();
     let (first, second) = out.split_once('\n').unwrap();
-    assert_eq!(
-        format!("{first}\n"),
-        format!("{} 16 3 18515\n", env!("CARGO_PKG_VERSION"))
-    );
+    assert_eq!(format!("{first}\n"), {
+        let (a, b, c) = version_parts();
+        format!(
+            "{} 16 3 18515 {:x}\n",
+            env!("CARGO_PKG_VERSION"),
+            (a << 16) | (b << 8) | c
+        )
+    });
     // The declarations in common/capi_ffi.rs match the header's layout.
     use std::mem::size_of;
     assert_eq!(

@@ -119,7 +119,8 @@ fn install_puts_the_tool_library_header_completions_and_man_pages_under_prefix()
         "bin/rdmaxfer",
         "include/rdmaxfer.h",
         "lib/librdmaxfer.so",
-        "lib/librdmaxfer.so.0",
+        // The SONAME's link: for 0.x, a minor release is a new ABI.
+        "lib/librdmaxfer.so.0.1",
         "lib/pkgconfig/rdmaxfer.pc",
         "share/bash-completion/completions/rdmaxfer",
         "share/zsh/site-functions/_rdmaxfer",

@@ -1,5 +1,6 @@
 //! The C library exports the C API and nothing else (`nm -D --defined-only`: only `rdmaxfer_*`
-//! symbols), under the SONAME its major version names.
+//! symbols), under the SONAME the version names (`librdmaxfer.so.0.MINOR` for 0.x, else
+//! `librdmaxfer.so.MAJOR`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -44,13 +45,20 @@ fn only_the_c_api_is_exported() {
 }
 
 #[test]
-fn the_soname_names_the_major_version() {
+fn the_soname_names_the_abi_version() {
     let lib = library();
     let p = run("objdump", &["-p", lib.to_str().unwrap()]);
     let soname = p
         .lines()
         .find_map(|l| l.trim().strip_prefix("SONAME"))
         .map(str::trim);
-    let want = format!("librdmaxfer.so.{}", env!("CARGO_PKG_VERSION_MAJOR"));
+    let (major, minor) = (
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+    );
+    let want = match major {
+        "0" => format!("librdmaxfer.so.0.{minor}"),
+        _ => format!("librdmaxfer.so.{major}"),
+    };
     assert_eq!(soname, Some(want.as_str()), "{p}");
 }

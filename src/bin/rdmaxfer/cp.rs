@@ -303,10 +303,11 @@ pub fn run(a: CpArgs) -> Result<()> {
     }
 }
 
-/// Test-only hook (debug builds): the token goes to the file `$RDMAXFER_TEST_CP_TOKEN_OUT`
-/// names, so a test can look for it in every process's arguments and environment.
+/// Test-only hook (feature `test-hooks`): the token goes to the file
+/// `$RDMAXFER_TEST_CP_TOKEN_OUT` names, so a test can look for it in every process's arguments
+/// and environment.
 fn token_hook(token: &str) {
-    if cfg!(debug_assertions) {
+    if cfg!(feature = "test-hooks") {
         if let Some(p) = std::env::var_os("RDMAXFER_TEST_CP_TOKEN_OUT") {
             if let Err(e) = std::fs::write(&p, token) {
                 tracing::warn!("test hook: writing the token: {e}");

@@ -395,8 +395,11 @@ pub(crate) fn receiver_plan(a: &RecvArgs) -> Result<(ReceiverOptions, u64, u64)>
             rate_window: Duration::from_secs(a.rate_window),
             max_refusals: Some(a.max_refusals),
         },
-        // Test-only hold (debug builds): this stripe is answered after the others have ended.
-        hold_stripe: test_hook("RDMAXFER_TEST_RECV_HOLD_STRIPE"),
+        // Test-only hold: this stripe is answered after the others have ended.
+        #[cfg(feature = "test-hooks")]
+        hooks: rdmaxfer::xfer::file::RecvHooks {
+            hold_stripe: test_hook("RDMAXFER_TEST_RECV_HOLD_STRIPE"),
+        },
     };
     if a.min_rate > 0 && a.rate_window == 0 {
         usage!("--rate-window must be positive with --min-rate");
@@ -598,13 +601,6 @@ pub(crate) fn send_plan(
                 ),
             )
         })?;
-    // Test-only hooks (debug builds), as their `SenderOptions` fields describe: faults, a held
-    // stripe, a stream that starts late.
-    let corrupt_chunk = test_hook("RDMAXFER_TEST_CORRUPT_CHUNK");
-    let corrupt_name = test_hook("RDMAXFER_TEST_CORRUPT_NAME");
-    let replay_chunk = test_hook("RDMAXFER_TEST_REPLAY_CHUNK");
-    let hold_stripe = test_hook("RDMAXFER_TEST_HOLD_STRIPE");
-    let lag_stream = test_hook("RDMAXFER_TEST_LAG_STREAM");
     let devices = a.conn.devices().len();
     let streams = a
         .streams
@@ -619,11 +615,15 @@ pub(crate) fn send_plan(
         update: a.update,
         checksum: a.checksum,
         verify: a.verify,
-        corrupt_chunk,
-        corrupt_name,
-        replay_chunk,
-        hold_stripe,
-        lag_stream,
+        // Test-only (feature `test-hooks`): faults, a held stripe, a stream that starts late.
+        #[cfg(feature = "test-hooks")]
+        hooks: rdmaxfer::xfer::file::SendHooks {
+            corrupt_chunk: test_hook("RDMAXFER_TEST_CORRUPT_CHUNK"),
+            corrupt_name: test_hook("RDMAXFER_TEST_CORRUPT_NAME"),
+            replay_chunk: test_hook("RDMAXFER_TEST_REPLAY_CHUNK"),
+            hold_stripe: test_hook("RDMAXFER_TEST_HOLD_STRIPE"),
+            lag_stream: test_hook("RDMAXFER_TEST_LAG_STREAM"),
+        },
         streams,
         bwlimit: a.bwlimit,
         dry_run: a.dry_run,
@@ -784,10 +784,8 @@ pub(crate) fn send_over(
     r
 }
 
-/// A test-only hook's value from the environment variable `name` (debug builds only).
+/// A test-only hook's value from the environment variable `name` (feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
 fn test_hook<T: std::str::FromStr>(name: &str) -> Option<T> {
-    if !cfg!(debug_assertions) {
-        return None;
-    }
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }

@@ -16,7 +16,7 @@ granted, so this is a fault of the RDMA transport (seen with Soft-RoCE, rdma_rxe
 retransmitting on hosts starved of CPU); nothing of this file is committed: send it again \
 (with --resume on both sides its verified part is kept), with fewer --streams if it recurs";
 
-/// Test-only faults a sender injects (debug builds of the CLI; see `send`'s test hooks).
+/// Test-only faults a sender injects (feature `test-hooks`; see `SendHooks`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Faults {
     /// Flip a byte of this chunk (of the part being sent) after hashing it.

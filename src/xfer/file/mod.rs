@@ -37,6 +37,8 @@ pub use options::{
     ReceiverOptions, SenderOptions, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHUNK, MAX_RING_BYTES,
     MAX_SLOTS, MIN_CHUNK,
 };
+#[cfg(feature = "test-hooks")]
+pub use options::{RecvHooks, SendHooks};
 pub use recv::{
     cleanup, partial, receive, receive_leased, receive_streams, ring_budget, sink, Role,
     StreamRegistry, DEFAULT_MAX_STREAMS,

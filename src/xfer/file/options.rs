@@ -26,6 +26,60 @@ pub(crate) const MIN_SLOT: u64 = 4096;
 /// would cost a completion, a copy and a credit per byte).
 pub const MIN_CHUNK: u32 = 4096;
 
+#[cfg(feature = "test-hooks")]
+pub use hooks::{RecvHooks, SendHooks};
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use hooks::{RecvHooks, SendHooks};
+#[cfg(not(feature = "test-hooks"))]
+static NO_SEND_HOOKS: SendHooks = SendHooks::NONE;
+#[cfg(not(feature = "test-hooks"))]
+static NO_RECV_HOOKS: RecvHooks = RecvHooks { hold_stripe: None };
+
+/// Faults and holds that rdmaxfer's own tests put into a transfer: public only with the cargo
+/// feature `test-hooks` (which a build for use never has), set by the `rdmaxfer` tool from
+/// `RDMAXFER_TEST_*` variables in such a build.
+mod hooks {
+    /// A sender's.
+    #[derive(Clone, Debug, Default)]
+    pub struct SendHooks {
+        /// Flip a byte of this chunk (0-based, per file) after hashing it.
+        pub corrupt_chunk: Option<u64>,
+        /// With `corrupt_chunk`, only the file of this name (as sent).
+        pub corrupt_name: Option<String>,
+        /// After posting this chunk (0-based, per file), post a zero-length RDMA
+        /// WRITE_WITH_IMM repeating its immediate, as a faulty transport's retransmission may
+        /// deliver (the receiver must name it and commit nothing).
+        pub replay_chunk: Option<u64>,
+        /// The stripe of this index (of every striped file) sends its data only once every
+        /// other stripe of its file has its verdict (its stream waits, MR in hand).
+        pub hold_stripe: Option<u16>,
+        /// The stream of this index takes its first job only once every job left is its own
+        /// (at most a minute), and the cap on striped files unfinished at once is off, so that
+        /// half-sent files pile up at the receiver as a greedy peer's would.
+        pub lag_stream: Option<u16>,
+    }
+
+    impl SendHooks {
+        /// No hook.
+        #[cfg_attr(feature = "test-hooks", allow(dead_code))]
+        pub(crate) const NONE: SendHooks = SendHooks {
+            corrupt_chunk: None,
+            corrupt_name: None,
+            replay_chunk: None,
+            hold_stripe: None,
+            lag_stream: None,
+        };
+    }
+
+    /// A receiver's.
+    #[derive(Clone, Debug, Default)]
+    pub struct RecvHooks {
+        /// The stripe of this index (of every striped file) is answered (MR) only once every
+        /// other stripe of its file has ended (the sender's stream waits for it).
+        pub hold_stripe: Option<u16>,
+    }
+}
+
 /// The receiver's policy.
 #[derive(Clone, Debug)]
 pub struct ReceiverOptions {
@@ -46,9 +100,9 @@ pub struct ReceiverOptions {
     pub budgets: Budgets,
     /// The only chunk verification accepted (`recv --verify`); `None` accepts any.
     pub verify: Option<Algo>,
-    /// Test-only hold: the stripe of this index (of every striped file) is answered (MR) only
-    /// once every other stripe of its file has ended (the sender's stream waits for it).
-    pub hold_stripe: Option<u16>,
+    /// Faults and holds for rdmaxfer's own tests (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub hooks: RecvHooks,
     /// Allow a sender to list the directories it sent in the session and to delete what it
     /// does not have there (`recv --allow-delete`, for `send --delete`); without it LIST and
     /// DELETE are refused (`not allowed`).
@@ -56,6 +110,14 @@ pub struct ReceiverOptions {
 }
 
 impl ReceiverOptions {
+    /// The test hooks asked for (none without feature `test-hooks`).
+    pub(crate) fn hooks(&self) -> &RecvHooks {
+        #[cfg(feature = "test-hooks")]
+        return &self.hooks;
+        #[cfg(not(feature = "test-hooks"))]
+        return &NO_RECV_HOOKS;
+    }
+
     /// Receives into `out_dir` with defaults.
     pub fn new(out_dir: impl Into<PathBuf>) -> ReceiverOptions {
         ReceiverOptions {
@@ -67,7 +129,8 @@ impl ReceiverOptions {
             slots: DEFAULT_SLOTS,
             budgets: Budgets::default(),
             verify: None,
-            hold_stripe: None,
+            #[cfg(feature = "test-hooks")]
+            hooks: RecvHooks::default(),
             allow_delete: false,
         }
     }
@@ -109,21 +172,9 @@ pub struct SenderOptions {
     pub checksum: bool,
     /// How chunks are verified (`send --verify`; the receiver may refuse it).
     pub verify: Algo,
-    /// Test-only fault: flip a byte of this chunk (0-based, per file) after hashing it.
-    pub corrupt_chunk: Option<u64>,
-    /// Test-only fault: with `corrupt_chunk`, only the file of this name (as sent).
-    pub corrupt_name: Option<String>,
-    /// Test-only fault: after posting this chunk (0-based, per file), post a zero-length RDMA
-    /// WRITE_WITH_IMM repeating its immediate, as a faulty transport's retransmission may
-    /// deliver (the receiver must name it and commit nothing).
-    pub replay_chunk: Option<u64>,
-    /// Test-only hold: the stripe of this index (of every striped file) sends its data only
-    /// once every other stripe of its file has its verdict (its stream waits, MR in hand).
-    pub hold_stripe: Option<u16>,
-    /// Test-only greed: the stream of this index takes its first job only once every job left
-    /// is its own (at most a minute), and the cap on striped files unfinished at once is off,
-    /// so that half-sent files pile up at the receiver as a greedy peer's would.
-    pub lag_stream: Option<u16>,
+    /// Faults and holds for rdmaxfer's own tests (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub hooks: SendHooks,
     /// Streams (connections) to ask the receiver for ([`send_streams`](super::send_streams)); 1: one connection.
     pub streams: u16,
     /// At most this many bytes of file data per second, over all streams together
@@ -158,11 +209,8 @@ impl Default for SenderOptions {
             update: false,
             checksum: false,
             verify: Algo::DEFAULT,
-            corrupt_chunk: None,
-            corrupt_name: None,
-            replay_chunk: None,
-            hold_stripe: None,
-            lag_stream: None,
+            #[cfg(feature = "test-hooks")]
+            hooks: SendHooks::default(),
             streams: 1,
             bwlimit: None,
             dry_run: false,
@@ -174,6 +222,14 @@ impl Default for SenderOptions {
 }
 
 impl SenderOptions {
+    /// The test hooks asked for (none without feature `test-hooks`).
+    pub(crate) fn hooks(&self) -> &SendHooks {
+        #[cfg(feature = "test-hooks")]
+        return &self.hooks;
+        #[cfg(not(feature = "test-hooks"))]
+        return &NO_SEND_HOOKS;
+    }
+
     /// `base` adjusted for a sending endpoint: control-message size and send-queue room for
     /// `slots` RDMA WRITEs.
     pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {

@@ -168,7 +168,7 @@ pub(super) enum FileState {
     Ended,
 }
 
-/// For the test hold (`ReceiverOptions::hold_stripe`): waits (at most a minute) until every
+/// For the test hold (`RecvHooks::hold_stripe`): waits (at most a minute) until every
 /// stripe of `file` but `index` has ended, or the file has.
 pub(super) fn wait_others(file: &Mutex<FileState>, index: u16) {
     let t0 = Instant::now();

@@ -256,7 +256,7 @@ pub(super) fn receive_stripe(
         .chunks
         .prefix_digest(held)
         .expect("the held chunks were hashed");
-    if opts.hold_stripe == Some(s.index) {
+    if opts.hooks().hold_stripe == Some(s.index) {
         wait_others(&file, s.index);
     }
     let chunks = w.chunks.clone();

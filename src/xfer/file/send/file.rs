@@ -269,7 +269,7 @@ pub(super) fn send_file(
             slot_size: mr.slot_size,
         });
     }
-    if let Some(s) = stripe.filter(|s| opts.hold_stripe == Some(s.stripe.index)) {
+    if let Some(s) = stripe.filter(|s| opts.hooks().hold_stripe == Some(s.stripe.index)) {
         let t0 = Instant::now();
         s.track.wait_others(s.stripe.index);
         tracing::info!(
@@ -294,9 +294,13 @@ pub(super) fn send_file(
         plan: ChunkPlan::new(&mr, reading.size(), reading.first_chunk()),
         // The test hooks name chunks of the file: a stripe's own chunks count from its offset.
         faults: Faults::for_part(
-            opts.corrupt_chunk
-                .filter(|_| opts.corrupt_name.as_deref().is_none_or(|n| n == name)),
-            opts.replay_chunk,
+            opts.hooks().corrupt_chunk.filter(|_| {
+                opts.hooks()
+                    .corrupt_name
+                    .as_deref()
+                    .is_none_or(|n| n == name)
+            }),
+            opts.hooks().replay_chunk,
             stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
         ),
         label: &label,

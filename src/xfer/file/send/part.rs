@@ -143,7 +143,7 @@ impl FileTrack {
         lock(&self.ends).iter().all(Option::is_some)
     }
 
-    /// For the test hold ([`SenderOptions::hold_stripe`]): waits (at most a minute) until every
+    /// For the test hold (`SendHooks::hold_stripe`): waits (at most a minute) until every
     /// stripe but `index` has its verdict.
     pub(super) fn wait_others(&self, index: u16) {
         let others_done = |ends: &mut Vec<Option<StripeEnd>>| {

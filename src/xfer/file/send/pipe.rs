@@ -540,8 +540,9 @@ impl Pipe {
             }
         };
         // Test hook: the file's only chunk flipped after hashing (the receiver must refuse it).
+        let h = opts.hooks();
         let corrupt =
-            opts.corrupt_chunk == Some(0) && opts.corrupt_name.as_deref().is_none_or(|n| n == name);
+            h.corrupt_chunk == Some(0) && h.corrupt_name.as_deref().is_none_or(|n| n == name);
         if let (true, Some(b)) = (corrupt, data.first_mut()) {
             *b ^= 0xff;
         }

@@ -191,6 +191,7 @@ pub fn send_streams(
         streams: session.streams,
         progress: AtomicU64::new(0),
         lag: opts
+            .hooks()
             .lag_stream
             .map(|i| (i, std::time::Instant::now() + LAG_MAX)),
     };
@@ -304,11 +305,11 @@ struct Queue {
     /// (a stream waiting its turn for the link or the receiver is not stalled; see
     /// `budget::wait_on`).
     progress: AtomicU64,
-    /// Test-only ([`SenderOptions::lag_stream`]): the stream that starts late, and until when.
+    /// Test-only (`SendHooks::lag_stream`): the stream that starts late, and until when.
     lag: Option<(u16, std::time::Instant)>,
 }
 
-/// The longest a lagging stream ([`SenderOptions::lag_stream`]) waits.
+/// The longest a lagging stream (`SendHooks::lag_stream`) waits.
 const LAG_MAX: Duration = Duration::from_secs(60);
 
 struct Jobs {

@@ -1,0 +1,365 @@
+//! The crate's source as `syn` sees it, shared by `tests/public_api.rs` (the API's soundness
+//! audit) and `tests/public_items.rs` (the committed list of public items): its modules,
+//! followed from `lib.rs`, their `use` bindings, and which items are reachable from outside.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
+
+/// A module: its path from the crate root and its items (file or inline).
+pub(crate) struct Module {
+    pub(crate) path: Vec<String>,
+    pub(crate) items: Vec<syn::Item>,
+}
+
+/// Where a `use` binding points: a path (resolved later, relative to the module) or a glob.
+#[derive(Clone)]
+pub(crate) struct UseBinding {
+    public: bool,
+    /// `None` for a glob (`use a::b::*`): then `target` is the module path.
+    name: Option<String>,
+    target: Vec<String>,
+}
+
+/// Reads the crate's source files by path relative to its `src/` folder.
+pub(crate) type Reader<'a> = dyn Fn(&Path) -> Option<String> + 'a;
+
+pub(crate) struct Crate {
+    pub(crate) modules: Vec<Module>,
+    by_path: HashMap<Vec<String>, usize>,
+    /// Errors found while loading (unreadable files, unscannable macros).
+    pub(crate) load_errors: Vec<String>,
+}
+
+pub(crate) fn is_pub(v: &syn::Visibility) -> bool {
+    matches!(v, syn::Visibility::Public(_))
+}
+
+pub(crate) fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>()
+                .map(|m| m.path().is_ident("test"))
+                .unwrap_or(false)
+    })
+}
+
+pub(crate) fn path_attr(attrs: &[syn::Attribute]) -> Option<String> {
+    attrs.iter().find_map(|a| match &a.meta {
+        syn::Meta::NameValue(nv) if nv.path.is_ident("path") => match &nv.value {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Some(s.value()),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+pub(crate) fn show(path: &[String]) -> String {
+    let mut s = String::from("crate");
+    for p in path {
+        s.push_str("::");
+        s.push_str(p);
+    }
+    s
+}
+
+impl Crate {
+    /// Loads the crate from `lib.rs`, following `mod` declarations.
+    pub(crate) fn load(read: &Reader<'_>) -> Crate {
+        let mut c = Crate {
+            modules: Vec::new(),
+            by_path: HashMap::new(),
+            load_errors: Vec::new(),
+        };
+        match read(Path::new("lib.rs")) {
+            Some(text) => match syn::parse_file(&text) {
+                Ok(f) => c.add_module(read, Vec::new(), PathBuf::new(), f.items),
+                Err(e) => c.load_errors.push(format!("lib.rs: parse error: {e}")),
+            },
+            None => c.load_errors.push("lib.rs: not found".into()),
+        }
+        c
+    }
+
+    /// Adds module `path` with `items`; its child modules' files are looked up under `dir`.
+    fn add_module(
+        &mut self,
+        read: &Reader<'_>,
+        path: Vec<String>,
+        dir: PathBuf,
+        items: Vec<syn::Item>,
+    ) {
+        let mut children = Vec::new();
+        for item in &items {
+            let syn::Item::Mod(m) = item else { continue };
+            if is_cfg_test(&m.attrs) {
+                continue;
+            }
+            let name = m.ident.to_string();
+            let mut child = path.clone();
+            child.push(name.clone());
+            if let Some((_, inline)) = &m.content {
+                children.push((child, dir.join(&name), inline.clone()));
+                continue;
+            }
+            let candidates = match path_attr(&m.attrs) {
+                Some(p) => vec![(dir.join(&p), dir.join(&p).with_extension(""))],
+                None => vec![
+                    (dir.join(format!("{name}.rs")), dir.join(&name)),
+                    (dir.join(&name).join("mod.rs"), dir.join(&name)),
+                ],
+            };
+            let found = candidates
+                .into_iter()
+                .find_map(|(file, sub)| read(&file).map(|t| (file, sub, t)));
+            match found {
+                Some((file, sub, text)) => match syn::parse_file(&text) {
+                    Ok(f) => children.push((child, sub, f.items)),
+                    Err(e) => self
+                        .load_errors
+                        .push(format!("{}: parse error: {e}", file.display())),
+                },
+                None => self
+                    .load_errors
+                    .push(format!("{}: module file not found", show(&child))),
+            }
+        }
+        self.by_path.insert(path.clone(), self.modules.len());
+        self.modules.push(Module { path, items });
+        for (child, sub, items) in children {
+            self.add_module(read, child, sub, items);
+        }
+    }
+
+    pub(crate) fn module(&self, path: &[String]) -> Option<&Module> {
+        self.by_path.get(path).map(|&i| &self.modules[i])
+    }
+
+    /// The `use` bindings of a module.
+    pub(crate) fn uses(m: &Module) -> Vec<UseBinding> {
+        fn walk(
+            t: &syn::UseTree,
+            prefix: &mut Vec<String>,
+            public: bool,
+            out: &mut Vec<UseBinding>,
+        ) {
+            match t {
+                syn::UseTree::Path(p) => {
+                    prefix.push(p.ident.to_string());
+                    walk(&p.tree, prefix, public, out);
+                    prefix.pop();
+                }
+                syn::UseTree::Name(n) if n.ident == "self" => out.push(UseBinding {
+                    public,
+                    name: prefix.last().cloned(),
+                    target: prefix.clone(),
+                }),
+                syn::UseTree::Name(n) => {
+                    let mut target = prefix.clone();
+                    target.push(n.ident.to_string());
+                    out.push(UseBinding {
+                        public,
+                        name: Some(n.ident.to_string()),
+                        target,
+                    });
+                }
+                syn::UseTree::Rename(r) => {
+                    let mut target = prefix.clone();
+                    target.push(r.ident.to_string());
+                    out.push(UseBinding {
+                        public,
+                        name: Some(r.rename.to_string()),
+                        target,
+                    });
+                }
+                syn::UseTree::Glob(_) => out.push(UseBinding {
+                    public,
+                    name: None,
+                    target: prefix.clone(),
+                }),
+                syn::UseTree::Group(g) => {
+                    for t in &g.items {
+                        walk(t, prefix, public, out);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for item in &m.items {
+            if let syn::Item::Use(u) = item {
+                walk(&u.tree, &mut Vec::new(), is_pub(&u.vis), &mut out);
+            }
+        }
+        out
+    }
+
+    /// Resolves a module path written in module `from` (`crate::`, `self::`, `super::`, a child
+    /// module, or a name a `use` brought in). `None`: outside this crate (std, libc, ...).
+    pub(crate) fn resolve_module(
+        &self,
+        from: &[String],
+        segs: &[String],
+        depth: usize,
+    ) -> Option<Vec<String>> {
+        if depth > 16 {
+            return None;
+        }
+        let mut cur: Vec<String> = from.to_vec();
+        for (i, s) in segs.iter().enumerate() {
+            match s.as_str() {
+                "crate" if i == 0 => cur.clear(),
+                "self" if i == 0 => {}
+                "super" => {
+                    cur.pop()?;
+                }
+                _ => {
+                    let mut child = cur.clone();
+                    child.push(s.clone());
+                    if self.by_path.contains_key(&child) {
+                        cur = child;
+                        continue;
+                    }
+                    let m = self.module(&cur)?;
+                    let b = Self::uses(m)
+                        .into_iter()
+                        .find(|b| b.name.as_deref() == Some(s.as_str()))?;
+                    cur = self.resolve_module(&cur, &b.target, depth + 1)?;
+                }
+            }
+        }
+        Some(cur)
+    }
+
+    /// Resolves the item `segs` (module path + name) written in module `from` to where the
+    /// name is bound: `(module, name)`. `None`: outside this crate.
+    pub(crate) fn resolve_item(
+        &self,
+        from: &[String],
+        segs: &[String],
+    ) -> Option<(Vec<String>, String)> {
+        let (name, prefix) = segs.split_last()?;
+        let m = self.resolve_module(from, prefix, 0)?;
+        Some((m, name.clone()))
+    }
+
+    /// Where the item `segs` written in module `from` is defined, following `use` bindings.
+    /// `None`: outside this crate.
+    pub(crate) fn definition(
+        &self,
+        from: &[String],
+        segs: &[String],
+        depth: usize,
+    ) -> Option<(Vec<String>, String)> {
+        if depth > 16 {
+            return None;
+        }
+        let (m, name) = self.resolve_item(from, segs)?;
+        let module = self.module(&m)?;
+        if item_names(&module.items).iter().any(|(n, _)| *n == name) {
+            return Some((m, name));
+        }
+        let b = Self::uses(module)
+            .into_iter()
+            .find(|b| b.name.as_deref() == Some(name.as_str()))?;
+        self.definition(&m, &b.target, depth + 1)
+    }
+
+    /// Every `(module, name)` reachable from outside the crate, definitions and bindings alike.
+    pub(crate) fn reachable(&self) -> HashSet<(Vec<String>, String)> {
+        let mut seen: HashSet<(Vec<String>, String)> = HashSet::new();
+        let mut work: Vec<(Vec<String>, String)> = Vec::new();
+        let open_module = |m: &Module, work: &mut Vec<(Vec<String>, String)>| {
+            for (name, public) in item_names(&m.items) {
+                if public {
+                    work.push((m.path.clone(), name));
+                }
+            }
+            for b in Self::uses(m) {
+                if !b.public {
+                    continue;
+                }
+                match &b.name {
+                    Some(n) => work.push((m.path.clone(), n.clone())),
+                    None => {
+                        if let Some(t) = self.resolve_module(&m.path, &b.target, 0) {
+                            if let Some(tm) = self.module(&t) {
+                                for (name, public) in item_names(&tm.items) {
+                                    if public {
+                                        work.push((t.clone(), name));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        if let Some(root) = self.module(&[]) {
+            open_module(root, &mut work);
+        }
+        while let Some((mpath, name)) = work.pop() {
+            if !seen.insert((mpath.clone(), name.clone())) {
+                continue;
+            }
+            let Some(m) = self.module(&mpath) else {
+                continue;
+            };
+            // A public child module: all its public items.
+            let mut child = mpath.clone();
+            child.push(name.clone());
+            if let Some(cm) = self.module(&child) {
+                if item_names(&m.items).iter().any(|(n, _)| *n == name) {
+                    open_module(cm, &mut work);
+                }
+            }
+            // A re-export: follow it to where it points.
+            for b in Self::uses(m) {
+                if b.name.as_deref() == Some(name.as_str()) {
+                    if let Some(t) = self.resolve_item(&mpath, &b.target) {
+                        work.push(t.clone());
+                        // `pub use a::b` of a module `b`: that module is opened by the loop.
+                    }
+                }
+            }
+        }
+        seen
+    }
+}
+
+/// Names an item list defines, each with whether it is declared `pub`.
+pub(crate) fn item_names(items: &[syn::Item]) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for item in items {
+        let (id, vis) = match item {
+            syn::Item::Const(i) => (&i.ident, &i.vis),
+            syn::Item::Enum(i) => (&i.ident, &i.vis),
+            syn::Item::Fn(i) => (&i.sig.ident, &i.vis),
+            syn::Item::Mod(i) if !is_cfg_test(&i.attrs) => (&i.ident, &i.vis),
+            syn::Item::Static(i) => (&i.ident, &i.vis),
+            syn::Item::Struct(i) => (&i.ident, &i.vis),
+            syn::Item::Trait(i) => (&i.ident, &i.vis),
+            syn::Item::Type(i) => (&i.ident, &i.vis),
+            syn::Item::Union(i) => (&i.ident, &i.vis),
+            _ => continue,
+        };
+        out.push((id.to_string(), is_pub(vis)));
+    }
+    out
+}
+
+/// Collects the impl blocks of one module, including those inside function bodies (an impl
+/// anywhere applies crate-wide), but not those of inline child modules (scanned on their own).
+#[derive(Default)]
+pub(crate) struct Impls<'ast>(pub(crate) Vec<&'ast syn::ItemImpl>);
+
+impl<'ast> Visit<'ast> for Impls<'ast> {
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        self.0.push(i);
+        syn::visit::visit_item_impl(self, i);
+    }
+    fn visit_item_mod(&mut self, _: &'ast syn::ItemMod) {}
+}
