@@ -11,10 +11,12 @@
  * Errors. Every call that can fail returns an rdmaxfer_status; RDMAXFER_OK (0) is success and
  *   the numeric values never change. rdmaxfer_strerror(status) describes a status (static
  *   text); rdmaxfer_last_error_message() gives the detail of the last failure on the calling
- *   thread (which call, and why), valid until the next failing call on that thread.
- *   Out-parameters are written only on success: on failure they keep what they held. The one
- *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv
- *   writes the length the message needed to *out_len.
+ *   thread (which call, and why), valid until the next failing call on that thread;
+ *   rdmaxfer_last_os_error() and rdmaxfer_last_wc_status() the errno and work-completion
+ *   status behind it (0 and -1 when it had none).
+ *   Out-parameters are written only on success: on failure they keep what they held. The
+ *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv /
+ *   rdmaxfer_conn_peer_addr writes the length needed to *out_len.
  *
  * Pointers. A handle argument is a pointer this library returned for a handle of that type
  *   (for one freed since, see Ownership). An out-parameter points to writable memory for one
@@ -116,6 +118,20 @@
  * The default port (RDMA CM port, or TCP port of the out-of-band exchange).
  */
 #define RDMAXFER_DEFAULT_PORT 18515
+
+/**
+ * As the `port` of `rdmaxfer_listen` and `rdmaxfer_connect`: the configured port
+ * (`rdmaxfer_config_set_port`; default `RDMAXFER_DEFAULT_PORT`). The same in both calls, so a
+ * server and client that both pass it meet.
+ */
+#define RDMAXFER_PORT_CONFIGURED 0
+
+/**
+ * As the port of `rdmaxfer_config_set_port`: any free port, which the system chooses when a
+ * listener binds (`rdmaxfer_listener_port` tells which); a connect with it as its port fails
+ * (`RDMAXFER_ERR_INVALID_ARGUMENT`).
+ */
+#define RDMAXFER_PORT_ANY 0
 
 /**
  * The smallest (and default) message size (`rdmaxfer_config_set_msg_size`).
@@ -435,6 +451,20 @@ extern "C" {
 const char *rdmaxfer_last_error_message(void);
 
 /**
+ * The OS error number (errno, e.g. `ENOMEM` from a registration over the locked-memory
+ * limit) behind the last failure on the calling thread; 0 when it had none (or before any).
+ * Set with the last error message, by the same calls.
+ */
+int rdmaxfer_last_os_error(void);
+
+/**
+ * The work-completion status (`enum ibv_wc_status` of libibverbs, e.g. 10 for
+ * `IBV_WC_REM_ACCESS_ERR`) behind the last failure on the calling thread; -1 when it had
+ * none (or before any). Set with the last error message, by the same calls.
+ */
+int rdmaxfer_last_wc_status(void);
+
+/**
  * Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
  */
 enum rdmaxfer_status rdmaxfer_buf_new(struct rdmaxfer_conn *conn,
@@ -586,8 +616,10 @@ enum rdmaxfer_status rdmaxfer_config_set_stream_hosts(struct rdmaxfer_config *cf
 enum rdmaxfer_status rdmaxfer_config_set_gid_index(struct rdmaxfer_config *cfg, int32_t index);
 
 /**
- * The port `rdmaxfer_connect` uses when its `port` argument is 0 (default 18515).
- * (`rdmaxfer_listen` takes its port as given: 0 lets the system choose.)
+ * The port `rdmaxfer_listen` and `rdmaxfer_connect` use when their `port` argument is
+ * `RDMAXFER_PORT_CONFIGURED` (default `RDMAXFER_DEFAULT_PORT`). `RDMAXFER_PORT_ANY`: listeners
+ * take any free port (`rdmaxfer_listener_port` tells which), and a connect needs its port
+ * given.
  */
 enum rdmaxfer_status rdmaxfer_config_set_port(struct rdmaxfer_config *cfg, uint16_t port);
 
@@ -642,7 +674,8 @@ enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, s
 enum rdmaxfer_status rdmaxfer_config_set_streams(struct rdmaxfer_config *cfg, uint32_t n);
 
 /**
- * Connects to `host` (name or IP address) at `port` (0: the configured port).
+ * Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
+ * configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
  */
 enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
                                       const char *host,
@@ -674,6 +707,19 @@ void rdmaxfer_conn_free(struct rdmaxfer_conn *conn);
  * control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
  */
 enum rdmaxfer_status rdmaxfer_conn_max_msg_size(const struct rdmaxfer_conn *conn, size_t *out_size);
+
+/**
+ * The peer's address of `conn` (the client's, for a connection `rdmaxfer_accept` made), as
+ * text ("198.18.0.1:41234"; "[::1]:41234" for IPv6), NUL-terminated, into `buf` (`cap`
+ * bytes); `*out_len` is its length without the NUL. When it does not fit (`cap` must be
+ * at least length + 1), `RDMAXFER_ERR_BUFFER_TOO_SMALL` with the length in `*out_len`, `buf`
+ * untouched; 48 bytes always suffice. `RDMAXFER_ERR_INVALID_STATE` when the transport did not
+ * tell it. Never blocks.
+ */
+enum rdmaxfer_status rdmaxfer_conn_peer_addr(const struct rdmaxfer_conn *conn,
+                                             char *buf,
+                                             size_t cap,
+                                             size_t *out_len);
 
 /**
  * Sends `len` bytes at `data` as one message to an rdmaxfer peer (waits for flow-control
@@ -764,10 +810,10 @@ enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
 
 /**
  * Listens on `addr` (an IP address, "0.0.0.0" for all) and `port`, with RDMA CM or the
- * out-of-band exchange as `cfg` says. Port 0 lets the system choose a free port, as bind(2)
- * does: `rdmaxfer_listener_port` tells which (the configured port, `rdmaxfer_config_set_port`,
- * is what `rdmaxfer_connect` uses; pass it here to listen on it). The device, GID index and
- * message size are checked now.
+ * out-of-band exchange as `cfg` says. `RDMAXFER_PORT_CONFIGURED` (0) listens on the configured
+ * port (`rdmaxfer_config_set_port`), as `rdmaxfer_connect` connects to it; configure
+ * `RDMAXFER_PORT_ANY` to let the system choose a free port (`rdmaxfer_listener_port` tells
+ * which). The device, GID index and message size are checked now.
  */
 enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
                                      const char *addr,
@@ -775,7 +821,7 @@ enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
                                      struct rdmaxfer_listener **out_listener);
 
 /**
- * The port `listener` listens on (the one the system chose when listening on port 0).
+ * The port `listener` listens on (the one the system chose for `RDMAXFER_PORT_ANY`).
  */
 enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *listener,
                                             uint16_t *out_port);

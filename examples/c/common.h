@@ -70,8 +70,8 @@ static inline struct rdmaxfer_config *make_config(const struct conn_opts *o)
     CHECK(rdmaxfer_config_new(&cfg));
     if (o->port > 65535)
         die("-p", RDMAXFER_ERR_INVALID_ARGUMENT);
-    if (o->port) /* -p 0: listen on a port the system chooses (the config keeps its default) */
-        CHECK(rdmaxfer_config_set_port(cfg, (uint16_t)o->port));
+    /* -p 0 is RDMAXFER_PORT_ANY: a listener gets a port the system chooses. */
+    CHECK(rdmaxfer_config_set_port(cfg, (uint16_t)o->port));
     CHECK(rdmaxfer_config_set_device(cfg, o->device));
     CHECK(rdmaxfer_config_set_gid_index(cfg, o->gid_index));
     CHECK(rdmaxfer_config_set_transport(cfg, o->oob ? RDMAXFER_TRANSPORT_OOB : RDMAXFER_TRANSPORT_CM));
@@ -82,7 +82,8 @@ static inline struct rdmaxfer_config *make_config(const struct conn_opts *o)
     return cfg;
 }
 
-/* Listens on `addr` and `port` (0: the system chooses; the real port is printed), says so on
+/* Listens on `addr` and `port` (RDMAXFER_PORT_CONFIGURED: the configured one, which -p 0
+ * makes RDMAXFER_PORT_ANY: the system chooses; the real port is printed), says so on
  * stderr (tests wait for "listening on"), accepts one peer: rdmaxfer_accept waits at most the
  * configured timeout, so it is called again until a peer comes. */
 static inline struct rdmaxfer_conn *accept_one(const struct rdmaxfer_config *cfg, const char *addr,

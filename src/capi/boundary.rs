@@ -2,8 +2,8 @@
 //! `rdmaxfer_last_error_message`) and pointer checks. Every dereference of a caller's pointer
 //! happens here, except a handle's (`super::handle::arg`).
 
-use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr, CString, OsStr};
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -13,6 +13,8 @@ use crate::error::Error;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// The OS error (errno) and work-completion status of the last failure, when it had them.
+    static LAST_CAUSE: Cell<(Option<i32>, Option<u32>)> = const { Cell::new((None, None)) };
 }
 
 /// A failure on its way to C: the status and the detail for the last error message.
@@ -22,6 +24,10 @@ pub(crate) struct Fail {
     pub(crate) status: rdmaxfer_status,
     /// The detail.
     pub(crate) msg: String,
+    /// The OS error (errno) behind it, if any.
+    pub(crate) errno: Option<i32>,
+    /// The work completion's status (`enum ibv_wc_status`) behind it, if any.
+    pub(crate) wc_status: Option<u32>,
 }
 
 impl Fail {
@@ -30,6 +36,8 @@ impl Fail {
         Fail {
             status,
             msg: msg.into(),
+            errno: None,
+            wc_status: None,
         }
     }
 
@@ -49,6 +57,8 @@ impl From<Error> for Fail {
         Fail {
             status: (&e).into(),
             msg: e.to_string(),
+            errno: e.errno(),
+            wc_status: e.wc_status(),
         }
     }
 }
@@ -56,8 +66,16 @@ impl From<Error> for Fail {
 /// What the body of an export returns.
 pub(crate) type CResult<T> = Result<T, Fail>;
 
-/// Records `msg` as the calling thread's last error (NULs become spaces).
+/// Records `f` (of export `func`) as the calling thread's last failure.
+fn set_last_fail(func: &str, f: Fail) {
+    set_last_error(format!("{func}: {}", f.msg));
+    LAST_CAUSE.with(|c| c.set((f.errno, f.wc_status)));
+}
+
+/// Records `msg` as the calling thread's last error (NULs become spaces), with no OS error or
+/// completion status behind it.
 pub(crate) fn set_last_error(msg: String) {
+    LAST_CAUSE.with(|c| c.set((None, None)));
     let mut bytes = msg.into_bytes();
     bytes
         .iter_mut()
@@ -75,6 +93,27 @@ pub extern "C" fn rdmaxfer_last_error_message() -> *const c_char {
     // The pointer stays valid until LAST_ERROR is replaced, which only `set_last_error` does,
     // on a failure on this thread.
     LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// The OS error number (errno, e.g. `ENOMEM` from a registration over the locked-memory
+/// limit) behind the last failure on the calling thread; 0 when it had none (or before any).
+/// Set with the last error message, by the same calls.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_last_os_error() -> c_int {
+    LAST_CAUSE.with(|c| c.get().0.unwrap_or(0))
+}
+
+/// The work-completion status (`enum ibv_wc_status` of libibverbs, e.g. 10 for
+/// `IBV_WC_REM_ACCESS_ERR`) behind the last failure on the calling thread; -1 when it had
+/// none (or before any). Set with the last error message, by the same calls.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_last_wc_status() -> c_int {
+    LAST_CAUSE.with(|c| {
+        c.get()
+            .1
+            .and_then(|s| c_int::try_from(s).ok())
+            .unwrap_or(-1)
+    })
 }
 
 /// The calling thread's last error message, copied.
@@ -104,8 +143,9 @@ pub(crate) fn run(func: &'static str, body: impl FnOnce() -> CResult<()>) -> rdm
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => rdmaxfer_status::RDMAXFER_OK,
         Ok(Err(f)) => {
-            set_last_error(format!("{func}: {}", f.msg));
-            f.status
+            let status = f.status;
+            set_last_fail(func, f);
+            status
         }
         Err(p) => {
             set_last_error(format!("{func}: panicked: {}", panic_text(p)));
@@ -120,7 +160,7 @@ pub(crate) fn run_or<T>(func: &'static str, fallback: T, body: impl FnOnce() -> 
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(f)) => {
-            set_last_error(format!("{func}: {}", f.msg));
+            set_last_fail(func, f);
             fallback
         }
         Err(p) => {

@@ -21,6 +21,14 @@ pub const RDMAXFER_MAX_STREAMS: u16 = 64;
 const _: () = assert!(RDMAXFER_MAX_STREAMS == crate::xfer::file::proto::MAX_STREAMS);
 /// The default port (RDMA CM port, or TCP port of the out-of-band exchange).
 pub const RDMAXFER_DEFAULT_PORT: u16 = 18515;
+/// As the `port` of `rdmaxfer_listen` and `rdmaxfer_connect`: the configured port
+/// (`rdmaxfer_config_set_port`; default `RDMAXFER_DEFAULT_PORT`). The same in both calls, so a
+/// server and client that both pass it meet.
+pub const RDMAXFER_PORT_CONFIGURED: u16 = 0;
+/// As the port of `rdmaxfer_config_set_port`: any free port, which the system chooses when a
+/// listener binds (`rdmaxfer_listener_port` tells which); a connect with it as its port fails
+/// (`RDMAXFER_ERR_INVALID_ARGUMENT`).
+pub const RDMAXFER_PORT_ANY: u16 = 0;
 const _: () = assert!(RDMAXFER_DEFAULT_PORT == DEFAULT_PORT);
 /// The smallest (and default) message size (`rdmaxfer_config_set_msg_size`).
 pub const RDMAXFER_MIN_MSG_SIZE: usize = 8192;
@@ -125,12 +133,25 @@ impl Config {
         }
     }
 
-    /// `port`, or the configured port when it is 0.
-    pub fn port_or_default(&self, port: u16) -> u16 {
-        if port == 0 {
+    /// The port a listener binds: `port`, or the configured one for `RDMAXFER_PORT_CONFIGURED`
+    /// (which may be `RDMAXFER_PORT_ANY`: the system chooses).
+    pub fn listen_port(&self, port: u16) -> u16 {
+        if port == RDMAXFER_PORT_CONFIGURED {
             self.port
         } else {
             port
+        }
+    }
+
+    /// The port to connect to: `port`, or the configured one for `RDMAXFER_PORT_CONFIGURED`;
+    /// refused when that is `RDMAXFER_PORT_ANY`.
+    pub fn connect_port(&self, port: u16) -> Result<u16, Fail> {
+        match self.listen_port(port) {
+            RDMAXFER_PORT_ANY => Err(Fail::invalid(
+                "no port to connect to: the configured port is RDMAXFER_PORT_ANY, which only a \
+                 listener can take; pass the port, or configure it (rdmaxfer_config_set_port)",
+            )),
+            p => Ok(p),
         }
     }
 }
@@ -275,17 +296,16 @@ pub extern "C" fn rdmaxfer_config_set_gid_index(
     })
 }
 
-/// The port `rdmaxfer_connect` uses when its `port` argument is 0 (default 18515).
-/// (`rdmaxfer_listen` takes its port as given: 0 lets the system choose.)
+/// The port `rdmaxfer_listen` and `rdmaxfer_connect` use when their `port` argument is
+/// `RDMAXFER_PORT_CONFIGURED` (default `RDMAXFER_DEFAULT_PORT`). `RDMAXFER_PORT_ANY`: listeners
+/// take any free port (`rdmaxfer_listener_port` tells which), and a connect needs its port
+/// given.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_port(
     cfg: *mut rdmaxfer_config,
     port: u16,
 ) -> rdmaxfer_status {
     set("rdmaxfer_config_set_port", cfg, |c| {
-        if port == 0 {
-            return Err(Fail::invalid("port 0"));
-        }
         c.port = port;
         Ok(())
     })

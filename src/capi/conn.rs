@@ -76,7 +76,8 @@ pub(crate) fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mu
     })
 }
 
-/// Connects to `host` (name or IP address) at `port` (0: the configured port).
+/// Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
+/// configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connect(
     cfg: *const rdmaxfer_config,
@@ -88,13 +89,8 @@ pub extern "C" fn rdmaxfer_connect(
         let cfg = snapshot(cfg)?;
         let host = boundary::arg_str(host, "host")?;
         let o = out(out_conn, "out_conn")?;
-        let ep = session::connect_plain(
-            host,
-            cfg.port_or_default(port),
-            cfg.oob,
-            &cfg.endpoint_options(),
-        )?;
-        let port = cfg.port_or_default(port);
+        let port = cfg.connect_port(port)?;
+        let ep = session::connect_plain(host, port, cfg.oob, &cfg.endpoint_options())?;
         let conn = new_conn(ep, Role::Client, cfg.oob, &cfg);
         handle(conn, "conn")?.dial = Some((cfg, host.to_string(), port));
         o.set(conn);
@@ -144,6 +140,47 @@ pub extern "C" fn rdmaxfer_conn_max_msg_size(
         let n = c.rdmaxfer_peer()?.max_msg_size();
         o.set(n);
         Ok(())
+    })
+}
+
+/// The peer's address of `conn` (the client's, for a connection `rdmaxfer_accept` made), as
+/// text ("198.18.0.1:41234"; "[::1]:41234" for IPv6), NUL-terminated, into `buf` (`cap`
+/// bytes); `*out_len` is its length without the NUL. When it does not fit (`cap` must be
+/// at least length + 1), `RDMAXFER_ERR_BUFFER_TOO_SMALL` with the length in `*out_len`, `buf`
+/// untouched; 48 bytes always suffice. `RDMAXFER_ERR_INVALID_STATE` when the transport did not
+/// tell it. Never blocks.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_conn_peer_addr(
+    conn: *const rdmaxfer_conn,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_conn_peer_addr", || {
+        let c = handle(conn, "conn")?;
+        let dst = boundary::arg_bytes_mut(buf.cast(), cap, "buf")?;
+        let o = out(out_len, "out_len")?;
+        let addr =
+            c.ep.peer()
+                .addr
+                .ok_or_else(|| Fail::state("the transport did not tell the peer's address"))?
+                .to_string();
+        let n = addr.len();
+        match dst.get_mut(..=n) {
+            Some(d) => {
+                d[..n].copy_from_slice(addr.as_bytes());
+                d[n] = 0;
+                o.set(n);
+                Ok(())
+            }
+            None => {
+                o.set(n);
+                Err(Fail::new(
+                    rdmaxfer_status::RDMAXFER_ERR_BUFFER_TOO_SMALL,
+                    format!("the {n}-byte address and its NUL do not fit the {cap}-byte buffer"),
+                ))
+            }
+        }
     })
 }
 

@@ -42,10 +42,10 @@ impl rdmaxfer_listener {
 }
 
 /// Listens on `addr` (an IP address, "0.0.0.0" for all) and `port`, with RDMA CM or the
-/// out-of-band exchange as `cfg` says. Port 0 lets the system choose a free port, as bind(2)
-/// does: `rdmaxfer_listener_port` tells which (the configured port, `rdmaxfer_config_set_port`,
-/// is what `rdmaxfer_connect` uses; pass it here to listen on it). The device, GID index and
-/// message size are checked now.
+/// out-of-band exchange as `cfg` says. `RDMAXFER_PORT_CONFIGURED` (0) listens on the configured
+/// port (`rdmaxfer_config_set_port`), as `rdmaxfer_connect` connects to it; configure
+/// `RDMAXFER_PORT_ANY` to let the system choose a free port (`rdmaxfer_listener_port` tells
+/// which). The device, GID index and message size are checked now.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listen(
     cfg: *const rdmaxfer_config,
@@ -57,6 +57,7 @@ pub extern "C" fn rdmaxfer_listen(
         let cfg = snapshot(cfg)?;
         let addr = boundary::arg_str(addr, "addr")?;
         let o = out(out_listener, "out_listener")?;
+        let port = cfg.listen_port(port);
         let server = Server::bind(addr, port, cfg.oob, &cfg.endpoint_options())?;
         let shut = server.shutdown_handle();
         let p = into_handle::<rdmaxfer_listener>(ListenerState { server, cfg });
@@ -66,7 +67,7 @@ pub extern "C" fn rdmaxfer_listen(
     })
 }
 
-/// The port `listener` listens on (the one the system chose when listening on port 0).
+/// The port `listener` listens on (the one the system chose for `RDMAXFER_PORT_ANY`).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_port(
     listener: *const rdmaxfer_listener,

@@ -233,6 +233,43 @@ fn the_version_constants_match_cargo_toml() {
 }
 
 #[test]
+fn port_0_is_the_configured_port_in_both_calls_and_any_only_for_a_listener() {
+    let mut c = Config::default();
+    assert_eq!(
+        (c.listen_port(0), c.connect_port(0).ok()),
+        (RDMAXFER_DEFAULT_PORT, Some(RDMAXFER_DEFAULT_PORT)),
+        "RDMAXFER_PORT_CONFIGURED means one port in both calls"
+    );
+    c.port = RDMAXFER_PORT_ANY;
+    assert_eq!((c.listen_port(0), c.listen_port(9)), (0, 9));
+    assert_eq!(c.connect_port(9).ok(), Some(9));
+    let mut cfg = ptr::null_mut();
+    assert_eq!(rdmaxfer_config_new(&mut cfg), S::RDMAXFER_OK);
+    assert_eq!(
+        rdmaxfer_config_set_port(cfg, RDMAXFER_PORT_ANY),
+        S::RDMAXFER_OK
+    );
+    // A listener then lets the system choose; a connect refuses at once, before any packet.
+    let mut conn = ptr::null_mut();
+    assert_eq!(
+        super::conn::rdmaxfer_connect(
+            cfg,
+            c"198.18.0.1".as_ptr(),
+            RDMAXFER_PORT_CONFIGURED,
+            &mut conn
+        ),
+        S::RDMAXFER_ERR_INVALID_ARGUMENT
+    );
+    assert!(conn.is_null(), "the out-parameter is untouched");
+    assert!(
+        last_error().contains("RDMAXFER_PORT_ANY"),
+        "{}",
+        last_error()
+    );
+    rdmaxfer_config_free(cfg);
+}
+
+#[test]
 fn invalid_settings_leave_the_config_unchanged() {
     let cfg = new_config();
     assert_eq!(rdmaxfer_config_set_timeout_ms(cfg, 2500), S::RDMAXFER_OK);
@@ -250,10 +287,6 @@ fn invalid_settings_leave_the_config_unchanged() {
     );
     assert_eq!(
         rdmaxfer_config_set_gid_index(cfg, -2),
-        S::RDMAXFER_ERR_INVALID_ARGUMENT
-    );
-    assert_eq!(
-        rdmaxfer_config_set_port(cfg, 0),
         S::RDMAXFER_ERR_INVALID_ARGUMENT
     );
     // The minimum the header names is enforced (8192 and up; 1 GiB at most).
@@ -327,4 +360,49 @@ fn conn_close_of_null_is_ok() {
         super::conn::rdmaxfer_conn_close(ptr::null_mut::<rdmaxfer_conn>()),
         S::RDMAXFER_OK
     );
+}
+
+#[test]
+fn the_os_error_and_wc_status_of_the_last_failure_are_kept_beside_its_message() {
+    use super::boundary::{rdmaxfer_last_os_error, rdmaxfer_last_wc_status};
+    use crate::error::Error;
+    assert_eq!(
+        boundary::run("a", || Err(Error::verb("ibv_reg_mr", libc::ENOMEM).into())),
+        S::RDMAXFER_ERR_VERBS
+    );
+    assert_eq!(
+        (rdmaxfer_last_os_error(), rdmaxfer_last_wc_status()),
+        (libc::ENOMEM, -1)
+    );
+    let wc = Error::Completion {
+        op: "RDMA WRITE",
+        wr_id: 1,
+        status: 10,
+        status_str: "remote access error".into(),
+        vendor_err: 0,
+    };
+    assert_eq!(
+        boundary::run("b", || Err(wc.into())),
+        S::RDMAXFER_ERR_COMPLETION
+    );
+    assert_eq!(
+        (rdmaxfer_last_os_error(), rdmaxfer_last_wc_status()),
+        (0, 10)
+    );
+    assert!(
+        last_error().starts_with("b: RDMA WRITE"),
+        "{}",
+        last_error()
+    );
+    // A failure without either clears both; a success leaves them.
+    assert_eq!(
+        boundary::run("c", || Err(Fail::invalid("bad"))),
+        S::RDMAXFER_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(
+        (rdmaxfer_last_os_error(), rdmaxfer_last_wc_status()),
+        (0, -1)
+    );
+    assert_eq!(boundary::run("d", || Ok(())), S::RDMAXFER_OK);
+    assert_eq!(last_error(), "c: bad");
 }

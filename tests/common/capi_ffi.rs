@@ -111,6 +111,8 @@ extern "C" {
     pub fn rdmaxfer_version() -> *const c_char;
     pub fn rdmaxfer_strerror(status: c_int) -> *const c_char;
     pub fn rdmaxfer_last_error_message() -> *const c_char;
+    pub fn rdmaxfer_last_os_error() -> c_int;
+    pub fn rdmaxfer_last_wc_status() -> c_int;
 
     pub fn rdmaxfer_config_new(out_cfg: *mut *mut rdmaxfer_config) -> rdmaxfer_status;
     pub fn rdmaxfer_config_free(cfg: *mut rdmaxfer_config);
@@ -184,6 +186,12 @@ extern "C" {
     pub fn rdmaxfer_conn_max_msg_size(
         conn: *const rdmaxfer_conn,
         out_size: *mut usize,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_conn_peer_addr(
+        conn: *const rdmaxfer_conn,
+        buf: *mut c_char,
+        cap: usize,
+        out_len: *mut usize,
     ) -> rdmaxfer_status;
     pub fn rdmaxfer_send(
         conn: *mut rdmaxfer_conn,

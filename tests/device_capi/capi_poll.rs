@@ -1,5 +1,6 @@
 //! Device tests (rxe0, in the guest) of the C API's listener and event-loop calls, through the
-//! C ABI as a C program calls them (`common/capi_ffi.rs`): port 0, the listener and connection
+//! C ABI as a C program calls them (`common/capi_ffi.rs`): port 0 (the configured port in both
+//! calls; configured as `RDMAXFER_PORT_ANY`, the system's choice), the listener and connection
 //! descriptors with the try_* calls, the needed length on `RDMAXFER_ERR_BUFFER_TOO_SMALL`,
 //! the expose report's `ok` after a call refused by the local range check, accept's deadline,
 //! and a blocked accept released by `rdmaxfer_listener_shutdown` / `_free` from another
@@ -46,8 +47,105 @@ fn config(timeout_ms: u32, event: bool) -> *mut rdmaxfer_config {
             rdmaxfer_config_set_event_mode(cfg, c_int::from(event)),
             S::RDMAXFER_OK
         );
+        // RDMAXFER_PORT_ANY: listeners made with port 0 (the configured port) get a free one.
+        assert_eq!(rdmaxfer_config_set_port(cfg, 0), S::RDMAXFER_OK);
     }
     cfg
+}
+
+/// A second listener on a port taken fails with the OS error beside the message (and no
+/// completion status).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_port_in_use_gives_its_os_error() {
+    need_rxe0();
+    let cfg = config(10_000, false);
+    // SAFETY: a live config; the OOB transport listens on TCP.
+    unsafe {
+        assert_eq!(rdmaxfer_config_set_transport(cfg, 1), S::RDMAXFER_OK);
+    }
+    let (l, port) = listen(cfg, 0);
+    let mut l2 = ptr::null_mut();
+    // SAFETY: a live config, a NUL-terminated address, a writable out-parameter.
+    let st = unsafe { rdmaxfer_listen(cfg, IP_C.as_ptr(), port, &mut l2) };
+    assert_eq!(st, S::RDMAXFER_ERR_IO, "{}", last());
+    assert!(l2.is_null());
+    // SAFETY: no arguments.
+    let (os, wc) = unsafe { (rdmaxfer_last_os_error(), rdmaxfer_last_wc_status()) };
+    assert_eq!((os, wc), (libc::EADDRINUSE, -1), "{}", last());
+    // SAFETY: live handles, each freed once.
+    unsafe {
+        rdmaxfer_listener_free(l);
+        rdmaxfer_config_free(cfg);
+    }
+}
+
+/// A server and a client that both pass port 0 (`RDMAXFER_PORT_CONFIGURED`) with the same
+/// configured port meet there: 0 means one thing in both calls (an earlier `rdmaxfer_listen`
+/// let the system choose, and such a pair timed out).
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn port_0_means_the_configured_port_to_listen_and_to_connect() {
+    need_rxe0();
+    let port = crate::common::port();
+    let configured = || {
+        let cfg = config(60_000, false);
+        // SAFETY: a live config.
+        assert_eq!(
+            unsafe { rdmaxfer_config_set_port(cfg, port) },
+            S::RDMAXFER_OK
+        );
+        Send_(cfg)
+    };
+    let (server_cfg, client_cfg) = (configured(), configured());
+    let (l, got) = listen(server_cfg.0, 0);
+    assert_eq!(got, port, "the listener is on the configured port");
+    let l = Send_(l);
+    let server = thread::spawn(move || {
+        let l = l;
+        let mut c = ptr::null_mut();
+        // SAFETY: a live listener used by this thread only, a writable out-parameter.
+        let st = unsafe { rdmaxfer_accept(l.0, &mut c) };
+        (st, Send_(c), l)
+    });
+    let mut c = ptr::null_mut();
+    // SAFETY: a live config, a NUL-terminated host, a writable out-parameter.
+    let st = unsafe { rdmaxfer_connect(client_cfg.0, IP_C.as_ptr(), 0, &mut c) };
+    assert_eq!(st, S::RDMAXFER_OK, "connect with port 0: {}", last());
+    let (st, sc, l) = server.join().unwrap();
+    assert_eq!(st, S::RDMAXFER_OK, "accept");
+    // Each side's peer address: the server's at its port, the client's on rxe0's address.
+    let peer = |conn: *mut rdmaxfer_conn, cap: usize| {
+        let mut buf = vec![0x55u8; cap];
+        let mut n = 0usize;
+        // SAFETY: a live connection, `cap` writable bytes, a writable out-parameter.
+        let st = unsafe { rdmaxfer_conn_peer_addr(conn, buf.as_mut_ptr().cast(), cap, &mut n) };
+        (st, n, buf)
+    };
+    let (st, n, buf) = peer(c, 48);
+    assert_eq!(st, S::RDMAXFER_OK, "{}", last());
+    assert_eq!(&buf[..=n], format!("198.18.0.1:{port}\0").as_bytes());
+    let (st, n2, buf) = peer(sc.0, 48);
+    assert_eq!(st, S::RDMAXFER_OK, "{}", last());
+    assert!(
+        buf[..n2].starts_with(b"198.18.0.1:") && buf[n2] == 0,
+        "{buf:?}"
+    );
+    let (st, n3, buf) = peer(c, n);
+    assert_eq!(
+        (st, n3),
+        (S::RDMAXFER_ERR_BUFFER_TOO_SMALL, n),
+        "no room for the NUL"
+    );
+    assert!(buf.iter().all(|&b| b == 0x55), "buf untouched");
+    // SAFETY: live handles, each freed once.
+    unsafe {
+        rdmaxfer_conn_free(c);
+        rdmaxfer_conn_free(sc.0);
+        rdmaxfer_listener_free(l.0);
+        rdmaxfer_config_free(server_cfg.0);
+        rdmaxfer_config_free(client_cfg.0);
+    }
 }
 
 /// Listens on rxe0's address and `port`; returns the listener and the port it reports.

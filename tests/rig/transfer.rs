@@ -478,5 +478,9 @@ pub fn cp(cx: &mut Ctx) -> (bool, String) {
     t.expect("no cp-remote left on B", left.ok());
     cx.rig
         .run(Node::B, 30, &format!("kill $(cat {keys}/sshd.pid)"));
+    // The copies live in the guests' memory (tmpfs): 64 MiB each side, which the benchmark's
+    // striped files need later (it found 10 MiB free once they stayed).
+    cx.rig.run(Node::B, 60, &format!("rm -rf {dest}"));
+    cx.rig.run(Node::A, 60, &format!("rm -rf back-{p} tree"));
     t.end()
 }
