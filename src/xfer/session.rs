@@ -125,12 +125,6 @@ impl Incoming {
         self.pending.options_mut()
     }
 
-    /// Whether the peer connects over RDMA CM, whose [`refuse`](Self::refuse) carries the
-    /// reason at once (over OOB the reason needs the connection set up first).
-    pub fn over_cm(&self) -> bool {
-        self.pending.over_cm()
-    }
-
     /// Refuses the client with a reason (see [`Pending::refuse`]).
     pub fn refuse(self, why: &str) {
         self.pending.refuse(why)

@@ -15,6 +15,30 @@ pub const OOB_MSG_LEN: usize = 52;
 /// ibv_rc_pingpong's reply after the exchange: `"done"` and its NUL.
 pub const OOB_DONE: &[u8; 5] = b"done\0";
 
+/// How an rdmaxfer server over the out-of-band exchange refuses a client it will not set up
+/// (busy), in place of its address: this prefix, a short reason, NULs to [`OOB_MSG_LEN`].
+pub(crate) const OOB_REFUSED: &[u8] = b"RDMAXFER-REFUSED:";
+
+/// The refusal record (see [`OOB_REFUSED`]) with `why`, cut to fit (at a character boundary).
+pub(crate) fn oob_refusal(why: &str) -> [u8; OOB_MSG_LEN] {
+    let mut out = [0u8; OOB_MSG_LEN];
+    out[..OOB_REFUSED.len()].copy_from_slice(OOB_REFUSED);
+    let room = OOB_MSG_LEN - 1 - OOB_REFUSED.len();
+    let mut n = why.len().min(room);
+    while !why.is_char_boundary(n) {
+        n -= 1;
+    }
+    out[OOB_REFUSED.len()..][..n].copy_from_slice(&why.as_bytes()[..n]);
+    out
+}
+
+/// The reason of a refusal record, or `None` when `b` is not one (an address, say).
+pub(crate) fn oob_refusal_reason(b: &[u8]) -> Option<String> {
+    let rest = b.strip_prefix(OOB_REFUSED)?;
+    let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+}
+
 /// One side's QP address as ibv_rc_pingpong exchanges it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OobDest {
@@ -328,6 +352,27 @@ mod tests {
 
     fn rxe_gid() -> Gid {
         "::ffff:198.18.0.1".parse().unwrap()
+    }
+
+    #[test]
+    fn an_oob_refusal_carries_its_reason_cut_to_fit_and_is_no_address() {
+        let b = oob_refusal("busy; retry later");
+        assert_eq!(b[51], 0);
+        assert_eq!(oob_refusal_reason(&b).as_deref(), Some("busy; retry later"));
+        assert!(OobDest::decode(&b).is_err());
+        let long = "é".repeat(40);
+        let r = oob_refusal_reason(&oob_refusal(&long)).unwrap();
+        assert!(
+            long.starts_with(&r) && r.len() <= 51 - OOB_REFUSED.len(),
+            "{r}"
+        );
+        let addr = OobDest {
+            lid: 0,
+            qpn: 1,
+            psn: 2,
+            gid: rxe_gid(),
+        };
+        assert_eq!(oob_refusal_reason(&addr.encode()), None);
     }
 
     #[test]

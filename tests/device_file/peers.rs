@@ -17,7 +17,7 @@ use rdmaxfer::xfer::session;
 use rdmaxfer::xfer::wire;
 
 use crate::common::{self, addr, need_rxe0, recv, wait_until, IP};
-use crate::share::fds;
+use crate::share::{fds, rss_kib};
 
 const T: Duration = Duration::from_secs(120);
 /// The greedy peer's address (added to rx0 by [`second_peer`]).
@@ -53,13 +53,6 @@ fn second_peer() -> u32 {
         found.is_some()
     });
     found.unwrap()
-}
-
-/// VmRSS of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A CM id from [`PEER2`] whose connect request is on its way to `port` (`qp`: with a QP of
@@ -287,4 +280,42 @@ fn a_session_of_many_streams_leaves_a_slot_and_its_idle_streams_are_ended() {
     drop((s0, idle));
     r.kill();
     drop(r.finish(T));
+}
+
+/// Over the out-of-band exchange too, a connection over a set-up cap hears "busy, retry" at
+/// once (a refusal record in place of the receiver's address), and is served once the places
+/// are free again.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn an_oob_connection_over_its_peers_share_hears_busy_and_retry() {
+    need_rxe0();
+    let (_tmp, src, out) = common::dirs();
+    let data = common::pseudo_random(1 << 20, 43);
+    std::fs::write(src.join("f.bin"), &data).unwrap();
+    let port = common::port();
+    let args = ["--oob", "--max-sessions", "1", "--timeout", "60"];
+    let mut r = recv(port, &out, &args);
+    // Four silent TCP peers from this address: its share of the 16 set-up places.
+    let silent: Vec<_> = (0..4)
+        .map(|_| std::net::TcpStream::connect((IP, port)).unwrap())
+        .collect();
+    // The listener takes connections in order: these four before the sender's below.
+    let f = src.join("f.bin");
+    let d = common::send(port, &[&f], &["--oob"]).finish(T);
+    d.failed("send --oob over the peer's share");
+    let err = d.err.to_lowercase();
+    assert!(err.contains("busy") && err.contains("retry"), "{}", d.err);
+    assert!(
+        d.elapsed < Duration::from_secs(20),
+        "refused at once, not after a deadline: {:?}",
+        d.elapsed
+    );
+    // The silent peers go: their set-ups fail at once, and the next send is served.
+    drop(silent);
+    let d = common::send(port, &[&f], &["--oob"]).finish(T);
+    d.ok("send --oob once the places are free");
+    assert!(std::fs::read(out.join("f.bin")).unwrap() == data);
+    r.kill();
+    let rd = r.finish(T);
+    assert!(rd.err.contains("a peer's share"), "{}", rd.err);
 }

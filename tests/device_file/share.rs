@@ -17,6 +17,13 @@ pub(crate) fn fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// VmRSS of process `pid`, in KiB.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 /// `n` sparse files of `size` bytes in `dir` (striped: at least `STRIPE_MIN`).
 fn sparse_files(dir: &Path, n: usize, size: u64) {
     std::fs::create_dir_all(dir).unwrap();
@@ -41,7 +48,7 @@ fn half_sent_striped_files_are_capped_and_a_good_sender_is_served_beside() {
     let port = common::port();
     let mut r = recv(port, &out, &["--timeout", "10"]);
     let pid = r.pid();
-    let before = fds(pid);
+    let (before, rss0) = (fds(pid), rss_kib(pid));
     // The greedy peer: stream 1 takes no job while stream 0 has any (test hook), and the
     // sender's own cap is off with it.
     let args = send_args(port, &[&greedy], &["--streams", "2"]);
@@ -52,9 +59,10 @@ fn half_sent_striped_files_are_capped_and_a_good_sender_is_served_beside() {
         std::thread::spawn(move || common::send(port, &[&src], &[]).finish(T))
     };
     // Observed, not waited on: the receiver's descriptors while the greedy peer runs.
-    let mut peak = before;
+    let (mut peak, mut rss1) = (before, rss0);
     while g.running() {
         peak = peak.max(fds(pid));
+        rss1 = rss1.max(rss_kib(pid));
         std::thread::sleep(Duration::from_millis(20));
     }
     let d = g.finish(T);
@@ -75,6 +83,8 @@ fn half_sent_striped_files_are_capped_and_a_good_sender_is_served_beside() {
         peak <= before + 3 * 16,
         "the receiver's descriptors rose from {before} to {peak}"
     );
+    // And a default ring (20 MiB) each, with room for the writers' buffers.
+    assert!(rss1 <= rss0 + 3 * (24 << 10), "RSS {rss0} KiB → {rss1} KiB");
     // The ended session's temporary files go with it, and the receiver serves on.
     wait_until("the greedy session's temporary files removed", T, || {
         !has_temp(&out)

@@ -6,8 +6,8 @@
 //! is a sequence of blocking steps (each `Endpoint` waits on its own completion channel, and a
 //! file's data phase already runs a writer thread next to it), so a thread per session runs the
 //! existing session code unchanged, one slow or hostile peer blocks only its own thread, and the
-//! count is bounded (`--max-sessions` sessions, [`Limits::max_handshakes`] set-ups, and at most
-//! `--max-sessions` short-lived refusal threads).
+//! count is bounded (`--max-sessions` sessions and [`Limits::max_handshakes`] set-ups; a
+//! connection over a cap is refused at once on the accept loop, CM or OOB, without a thread).
 //! The accept loop only takes each request (the CM connect request, or the TCP socket); the
 //! handshake (QP set-up, `rdma_accept` and ESTABLISHED, or the OOB exchange) runs on the
 //! connection's own thread within `--timeout`, and only a peer whose handshake completed is
@@ -17,8 +17,7 @@
 //! this scale (tens of sessions; the data itself moves by RDMA WRITE without our threads).
 //!
 //! Each peer (source address) has a share of both: at most [`Limits::per_peer`] session slots
-//! and [`Limits::per_peer_handshakes`] set-ups, so a greedy peer leaves room for another. An
-//! RDMA CM connection over a set-up cap is rejected at once with the busy text in the reject.
+//! and [`Limits::per_peer_handshakes`] set-ups, so a greedy peer leaves room for another.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -28,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use rdmaxfer::xfer::endpoint::Endpoint;
-use rdmaxfer::xfer::session::{Incoming, Server};
+use rdmaxfer::xfer::session::Server;
 
 /// How often the accept loop looks at finished sessions while no peer connects (with `count`,
 /// it must notice when the last session ended). The CM event channel or TCP listener is waited
@@ -188,15 +187,14 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
     let wait_turn = limits.wait_turn;
     let active = AtomicUsize::new(0);
     let handshaking = AtomicUsize::new(0);
-    let refusing = AtomicUsize::new(0);
     let failed = AtomicU64::new(0);
     // Of the failed sessions, those that ended with only some files refused or failed: their
     // count, and their files not delivered and announced.
     let partial = Mutex::new((0u64, 0u64, 0u64));
     let all_admitted = |g: &Gate<A>| limits.count.is_some_and(|c| g.admitted >= c);
     let (refuse, one, gate_r, turn_r) = (&refuse, &one, &gate, &turn);
-    let (active_r, handshaking_r, refusing_r, failed_r, partial_r, shares_r) =
-        (&active, &handshaking, &refusing, &failed, &partial, &shares);
+    let (active_r, handshaking_r, failed_r, partial_r, shares_r) =
+        (&active, &handshaking, &failed, &partial, &shares);
     let broken = std::thread::scope(|sc| {
         // Tells a set-up peer it is busy and closes (on the caller's thread).
         let refuse_now = move |mut ep: Endpoint, who: &str, why: &str| {
@@ -204,23 +202,6 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
             refuse(&mut ep, why);
             if let Err(e) = ep.close() {
                 tracing::debug!("closing the refused connection to {who}: {e}");
-            }
-        };
-        // Sets a connection up on a short-lived thread only to refuse it (bounded).
-        let refuse_later = move |incoming: Incoming, who: String, why: String| {
-            if refusing_r.fetch_add(1, Ordering::AcqRel) < max {
-                sc.spawn(move || {
-                    match incoming.finish() {
-                        Ok(ep) => refuse_now(ep, &who, &why),
-                        Err(e) => eprintln!("refused {who}: busy: {why} ({e})"),
-                    }
-                    refusing_r.fetch_sub(1, Ordering::AcqRel);
-                });
-            } else {
-                // Too many refusals in flight: this one is just disconnected.
-                refusing_r.fetch_sub(1, Ordering::AcqRel);
-                eprintln!("refused {who}: busy: {why} (disconnected: too many refusals)");
-                drop(incoming);
             }
         };
         loop {
@@ -262,13 +243,10 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                 }
             };
             if let Some(why) = over {
-                if incoming.over_cm() {
-                    // A CM reject carries the reason at once: no set-up, no thread.
-                    eprintln!("refused {who}: busy: {why}");
-                    incoming.refuse(&format!("busy: {why}; retry later"));
-                } else {
-                    refuse_later(incoming, who, why);
-                }
+                // At once, with the reason (a CM reject, or the OOB refusal record, whose room
+                // keeps the first 34 bytes): no set-up, no thread.
+                eprintln!("refused {who}: busy: {why}");
+                incoming.refuse(&format!("busy, retry later: {why}"));
                 continue;
             }
             handshaking.fetch_add(1, Ordering::AcqRel);

@@ -72,22 +72,36 @@ impl Pending {
         &mut self.opts
     }
 
-    /// Whether the peer connects over RDMA CM (whose [`refuse`](Self::refuse) carries the
-    /// reason) rather than the OOB exchange.
-    pub fn over_cm(&self) -> bool {
-        matches!(self.how, How::Cm { .. })
-    }
-
-    /// Refuses the client: over RDMA CM a reject whose reason is `why` (its connect fails
-    /// with that text); over OOB the TCP connection is closed.
+    /// Refuses the client at once, without setting anything up: over RDMA CM a reject whose
+    /// reason is `why` (its connect fails with that text); over OOB a refusal record in place
+    /// of this side's address (an rdmaxfer client's connect fails with
+    /// `why`, cut to 34 bytes; ibv_rc_pingpong sees a bad address), then the TCP connection
+    /// is closed. Never blocks.
     pub fn refuse(self, why: &str) {
-        if let How::Cm { req, .. } = self.how {
-            let r = Reject {
-                code: RejectCode::Limits,
-                text: why.to_string(),
-            };
-            if let Err(e) = req.id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
-                tracing::debug!("rdma_reject: {e}");
+        match self.how {
+            How::Cm { req, .. } => {
+                let r = Reject {
+                    code: RejectCode::Limits,
+                    text: why.to_string(),
+                };
+                if let Err(e) = req.id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
+                    tracing::debug!("rdma_reject: {e}");
+                }
+            }
+            How::Oob(mut s) => {
+                use std::io::{Read as _, Write as _};
+                // Non-blocking: the record fits an empty socket buffer, and a peer that reads
+                // nothing cannot hold this thread.
+                let r = s
+                    .set_nonblocking(true)
+                    .and_then(|()| s.write_all(&wire::oob_refusal(why)))
+                    .and_then(|()| s.shutdown(std::net::Shutdown::Write));
+                if let Err(e) = r {
+                    tracing::debug!("refusing an OOB client: {e}");
+                }
+                // What the client sent already is read, so that closing does not reset the
+                // connection before it reads the record.
+                let _ = s.read(&mut [0u8; wire::OOB_MSG_LEN]);
             }
         }
     }

@@ -29,16 +29,21 @@ impl Endpoint {
             .map_err(|e| Error::io(format!("connecting to {dst} (TCP)"), e))?;
         set_timeouts(&s, t)?;
         write_all(&mut s, &side.me.encode(), "sending our address")?;
-        let peer = OobDest::decode(
-            &read_msg(&mut s, wire::OOB_MSG_LEN, "the server's address").map_err(|e| match e {
+        let reply =
+            read_msg(&mut s, wire::OOB_MSG_LEN, "the server's address").map_err(|e| match e {
                 // A server that cannot use our address closes without sending its own.
                 Error::Protocol(m) if m.ends_with(CLOSED_EMPTY) => Error::Connection(format!(
                     "{m}: the server refused our address (its output says why; e.g. a GID \
                      index (-g) of another kind than the server's)"
                 )),
                 e => e,
-            })?,
-        )?;
+            })?;
+        if let Some(why) = wire::oob_refusal_reason(&reply) {
+            return Err(Error::Connection(format!(
+                "connecting to {dst}: rejected by the server: {why}"
+            )));
+        }
+        let peer = OobDest::decode(&reply)?;
         side.connect(&peer)?;
         write_all(&mut s, wire::OOB_DONE, "sending \"done\"")?;
         let local_addr = s.local_addr().ok();
