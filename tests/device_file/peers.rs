@@ -24,7 +24,7 @@ const T: Duration = Duration::from_secs(120);
 const PEER2: &str = "198.18.0.2";
 
 /// Adds [`PEER2`] to rx0 (once per guest) and returns the index of its RoCE v2 GID on rxe0.
-fn second_peer() -> u32 {
+pub(crate) fn second_peer() -> u32 {
     let has = || {
         let o = Command::new("ip")
             .args(["-4", "-o", "addr", "show", "dev", "rx0"])
@@ -145,7 +145,7 @@ fn stalled_handshakes_of_one_peer_leave_the_others_theirs_and_the_rest_hear_busy
 }
 
 /// Connects from [`PEER2`] (`gid` its GID index) and reads the receiver's first message.
-fn connect_from_peer2(port: u16, gid: u32) -> (Endpoint, Msg) {
+pub(crate) fn connect_from_peer2(port: u16, gid: u32) -> (Endpoint, Msg) {
     let opts = EndpointOptions {
         msg_size: proto::MAX_MSG_LEN,
         timeout: Duration::from_secs(30),

@@ -1,7 +1,8 @@
 //! Device tests (rxe0, in the guest) of each peer's share of a receiver: a session that starts
 //! the first stripe of many files and never the rest holds a bounded number of them (and of
-//! descriptors), is ended by the budget named in `docs/file-protocol.md`, and a good sender
-//! beside it is served.
+//! descriptors and memory), is ended by the budget named in `docs/file-protocol.md`, and a good
+//! sender beside it is served; so is one beside a peer (on 198.18.0.2, `peers.rs`) that re-sends
+//! the HELLO of an existing directory, which the idle or rate budget ends.
 
 use std::path::Path;
 use std::time::Duration;
@@ -104,23 +105,33 @@ fn half_sent_striped_files_are_capped_and_a_good_sender_is_served_beside() {
 fn re_sent_hellos_of_an_existing_directory_keep_no_session_alive() {
     use rdmaxfer::xfer::file::proto::{self, EntryKind, Msg, Reason};
     need_rxe0();
+    let gid = crate::peers::second_peer();
     let (_tmp, src, out) = common::dirs();
     std::fs::create_dir(out.join("d")).unwrap();
     let data = common::pseudo_random(1 << 20, 40);
     std::fs::write(src.join("good.bin"), &data).unwrap();
     let port = common::port();
-    // One session slot: while the peer holds it, everyone else is busy.
+    // Two session slots: the peer (198.18.0.2) may hold one, its share; the good sender
+    // (198.18.0.1) is served in the other beside it.
     let args = [
         "--idle-timeout",
         "5",
         "--rate-window",
         "5",
         "--max-sessions",
-        "1",
+        "2",
     ];
     let mut r = recv(port, &out, &args);
+    let pid = r.pid();
+    let (fds0, rss0) = (fds(pid), rss_kib(pid));
+    let (mut fds1, mut rss1) = (fds0, rss0);
     let t0 = std::time::Instant::now();
-    let (mut ep, _) = crate::hostile::connect(port);
+    let (mut ep, m) = crate::peers::connect_from_peer2(port, gid);
+    assert!(matches!(m, Msg::Challenge { .. }), "{m:?}");
+    let good = {
+        let f = src.join("good.bin");
+        std::thread::spawn(move || common::send(port, &[&f], &[]).finish(T))
+    };
     let mut hello = common::hello("d", 0, 1 << 16, None);
     hello.kind = EntryKind::Dir;
     hello.mode = 0o755;
@@ -133,6 +144,7 @@ fn re_sent_hellos_of_an_existing_directory_keep_no_session_alive() {
             "still answered after {skips} SKIPs in {:?}",
             t0.elapsed()
         );
+        (fds1, rss1) = (fds1.max(fds(pid)), rss1.max(rss_kib(pid)));
         ep.send(&msg).expect("send HELLO");
         match crate::hostile::next(&mut ep) {
             Msg::Skip { .. } => skips += 1,
@@ -162,12 +174,14 @@ fn re_sent_hellos_of_an_existing_directory_keep_no_session_alive() {
         took < Duration::from_secs(5 + 10),
         "ended after {took:?} ({skips} SKIPs)"
     );
-    drop(ep);
-    // The slot is free again (before the session's error line): a good sender is served.
-    r.wait_for("error: session", T);
-    let d = common::send(port, &[&src.join("good.bin")], &[]).finish(T);
-    d.ok("the good sender after the peer was ended");
+    let d = good.join().unwrap();
+    d.ok("the good sender beside the peer");
+    assert!(d.elapsed < Duration::from_secs(20), "took {:?}", d.elapsed);
     assert!(std::fs::read(out.join("good.bin")).unwrap() == data);
+    // 2 slots at most, 16 descriptors and a default ring (20 MiB) each.
+    assert!(fds1 <= fds0 + 2 * 16, "descriptors {fds0} → {fds1}");
+    assert!(rss1 <= rss0 + 2 * (24 << 10), "RSS {rss0} KiB → {rss1} KiB");
+    drop(ep);
     r.kill();
     drop(r.finish(T));
 }
