@@ -6,7 +6,10 @@
 #   cp    `rdmaxfer cp FILE 127.0.0.1:DEST` through an sshd on 127.0.0.1 (ci/guest-sshd.sh) with
 #         key authentication: ssh start-up, the remote side's start and the copy, all timed
 #   ssh   `ssh 127.0.0.1 true` with the same options: what ssh itself costs (key exchange and
-#         the login shell's start, with its rc files), which cp pays once per copy
+#         the login shell's start), which cp pays once per copy
+# The sshd runs with an empty root ~/.bashrc (SSHD_EMPTY_BASHRC=1, as the cp device tests): the
+# guest's is the lab host's, whose pyenv set-up is no part of ssh or rdmaxfer. CP_BENCH_RC=host
+# keeps it.
 # Each copy is checked with cmp. Prints each row's median and spread (min..max) and the per-round
 # ratio cp / hand (issue 38's goal: <= 1.1). Raw figures: OUTDIR/cp-runs.tsv.
 # Env: RDMAXFER_BIN (default target/release/rdmaxfer).
@@ -26,6 +29,7 @@ work="$(mktemp -d /tmp/rdmaxfer-cpbench.XXXXXX)"
 trap '[[ -f "$work/ssh/sshd.pid" ]] && kill "$(cat "$work/ssh/sshd.pid")" 2>/dev/null; rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/guest-lib.sh"
 
+[[ "${CP_BENCH_RC:-empty}" == host ]] || export SSHD_EMPTY_BASHRC=1
 rsh="$(bash "$(dirname "${BASH_SOURCE[0]}")/guest-sshd.sh" "$work/ssh")"
 head -c "$((mib << 20))" /dev/urandom >"$work/f.bin"
 now() { date +%s.%N; }
