@@ -1,4 +1,26 @@
 //! The crate's one error type.
+//!
+//! What a caller usually handles, and the variant to match:
+//!
+//! | what happened | match |
+//! |---|---|
+//! | the peer refused, with its reason code | [`Error::Refused`] (`reason`: [`Reason`]) |
+//! | the peer is busy: retry later | [`Error::Refused`] with [`Reason::Busy`] (a file receiver's `REFUSE`, or a connection refused before set-up) |
+//! | authentication failed | [`Error::Refused`] with [`Reason::AuthFailed`] |
+//! | a step ran past its deadline | [`Error::Timeout`] (`what`: the step) |
+//! | received data failed verification | [`Error::Verification`] (file, chunk) on the receiving side; a sender hears [`Error::Refused`] with [`Reason::HashMismatch`] |
+//! | no device, or no such device | [`Error::NoDevice`], [`Error::DeviceNotFound`] |
+//! | no such port, or no active port | [`Error::PortNotFound`], [`Error::PortNotActive`] |
+//! | the locked-memory limit | [`Error::MemlockLimit`] |
+//! | the peer speaks another version | [`Error::Version`] (found here), [`Error::Refused`] with [`Reason::Version`] (found by the peer) |
+//!
+//! [`Error::reason`] gives the [`Reason`] of all three kinds that carry one.
+//!
+//! [`Reason`]: crate::error::Reason
+//! [`Reason::Busy`]: crate::error::Reason::Busy
+//! [`Reason::AuthFailed`]: crate::error::Reason::AuthFailed
+//! [`Reason::HashMismatch`]: crate::error::Reason::HashMismatch
+//! [`Reason::Version`]: crate::error::Reason::Version
 
 use std::time::Duration;
 
@@ -72,6 +94,62 @@ pub enum Error {
         name: String,
         /// The devices that do exist.
         available: Vec<String>,
+    },
+    /// The device has no port of that number.
+    #[error("device {device} has {}; there is no port {port} (-i/--ib-port)", ports_text(*ports))]
+    PortNotFound {
+        /// The device's name.
+        device: String,
+        /// The port asked for (1-based, as `ibv_devinfo` numbers them).
+        port: u8,
+        /// How many ports the device has.
+        ports: u8,
+    },
+    /// The port exists but is not active (down, initializing, ...), or the device has no
+    /// active port.
+    #[error("{} (check `ibv_devinfo -d {device}` and the netdev's link state)", inactive_text(device, *port, state))]
+    PortNotActive {
+        /// The device's name.
+        device: String,
+        /// The port asked for (1-based); `None`: any port, and none is active.
+        port: Option<u8>,
+        /// The state of that port (or of the last port), as `ibv_port_state_str(3)` names it.
+        state: String,
+    },
+    /// Registering memory (`ibv_reg_mr(3)`) failed under a finite locked-memory limit
+    /// (`RLIMIT_MEMLOCK`, `ulimit -l`): pinned pages count against it.
+    #[error("{verb} of {bytes} bytes failed: {}: the locked-memory limit is {} (raise it with `ulimit -l unlimited`, or `memlock` in /etc/security/limits.conf for logins)", std::io::Error::from_raw_os_error(*errno), limit_text(*limit))]
+    MemlockLimit {
+        /// The C call.
+        verb: &'static str,
+        /// The bytes being registered.
+        bytes: usize,
+        /// The soft limit in bytes (`None`: it could not be read).
+        limit: Option<u64>,
+        /// The errno the call reported (ENOMEM, EPERM or EAGAIN).
+        errno: i32,
+    },
+    /// The peer speaks another version of a protocol than this side does.
+    #[error("{what}: the peer speaks version {theirs}, this side {ours}: use the same rdmaxfer release on both sides")]
+    Version {
+        /// The protocol, e.g. "file protocol HELLO".
+        what: &'static str,
+        /// The version this side speaks.
+        ours: u16,
+        /// The version the peer sent.
+        theirs: u16,
+    },
+    /// Received data does not match the sender's digest: nothing of the file was committed.
+    /// (A sender learns of it as [`Error::Refused`] with [`Reason::HashMismatch`].)
+    #[error("{file}: {detail}")]
+    Verification {
+        /// The file's name as sent.
+        file: String,
+        /// The first chunk that differs (0-based); `None` when every chunk matched and the
+        /// whole file's digest did not.
+        chunk: Option<u64>,
+        /// The digests compared.
+        detail: String,
     },
     /// A caller-supplied value is unusable.
     #[error("invalid argument: {0}")]
@@ -185,7 +263,7 @@ impl Error {
     /// The errno carried by this error, if any.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Verb { errno, .. } => Some(*errno),
+            Error::Verb { errno, .. } | Error::MemlockLimit { errno, .. } => Some(*errno),
             Error::Io { error, .. } => error.raw_os_error(),
             _ => None,
         }
@@ -207,10 +285,13 @@ impl Error {
         }
     }
 
-    /// The file-transfer reason code of a [`Error::Refused`], if it is one.
+    /// The file-transfer reason code of a [`Error::Refused`], [`Error::Verification`]
+    /// (hash mismatch) or [`Error::Version`], if it is one.
     pub fn reason(&self) -> Option<Reason> {
         match self {
             Error::Refused { reason, .. } => Some(*reason),
+            Error::Verification { .. } => Some(Reason::HashMismatch),
+            Error::Version { .. } => Some(Reason::Version),
             _ => None,
         }
     }
@@ -235,6 +316,31 @@ fn refused_text(reason: Reason, message: &str) -> String {
         message.to_string()
     } else {
         format!("{reason}: {message}")
+    }
+}
+
+/// "one port" or "N ports".
+fn ports_text(n: u8) -> String {
+    if n == 1 {
+        "one port".to_string()
+    } else {
+        format!("{n} ports")
+    }
+}
+
+/// What [`Error::PortNotActive`] says before its hint.
+fn inactive_text(device: &str, port: Option<u8>, state: &str) -> String {
+    match port {
+        Some(p) => format!("port {p} of device {device} is {state}"),
+        None => format!("device {device} has no active port"),
+    }
+}
+
+/// A memlock limit in bytes, as `ulimit -l` would say it (KiB), or "unknown".
+fn limit_text(limit: Option<u64>) -> String {
+    match limit {
+        Some(b) => format!("{} KiB", b / 1024),
+        None => "unknown".to_string(),
     }
 }
 

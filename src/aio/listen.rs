@@ -85,9 +85,18 @@ impl AsyncPending {
         self.0.options_mut()
     }
 
-    /// Refuses the client with `why` as the reject reason.
+    /// Refuses the client with `why` as the reject reason (see [`Pending::refuse`]).
+    ///
+    /// [`Pending::refuse`]: crate::xfer::endpoint::Pending::refuse
     pub fn refuse(self, why: &str) {
         self.0.refuse(why)
+    }
+
+    /// Refuses the client as busy (see [`Pending::refuse_busy`]).
+    ///
+    /// [`Pending::refuse_busy`]: crate::xfer::endpoint::Pending::refuse_busy
+    pub fn refuse_busy(self, why: &str) {
+        self.0.refuse_busy(why)
     }
 
     /// Sets the connection up (without blocking the thread) and waits for the client to

@@ -149,20 +149,25 @@ impl rdmaxfer_status {
 impl From<&Error> for rdmaxfer_status {
     fn from(e: &Error) -> rdmaxfer_status {
         match e {
-            Error::Verb { .. } => S::RDMAXFER_ERR_VERBS,
+            // The statuses these had before they were variants of their own.
+            Error::Verb { .. } | Error::MemlockLimit { .. } => S::RDMAXFER_ERR_VERBS,
             Error::Completion { .. } => S::RDMAXFER_ERR_COMPLETION,
             Error::Timeout { .. } => S::RDMAXFER_ERR_TIMEOUT,
             Error::WouldBlock { .. } => S::RDMAXFER_ERR_AGAIN,
             Error::NoDevice { .. } => S::RDMAXFER_ERR_NO_DEVICE,
             Error::DeviceNotFound { .. } => S::RDMAXFER_ERR_DEVICE_NOT_FOUND,
-            Error::InvalidArgument(_) | Error::TooLarge { .. } | Error::ContextMismatch { .. } => {
-                S::RDMAXFER_ERR_INVALID_ARGUMENT
-            }
+            Error::InvalidArgument(_)
+            | Error::TooLarge { .. }
+            | Error::ContextMismatch { .. }
+            | Error::PortNotFound { .. }
+            | Error::PortNotActive { .. } => S::RDMAXFER_ERR_INVALID_ARGUMENT,
             Error::InvalidState { .. } => S::RDMAXFER_ERR_INVALID_STATE,
             Error::OutOfBounds { .. } => S::RDMAXFER_ERR_OUT_OF_BOUNDS,
-            Error::Protocol(_) => S::RDMAXFER_ERR_PROTOCOL,
+            Error::Protocol(_) | Error::Version { .. } => S::RDMAXFER_ERR_PROTOCOL,
             Error::Connection(_) => S::RDMAXFER_ERR_CONNECTION,
-            Error::Refused { .. } | Error::Incomplete { .. } => S::RDMAXFER_ERR_REFUSED,
+            Error::Refused { .. } | Error::Incomplete { .. } | Error::Verification { .. } => {
+                S::RDMAXFER_ERR_REFUSED
+            }
             Error::Io { .. } => S::RDMAXFER_ERR_IO,
             Error::Shutdown { .. } => S::RDMAXFER_ERR_SHUTDOWN,
         }

@@ -469,17 +469,19 @@ impl Context {
     /// The first port in state ACTIVE.
     pub fn first_active_port(&self) -> Result<PortAttr> {
         let n = self.query_device()?.phys_port_cnt;
+        let mut state = String::new();
         for p in 1..=n {
             let a = self.query_port(p)?;
             if a.active {
                 return Ok(a);
             }
+            state = a.state;
         }
-        Err(Error::InvalidArgument(format!(
-            "device {} has no active port (check `ibv_devinfo -d {}` and the netdev's link state)",
-            self.name(),
-            self.name()
-        )))
+        Err(Error::PortNotActive {
+            device: self.name().to_string(),
+            port: None,
+            state,
+        })
     }
 
     /// Port `port` (1-based, as `ibv_devinfo` numbers them) if it exists and is active; `None`:
@@ -490,24 +492,19 @@ impl Context {
         };
         let n = self.query_device()?.phys_port_cnt;
         if p == 0 || p > n {
-            return Err(Error::InvalidArgument(format!(
-                "device {} has {} (1..={n}); there is no port {p} (-i/--ib-port)",
-                self.name(),
-                if n == 1 {
-                    "one port".to_string()
-                } else {
-                    format!("{n} ports")
-                }
-            )));
+            return Err(Error::PortNotFound {
+                device: self.name().to_string(),
+                port: p,
+                ports: n,
+            });
         }
         let a = self.query_port(p)?;
         if !a.active {
-            return Err(Error::InvalidArgument(format!(
-                "port {p} of device {} is {} (check `ibv_devinfo -d {}`)",
-                self.name(),
-                a.state,
-                self.name()
-            )));
+            return Err(Error::PortNotActive {
+                device: self.name().to_string(),
+                port: Some(p),
+                state: a.state.to_string(),
+            });
         }
         Ok(a)
     }

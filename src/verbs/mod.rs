@@ -24,8 +24,8 @@ pub use gid::{select_gid, Gid, GidEntry, GidType};
 pub use mr::{ExposedRegion, LocalBuf, RemoteAccess, RemoteRegion, RemoteSlice, SharedBuf};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    InitAttr, PostError, PostListError, QpCaps, QpState, QueuePair, RecvList, RtrAttr, RtsAttr,
-    SendBatch, SendOp, SendRequest, Sge, SharedList, SharedPost,
+    BufRequest, InitAttr, PostError, PostListError, QpCaps, QpState, QueuePair, RecvList, RtrAttr,
+    RtsAttr, SendBatch, SendOp, SendRequest, Sge, SharedList, SharedPost,
 };
 pub use solo::SoloQueue;
 

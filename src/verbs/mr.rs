@@ -130,17 +130,7 @@ impl MrInner {
             // SAFETY: ibv_reg_mr returned NULL, so no registration refers to `buf`; it was
             // allocated above with `layout` and is freed once, here.
             unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
-            let hint = match errno {
-                libc::ENOMEM | libc::EPERM | libc::EAGAIN => {
-                    " (locked-memory limit too low? raise it with `ulimit -l unlimited`)"
-                }
-                _ => "",
-            };
-            return Err(Error::Verb {
-                verb: "ibv_reg_mr",
-                errno,
-                hint,
-            });
+            return Err(reg_error(errno, alloc_len));
         };
         // SAFETY: `mr` is non-NULL, returned by ibv_reg_mr just now and not yet deregistered.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
@@ -547,6 +537,22 @@ unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
         // SAFETY: in bounds per the contract.
         unsafe { dst.add(i).write_volatile(src[i]) };
         i += 1;
+    }
+}
+
+/// The error of a failed `ibv_reg_mr(3)` of `bytes`: [`Error::MemlockLimit`] when it failed as
+/// pinning fails (ENOMEM, EPERM, EAGAIN) under a finite `RLIMIT_MEMLOCK` (getrlimit(2)).
+fn reg_error(errno: i32, bytes: usize) -> Error {
+    let pinning = matches!(errno, libc::ENOMEM | libc::EPERM | libc::EAGAIN);
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
+    match limit {
+        Some(limit) if pinning => Error::MemlockLimit {
+            verb: "ibv_reg_mr",
+            bytes,
+            limit: Some(limit),
+            errno,
+        },
+        _ => Error::verb("ibv_reg_mr", errno),
     }
 }
 

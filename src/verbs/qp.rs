@@ -12,7 +12,7 @@ use crate::verbs::cq::CompletionQueue;
 use crate::verbs::device::Mtu;
 use crate::verbs::gid::Gid;
 use crate::verbs::pd::ProtectionDomain;
-pub use crate::verbs::wr::{PostError, SendOp, SendRequest, Sge};
+pub use crate::verbs::wr::{BufRequest, PostError, SendOp, SendRequest, Sge};
 pub use batch::{PostListError, SendBatch};
 pub(crate) use post::ring_slot_busy;
 pub use recvlist::RecvList;

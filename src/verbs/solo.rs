@@ -15,8 +15,8 @@ use crate::verbs::cq::{Completion, CompletionQueue, Polled, SleepLeft, Slept, So
 use crate::verbs::device::Context;
 use crate::verbs::mr::LocalBuf;
 use crate::verbs::qp::{
-    ring_slot_busy, PostError, PostListError, QueuePair, RecvList, SendBatch, SendOp, SendRequest,
-    Sge, SharedList, SharedPost,
+    ring_slot_busy, BufRequest, PostError, PostListError, QueuePair, RecvList, SendBatch, SendOp,
+    SendRequest, Sge, SharedList, SharedPost,
 };
 
 /// One QP and its own CQ, used by one owner at a time (see the [module docs](self)).
@@ -103,21 +103,10 @@ impl SoloQueue {
     }
 
     /// [`QueuePair::post_send_buf`], without a lock.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn post_send_buf(
-        &mut self,
-        wr_id: u64,
-        op: SendOp,
-        buf: LocalBuf,
-        off: usize,
-        len: usize,
-        signaled: bool,
-        inline: bool,
-    ) -> std::result::Result<(), PostError> {
+    pub fn post_send_buf(&mut self, req: BufRequest) -> std::result::Result<(), PostError> {
         let (_, t) = self.cq.split();
-        self.qp
-            .post_send_buf_into(t, wr_id, op, buf, off, len, signaled, inline)
+        self.qp.post_send_buf_into(t, req)
     }
 
     /// [`QueuePair::post_recv`], without a lock.

@@ -81,6 +81,59 @@ pub struct SendRequest {
     pub(crate) inline: bool,
 }
 
+/// A send-queue work request over `len` bytes of one [`LocalBuf`] from `off`: what
+/// [`QueuePair::post_send_buf`](crate::verbs::QueuePair::post_send_buf) posts without building
+/// an SGE list (the per-message path). Signaled and not inline unless told.
+#[derive(Debug)]
+pub struct BufRequest {
+    pub(crate) head: WrHead,
+    pub(crate) buf: LocalBuf,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+}
+
+impl BufRequest {
+    /// A work request of kind `op` over `buf[off..off + len]` (checked when posted).
+    #[inline(always)]
+    pub fn new(wr_id: u64, op: SendOp, buf: LocalBuf, off: usize, len: usize) -> BufRequest {
+        BufRequest {
+            head: WrHead {
+                wr_id,
+                op,
+                signaled: true,
+                inline: false,
+            },
+            buf,
+            off,
+            len,
+        }
+    }
+
+    /// Whether a successful completion is generated (`IBV_SEND_SIGNALED`; default yes).
+    #[inline(always)]
+    pub fn signaled(mut self, signaled: bool) -> BufRequest {
+        self.head.signaled = signaled;
+        self
+    }
+
+    /// Whether the data goes inline (`IBV_SEND_INLINE`; default no): small sends that fit the
+    /// QP's max_inline_data.
+    #[inline(always)]
+    pub fn inline(mut self, inline: bool) -> BufRequest {
+        self.head.inline = inline;
+        self
+    }
+}
+
+/// What a send work request is, besides its SGEs: the caller's id, the opcode and its flags.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WrHead {
+    pub(crate) wr_id: u64,
+    pub(crate) op: SendOp,
+    pub(crate) signaled: bool,
+    pub(crate) inline: bool,
+}
+
 impl SendRequest {
     /// A work request of kind `op` over `sges`.
     pub fn new(wr_id: u64, op: SendOp, sges: impl IntoIterator<Item = Sge>) -> SendRequest {

@@ -137,9 +137,11 @@ impl Msg {
         }
         let version = u16::from_be_bytes(b[4..6].try_into().expect("2"));
         if version != VERSION {
-            return Err(bad(format!(
-                "version {version}, this build speaks {VERSION}"
-            )));
+            return Err(Error::Version {
+                what: "one-sided session",
+                ours: VERSION,
+                theirs: version,
+            });
         }
         let ty = u16::from_be_bytes(b[6..8].try_into().expect("2"));
         let body = &b[HDR..];

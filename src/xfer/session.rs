@@ -130,6 +130,11 @@ impl Incoming {
         self.pending.refuse(why)
     }
 
+    /// Refuses the client as busy (see [`Pending::refuse_busy`]).
+    pub fn refuse_busy(self, why: &str) {
+        self.pending.refuse_busy(why)
+    }
+
     /// Like [`finish`](Self::finish), but an OOB endpoint keeps ibv_rc_pingpong's
     /// one-message-at-a-time flow (as [`Server::accept_plain`]).
     pub fn finish_plain(self) -> Result<Endpoint> {

@@ -16,27 +16,35 @@ pub const OOB_MSG_LEN: usize = 52;
 pub const OOB_DONE: &[u8; 5] = b"done\0";
 
 /// How an rdmaxfer server over the out-of-band exchange refuses a client it will not set up
-/// (busy), in place of its address: this prefix, a short reason, NULs to [`OOB_MSG_LEN`].
+/// (busy, over its limits), in place of its address: this prefix, the [`RejectCode`] (u16,
+/// big-endian), a short reason, NULs to [`OOB_MSG_LEN`].
 pub(crate) const OOB_REFUSED: &[u8] = b"RDMAXFER-REFUSED:";
 
-/// The refusal record (see [`OOB_REFUSED`]) with `why`, cut to fit (at a character boundary).
-pub(crate) fn oob_refusal(why: &str) -> [u8; OOB_MSG_LEN] {
+/// The refusal record (see [`OOB_REFUSED`]) of `r`, its text cut to fit (at a character
+/// boundary).
+pub(crate) fn oob_refusal(r: &Reject) -> [u8; OOB_MSG_LEN] {
     let mut out = [0u8; OOB_MSG_LEN];
     out[..OOB_REFUSED.len()].copy_from_slice(OOB_REFUSED);
-    let room = OOB_MSG_LEN - 1 - OOB_REFUSED.len();
-    let mut n = why.len().min(room);
-    while !why.is_char_boundary(n) {
+    let code = OOB_REFUSED.len();
+    out[code..code + 2].copy_from_slice(&r.code.to_u16().to_be_bytes());
+    let room = OOB_MSG_LEN - 1 - code - 2;
+    let mut n = r.text.len().min(room);
+    while !r.text.is_char_boundary(n) {
         n -= 1;
     }
-    out[OOB_REFUSED.len()..][..n].copy_from_slice(&why.as_bytes()[..n]);
+    out[code + 2..][..n].copy_from_slice(&r.text.as_bytes()[..n]);
     out
 }
 
-/// The reason of a refusal record, or `None` when `b` is not one (an address, say).
-pub(crate) fn oob_refusal_reason(b: &[u8]) -> Option<String> {
+/// The refusal a record carries, or `None` when `b` is not one (an address, say).
+pub(crate) fn oob_refusal_of(b: &[u8]) -> Option<Reject> {
     let rest = b.strip_prefix(OOB_REFUSED)?;
-    let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    let (code, text) = rest.split_at_checked(2)?;
+    let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
+    Some(Reject {
+        code: RejectCode::from_u16(u16::from_be_bytes([code[0], code[1]])),
+        text: String::from_utf8_lossy(&text[..end]).into_owned(),
+    })
 }
 
 /// One side's QP address as ibv_rc_pingpong exchanges it.
@@ -204,9 +212,11 @@ impl Hello {
             )));
         }
         if version != HELLO_VERSION {
-            return Err(Error::Protocol(format!(
-                "peer speaks handshake version {version}, this build speaks {HELLO_VERSION} (use the same rdmaxfer version on both sides)"
-            )));
+            return Err(Error::Version {
+                what: "connection handshake",
+                ours: HELLO_VERSION,
+                theirs: version,
+            });
         }
         let h = Hello {
             version,
@@ -239,6 +249,8 @@ pub enum RejectCode {
     Resources,
     /// The client's session parameters are over the server's limits (or not what it serves).
     Limits,
+    /// The server serves as many connections as it may: retry later.
+    Busy,
     /// A code this build does not know.
     Other(u16),
 }
@@ -250,6 +262,7 @@ impl RejectCode {
             RejectCode::Version => 2,
             RejectCode::Resources => 3,
             RejectCode::Limits => 4,
+            RejectCode::Busy => 5,
             RejectCode::Other(x) => x,
         }
     }
@@ -260,6 +273,7 @@ impl RejectCode {
             2 => RejectCode::Version,
             3 => RejectCode::Resources,
             4 => RejectCode::Limits,
+            5 => RejectCode::Busy,
             x => RejectCode::Other(x),
         }
     }
@@ -288,6 +302,30 @@ impl Reject {
         }
         b.extend_from_slice(&self.text.as_bytes()[..end]);
         b
+    }
+
+    /// The error a client's connect to `dst` fails with: [`Error::Refused`] for what a caller
+    /// may handle (busy: [`Reason::Busy`]; a version or handshake the server does not take),
+    /// else [`Error::Connection`].
+    ///
+    /// [`Reason::Busy`]: crate::error::Reason::Busy
+    pub(crate) fn into_error(self, dst: impl std::fmt::Display) -> Error {
+        use crate::error::Reason;
+        let reason = match self.code {
+            RejectCode::Busy => Reason::Busy,
+            RejectCode::Version => Reason::Version,
+            RejectCode::BadHandshake => Reason::Protocol,
+            RejectCode::Resources | RejectCode::Limits | RejectCode::Other(_) => {
+                return Error::Connection(format!(
+                    "connecting to {dst}: rejected by the server: {}",
+                    self.text
+                ))
+            }
+        };
+        Error::refused(
+            reason,
+            format!("connecting to {dst}, the server said: {}", self.text),
+        )
     }
 
     /// Decodes a reject reason; `None` if the bytes are not one (e.g. the CM's own reject).
@@ -356,15 +394,23 @@ mod tests {
 
     #[test]
     fn an_oob_refusal_carries_its_reason_cut_to_fit_and_is_no_address() {
-        let b = oob_refusal("busy; retry later");
+        let busy = Reject {
+            code: RejectCode::Busy,
+            text: "retry later".into(),
+        };
+        let b = oob_refusal(&busy);
         assert_eq!(b[51], 0);
-        assert_eq!(oob_refusal_reason(&b).as_deref(), Some("busy; retry later"));
+        assert_eq!(oob_refusal_of(&b), Some(busy));
         assert!(OobDest::decode(&b).is_err());
-        let long = "é".repeat(40);
-        let r = oob_refusal_reason(&oob_refusal(&long)).unwrap();
+        let long = Reject {
+            code: RejectCode::Limits,
+            text: "é".repeat(40),
+        };
+        let r = oob_refusal_of(&oob_refusal(&long)).unwrap();
+        assert_eq!(r.code, RejectCode::Limits);
         assert!(
-            long.starts_with(&r) && r.len() <= 51 - OOB_REFUSED.len(),
-            "{r}"
+            long.text.starts_with(&r.text) && r.text.len() <= 51 - 2 - OOB_REFUSED.len(),
+            "{r:?}"
         );
         let addr = OobDest {
             lid: 0,
@@ -372,7 +418,7 @@ mod tests {
             psn: 2,
             gid: rxe_gid(),
         };
-        assert_eq!(oob_refusal_reason(&addr.encode()), None);
+        assert_eq!(oob_refusal_of(&addr.encode()), None);
     }
 
     #[test]
@@ -459,8 +505,19 @@ mod tests {
         let mut v1 = good[..16].to_vec();
         v1[5] = 1;
         v1.resize(56, 0);
-        let e = Hello::decode(&v1).unwrap_err().to_string();
-        assert!(e.contains("version 1, this build speaks 2"), "{e}");
+        let e = Hello::decode(&v1).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Version {
+                    what: "connection handshake",
+                    ours: 2,
+                    theirs: 1
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("version 1, this side 2"), "{e}");
         let mut b = good;
         b[16] = 9;
         assert!(Hello::decode(&b).is_err(), "unknown session kind");

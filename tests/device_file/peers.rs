@@ -103,11 +103,12 @@ fn stalled_handshakes_of_one_peer_leave_the_others_theirs_and_the_rest_hear_busy
         .next_event(Some(T), "the answer to the probe")
         .unwrap();
     assert_eq!(ev.kind(), EventKind::Rejected, "the probe over the share");
-    let text = wire::Reject::decode(ev.private_data())
-        .expect("a reject with the receiver's reason")
-        .text;
+    let reject =
+        wire::Reject::decode(ev.private_data()).expect("a reject with the receiver's reason");
+    assert_eq!(reject.code, wire::RejectCode::Busy, "{reject:?}");
+    let text = reject.text;
     assert!(
-        text.contains("busy") && text.contains("retry") && text.contains("a peer's share"),
+        text.contains("retry") && text.contains("a peer's share"),
         "{text}"
     );
     drop(ev);
@@ -305,6 +306,20 @@ fn an_oob_connection_over_its_peers_share_hears_busy_and_retry() {
     d.failed("send --oob over the peer's share");
     let err = d.err.to_lowercase();
     assert!(err.contains("busy") && err.contains("retry"), "{}", d.err);
+    // A library caller can tell busy from other failures without reading text.
+    let dst = addr(port);
+    let opts = EndpointOptions {
+        device: Some("rxe0".into()),
+        msg_size: proto::MAX_MSG_LEN,
+        ..Default::default()
+    };
+    match Endpoint::connect_oob(dst, &opts) {
+        Err(rdmaxfer::Error::Refused {
+            reason: Reason::Busy,
+            message,
+        }) => assert!(message.contains("retry later"), "{message}"),
+        r => panic!("expected Refused(Busy), got {:?}", r.map(|_| ())),
+    }
     assert!(
         d.elapsed < Duration::from_secs(20),
         "refused at once, not after a deadline: {:?}",

@@ -10,6 +10,7 @@
 mod common;
 
 mod batch;
+mod errors;
 mod forget;
 mod recvlist;
 mod rw;

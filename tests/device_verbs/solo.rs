@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rdmaxfer::verbs::{
-    CompletionQueue, Context, LocalBuf, ProtectionDomain, QpCaps, QueuePair, SendOp, SendRequest,
-    Sge, SoloQueue, WaitMode, WcOpcode,
+    BufRequest, CompletionQueue, Context, LocalBuf, ProtectionDomain, QpCaps, QueuePair, SendOp,
+    SendRequest, Sge, SoloQueue, WaitMode, WcOpcode,
 };
 use rdmaxfer::Error;
 
@@ -68,7 +68,7 @@ fn solo_queue_posts_and_polls_through_mut_and_refuses_every_shared_path() {
 
         peer.post_recv(300 + round, [Sge::new(LocalBuf::new(&pd, 256).unwrap())])
             .unwrap();
-        q.post_send_buf(400 + round, SendOp::Send, back, 0, 256, true, false)
+        q.post_send_buf(BufRequest::new(400 + round, SendOp::Send, back, 0, 256))
             .unwrap();
         let mut got = Vec::new();
         let deadline = Instant::now() + T;

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use rdmaxfer::cm::CmId;
 use rdmaxfer::verbs::{
-    Buf, CompletionQueue, Context, ExposedRegion, InitAttr, LocalBuf, PostError, ProtectionDomain,
-    QpCaps, QpState, QueuePair, RemoteAccess, RemoteRegion, SendOp, SendRequest, Sge, WaitMode,
-    WcOpcode,
+    Buf, BufRequest, CompletionQueue, Context, ExposedRegion, InitAttr, LocalBuf, PostError,
+    ProtectionDomain, QpCaps, QpState, QueuePair, RemoteAccess, RemoteRegion, SendOp, SendRequest,
+    Sge, WaitMode, WcOpcode,
 };
 use rdmaxfer::xfer::loopback::{round_trip, LoopbackOptions};
 use rdmaxfer::Error;
@@ -650,7 +650,7 @@ fn objects_of_another_context_are_refused() {
     );
     assert_eq!(e.bufs.len(), 2, "both buffers come back");
     assert_mismatch_returns(
-        p.a.post_send_buf(2, SendOp::Send, foreign(66), 0, 66, true, false),
+        p.a.post_send_buf(BufRequest::new(2, SendOp::Send, foreign(66), 0, 66)),
         "ibv_post_send",
         66,
     );

@@ -246,7 +246,7 @@ pub fn serve_concurrent<T: Send, A: FnMut(bool) -> std::result::Result<T, String
                 // At once, with the reason (a CM reject, or the OOB refusal record, whose room
                 // keeps the first 34 bytes): no set-up, no thread.
                 eprintln!("refused {who}: busy: {why}");
-                incoming.refuse(&format!("busy, retry later: {why}"));
+                incoming.refuse_busy(&format!("retry later: {why}"));
                 continue;
             }
             handshaking.fetch_add(1, Ordering::AcqRel);

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::sys;
 use crate::verbs::cq::{Buf, Bufs, Table};
 use crate::verbs::mr::LocalBuf;
-use crate::verbs::wr::{context_mismatch, one_sge, SgList, SgeVec};
+use crate::verbs::wr::{context_mismatch, one_sge, BufRequest, SgList, SgeVec, WrHead};
 use crate::verbs::TRACE_TARGET;
 
 use super::{PostError, QpState, QueuePair, SendOp, SendRequest, Sge};
@@ -95,6 +95,12 @@ impl QueuePair {
             signaled,
             inline,
         } = wr;
+        let head = WrHead {
+            wr_id,
+            op,
+            signaled,
+            inline,
+        };
         let exclusive = matches!(op, SendOp::Read(_));
         if sges.len() == 1 && self.caps.max_send_sge >= 1 {
             // The usual work request: no SGE list to build, no iterator to collect.
@@ -105,7 +111,7 @@ impl QueuePair {
                 Ok(mut sge) => {
                     let total = u64::from(sge.length);
                     let sg = std::slice::from_mut(&mut sge);
-                    self.post_send_raw(t, wr_id, op, sg, total, bufs, signaled, inline)
+                    self.post_send_raw(t, head, sg, total, bufs)
                 }
                 Err(error) => Err(PostError { error, bufs }),
             };
@@ -113,93 +119,67 @@ impl QueuePair {
         let built = self.build_sges("ibv_post_send", &sges, exclusive, self.caps.max_send_sge);
         let bufs: Bufs = sges.into_iter().map(|s| s.buf).collect();
         match built {
-            Ok((mut sg, total)) => self.post_send_raw(
-                t,
-                wr_id,
-                op,
-                sg.as_mut_slice(),
-                total,
-                bufs,
-                signaled,
-                inline,
-            ),
+            Ok((mut sg, total)) => self.post_send_raw(t, head, sg.as_mut_slice(), total, bufs),
             Err(error) => Err(PostError { error, bufs }),
         }
     }
 
-    /// Posts a send-queue work request over `len` bytes of `buf` from `off`: [`post_send`]
+    /// Posts a send-queue work request over one buffer range (`ibv_post_send(3)`): [`post_send`]
     /// with one [`Sge::range`], without building a [`SendRequest`] (the per-message path).
     ///
     /// [`post_send`]: Self::post_send
-    #[allow(clippy::too_many_arguments)]
+    /// [`Sge::range`]: super::Sge::range
     #[inline(always)]
-    pub fn post_send_buf(
-        &self,
-        wr_id: u64,
-        op: SendOp,
-        buf: LocalBuf,
-        off: usize,
-        len: usize,
-        signaled: bool,
-        inline: bool,
-    ) -> std::result::Result<(), PostError> {
+    pub fn post_send_buf(&self, req: BufRequest) -> std::result::Result<(), PostError> {
         match self.send_cq.lock("ibv_post_send") {
-            Ok(mut t) => {
-                self.post_send_buf_into(&mut t, wr_id, op, buf, off, len, signaled, inline)
-            }
+            Ok(mut t) => self.post_send_buf_into(&mut t, req),
             Err(error) => Err(PostError {
                 error,
-                bufs: smallvec::smallvec![Buf::Local(buf)],
+                bufs: smallvec::smallvec![Buf::Local(req.buf)],
             }),
         }
     }
 
     /// [`post_send_buf`](Self::post_send_buf) recording into `t`, the send CQ's table.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn post_send_buf_into(
         &self,
         t: &mut Table,
-        wr_id: u64,
-        op: SendOp,
-        buf: LocalBuf,
-        off: usize,
-        len: usize,
-        signaled: bool,
-        inline: bool,
+        req: BufRequest,
     ) -> std::result::Result<(), PostError> {
+        let BufRequest {
+            head,
+            buf,
+            off,
+            len,
+        } = req;
         let sge = one_sge(self.ctx, "ibv_post_send", &buf, off, len);
         let bufs: Bufs = smallvec::smallvec![Buf::Local(buf)];
         match sge {
-            Ok(mut sge) => self.post_send_raw(
-                t,
-                wr_id,
-                op,
-                std::slice::from_mut(&mut sge),
-                len as u64,
-                bufs,
-                signaled,
-                inline,
-            ),
+            Ok(mut sge) => {
+                self.post_send_raw(t, head, std::slice::from_mut(&mut sge), len as u64, bufs)
+            }
             Err(error) => Err(PostError { error, bufs }),
         }
     }
 
     /// The checks that need the whole work request, then `ibv_post_send` with `bufs` recorded
     /// in the in-flight table.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn post_send_raw(
         &self,
         t: &mut Table,
-        wr_id: u64,
-        op: SendOp,
+        head: WrHead,
         sg: &mut [sys::ibv_sge],
         total: u64,
         bufs: Bufs,
-        signaled: bool,
-        inline: bool,
     ) -> std::result::Result<(), PostError> {
+        let WrHead {
+            wr_id,
+            op,
+            signaled,
+            inline,
+        } = head;
         if !self.is_rts() {
             return Err(PostError {
                 error: not_rts(self.state()),

@@ -72,18 +72,28 @@ impl Pending {
         &mut self.opts
     }
 
-    /// Refuses the client at once, without setting anything up: over RDMA CM a reject whose
-    /// reason is `why` (its connect fails with that text); over OOB a refusal record in place
-    /// of this side's address (an rdmaxfer client's connect fails with
-    /// `why`, cut to 34 bytes; ibv_rc_pingpong sees a bad address), then the TCP connection
-    /// is closed. Never blocks.
+    /// Refuses the client at once, without setting anything up, as over the server's limits
+    /// (its connect fails with [`Error::Connection`] naming `why`): over RDMA CM a reject whose
+    /// reason is `why`; over OOB a refusal record in place of this side's address (`why` cut
+    /// to 32 bytes; ibv_rc_pingpong sees a bad address), then the TCP connection is closed.
+    /// Never blocks.
     pub fn refuse(self, why: &str) {
+        self.reject(RejectCode::Limits, why)
+    }
+
+    /// Refuses the client at once as [`refuse`](Self::refuse) does, as busy: its connect fails
+    /// with [`Error::Refused`] and [`Reason::Busy`](crate::error::Reason::Busy) (retry later).
+    pub fn refuse_busy(self, why: &str) {
+        self.reject(RejectCode::Busy, why)
+    }
+
+    fn reject(self, code: RejectCode, why: &str) {
+        let r = Reject {
+            code,
+            text: why.to_string(),
+        };
         match self.how {
             How::Cm { req, .. } => {
-                let r = Reject {
-                    code: RejectCode::Limits,
-                    text: why.to_string(),
-                };
                 if let Err(e) = req.id.reject(&r.encode(MAX_REJECT_PRIVATE_DATA)) {
                     tracing::debug!("rdma_reject: {e}");
                 }
@@ -94,7 +104,7 @@ impl Pending {
                 // nothing cannot hold this thread.
                 let r = s
                     .set_nonblocking(true)
-                    .and_then(|()| s.write_all(&wire::oob_refusal(why)))
+                    .and_then(|()| s.write_all(&wire::oob_refusal(&r)))
                     .and_then(|()| s.shutdown(std::net::Shutdown::Write));
                 if let Err(e) = r {
                     tracing::debug!("refusing an OOB client: {e}");

@@ -155,10 +155,7 @@ pub(super) fn connected(
         EventKind::Established if ev.status() == 0 => {}
         EventKind::Rejected => {
             if let Some(r) = Reject::decode(ev.private_data()) {
-                return Err(Error::Connection(format!(
-                    "connecting to {dst}: rejected by the server: {}",
-                    r.text
-                )));
+                return Err(r.into_error(dst));
             }
             return Err(ev.to_error(&format!("connecting to {dst}")));
         }

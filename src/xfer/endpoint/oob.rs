@@ -38,10 +38,8 @@ impl Endpoint {
                 )),
                 e => e,
             })?;
-        if let Some(why) = wire::oob_refusal_reason(&reply) {
-            return Err(Error::Connection(format!(
-                "connecting to {dst}: rejected by the server: {why}"
-            )));
+        if let Some(r) = wire::oob_refusal_of(&reply) {
+            return Err(r.into_error(dst));
         }
         let peer = OobDest::decode(&reply)?;
         side.connect(&peer)?;

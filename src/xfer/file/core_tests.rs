@@ -448,6 +448,10 @@ fn a_lying_digests_or_a_corrupted_chunk_commits_nothing_and_names_the_chunk() {
         std::fs::create_dir(&out).unwrap();
         let e = send_file(&src, &out, 4096, 4, lies).unwrap_err();
         assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
+        assert!(
+            matches!(&e, Error::Verification { file, chunk: Some(5), .. } if file == "f.bin"),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("chunk 5"), "{e}");
         assert!(!out.join("f.bin").exists());
     }

@@ -39,18 +39,16 @@ pub(crate) fn send_err(ep: &mut Endpoint, reason: Reason, e: &Error) {
     }
 }
 
-/// Decodes a control message; an unsupported version is `Refused(Version)`.
+/// Decodes a control message; an unsupported version is [`Error::Version`] (checked before
+/// anything else of the message).
 pub(crate) fn decode_ctl(data: &[u8]) -> Result<Msg> {
     let h = proto::header(data)?;
     if h.version != proto::VERSION {
-        return Err(Error::refused(
-            Reason::Version,
-            format!(
-                "the peer speaks file protocol version {}, this build speaks version {}: run the same rdmaxfer release on both sides",
-                h.version,
-                proto::VERSION
-            ),
-        ));
+        return Err(Error::Version {
+            what: "file protocol",
+            ours: proto::VERSION,
+            theirs: h.version,
+        });
     }
     proto::decode(data)
 }

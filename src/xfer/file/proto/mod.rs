@@ -231,10 +231,11 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
     }
     let h = header(buf)?;
     if h.version != VERSION {
-        return Err(malformed(format!(
-            "unsupported protocol version {} (this side speaks {VERSION})",
-            h.version
-        )));
+        return Err(Error::Version {
+            what: "file protocol",
+            ours: VERSION,
+            theirs: h.version,
+        });
     }
     let body = &buf[HEADER_LEN..];
     if u64::from(h.len) != body.len() as u64 {

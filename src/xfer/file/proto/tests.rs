@@ -306,7 +306,20 @@ fn distinct_errors() {
     assert!(err(&bad).contains("bad magic"));
     let mut bad = good.clone();
     bad[5] = 1;
-    assert!(err(&bad).contains("unsupported protocol version 1 (this side speaks 3)"));
+    let e = decode(&bad).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("file protocol: the peer speaks version 1, this side 3"),
+        "{e}"
+    );
+    assert!(matches!(
+        decode(&bad),
+        Err(Error::Version {
+            what: "file protocol",
+            ours: 3,
+            theirs: 1
+        })
+    ));
     assert_eq!(
         header(&bad).unwrap().version,
         1,

@@ -192,6 +192,38 @@ pub(super) fn wait_others(file: &Mutex<FileState>, index: u16) {
     );
 }
 
+/// Why a stripe failed (its file is then not committed): the reason, the text, and for a hash
+/// mismatch the file's first chunk that differs (the text then leaves the file's name out).
+#[derive(Clone, Debug)]
+pub(super) struct StripeFailure {
+    pub(super) reason: Reason,
+    pub(super) message: String,
+    pub(super) chunk: Option<u64>,
+}
+
+impl StripeFailure {
+    /// The failure `e` is.
+    pub(super) fn of(e: &Error) -> StripeFailure {
+        StripeFailure {
+            reason: crate::xfer::file::ctl::reason_of(e),
+            message: e.to_string(),
+            chunk: None,
+        }
+    }
+
+    /// The file's error: [`Error::Verification`] for a hash mismatch.
+    pub(super) fn into_error(self, file: &str) -> Error {
+        match self.reason {
+            Reason::HashMismatch => Error::Verification {
+                file: proto::truncate_text(file),
+                chunk: self.chunk,
+                detail: self.message,
+            },
+            reason => Error::refused(reason, self.message),
+        }
+    }
+}
+
 /// A striped file being assembled: one temporary file, each stripe written at its offset by its
 /// own stream and verified apart; committed once, when every stripe is verified.
 #[derive(Debug)]
@@ -203,7 +235,7 @@ pub(super) struct Assembly {
     /// written from its offset so far (for resume), and whether it ended.
     pub(super) stripes: Vec<StripeState>,
     /// The first failure of a stripe (the file is then not committed).
-    pub(super) failure: Option<(Reason, String)>,
+    pub(super) failure: Option<StripeFailure>,
     /// Bytes held per stripe from an earlier, abandoned attempt (resume).
     pub(super) held: Vec<(u64, u64, u64)>,
     keep: bool,
@@ -340,7 +372,7 @@ impl Assembly {
     pub(super) fn end(
         &mut self,
         index: u16,
-        result: std::result::Result<StripeDigests, (Reason, String)>,
+        result: std::result::Result<StripeDigests, StripeFailure>,
         written: u64,
     ) -> Option<Result<proto::Digest>> {
         let st = &mut self.stripes[usize::from(index)];
@@ -368,20 +400,21 @@ impl Assembly {
             }
         }
         if self.failure.is_none() && (parts.len() != self.stripes.len() || next != self.size) {
-            self.failure = Some((
-                Reason::Protocol,
-                "the stripes do not cover the file exactly".into(),
-            ));
+            self.failure = Some(StripeFailure {
+                reason: Reason::Protocol,
+                message: "the stripes do not cover the file exactly".into(),
+                chunk: None,
+            });
         }
         // The whole file's digest when the stripes are on one chunk grid (as over one stream).
         let digest = file_digest_of_stripes(self.size, &parts);
         Some(match (self.failure.clone(), digest) {
             (None, Some((d, _))) => sink.commit_verified(&d),
             (None, None) => Err(Error::Protocol("a striped file without stripes".into())),
-            (Some((reason, message)), _) => {
+            (Some(f), _) => {
                 self.record_partial(&sink);
                 drop(sink);
-                Err(Error::refused(reason, message))
+                Err(f.into_error(&self.name))
             }
         })
     }
@@ -549,13 +582,22 @@ mod tests {
         let mut a = assembly(&streams, out2.path(), false);
         a.start(&s0).unwrap();
         a.start(&s1).unwrap();
-        let fail = (Reason::HashMismatch, "stripe 0 differs".to_string());
+        let fail = StripeFailure {
+            reason: Reason::HashMismatch,
+            message: "chunk 1 of stripe 0 differs".to_string(),
+            chunk: Some(1),
+        };
         assert!(a.end(0, Err(fail), 0).is_none());
         let e = a
             .end(1, Ok(verified(&s1, b"efgh")), 4)
             .unwrap()
             .unwrap_err();
         assert_eq!(e.reason(), Some(Reason::HashMismatch), "{e}");
+        assert!(
+            matches!(&e, Error::Verification { file, chunk: Some(1), .. } if file == "f"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "f: chunk 1 of stripe 0 differs");
         drop(a);
         assert_eq!(
             std::fs::read_dir(out2.path()).unwrap().count(),
@@ -580,7 +622,11 @@ mod tests {
         a.start(&s1).unwrap();
         let f = a.sink.as_ref().unwrap().temp_file().unwrap();
         f.write_all_at(b"abcdef", 0).unwrap();
-        let lost = (Reason::Internal, "lost".to_string());
+        let lost = StripeFailure {
+            reason: Reason::Internal,
+            message: "lost".to_string(),
+            chunk: None,
+        };
         assert!(a.end(0, Err(lost.clone()), 4).is_none());
         assert!(a.end(1, Err(lost), 2).unwrap().is_err());
         drop(a);

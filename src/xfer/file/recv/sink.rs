@@ -417,18 +417,18 @@ impl Sink {
         }
         if let Some((i, ours, theirs)) = self.bad {
             let (off, len) = layout.range(i).expect("compared chunks exist");
-            return Err(Error::refused(
-                Reason::HashMismatch,
-                format!(
-                    "{}: chunk {i} (bytes {off}..{}) differs: received bytes hash to {}, the \
+            return Err(Error::Verification {
+                file: self.final_name.to_string(),
+                chunk: Some(i),
+                detail: format!(
+                    "chunk {i} (bytes {off}..{}) differs: received bytes hash to {}, the \
                      sender's {} is {}",
-                    self.final_name,
                     off + len as u64,
                     ours.map_or_else(|| "nothing".into(), |d| d.to_hex()),
                     layout.algo,
                     theirs.to_hex()
                 ),
-            ));
+            });
         }
         if self.theirs != layout.chunks() {
             return Err(Error::Protocol(format!(
@@ -439,15 +439,15 @@ impl Sink {
         }
         let got = chunks.finish()?;
         if got != *expected {
-            return Err(Error::refused(
-                Reason::HashMismatch,
-                format!(
-                    "{}: received file digest {}, the sender's is {}",
-                    self.final_name,
+            return Err(Error::Verification {
+                file: self.final_name.to_string(),
+                chunk: None,
+                detail: format!(
+                    "received file digest {}, the sender's is {}",
                     blake3::Hash::from(got).to_hex(),
                     blake3::Hash::from(*expected).to_hex()
                 ),
-            ));
+            });
         }
         self.install()?;
         Ok(got)

@@ -11,7 +11,7 @@ use super::answer::{admit, answer_refuse, answer_skip, open_sink, tell_peer, Ope
 use super::core::{PartReceiver, Tail};
 use super::data::{ensure_ring, receive_data, ChunkTarget};
 use super::file::SessionState;
-use super::joint::{wait_others, Answer, FileState, Joint};
+use super::joint::{wait_others, Answer, FileState, Joint, StripeFailure};
 use super::sink::write_err;
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
@@ -103,7 +103,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn end_stripe(
     file: &Mutex<FileState>,
     s: &Stripe,
-    result: std::result::Result<StripeDigests, (Reason, String)>,
+    result: std::result::Result<StripeDigests, StripeFailure>,
     written: u64,
     report: &mut SessionReport,
     name: &str,
@@ -300,28 +300,28 @@ pub(super) fn receive_stripe(
     let n = StripeWriter::contiguous(&chunks);
     let got = w.chunks.finish();
     let (result, n) = match (write_failure, got) {
-        (Some(e), _) | (None, Err(e)) => (Err((reason_of(&e), e.to_string())), n),
+        (Some(e), _) | (None, Err(e)) => (Err(StripeFailure::of(&e)), n),
         (None, Ok(got)) if got == hash && bad.is_none() => (Ok(chunks.stripe(s.offset, got)), n),
         (None, Ok(_)) if bad.is_some() => {
             let i = bad.expect("checked");
             let (off, len) = chunks.layout().range(i).unwrap_or((0, 0));
             let from = s.offset + off;
             let message = format!(
-                "{}: chunk {i} of stripe {} of {} (bytes {from}..{}) differs from the sender's {}",
-                proto::truncate_text(&h.name),
+                "chunk {i} of stripe {} of {} (bytes {from}..{}) differs from the sender's {}",
                 s.index,
                 s.count,
                 from + len as u64,
                 h.verify
             );
-            (Err((Reason::HashMismatch, message)), 0)
+            // The file's chunk grid starts at the stripe's (stripes are cut on chunk bounds).
+            let chunk = (h.chunk_size > 0).then(|| s.offset / u64::from(h.chunk_size) + i);
+            (Err(StripeFailure { reason: Reason::HashMismatch, message, chunk }), 0)
         }
         (None, Ok(got)) => (
-            Err((
-                Reason::HashMismatch,
-                format!(
-                    "{}: stripe {} of {} ({} bytes at {}): received bytes have the digest {}, the sender's is {}",
-                    proto::truncate_text(&h.name),
+            Err(StripeFailure {
+                reason: Reason::HashMismatch,
+                message: format!(
+                    "stripe {} of {} ({} bytes at {}): received bytes have the digest {}, the sender's is {}",
                     s.index,
                     s.count,
                     s.len,
@@ -329,7 +329,8 @@ pub(super) fn receive_stripe(
                     blake3::Hash::from(got).to_hex(),
                     blake3::Hash::from(hash).to_hex()
                 ),
-            )),
+                chunk: None,
+            }),
             0,
         ),
     };
@@ -339,7 +340,7 @@ pub(super) fn receive_stripe(
         (Some(Ok(_)), _) => (Reason::Ok, String::new()),
         (Some(Err(e)), _) => (reason_of(e), e.to_string()),
         (None, Ok(_)) => (Reason::Ok, format!("stripe {} verified", s.index)),
-        (None, Err((reason, message))) => (*reason, message.clone()),
+        (None, Err(f)) => (f.reason, detail(&f.clone().into_error(&h.name))),
     };
     send_msg(
         ep,
@@ -378,7 +379,7 @@ fn failed(
     end_stripe(
         file,
         s,
-        Err((reason_of(&e), e.to_string())),
+        Err(StripeFailure::of(&e)),
         written,
         report,
         name,
