@@ -9,8 +9,9 @@
 #   (ci/test.sh's valgrind step reports it: ci/guest-valgrind.sh --report FILE).
 # - CI_CAPI_READY=FILE: a device_capi* binary first waits (bounded) until FILE exists; the host
 #   builds the C examples meanwhile, then writes "ok" (or "failed") there.
-# - CI_CONTAINER_BINS="BIN...": at the end, those binaries again inside the CI image
-#   (ci/guest-container.sh, docs/container.md), once CI_IMAGE_READY says the image is built.
+# - CI_CONTAINER_BINS="BIN [FILTER...][;BIN [FILTER...]]...": at the end, those binaries
+#   again inside the CI image, each with its libtest filters (ci/guest-container.sh,
+#   docs/container.md), once CI_IMAGE_READY says the image is built.
 # Any process that crashes meanwhile (a test binary, or an rdmaxfer or C example it spawned)
 # leaves a core in CI_CORE_DIR (default target/ci/cores); after each test binary the backtraces
 # of the new cores are printed here ("[cores] CRASH: ..."), and a crash fails the run.
@@ -102,8 +103,9 @@ container_phase() {
   [[ -n "${CI_CONTAINER_BINS:-}" ]] || return 0
   echo "[guest-tests] === the CI container: ci/guest-container.sh $CI_CONTAINER_BINS"
   if ready CI_IMAGE_READY "the CI image"; then
-    # shellcheck disable=SC2086 # a space-separated list of paths
-    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" $CI_CONTAINER_BINS || rc=1
+    local specs
+    IFS=';' read -r -a specs <<<"$CI_CONTAINER_BINS"
+    bash "$(dirname "${BASH_SOURCE[0]}")/guest-container.sh" "${specs[@]}" || rc=1
   else
     echo "[guest-tests] the CI container FAILED without a test summary (no image)"
     rc=1

@@ -150,6 +150,11 @@
 #define RDMAXFER_RECV_RESUME 2
 
 /**
+ * The most entries a report lists (it counts the rest in its totals).
+ */
+#define RDMAXFER_REPORT_MAX_FILES 1000
+
+/**
  * Major version of the library; the header's copy is checked against Cargo.toml at build time.
  */
 #define RDMAXFER_VERSION_MAJOR 0
@@ -163,6 +168,82 @@
  * Patch version.
  */
 #define RDMAXFER_VERSION_PATCH 0
+
+/**
+ * `rdmaxfer_send_options_set_flags`: replace entries that exist and differ (`send --force`;
+ * the receiver must allow it).
+ */
+#define RDMAXFER_SEND_FORCE 1
+
+/**
+ * Skip entries newer on the receiver, replace older ones (`--update`).
+ */
+#define RDMAXFER_SEND_UPDATE 2
+
+/**
+ * Skip every entry that exists on the receiver (`--ignore-existing`).
+ */
+#define RDMAXFER_SEND_IGNORE_EXISTING 4
+
+/**
+ * Compare existing files by BLAKE3 instead of size and mtime (`--checksum`).
+ */
+#define RDMAXFER_SEND_CHECKSUM 8
+
+/**
+ * Continue partial files the receiver kept (`--resume`).
+ */
+#define RDMAXFER_SEND_RESUME 16
+
+/**
+ * Say what would be sent, skipped, replaced or deleted; change nothing (`--dry-run`).
+ */
+#define RDMAXFER_SEND_DRY_RUN 32
+
+/**
+ * Delete what the receiver has in the sent directories and the source does not (`--delete`;
+ * the receiver must allow it, `RDMAXFER_RECV_ALLOW_DELETE`).
+ */
+#define RDMAXFER_SEND_DELETE 64
+
+/**
+ * Send what symlinks point to instead of the links (`--copy-links`).
+ */
+#define RDMAXFER_SEND_COPY_LINKS 128
+
+/**
+ * `rdmaxfer_recv_files`: let a sender delete what its directories do not have
+ * (`recv --allow-delete`).
+ */
+#define RDMAXFER_RECV_ALLOW_DELETE 4
+
+/**
+ * What happened to one entry (`rdmaxfer_file_result.outcome`).
+ */
+typedef enum rdmaxfer_outcome {
+  /**
+   * Verified and committed (a file), made (a directory or symlink).
+   */
+  RDMAXFER_OUTCOME_DELIVERED = 0,
+  /**
+   * Nothing to do: the receiver has it (identical), or the options say to skip it.
+   */
+  RDMAXFER_OUTCOME_SKIPPED = 1,
+  /**
+   * Refused or failed (`result` names the reason, `message` the detail); nothing of it was
+   * committed.
+   */
+  RDMAXFER_OUTCOME_FAILED = 2,
+  /**
+   * Gone from the sender's source between its listing and its turn.
+   */
+  RDMAXFER_OUTCOME_VANISHED = 3,
+  /**
+   * A dry run (`RDMAXFER_SEND_DRY_RUN`): would be sent (`message`: "would create" or "would
+   * replace").
+   */
+  RDMAXFER_OUTCOME_WOULD_SEND = 4,
+} rdmaxfer_outcome;
 
 /**
  * The result of every call that can fail. The numeric values are fixed: new codes are only
@@ -251,6 +332,11 @@ typedef enum rdmaxfer_status {
    * possibly from another thread) before or while the call waited.
    */
   RDMAXFER_ERR_SHUTDOWN = 18,
+  /**
+   * The caller stopped the call (a file transfer's progress callback returned non-zero):
+   * nothing it had not verified whole was committed.
+   */
+  RDMAXFER_ERR_ABORTED = 19,
 } rdmaxfer_status;
 
 /**
@@ -292,6 +378,19 @@ typedef struct rdmaxfer_listener rdmaxfer_listener;
  * freed by `rdmaxfer_remote_free`.
  */
 typedef struct rdmaxfer_remote rdmaxfer_remote;
+
+/**
+ * What a transfer did, entry by entry. Made by `rdmaxfer_report_new`, filled by a transfer
+ * call it is passed to, freed by `rdmaxfer_report_free`.
+ */
+typedef struct rdmaxfer_report rdmaxfer_report;
+
+/**
+ * How `rdmaxfer_send_files` sends: the options of `rdmaxfer send` (connections, streams and
+ * devices are the connection's configuration). Made by `rdmaxfer_send_options_new`, freed by
+ * `rdmaxfer_send_options_free`; a transfer copies it, so it may be changed or freed after.
+ */
+typedef struct rdmaxfer_send_options rdmaxfer_send_options;
 
 /**
  * What one peer did to an exposed buffer (`rdmaxfer_expose`).
@@ -438,6 +537,98 @@ typedef struct rdmaxfer_recv_summary {
    */
   uint64_t bytes;
 } rdmaxfer_recv_summary;
+
+/**
+ * One entry of a report (`rdmaxfer_report_file`). Set `size` to `sizeof(struct
+ * rdmaxfer_file_result)` before the call: the library fills the fields that fit in `size`
+ * bytes (a program built against an older header gets the fields it knows) and sets `size` to
+ * the bytes it wrote. The strings belong to the report: valid until it is freed or filled
+ * again.
+ */
+typedef struct rdmaxfer_file_result {
+  /**
+   * In: the struct's size as the caller knows it. Out: the bytes written.
+   */
+  size_t size;
+  /**
+   * The entry's name, relative, as sent (control characters escaped).
+   */
+  const char *name;
+  /**
+   * "file", "dir", "symlink" or "other".
+   */
+  const char *kind;
+  /**
+   * What happened.
+   */
+  enum rdmaxfer_outcome outcome;
+  /**
+   * "ok", "skipped", "vanished", "would send", or the reason of a failure (e.g. "hash
+   * mismatch", "exists").
+   */
+  const char *result;
+  /**
+   * The detail of a skip or a failure; NULL when there is none.
+   */
+  const char *message;
+  /**
+   * The file's size in bytes.
+   */
+  uint64_t bytes;
+} rdmaxfer_file_result;
+
+/**
+ * A report's totals (`rdmaxfer_report_totals`); `size` as in `rdmaxfer_file_result`.
+ */
+typedef struct rdmaxfer_totals {
+  /**
+   * In: the struct's size as the caller knows it. Out: the bytes written.
+   */
+  size_t size;
+  /**
+   * Entries announced (all of them; the report lists the first `RDMAXFER_REPORT_MAX_FILES`).
+   */
+  uint64_t entries;
+  /**
+   * Entries skipped.
+   */
+  uint64_t skipped;
+  /**
+   * Entries refused or failed (refused and vanished ones included).
+   */
+  uint64_t failed;
+  /**
+   * Entries the receiver refused before any data.
+   */
+  uint64_t refused;
+  /**
+   * Entries gone from the sender's source before their turn.
+   */
+  uint64_t vanished;
+  /**
+   * Entries a dry run would send.
+   */
+  uint64_t planned;
+  /**
+   * Entries deleted on the receiver (`RDMAXFER_SEND_DELETE`; in a dry run, that would be).
+   */
+  uint64_t deleted;
+  /**
+   * File bytes moved by RDMA in the session.
+   */
+  uint64_t bytes;
+} rdmaxfer_totals;
+
+/**
+ * Called by `rdmaxfer_send_files` as data goes out and as each entry's verdict comes, on the
+ * calling thread: file bytes sent so far, the bytes of the files to send (less those the
+ * receiver skipped so far: the last call of a re-run of files it has gives `done == total`),
+ * and the caller's `user`. Return 0 to go on, anything
+ * else to stop the transfer: it ends at its next chunk or entry with `RDMAXFER_ERR_ABORTED`,
+ * the receiver told; nothing it had not verified whole is committed (files completed before
+ * stay). Calls back into rdmaxfer on the same connection return `RDMAXFER_ERR_BUSY`.
+ */
+typedef int (*rdmaxfer_transfer_cb)(uint64_t done, uint64_t total, void *user);
 
 #ifdef __cplusplus
 extern "C" {
@@ -908,6 +1099,37 @@ enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
                                             size_t *out_len);
 
 /**
+ * Makes an empty report.
+ */
+enum rdmaxfer_status rdmaxfer_report_new(struct rdmaxfer_report **out_report);
+
+/**
+ * Frees a report and its strings (NULL: nothing).
+ */
+void rdmaxfer_report_free(struct rdmaxfer_report *report);
+
+/**
+ * The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle
+ * in use.
+ */
+size_t rdmaxfer_report_len(const struct rdmaxfer_report *report);
+
+/**
+ * Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
+ * `rdmaxfer_file_result` for its `size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index past
+ * the end or a `size` below the first release's struct.
+ */
+enum rdmaxfer_status rdmaxfer_report_file(const struct rdmaxfer_report *report,
+                                          size_t i,
+                                          struct rdmaxfer_file_result *out);
+
+/**
+ * The totals of `report` into `*out` (`size` as for `rdmaxfer_report_file`).
+ */
+enum rdmaxfer_status rdmaxfer_report_totals(const struct rdmaxfer_report *report,
+                                            struct rdmaxfer_totals *out);
+
+/**
  * The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
  * `RDMAXFER_VERSION` to detect a header/library mismatch.
  */
@@ -918,6 +1140,97 @@ const char *rdmaxfer_version(void);
  * that is not an `rdmaxfer_status`, e.g. an integer cast to it).
  */
 const char *rdmaxfer_strerror(enum rdmaxfer_status status);
+
+/**
+ * Makes send options with the defaults of `rdmaxfer send`: no flags, 1 MiB chunks, 16 in
+ * flight, XXH3-128, no rate limit, no exclusions.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_new(struct rdmaxfer_send_options **out_opts);
+
+/**
+ * Frees send options (NULL: nothing).
+ */
+void rdmaxfer_send_options_free(struct rdmaxfer_send_options *opts);
+
+/**
+ * Sets the `RDMAXFER_SEND_*` flags (replacing those set before). Unknown bits:
+ * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_set_flags(struct rdmaxfer_send_options *opts,
+                                                     uint32_t flags);
+
+/**
+ * Chunk size: bytes per RDMA WRITE (`send -s`; the receiver may lower it). Outside
+ * 4096..=8388608: `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_set_chunk_size(struct rdmaxfer_send_options *opts,
+                                                          uint32_t bytes);
+
+/**
+ * Chunks in flight at most (`send --slots`; also capped by the receiver). Outside 1..=1024:
+ * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_set_slots(struct rdmaxfer_send_options *opts,
+                                                     uint32_t slots);
+
+/**
+ * Chunk verification: "xxh3" (the default) or "blake3" (`send --verify`). Another name:
+ * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_set_verify(struct rdmaxfer_send_options *opts,
+                                                      const char *algo);
+
+/**
+ * At most `bytes_per_second` bytes of file data per second over all streams (`send
+ * --bwlimit`); 0: no limit.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_set_bwlimit(struct rdmaxfer_send_options *opts,
+                                                       uint64_t bytes_per_second);
+
+/**
+ * Adds an exclusion rule (`send --exclude`, rsync's rules: `*`, `**`, `?`, `[..]`, a trailing
+ * `/` for directories only, a leading `/` anchors). Rules apply in the order added, the first
+ * that matches decides; with `RDMAXFER_SEND_DELETE` an excluded name is never deleted.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_add_exclude(struct rdmaxfer_send_options *opts,
+                                                       const char *pattern);
+
+/**
+ * Adds an inclusion rule (`send --include`): what it matches is sent even if a later
+ * exclusion matches it.
+ */
+enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_options *opts,
+                                                       const char *pattern);
+
+/**
+ * Sends the `n_paths` files and trees at `paths` to an `rdmaxfer recv` / `rdmaxfer_recv_files`
+ * peer, as `rdmaxfer send` with `opts` (NULL: the defaults) does: verified per chunk, with the
+ * configuration's token, streams, devices and receiver addresses (see `rdmaxfer_send_file`).
+ * `progress` (may be NULL) is called as data goes out and may stop the transfer
+ * (`RDMAXFER_ERR_ABORTED`). `report` (may be NULL; made by `rdmaxfer_report_new`) is filled
+ * with every entry's outcome when the call returns, whether it succeeds or fails, unless it
+ * fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
+ * delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
+ * some were refused or failed (the report says which and why).
+ */
+enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
+                                         const char *const *paths,
+                                         size_t n_paths,
+                                         const struct rdmaxfer_send_options *opts,
+                                         rdmaxfer_transfer_cb progress,
+                                         void *user,
+                                         struct rdmaxfer_report *report);
+
+/**
+ * Receives one sender's session on `conn` into the existing directory `out_dir`, as
+ * `rdmaxfer_recv_file` does (where files land, what is refused), and fills `report` (may be
+ * NULL) with every entry's outcome when the call returns, whether it succeeds or fails.
+ * `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`, `RDMAXFER_RECV_ALLOW_DELETE`, or 0.
+ */
+enum rdmaxfer_status rdmaxfer_recv_files(struct rdmaxfer_conn *conn,
+                                         const char *out_dir,
+                                         uint32_t flags,
+                                         struct rdmaxfer_report *report);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -130,7 +130,7 @@ pub enum Error {
         errno: i32,
     },
     /// The peer speaks another version of a protocol than this side does.
-    #[error("{what}: the peer speaks version {theirs}, this side {ours}: use the same rdmaxfer release on both sides")]
+    #[error("{what}: the peer speaks version {theirs}, this side version {ours}: use the same rdmaxfer release on both sides")]
     Version {
         /// The protocol, e.g. "file protocol HELLO".
         what: &'static str,
@@ -151,6 +151,10 @@ pub enum Error {
         /// The digests compared.
         detail: String,
     },
+    /// The caller stopped the operation (a file transfer's
+    /// [`Cancel`](crate::xfer::file::Cancel)).
+    #[error("cancelled by the caller")]
+    Cancelled,
     /// A caller-supplied value is unusable.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

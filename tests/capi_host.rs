@@ -87,6 +87,7 @@ fn status_values_are_fixed_and_each_has_a_text() {
         (S::RDMAXFER_ERR_BUFFER_TOO_SMALL, 16),
         (S::RDMAXFER_ERR_AGAIN, 17),
         (S::RDMAXFER_ERR_SHUTDOWN, 18),
+        (S::RDMAXFER_ERR_ABORTED, 19),
     ];
     let header = header_statuses();
     assert_eq!(
@@ -106,7 +107,7 @@ fn status_values_are_fixed_and_each_has_a_text() {
         assert!(texts.insert(t.clone()), "{s:?} shares its text {t:?}");
     }
     assert_eq!(strerror(0), "success");
-    for v in [-1, 19, 1000, i32::MIN, i32::MAX] {
+    for v in [-1, 20, 1000, i32::MIN, i32::MAX] {
         assert_eq!(strerror(v), "unknown status", "{v}");
     }
 }
@@ -360,6 +361,141 @@ fn devices_succeed_or_say_why_without_touching_the_out_parameter() {
             }
             s => panic!("unexpected {s:?}: {}", last()),
         }
+    }
+}
+
+#[test]
+fn send_options_refuse_bad_values_and_keep_what_they_had() {
+    // SAFETY: every pointer passed is NULL, a handle made here and not yet freed, a static C
+    // string, or the address of a local.
+    unsafe {
+        assert_eq!(
+            rdmaxfer_send_options_new(ptr::null_mut()),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        rdmaxfer_send_options_free(ptr::null_mut());
+        let mut o = ptr::null_mut();
+        assert_eq!(rdmaxfer_send_options_new(&mut o), S::RDMAXFER_OK);
+        assert_eq!(rdmaxfer_send_options_set_flags(o, 1 | 32), S::RDMAXFER_OK);
+        assert_eq!(
+            rdmaxfer_send_options_set_flags(o, 256),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("unknown flags 0x100"), "{}", last());
+        for (chunk, st) in [
+            (4096, S::RDMAXFER_OK),
+            (4095, S::RDMAXFER_ERR_INVALID_ARGUMENT),
+            (16 << 20, S::RDMAXFER_ERR_INVALID_ARGUMENT),
+        ] {
+            assert_eq!(
+                rdmaxfer_send_options_set_chunk_size(o, chunk),
+                st,
+                "{chunk}"
+            );
+        }
+        assert_eq!(
+            rdmaxfer_send_options_set_slots(o, 0),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            rdmaxfer_send_options_set_verify(o, c"blake3".as_ptr()),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_send_options_set_verify(o, c"md5".as_ptr()),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            rdmaxfer_send_options_set_verify(o, ptr::null()),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            rdmaxfer_send_options_add_exclude(o, c"*.tmp".as_ptr()),
+            S::RDMAXFER_OK
+        );
+        // A bad argument fails before any connection is looked at, and leaves the report alone.
+        let mut r = ptr::null_mut();
+        assert_eq!(rdmaxfer_report_new(&mut r), S::RDMAXFER_OK);
+        let paths = [c"/nonexistent".as_ptr()];
+        assert_eq!(
+            rdmaxfer_send_files(
+                ptr::null_mut(),
+                paths.as_ptr(),
+                1,
+                o,
+                None,
+                ptr::null_mut(),
+                r
+            ),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            rdmaxfer_send_files(
+                ptr::null_mut(),
+                paths.as_ptr(),
+                0,
+                o,
+                None,
+                ptr::null_mut(),
+                r
+            ),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(rdmaxfer_report_len(r), 0);
+        rdmaxfer_report_free(r);
+        rdmaxfer_send_options_free(o);
+    }
+}
+
+#[test]
+fn an_empty_report_reads_as_empty_and_checks_the_callers_size() {
+    // SAFETY: every pointer passed is NULL, a handle made here and not yet freed, a static C
+    // string, or the address of a local.
+    unsafe {
+        assert_eq!(
+            rdmaxfer_report_new(ptr::null_mut()),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        rdmaxfer_report_free(ptr::null_mut());
+        assert_eq!(rdmaxfer_report_len(ptr::null()), 0);
+        let mut r = ptr::null_mut();
+        assert_eq!(rdmaxfer_report_new(&mut r), S::RDMAXFER_OK);
+        assert_eq!(rdmaxfer_report_len(r), 0);
+        let mut f = rdmaxfer_file_result {
+            size: std::mem::size_of::<rdmaxfer_file_result>(),
+            name: ptr::null(),
+            kind: ptr::null(),
+            outcome: -1,
+            result: ptr::null(),
+            message: ptr::null(),
+            bytes: 7,
+        };
+        assert_eq!(
+            rdmaxfer_report_file(r, 0, &mut f),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("the report lists 0"), "{}", last());
+        assert_eq!(f.bytes, 7, "untouched on failure");
+        let mut t = rdmaxfer_totals {
+            size: 8,
+            bytes: 9,
+            ..Default::default()
+        };
+        assert_eq!(
+            rdmaxfer_report_totals(r, &mut t),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("->size is 8"), "{}", last());
+        assert_eq!(t.bytes, 9, "untouched on failure");
+        t.size = std::mem::size_of::<rdmaxfer_totals>() + 16;
+        assert_eq!(rdmaxfer_report_totals(r, &mut t), S::RDMAXFER_OK);
+        assert_eq!(
+            t.size,
+            std::mem::size_of::<rdmaxfer_totals>(),
+            "the bytes written"
+        );
+        assert_eq!((t.entries, t.bytes), (0, 0));
+        rdmaxfer_report_free(r);
     }
 }
 

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 
-use super::boundary::{self, out, Fail};
+use super::boundary::{self, out, CResult, Fail};
 use super::conn::rdmaxfer_conn;
 use super::handle::handle;
 use super::status::rdmaxfer_status;
@@ -110,6 +110,19 @@ pub extern "C" fn rdmaxfer_send_file(
     })
 }
 
+/// `out_dir` of a receive: an existing directory.
+pub(crate) fn check_out_dir(dir: &std::path::Path) -> CResult<()> {
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| crate::Error::io(format!("out_dir {}", dir.display()), e))?;
+    if !meta.is_dir() {
+        return Err(Fail::invalid(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// What `rdmaxfer_recv_file` received.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -147,14 +160,7 @@ pub extern "C" fn rdmaxfer_recv_file(
         if flags & !(RDMAXFER_RECV_FORCE | RDMAXFER_RECV_RESUME) != 0 {
             return Err(Fail::invalid(format!("unknown flags {flags:#x}")));
         }
-        let meta = std::fs::metadata(&dir)
-            .map_err(|e| crate::Error::io(format!("out_dir {}", dir.display()), e))?;
-        if !meta.is_dir() {
-            return Err(Fail::invalid(format!(
-                "{} is not a directory",
-                dir.display()
-            )));
-        }
+        check_out_dir(&dir)?;
         let ep_depth = c.ep.recv_depth();
         let opts = ReceiverOptions {
             token: c.token.clone(),

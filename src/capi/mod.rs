@@ -32,13 +32,17 @@ pub(crate) mod file;
 pub(crate) mod handle;
 pub(crate) mod listener;
 pub(crate) mod poll;
+pub(crate) mod report;
 pub(crate) mod status;
+pub(crate) mod transfer;
 
 use buf::{rdmaxfer_buf, rdmaxfer_remote};
 use config::rdmaxfer_config;
 use conn::rdmaxfer_conn;
 use devices::rdmaxfer_device_list;
 use listener::rdmaxfer_listener;
+use report::rdmaxfer_report;
+use transfer::rdmaxfer_send_options;
 
 #[cfg(test)]
 mod tests;
@@ -53,4 +57,6 @@ const _: () = {
     send_sync::<rdmaxfer_buf>();
     send_sync::<rdmaxfer_remote>();
     send_sync::<rdmaxfer_device_list>();
+    send_sync::<rdmaxfer_report>();
+    send_sync::<rdmaxfer_send_options>();
 };

@@ -85,13 +85,16 @@ pub enum rdmaxfer_status {
     /// The listener was shut down (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`,
     /// possibly from another thread) before or while the call waited.
     RDMAXFER_ERR_SHUTDOWN = 18,
+    /// The caller stopped the call (a file transfer's progress callback returned non-zero):
+    /// nothing it had not verified whole was committed.
+    RDMAXFER_ERR_ABORTED = 19,
 }
 
 use rdmaxfer_status as S;
 
 impl rdmaxfer_status {
     /// Every status, in numeric order.
-    pub const ALL: [rdmaxfer_status; 19] = [
+    pub const ALL: [rdmaxfer_status; 20] = [
         S::RDMAXFER_OK,
         S::RDMAXFER_ERR_NULL_ARGUMENT,
         S::RDMAXFER_ERR_INVALID_ARGUMENT,
@@ -111,6 +114,7 @@ impl rdmaxfer_status {
         S::RDMAXFER_ERR_BUFFER_TOO_SMALL,
         S::RDMAXFER_ERR_AGAIN,
         S::RDMAXFER_ERR_SHUTDOWN,
+        S::RDMAXFER_ERR_ABORTED,
     ];
 
     /// The status with numeric value `v`, if there is one.
@@ -142,6 +146,7 @@ impl rdmaxfer_status {
                 c"nothing ready yet; try again when the descriptor is readable"
             }
             S::RDMAXFER_ERR_SHUTDOWN => c"the listener was shut down",
+            S::RDMAXFER_ERR_ABORTED => c"stopped by the caller",
         }
     }
 }
@@ -170,6 +175,7 @@ impl From<&Error> for rdmaxfer_status {
             }
             Error::Io { .. } => S::RDMAXFER_ERR_IO,
             Error::Shutdown { .. } => S::RDMAXFER_ERR_SHUTDOWN,
+            Error::Cancelled => S::RDMAXFER_ERR_ABORTED,
         }
     }
 }

@@ -517,7 +517,10 @@ mod tests {
             ),
             "{e:?}"
         );
-        assert!(e.to_string().contains("version 1, this side 2"), "{e}");
+        assert!(
+            e.to_string().contains("version 1, this side version 2"),
+            "{e}"
+        );
         let mut b = good;
         b[16] = 9;
         assert!(Hello::decode(&b).is_err(), "unknown session kind");

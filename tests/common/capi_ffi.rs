@@ -23,8 +23,42 @@ opaque!(
     rdmaxfer_conn,
     rdmaxfer_buf,
     rdmaxfer_remote,
-    rdmaxfer_device_list
+    rdmaxfer_device_list,
+    rdmaxfer_send_options,
+    rdmaxfer_report
 );
+
+/// `struct rdmaxfer_file_result`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdmaxfer_file_result {
+    pub size: usize,
+    pub name: *const c_char,
+    pub kind: *const c_char,
+    pub outcome: c_int,
+    pub result: *const c_char,
+    pub message: *const c_char,
+    pub bytes: u64,
+}
+
+/// `struct rdmaxfer_totals`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct rdmaxfer_totals {
+    pub size: usize,
+    pub entries: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub refused: u64,
+    pub vanished: u64,
+    pub planned: u64,
+    pub deleted: u64,
+    pub bytes: u64,
+}
+
+/// `rdmaxfer_transfer_cb`.
+pub type rdmaxfer_transfer_cb =
+    Option<extern "C" fn(done: u64, total: u64, user: *mut c_void) -> c_int>;
 
 /// `enum rdmaxfer_status`. The library only ever returns these values.
 #[repr(C)]
@@ -49,6 +83,7 @@ pub enum rdmaxfer_status {
     RDMAXFER_ERR_BUFFER_TOO_SMALL = 16,
     RDMAXFER_ERR_AGAIN = 17,
     RDMAXFER_ERR_SHUTDOWN = 18,
+    RDMAXFER_ERR_ABORTED = 19,
 }
 
 pub const RDMAXFER_ACCESS_READ: u32 = 1;
@@ -285,5 +320,49 @@ extern "C" {
         out_dir: *const c_char,
         flags: u32,
         out_summary: *mut rdmaxfer_recv_summary,
+    ) -> rdmaxfer_status;
+
+    pub fn rdmaxfer_send_options_new(out: *mut *mut rdmaxfer_send_options) -> rdmaxfer_status;
+    pub fn rdmaxfer_send_options_free(opts: *mut rdmaxfer_send_options);
+    pub fn rdmaxfer_send_options_set_flags(
+        opts: *mut rdmaxfer_send_options,
+        flags: u32,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_send_options_set_chunk_size(
+        opts: *mut rdmaxfer_send_options,
+        bytes: u32,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_send_options_set_slots(
+        opts: *mut rdmaxfer_send_options,
+        slots: u32,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_send_options_set_verify(
+        opts: *mut rdmaxfer_send_options,
+        algo: *const c_char,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_send_options_add_exclude(
+        opts: *mut rdmaxfer_send_options,
+        pattern: *const c_char,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_send_files(
+        conn: *mut rdmaxfer_conn,
+        paths: *const *const c_char,
+        n_paths: usize,
+        opts: *const rdmaxfer_send_options,
+        progress: rdmaxfer_transfer_cb,
+        user: *mut c_void,
+        report: *mut rdmaxfer_report,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_report_new(out: *mut *mut rdmaxfer_report) -> rdmaxfer_status;
+    pub fn rdmaxfer_report_free(report: *mut rdmaxfer_report);
+    pub fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize;
+    pub fn rdmaxfer_report_file(
+        report: *const rdmaxfer_report,
+        i: usize,
+        out: *mut rdmaxfer_file_result,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_report_totals(
+        report: *const rdmaxfer_report,
+        out: *mut rdmaxfer_totals,
     ) -> rdmaxfer_status;
 }

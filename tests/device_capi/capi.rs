@@ -15,10 +15,10 @@ use crate::common::{
     self, need_rxe0, need_rxe1, pseudo_random, sent_pkts, spawn, spawn_prog, Done, Proc, IP, IP1,
 };
 
-const T: Duration = Duration::from_secs(300);
+pub(crate) const T: Duration = Duration::from_secs(300);
 /// Per-step deadline for both sides: valgrind on an emulated CPU is slow.
-const TIMEOUT_S: &str = "120";
-const TIMEOUT_MS: &str = "120000";
+pub(crate) const TIMEOUT_S: &str = "120";
+pub(crate) const TIMEOUT_MS: &str = "120000";
 /// valgrind's exit status when it found errors (or definite leaks).
 const VG_ERR: i32 = 99;
 
@@ -41,13 +41,13 @@ fn c_prog(name: &str) -> String {
 }
 
 /// Runs C example `name` natively.
-fn native(name: &str, args: &[&str]) -> Proc {
+pub(crate) fn native(name: &str, args: &[&str]) -> Proc {
     spawn_prog(name, &c_prog(name), args)
 }
 
 /// Runs C example `name` under valgrind memcheck (each example runs so at least once here;
 /// the other runs are native, as valgrind on the emulated CPU costs about a minute each).
-fn vg(name: &str, args: &[&str]) -> Proc {
+pub(crate) fn vg(name: &str, args: &[&str]) -> Proc {
     vg_with(name, &[], args)
 }
 
@@ -77,7 +77,7 @@ fn vg_with(name: &str, vg_opts: &[&str], args: &[&str]) -> Proc {
 }
 
 /// Asserts a valgrind-run C program succeeded with a clean memcheck report.
-fn vg_ok(d: &Done, what: &str) {
+pub(crate) fn vg_ok(d: &Done, what: &str) {
     assert_ne!(
         d.status.code(),
         Some(VG_ERR),
@@ -121,7 +121,7 @@ fn check_received(out: &Path, files: &[(String, Vec<u8>)]) {
 }
 
 /// `rdmaxfer recv --once` into `out` on `port`, listening.
-fn cli_recv(out: &str, port: &str, extra: &[&str]) -> Proc {
+pub(crate) fn cli_recv(out: &str, port: &str, extra: &[&str]) -> Proc {
     let mut args = vec![
         "recv",
         "--out",

@@ -10,3 +10,4 @@ mod common;
 
 mod capi;
 mod capi_poll;
+mod transfer;

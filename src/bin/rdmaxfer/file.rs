@@ -630,6 +630,7 @@ pub(crate) fn send_plan(
         delete: a.delete,
         filter,
         require_receiver_proof: a.require_receiver_token,
+        cancel: Default::default(),
     };
     if a.bwlimit == Some(0) {
         usage!("--bwlimit must be at least 1 byte per second");

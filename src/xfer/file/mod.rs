@@ -34,8 +34,8 @@ pub mod report;
 pub mod send;
 
 pub use options::{
-    ReceiverOptions, SenderOptions, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHUNK, MAX_RING_BYTES,
-    MAX_SLOTS, MIN_CHUNK,
+    Cancel, ReceiverOptions, SenderOptions, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHUNK,
+    MAX_RING_BYTES, MAX_SLOTS, MIN_CHUNK,
 };
 #[cfg(feature = "test-hooks")]
 pub use options::{RecvHooks, SendHooks};

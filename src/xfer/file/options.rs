@@ -2,6 +2,8 @@
 //! choices, with the protocol's size limits.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::budget::Budgets;
 use super::digest::Algo;
@@ -151,6 +153,39 @@ impl ReceiverOptions {
 /// ([`proto::MAX_IN_FLIGHT`] at most).
 pub const SENDER_RECV_DEPTH: u32 = 32;
 
+/// Stops a file transfer from elsewhere (another thread, or a progress callback): the sender
+/// looks at it before each entry and each chunk, tells the receiver (ERR) and ends with
+/// [`Error::Cancelled`]. The receiver commits nothing it has not verified whole, as after any
+/// failure; what was committed before stays. Clones share one flag.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// A flag not yet raised.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Raises the flag: the transfer stops at its next entry or chunk.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`cancel`](Self::cancel) was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// [`Error::Cancelled`] once raised.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.is_cancelled() {
+            Err(Error::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// The sender's settings.
 #[derive(Clone, Debug)]
 pub struct SenderOptions {
@@ -195,6 +230,8 @@ pub struct SenderOptions {
     /// `token` (`cp` sets it: its remote sender listens, and the first to connect must not get
     /// the files). Without a token, no receiver can prove it.
     pub require_receiver_proof: bool,
+    /// Stops the transfer when raised (see [`Cancel`]).
+    pub cancel: Cancel,
 }
 
 impl Default for SenderOptions {
@@ -217,6 +254,7 @@ impl Default for SenderOptions {
             delete: false,
             filter: Filter::new(),
             require_receiver_proof: false,
+            cancel: Cancel::new(),
         }
     }
 }

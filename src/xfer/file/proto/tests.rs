@@ -309,7 +309,7 @@ fn distinct_errors() {
     let e = decode(&bad).unwrap_err();
     assert!(
         e.to_string()
-            .contains("file protocol: the peer speaks version 1, this side 3"),
+            .contains("file protocol: the peer speaks version 1, this side version 3"),
         "{e}"
     );
     assert!(matches!(

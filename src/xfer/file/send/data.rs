@@ -16,6 +16,7 @@ use crate::xfer::file::budget::{moved, wait_on};
 use crate::xfer::file::ctl::{decode_ctl, peer_err, send_msg};
 use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::fault::{self, Faults};
+use crate::xfer::file::options::Cancel;
 use crate::xfer::file::proto::{Digest, Digests, Msg, Reason, MAX_DIGESTS};
 
 /// The `tracing` target of the sender's phase markers (debug level): set `RDMAXFER_LOG` to
@@ -91,6 +92,8 @@ pub(super) struct DataTarget<'a> {
     pub(super) label: &'a str,
     /// The stream's pace (`send --bwlimit`), kept from part to part.
     pub(super) pace: Option<&'a mut Pacer>,
+    /// Looked at before each chunk.
+    pub(super) cancel: &'a Cancel,
 }
 
 /// Holds a stream's data to at most `rate` bytes per second (`send --bwlimit`): a chunk is
@@ -145,6 +148,7 @@ pub(super) fn send_data<S: ChunkSource>(
         faults,
         label,
         pace,
+        cancel,
     } = to;
     let (remote, faults, label) = (&*remote, *faults, *label);
     let slot = u64::from(r.slot_size);
@@ -188,6 +192,7 @@ pub(super) fn send_data<S: ChunkSource>(
         let res: Result<()> = (|| {
             let mut k = first;
             while k < chunks {
+                cancel.check()?;
                 if let Some((buf, n)) = ready.remove(&k) {
                     let w = plan.write(k);
                     let target = match remote.slice(w.ring_offset, n as u64) {

@@ -305,6 +305,7 @@ pub(super) fn send_file(
         ),
         label: &label,
         pace: pace.as_mut(),
+        cancel: &opts.cancel,
     };
     let hash = match send_data(
         ep,
@@ -327,8 +328,8 @@ pub(super) fn send_file(
         Err((err, n)) => {
             report.bytes += n;
             let err = named_by_peer(ep, err);
-            if err.reason() == Some(Reason::ReadError) {
-                send_err(ep, Reason::ReadError, &err);
+            if err.reason() == Some(Reason::ReadError) || matches!(err, Error::Cancelled) {
+                send_err(ep, reason_of(&err), &err);
             }
             let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
             part.record(report, f, false, None);

@@ -9,7 +9,7 @@ use super::pipe::Pipe;
 use super::source::{SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
-use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::ctl::{peer_err, recv_ctl, send_err, send_msg};
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Msg, Reason};
 use crate::xfer::file::report::{FileReport, Progress, SessionReport};
@@ -94,6 +94,10 @@ pub(super) fn send_entry(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
+    if let Err(err) = st.opts.cancel.check() {
+        send_err(ep, Reason::Internal, &err);
+        return Err(err);
+    }
     if matches!(part, Part::Whole) {
         match pipe.offer(ep, st, e, report, progress) {
             Ok(true) => return Ok(()),

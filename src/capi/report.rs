@@ -1,0 +1,265 @@
+//! `rdmaxfer_report`: what a file transfer did with each entry, filled by `rdmaxfer_send_files`
+//! and `rdmaxfer_recv_files` whether they succeed or fail, and read with getters that fill
+//! caller-allocated structs whose first field is their size (so they can grow).
+
+use std::ffi::{c_char, CString};
+
+use super::boundary::{self, CResult, Fail};
+use super::handle::{arg, free_handle, handle, impl_handle, into_handle, Slot};
+use super::status::rdmaxfer_status;
+use crate::xfer::file::report::{FileReport, SessionReport};
+
+/// What happened to one entry (`rdmaxfer_file_result.outcome`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum rdmaxfer_outcome {
+    /// Verified and committed (a file), made (a directory or symlink).
+    RDMAXFER_OUTCOME_DELIVERED = 0,
+    /// Nothing to do: the receiver has it (identical), or the options say to skip it.
+    RDMAXFER_OUTCOME_SKIPPED = 1,
+    /// Refused or failed (`result` names the reason, `message` the detail); nothing of it was
+    /// committed.
+    RDMAXFER_OUTCOME_FAILED = 2,
+    /// Gone from the sender's source between its listing and its turn.
+    RDMAXFER_OUTCOME_VANISHED = 3,
+    /// A dry run (`RDMAXFER_SEND_DRY_RUN`): would be sent (`message`: "would create" or "would
+    /// replace").
+    RDMAXFER_OUTCOME_WOULD_SEND = 4,
+}
+
+/// One entry of a report (`rdmaxfer_report_file`). Set `size` to `sizeof(struct
+/// rdmaxfer_file_result)` before the call: the library fills the fields that fit in `size`
+/// bytes (a program built against an older header gets the fields it knows) and sets `size` to
+/// the bytes it wrote. The strings belong to the report: valid until it is freed or filled
+/// again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdmaxfer_file_result {
+    /// In: the struct's size as the caller knows it. Out: the bytes written.
+    pub size: usize,
+    /// The entry's name, relative, as sent (control characters escaped).
+    pub name: *const c_char,
+    /// "file", "dir", "symlink" or "other".
+    pub kind: *const c_char,
+    /// What happened.
+    pub outcome: rdmaxfer_outcome,
+    /// "ok", "skipped", "vanished", "would send", or the reason of a failure (e.g. "hash
+    /// mismatch", "exists").
+    pub result: *const c_char,
+    /// The detail of a skip or a failure; NULL when there is none.
+    pub message: *const c_char,
+    /// The file's size in bytes.
+    pub bytes: u64,
+}
+
+/// A report's totals (`rdmaxfer_report_totals`); `size` as in `rdmaxfer_file_result`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct rdmaxfer_totals {
+    /// In: the struct's size as the caller knows it. Out: the bytes written.
+    pub size: usize,
+    /// Entries announced (all of them; the report lists the first `RDMAXFER_REPORT_MAX_FILES`).
+    pub entries: u64,
+    /// Entries skipped.
+    pub skipped: u64,
+    /// Entries refused or failed (refused and vanished ones included).
+    pub failed: u64,
+    /// Entries the receiver refused before any data.
+    pub refused: u64,
+    /// Entries gone from the sender's source before their turn.
+    pub vanished: u64,
+    /// Entries a dry run would send.
+    pub planned: u64,
+    /// Entries deleted on the receiver (`RDMAXFER_SEND_DELETE`; in a dry run, that would be).
+    pub deleted: u64,
+    /// File bytes moved by RDMA in the session.
+    pub bytes: u64,
+}
+
+/// The most entries a report lists (it counts the rest in its totals).
+pub const RDMAXFER_REPORT_MAX_FILES: usize = 1000;
+const _: () = assert!(RDMAXFER_REPORT_MAX_FILES == crate::xfer::file::report::MAX_REPORTED_FILES);
+
+/// The strings of one entry, kept for the pointers handed out.
+#[derive(Debug)]
+struct Entry {
+    name: CString,
+    kind: CString,
+    result: CString,
+    message: Option<CString>,
+    outcome: rdmaxfer_outcome,
+    bytes: u64,
+}
+
+/// The report (Rust side): the session's, and each listed entry's strings.
+#[derive(Debug, Default)]
+pub struct Report {
+    session: SessionReport,
+    entries: Vec<Entry>,
+}
+
+/// A C string of `s` (NULs, which names never hold, become spaces).
+fn c(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
+}
+
+fn outcome(f: &FileReport) -> rdmaxfer_outcome {
+    use rdmaxfer_outcome as O;
+    if f.is_ok() {
+        O::RDMAXFER_OUTCOME_DELIVERED
+    } else if f.is_skipped() {
+        O::RDMAXFER_OUTCOME_SKIPPED
+    } else if f.is_vanished() {
+        O::RDMAXFER_OUTCOME_VANISHED
+    } else if f.is_planned() {
+        O::RDMAXFER_OUTCOME_WOULD_SEND
+    } else {
+        O::RDMAXFER_OUTCOME_FAILED
+    }
+}
+
+impl Report {
+    /// Replaces the contents with `session`'s.
+    pub(crate) fn fill(&mut self, session: SessionReport) {
+        self.entries = session
+            .files
+            .iter()
+            .map(|f| Entry {
+                name: c(&f.name),
+                kind: c(f.kind),
+                result: c(&f.result),
+                message: f.message.as_deref().map(c),
+                outcome: outcome(f),
+                bytes: f.bytes,
+            })
+            .collect();
+        self.session = session;
+    }
+}
+
+/// What a transfer did, entry by entry. Made by `rdmaxfer_report_new`, filled by a transfer
+/// call it is passed to, freed by `rdmaxfer_report_free`.
+pub struct rdmaxfer_report {
+    slot: Slot<Report>,
+}
+
+impl_handle!(rdmaxfer_report, Report);
+
+/// Makes an empty report.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_report_new(out_report: *mut *mut rdmaxfer_report) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_report_new", || {
+        let o = boundary::out(out_report, "out_report")?;
+        o.set(into_handle::<rdmaxfer_report>(Report::default()));
+        Ok(())
+    })
+}
+
+/// Frees a report and its strings (NULL: nothing).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_report_free(report: *mut rdmaxfer_report) {
+    free_handle("rdmaxfer_report_free", report);
+}
+
+/// Fills `report` (if not NULL) with `session`: what the transfer calls do on every return.
+pub(crate) fn fill(report: *mut rdmaxfer_report, session: SessionReport) -> CResult<()> {
+    if report.is_null() {
+        return Ok(());
+    }
+    let mut r = handle(report, "report")?;
+    r.fill(session);
+    Ok(())
+}
+
+/// Checks `report` (NULL allowed) before a transfer starts, so that a bad handle fails the
+/// call before anything moves.
+pub(crate) fn check(report: *mut rdmaxfer_report) -> CResult<()> {
+    if !report.is_null() {
+        arg(report, "report")?;
+    }
+    Ok(())
+}
+
+/// The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle
+/// in use.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize {
+    boundary::run_or("rdmaxfer_report_len", 0, || {
+        Ok(handle(report, "report")?.entries.len())
+    })
+}
+
+/// Writes `v` to `*out`, as many bytes of it as the caller's `size` field (the first field)
+/// says fit, and sets that field to the bytes written. `min`: the smallest size accepted (the
+/// struct as first released).
+fn sized_out<T: Copy>(out: *mut T, name: &str, min: usize, v: T) -> CResult<()> {
+    boundary::check_ptr(out, name)?;
+    // SAFETY: non-NULL and aligned (check_ptr); the header's contract is that `out` points to
+    // a struct of this type whose first field, `size` (a size_t), the caller has set.
+    let size = unsafe { out.cast::<usize>().read() };
+    if size < min {
+        return Err(Fail::invalid(format!(
+            "{name}->size is {size}: set it to sizeof the struct (at least {min})"
+        )));
+    }
+    let n = size.min(std::mem::size_of::<T>());
+    // SAFETY: `v` is a live value of `n` ≤ size_of::<T>() readable bytes; `out` points to at
+    // least `size` ≥ `n` writable bytes (the caller's struct, as its `size` says), which do not
+    // overlap `v` (a local).
+    unsafe {
+        std::ptr::copy_nonoverlapping((&v as *const T).cast::<u8>(), out.cast::<u8>(), n);
+        out.cast::<usize>().write(n);
+    }
+    Ok(())
+}
+
+/// Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
+/// `rdmaxfer_file_result` for its `size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index past
+/// the end or a `size` below the first release's struct.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_report_file(
+    report: *const rdmaxfer_report,
+    i: usize,
+    out: *mut rdmaxfer_file_result,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_report_file", || {
+        let r = handle(report, "report")?;
+        let e = r.entries.get(i).ok_or_else(|| {
+            Fail::invalid(format!("entry {i}: the report lists {}", r.entries.len()))
+        })?;
+        let v = rdmaxfer_file_result {
+            size: 0,
+            name: e.name.as_ptr(),
+            kind: e.kind.as_ptr(),
+            outcome: e.outcome,
+            result: e.result.as_ptr(),
+            message: e.message.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
+            bytes: e.bytes,
+        };
+        sized_out(out, "out", std::mem::size_of::<rdmaxfer_file_result>(), v)
+    })
+}
+
+/// The totals of `report` into `*out` (`size` as for `rdmaxfer_report_file`).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_report_totals(
+    report: *const rdmaxfer_report,
+    out: *mut rdmaxfer_totals,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_report_totals", || {
+        let r = handle(report, "report")?;
+        let s = &r.session;
+        let v = rdmaxfer_totals {
+            size: 0,
+            entries: s.file_count(),
+            skipped: s.skipped,
+            failed: s.failed,
+            refused: s.refused,
+            vanished: s.vanished,
+            planned: s.planned,
+            deleted: s.deleted,
+            bytes: s.bytes,
+        };
+        sized_out(out, "out", std::mem::size_of::<rdmaxfer_totals>(), v)
+    })
+}
