@@ -56,16 +56,33 @@
  *   rdmaxfer_accept is released by rdmaxfer_listener_shutdown (or rdmaxfer_listener_free) from
  *   another thread: it returns RDMAXFER_ERR_SHUTDOWN.
  *
- * Event loops. rdmaxfer_listener_fd and rdmaxfer_conn_fd give a descriptor to poll for
- *   POLLIN (owned by the handle: never read or close it); the rdmaxfer_*_try_* calls never
- *   wait for the peer and return RDMAXFER_ERR_AGAIN when nothing is ready. Descriptors are
- *   level-triggered: poll, then call the try_ function until it returns RDMAXFER_ERR_AGAIN.
- *   examples/c/poll_server.c serves several clients from one poll loop.
+ * Event loops. rdmaxfer_listener_fd, rdmaxfer_conn_fd and rdmaxfer_connecting_fd give a
+ *   descriptor to poll for POLLIN (owned by the handle: never read or close it); the
+ *   rdmaxfer_*_try_* calls never wait for the peer and return RDMAXFER_ERR_AGAIN when nothing
+ *   is ready. Descriptors are level-triggered: poll, then call the try_ function until it
+ *   returns RDMAXFER_ERR_AGAIN. rdmaxfer_connect_start begins a connect that
+ *   rdmaxfer_connecting_try_finish completes (RDMA CM, a numeric address).
+ *   rdmaxfer_listener_try_accept answers a request and finishes it in a later call, once its
+ *   client completes it; one exception: over OOB it sets a pending peer up as rdmaxfer_accept
+ *   does (one TCP exchange, at most the configured timeout).
+ *   examples/c/poll_server.c serves several clients from one poll loop, and its client
+ *   connects from one.
+ *
+ * Blocking. What waits for the network blocks the calling thread, each step at most the
+ *   configured timeout: rdmaxfer_connect (and its name lookup), rdmaxfer_accept, rdmaxfer_send
+ *   (for the peer's credit), rdmaxfer_recv, rdmaxfer_pingpong, rdmaxfer_conn_close,
+ *   rdmaxfer_remote_open/_close, rdmaxfer_rdma_write/_read, rdmaxfer_expose and the file
+ *   transfer calls. Nothing else waits: configuration, option, buffer, report and device-list
+ *   calls, the *_fd and try_ calls (but see rdmaxfer_listener_try_accept over OOB above).
+ *
+ * fork. A child made by fork(2) must not use any handle its parent made (registered memory
+ *   and queue pairs stay the parent's: the library does not call ibv_fork_init); exec, or
+ *   start over in the child with new handles.
  *
  * Panics. No Rust panic crosses into C: it becomes RDMAXFER_ERR_PANIC, and the handle it
  *   happened in is poisoned (every later call on it returns RDMAXFER_ERR_PANIC; free it).
- *   Callbacks (rdmaxfer_progress_cb) run on the calling thread inside the call; they must not
- *   unwind (C++ exceptions, longjmp) through the library.
+ *   Callbacks (rdmaxfer_progress_cb, rdmaxfer_transfer_cb) run on the calling thread inside
+ *   the call; they must not unwind (C++ exceptions, longjmp) through the library.
  */
 
 #ifndef RDMAXFER_H
@@ -359,6 +376,12 @@ typedef struct rdmaxfer_config rdmaxfer_config;
  * `rdmaxfer_conn_close` (graceful) or `rdmaxfer_conn_free`.
  */
 typedef struct rdmaxfer_conn rdmaxfer_conn;
+
+/**
+ * A connect under way. Made by `rdmaxfer_connect_start`, freed by `rdmaxfer_connecting_free`
+ * (which abandons a connect not yet finished).
+ */
+typedef struct rdmaxfer_connecting rdmaxfer_connecting;
 
 /**
  * A snapshot of the RDMA devices. Made by `rdmaxfer_devices`, freed by
@@ -941,6 +964,45 @@ enum rdmaxfer_status rdmaxfer_pingpong(struct rdmaxfer_conn *conn,
                                        struct rdmaxfer_pingpong_stats *out_stats);
 
 /**
+ * Starts connecting to `host`, a numeric IPv4 or IPv6 address (a name would need a DNS lookup,
+ * which blocks: resolve it first, or use `rdmaxfer_connect`), at `port` (as for
+ * `rdmaxfer_connect`), and returns at once. RDMA CM only (a configuration with
+ * `RDMAXFER_TRANSPORT_OOB`: `RDMAXFER_ERR_INVALID_ARGUMENT`). Then wait for
+ * `rdmaxfer_connecting_fd` to be readable and call `rdmaxfer_connecting_try_finish`, until it
+ * gives the connection or an error. The configured timeout does not apply to the steps: the
+ * event loop decides how long to wait.
+ */
+enum rdmaxfer_status rdmaxfer_connect_start(const struct rdmaxfer_config *cfg,
+                                            const char *host,
+                                            uint16_t port,
+                                            struct rdmaxfer_connecting **out_connecting);
+
+/**
+ * The descriptor to `poll`/`select`/epoll for the connect's next step (`POLLIN`). It belongs
+ * to the connect: do not read, write or close it; it is valid until
+ * `rdmaxfer_connecting_free` and, once connected, no longer says anything (the connection has
+ * its own, `rdmaxfer_conn_fd`). `RDMAXFER_ERR_INVALID_STATE` once the connect has ended.
+ */
+enum rdmaxfer_status rdmaxfer_connecting_fd(const struct rdmaxfer_connecting *connecting,
+                                            int *out_fd);
+
+/**
+ * Takes every step of the connect whose event has come, without waiting: `RDMAXFER_OK` with
+ * the connection in `*out_conn` once connected (then free the `rdmaxfer_connecting`);
+ * `RDMAXFER_ERR_AGAIN` while it is under way (wait for `rdmaxfer_connecting_fd`); another
+ * status when it failed as `rdmaxfer_connect` would (refused: `RDMAXFER_ERR_CONNECTION` or
+ * `RDMAXFER_ERR_REFUSED`, unreachable, ...). After either end, `RDMAXFER_ERR_INVALID_STATE`.
+ */
+enum rdmaxfer_status rdmaxfer_connecting_try_finish(struct rdmaxfer_connecting *connecting,
+                                                    struct rdmaxfer_conn **out_conn);
+
+/**
+ * Frees a connect (NULL: nothing); one not yet finished is abandoned. A connection it gave
+ * stays.
+ */
+void rdmaxfer_connecting_free(struct rdmaxfer_connecting *connecting);
+
+/**
  * Lists the RDMA devices with their ports and GIDs. Fails with `RDMAXFER_ERR_NO_DEVICE` (the
  * last error message says how to get a Soft-RoCE device) when there is none.
  */
@@ -1029,18 +1091,21 @@ enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
 
 /**
  * The descriptor to `poll`/`select`/epoll for the next peer (`POLLIN`): readable when a
- * connection request is pending (then `rdmaxfer_listener_try_accept`). It belongs to the
- * listener: do not read, write or close it; it stays valid until `rdmaxfer_listener_free`
- * (take it out of the event loop first). Level-triggered: it stays readable until the
- * request is taken.
+ * connection request is pending, or a connection `rdmaxfer_listener_try_accept` began to
+ * accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
+ * do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
+ * of the event loop first). Level-triggered: it stays readable until the event is taken.
  */
 enum rdmaxfer_status rdmaxfer_listener_fd(const struct rdmaxfer_listener *listener, int *out_fd);
 
 /**
- * Accepts a pending peer without waiting for one: `RDMAXFER_ERR_AGAIN` when none is pending
- * (wait for `rdmaxfer_listener_fd` to be readable). A peer that is pending is set up as
- * `rdmaxfer_accept` does, which takes one round trip of the handshake (at most the configured
- * timeout); a peer that fails its handshake gives that error and the listener stays usable.
+ * Accepts a peer without waiting: `RDMAXFER_ERR_AGAIN` when none is ready (wait for
+ * `rdmaxfer_listener_fd` to be readable, then call again). Over RDMA CM it never blocks: a
+ * pending request is answered and left to complete across calls, so a client that stalls
+ * its handshake holds nobody up (it is dropped after the configured timeout; past 64 at once,
+ * new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
+ * does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
+ * that error and the listener stays usable.
  */
 enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *listener,
                                                   struct rdmaxfer_conn **out_conn);

@@ -178,6 +178,24 @@ impl Epoll {
         Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// Stops watching `fd` (`epoll_ctl(2)`, `EPOLL_CTL_DEL`).
+    pub fn remove(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: both descriptors are open (an OwnedFd and a BorrowedFd); EPOLL_CTL_DEL
+        // ignores the event argument, which may be NULL since Linux 2.6.9 (epoll_ctl(2)).
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd.as_raw_fd(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Watches `fd` for `EPOLLIN` (`epoll_ctl(2)`, `EPOLL_CTL_ADD`).
     pub fn add(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
         let mut ev = libc::epoll_event {

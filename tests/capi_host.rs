@@ -448,6 +448,40 @@ fn send_options_refuse_bad_values_and_keep_what_they_had() {
 }
 
 #[test]
+fn a_nonblocking_connect_refuses_names_and_oob_before_anything_starts() {
+    let cfg = config();
+    // SAFETY: a live config (freed once, at the end), NUL-terminated strings, writable locals.
+    unsafe {
+        let mut c = sentinel();
+        for (host, st) in [
+            (c"localhost", S::RDMAXFER_ERR_INVALID_ARGUMENT),
+            (c"rdma-host.example", S::RDMAXFER_ERR_INVALID_ARGUMENT),
+        ] {
+            assert_eq!(rdmaxfer_connect_start(cfg, host.as_ptr(), 7000, &mut c), st);
+            assert!(last().contains("not a numeric address"), "{}", last());
+        }
+        assert_eq!(rdmaxfer_config_set_transport(cfg, 1), S::RDMAXFER_OK);
+        assert_eq!(
+            rdmaxfer_connect_start(cfg, c"198.18.0.1".as_ptr(), 7000, &mut c),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("RDMA CM only"), "{}", last());
+        assert_eq!(c, sentinel(), "the out-parameter is untouched");
+        assert_eq!(
+            rdmaxfer_connect_start(cfg, ptr::null(), 7000, &mut c),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        rdmaxfer_connecting_free(ptr::null_mut());
+        let mut fd = 0;
+        assert_eq!(
+            rdmaxfer_connecting_fd(ptr::null(), &mut fd),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        rdmaxfer_config_free(cfg);
+    }
+}
+
+#[test]
 fn an_empty_report_reads_as_empty_and_checks_the_callers_size() {
     // SAFETY: every pointer passed is NULL, a handle made here and not yet freed, a static C
     // string, or the address of a local.

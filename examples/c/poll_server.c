@@ -7,7 +7,9 @@
  *   client: poll_server [-n ITERS] [-s SIZE] [-P] [options] HOST
  *           ITERS round trips (default 100) of SIZE-byte messages (default 64), each echo
  *           checked; -P: after the first one, prints "paused" and waits for SIGUSR1 (so a test
- *           can show the server serving another client meanwhile).
+ *           can show the server serving another client meanwhile). Over RDMA CM it connects
+ *           without blocking: rdmaxfer_connect_start, then poll(2) on rdmaxfer_connecting_fd
+ *           and rdmaxfer_connecting_try_finish until connected.
  * The server: rdmaxfer_listener_fd and each rdmaxfer_conn_fd go into one pollfd array;
  * rdmaxfer_listener_try_accept, rdmaxfer_conn_try_recv and rdmaxfer_conn_try_send return
  * RDMAXFER_ERR_AGAIN when nothing is ready. Connections need event mode for their descriptor. */
@@ -167,9 +169,29 @@ static int client(const struct conn_opts *co, const char *host, unsigned long lo
     }
     struct rdmaxfer_config *cfg = make_config(co);
     struct rdmaxfer_conn *conn = NULL;
-    CHECK(rdmaxfer_connect(cfg, host, 0, &conn));
+    if (co->oob) {
+        CHECK(rdmaxfer_connect(cfg, host, 0, &conn));
+        fprintf(stderr, "connected to %s\n", host);
+    } else {
+        struct rdmaxfer_connecting *cn = NULL;
+        CHECK(rdmaxfer_connect_start(cfg, host, RDMAXFER_PORT_CONFIGURED, &cn));
+        struct pollfd pfd = {.fd = -1, .events = POLLIN};
+        CHECK(rdmaxfer_connecting_fd(cn, &pfd.fd));
+        unsigned polls = 0;
+        enum rdmaxfer_status st;
+        while ((st = rdmaxfer_connecting_try_finish(cn, &conn)) == RDMAXFER_ERR_AGAIN) {
+            polls++;
+            if (poll(&pfd, 1, co->timeout_ms ? (int)co->timeout_ms : 10000) != 1) {
+                fprintf(stderr, "error: the connect made no progress in time\n");
+                return 1;
+            }
+        }
+        if (st != RDMAXFER_OK)
+            die("rdmaxfer_connecting_try_finish", st);
+        rdmaxfer_connecting_free(cn);
+        fprintf(stderr, "connected to %s without blocking (%u polls)\n", host, polls);
+    }
     rdmaxfer_config_free(cfg);
-    fprintf(stderr, "connected to %s\n", host);
     unsigned char *msg = malloc(size ? size : 1), *back = malloc(size ? size : 1);
     if (!msg || !back) {
         fprintf(stderr, "error: out of memory\n");

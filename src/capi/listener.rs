@@ -4,9 +4,9 @@
 //! `rdmaxfer_listener_free`.
 
 use std::ffi::{c_char, c_int};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::boundary::{self, out, CResult, Fail};
 use super::config::{rdmaxfer_config, snapshot, Config};
@@ -14,7 +14,8 @@ use super::conn::{new_conn, rdmaxfer_conn, Role};
 use super::handle::{self, free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
 use crate::error::Error;
-use crate::xfer::endpoint::ShutdownHandle;
+use crate::os::Epoll;
+use crate::xfer::endpoint::{Accepting, ShutdownHandle};
 use crate::xfer::session::Server;
 
 /// A listening endpoint (RDMA CM or out-of-band TCP). Made by `rdmaxfer_listen`, freed by
@@ -30,6 +31,30 @@ pub struct rdmaxfer_listener {
 pub struct ListenerState {
     server: Server,
     cfg: Config,
+    /// Connections `rdmaxfer_listener_try_accept` has begun to accept (RDMA CM), with when:
+    /// a later call finishes each once its client completes it, or drops it after the
+    /// configured timeout.
+    accepting: Vec<(Accepting, Instant)>,
+    /// What `rdmaxfer_listener_fd` gave out (made on its first call): readable when the
+    /// listener or one of `accepting` is.
+    ready: Option<Epoll>,
+}
+
+/// The most connections a listener accepts at once without blocking: past it, a new request
+/// is refused as busy (a client that stalls its handshake holds one until the timeout).
+const MAX_ACCEPTING: usize = 64;
+
+impl ListenerState {
+    /// Takes accept `i` out of `accepting` (and out of `ready`).
+    fn settle(&mut self, i: usize) -> Accepting {
+        let (a, _) = self.accepting.swap_remove(i);
+        if let (Some(ready), Ok(fd)) = (&self.ready, a.fd()) {
+            if let Err(e) = ready.remove(fd) {
+                tracing::debug!("epoll_ctl(EPOLL_CTL_DEL) of an accept: {e}");
+            }
+        }
+        a
+    }
 }
 
 impl_handle!(rdmaxfer_listener, ListenerState, shut: Mutex::new(None));
@@ -60,7 +85,12 @@ pub extern "C" fn rdmaxfer_listen(
         let port = cfg.listen_port(port);
         let server = Server::bind(addr, port, cfg.oob, &cfg.endpoint_options())?;
         let shut = server.shutdown_handle();
-        let p = into_handle::<rdmaxfer_listener>(ListenerState { server, cfg });
+        let p = into_handle::<rdmaxfer_listener>(ListenerState {
+            server,
+            cfg,
+            accepting: Vec::new(),
+            ready: None,
+        });
         *handle::arg(p.cast_const(), "listener")?.shut() = Some(shut);
         o.set(p);
         Ok(())
@@ -102,27 +132,47 @@ pub extern "C" fn rdmaxfer_accept(
 }
 
 /// The descriptor to `poll`/`select`/epoll for the next peer (`POLLIN`): readable when a
-/// connection request is pending (then `rdmaxfer_listener_try_accept`). It belongs to the
-/// listener: do not read, write or close it; it stays valid until `rdmaxfer_listener_free`
-/// (take it out of the event loop first). Level-triggered: it stays readable until the
-/// request is taken.
+/// connection request is pending, or a connection `rdmaxfer_listener_try_accept` began to
+/// accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
+/// do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
+/// of the event loop first). Level-triggered: it stays readable until the event is taken.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_fd(
     listener: *const rdmaxfer_listener,
     out_fd: *mut c_int,
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_listener_fd", || {
-        let l = handle(listener, "listener")?;
+        let mut l = handle(listener, "listener")?;
         let o = out(out_fd, "out_fd")?;
-        o.set(l.server.fd()?.as_raw_fd());
+        if l.ready.is_none() {
+            let io = |e| Error::io("epoll_create1/epoll_ctl (the listener's descriptor)", e);
+            let ready = Epoll::new().map_err(io)?;
+            ready.add(l.server.fd()?).map_err(io)?;
+            for (a, _) in &l.accepting {
+                ready.add(a.fd()?).map_err(io)?;
+            }
+            l.ready = Some(ready);
+        }
+        let fd = l.ready.as_ref().expect("made above").as_fd().as_raw_fd();
+        o.set(fd);
         Ok(())
     })
 }
 
-/// Accepts a pending peer without waiting for one: `RDMAXFER_ERR_AGAIN` when none is pending
-/// (wait for `rdmaxfer_listener_fd` to be readable). A peer that is pending is set up as
-/// `rdmaxfer_accept` does, which takes one round trip of the handshake (at most the configured
-/// timeout); a peer that fails its handshake gives that error and the listener stays usable.
+fn again() -> Fail {
+    Fail::new(
+        rdmaxfer_status::RDMAXFER_ERR_AGAIN,
+        "no connection is ready to accept",
+    )
+}
+
+/// Accepts a peer without waiting: `RDMAXFER_ERR_AGAIN` when none is ready (wait for
+/// `rdmaxfer_listener_fd` to be readable, then call again). Over RDMA CM it never blocks: a
+/// pending request is answered and left to complete across calls, so a client that stalls
+/// its handshake holds nobody up (it is dropped after the configured timeout; past 64 at once,
+/// new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
+/// does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
+/// that error and the listener stays usable.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_try_accept(
     listener: *mut rdmaxfer_listener,
@@ -132,18 +182,59 @@ pub extern "C" fn rdmaxfer_listener_try_accept(
         let mut l = handle(listener, "listener")?;
         let o = out(out_conn, "out_conn")?;
         let oob = matches!(l.server, Server::Oob(_));
-        let incoming = match l.server.take(Some(Duration::ZERO)) {
-            Err(Error::Timeout { .. }) => {
-                return Err(Fail::new(
-                    rdmaxfer_status::RDMAXFER_ERR_AGAIN,
-                    "no connection request is pending",
-                ))
+        // Accepts under way first: a client that completed, failed or ran out of time.
+        let timeout = l.cfg.timeout;
+        let mut i = 0;
+        while i < l.accepting.len() {
+            let (a, since) = &mut l.accepting[i];
+            let r = a.try_finish();
+            let late = since.elapsed() > timeout;
+            match r {
+                Ok(None) if !late => i += 1,
+                Ok(None) => {
+                    let a = l.settle(i);
+                    tracing::debug!("dropping {a:?}: not completed within {timeout:?}");
+                }
+                Ok(Some(ep)) => {
+                    l.settle(i);
+                    o.set(new_conn(ep, Role::Server, false, &l.cfg));
+                    return Ok(());
+                }
+                Err(e) => {
+                    l.settle(i);
+                    return Err(e.into());
+                }
             }
-            r => r?,
-        };
-        let ep = incoming.finish_plain()?;
-        o.set(new_conn(ep, Role::Server, oob, &l.cfg));
-        Ok(())
+        }
+        // Then new requests, answered without waiting for their clients.
+        loop {
+            let incoming = match l.server.take(Some(Duration::ZERO)) {
+                Err(Error::Timeout { .. }) => return Err(again()),
+                r => r?,
+            };
+            if oob {
+                let ep = incoming.finish_plain()?;
+                o.set(new_conn(ep, Role::Server, oob, &l.cfg));
+                return Ok(());
+            }
+            if l.accepting.len() >= MAX_ACCEPTING {
+                incoming.refuse_busy(&format!(
+                    "{MAX_ACCEPTING} connections are being set up: retry later"
+                ));
+                continue;
+            }
+            let mut a = incoming.start_accept()?;
+            if let Some(ep) = a.try_finish()? {
+                o.set(new_conn(ep, Role::Server, oob, &l.cfg));
+                return Ok(());
+            }
+            if let Some(ready) = &l.ready {
+                ready
+                    .add(a.fd()?)
+                    .map_err(|e| Error::io("epoll_ctl (the listener's descriptor)", e))?;
+            }
+            l.accepting.push((a, Instant::now()));
+        }
     })
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::{
-    self, Endpoint, EndpointOptions, Listener, OobListener, Pending, ShutdownHandle,
+    self, Accepting, Endpoint, EndpointOptions, Listener, OobListener, Pending, ShutdownHandle,
 };
 use crate::xfer::params::SessionParams;
 
@@ -133,6 +133,11 @@ impl Incoming {
     /// Refuses the client as busy (see [`Pending::refuse_busy`]).
     pub fn refuse_busy(self, why: &str) {
         self.pending.refuse_busy(why)
+    }
+
+    /// Starts accepting without waiting (RDMA CM only; see [`Pending::start_accept`]).
+    pub fn start_accept(self) -> Result<Accepting> {
+        self.pending.start_accept()
     }
 
     /// Like [`finish`](Self::finish), but an OOB endpoint keeps ibv_rc_pingpong's

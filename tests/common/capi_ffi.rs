@@ -25,7 +25,8 @@ opaque!(
     rdmaxfer_remote,
     rdmaxfer_device_list,
     rdmaxfer_send_options,
-    rdmaxfer_report
+    rdmaxfer_report,
+    rdmaxfer_connecting
 );
 
 /// `struct rdmaxfer_file_result`.
@@ -365,4 +366,20 @@ extern "C" {
         report: *const rdmaxfer_report,
         out: *mut rdmaxfer_totals,
     ) -> rdmaxfer_status;
+
+    pub fn rdmaxfer_connect_start(
+        cfg: *const rdmaxfer_config,
+        host: *const c_char,
+        port: u16,
+        out: *mut *mut rdmaxfer_connecting,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_connecting_fd(
+        c: *const rdmaxfer_connecting,
+        out_fd: *mut c_int,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_connecting_try_finish(
+        c: *mut rdmaxfer_connecting,
+        out_conn: *mut *mut rdmaxfer_conn,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_connecting_free(c: *mut rdmaxfer_connecting);
 }

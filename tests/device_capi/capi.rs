@@ -715,8 +715,8 @@ fn c_free_race_is_clean_natively_and_under_valgrind() {
 /// The poll-loop example server (`poll_server`, one thread, under valgrind) on a port the system
 /// chooses (`-p 0`: it prints the real one, which both clients reach) serves two clients at
 /// once: the first is paused mid-session (after its first round trip) while the second
-/// connects, does all its round trips and leaves; then the first resumes and finishes. Every
-/// echo is checked by its client.
+/// connects (without blocking, in a poll(2) loop), does all its round trips and leaves; then
+/// the first resumes and finishes. Every echo is checked by its client.
 #[test]
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn c_poll_server_serves_two_clients_from_one_loop() {
@@ -756,6 +756,8 @@ fn c_poll_server_serves_two_clients_from_one_loop() {
         "{}",
         b.out
     );
+    // Its connect went through rdmaxfer_connect_start and a poll(2) loop.
+    assert!(b.err.contains("without blocking"), "{}", b.err);
     server.wait_for("client 2 disconnected after 20 echoes", T);
     a.signal("USR1");
     let a = a.finish(T);

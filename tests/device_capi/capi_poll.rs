@@ -11,7 +11,8 @@ use std::ptr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdmaxfer as _;
+use rdmaxfer::cm::{CmId, ConnParam, EventKind};
+use rdmaxfer::verbs::{CompletionQueue, ProtectionDomain, QpCaps, QueuePair, WaitMode};
 
 use crate::capi_ffi::{rdmaxfer_status as S, *};
 use crate::common::{need_rxe0, wait_until};
@@ -338,6 +339,172 @@ fn port_zero_descriptors_try_calls_out_len_and_expose_ok() {
         assert_eq!(st, S::RDMAXFER_ERR_CONNECTION, "{}", last());
         rdmaxfer_conn_free(conn);
         peer.join().unwrap();
+    }
+}
+
+/// A connect request from a client that will never complete its handshake: a CM id with a QP
+/// of its own, whose RTU librdmacm would send only when the answer's event is read, and it is
+/// not (dropping the id ends it).
+fn stalled_client(port: u16) -> (CmId, (QueuePair, CompletionQueue, ProtectionDomain)) {
+    let t = Duration::from_secs(30);
+    let id = CmId::new().unwrap();
+    let dst = std::net::SocketAddr::new(crate::common::IP.parse().unwrap(), port);
+    id.resolve_addr(None, dst, t).unwrap();
+    id.expect_event(EventKind::AddrResolved, t, "address")
+        .unwrap();
+    id.resolve_route(t).unwrap();
+    id.expect_event(EventKind::RouteResolved, t, "route")
+        .unwrap();
+    let ctx = id.context().unwrap();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let cq = CompletionQueue::new(&ctx, 16, WaitMode::Poll).unwrap();
+    let qp = id.create_qp(&pd, &cq, &cq, QpCaps::default()).unwrap();
+    let param = ConnParam {
+        private_data: rdmaxfer::xfer::wire::Hello::new(16, 8192).encode().to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+    };
+    id.connect(&param).unwrap();
+    (id, (qp, cq, pd))
+}
+
+/// try_accept never blocks on a client that stalls its handshake: it answers the request and
+/// returns AGAIN at once, and takes a good client that comes meanwhile (the listener's
+/// descriptor wakes for it) while the stalled one is still pending; the good client's echo
+/// works.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn try_accept_serves_others_while_a_client_stalls_its_handshake() {
+    need_rxe0();
+    let cfg = config(60_000, false);
+    let (l, port) = listen(cfg, 0);
+    let mut fd = -1;
+    // SAFETY: a live listener and a writable local.
+    assert_eq!(unsafe { rdmaxfer_listener_fd(l, &mut fd) }, S::RDMAXFER_OK);
+    let stalled = stalled_client(port);
+    readable(fd, "the stalled client's request");
+    let mut conn = ptr::null_mut();
+    let t = Instant::now();
+    // SAFETY: a live listener and a writable local.
+    let st = unsafe { rdmaxfer_listener_try_accept(l, &mut conn) };
+    assert_eq!(st, S::RDMAXFER_ERR_AGAIN, "{}", last());
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let good = thread::spawn(move || {
+        let cfg = config(60_000, false);
+        // SAFETY: handles made here, each freed once; NUL-terminated strings; writable locals.
+        unsafe {
+            let mut c = ptr::null_mut();
+            assert_eq!(
+                rdmaxfer_connect(cfg, IP_C.as_ptr(), port, &mut c),
+                S::RDMAXFER_OK,
+                "{}",
+                last()
+            );
+            rdmaxfer_config_free(cfg);
+            assert_eq!(rdmaxfer_send(c, b"hi".as_ptr().cast(), 2), S::RDMAXFER_OK);
+            let mut back = [0u8; 8];
+            let mut n = 0usize;
+            assert_eq!(
+                rdmaxfer_recv(c, back.as_mut_ptr().cast(), 8, &mut n),
+                S::RDMAXFER_OK,
+                "{}",
+                last()
+            );
+            assert_eq!(&back[..n], b"hi");
+            assert_eq!(rdmaxfer_conn_close(c), S::RDMAXFER_OK, "{}", last());
+        }
+    });
+    let t0 = Instant::now();
+    let mut calls = 0;
+    loop {
+        readable(fd, "the listener");
+        let t = Instant::now();
+        // SAFETY: a live listener and a writable local.
+        let st = unsafe { rdmaxfer_listener_try_accept(l, &mut conn) };
+        calls += 1;
+        assert!(t.elapsed() < Duration::from_secs(2), "try_accept blocked");
+        if st == S::RDMAXFER_OK {
+            break;
+        }
+        assert_eq!(st, S::RDMAXFER_ERR_AGAIN, "{}", last());
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no good client in 60 s"
+        );
+    }
+    // SAFETY: the accepted connection (freed once), writable locals.
+    unsafe {
+        let mut buf = [0u8; 8];
+        let mut n = 0usize;
+        assert_eq!(
+            rdmaxfer_recv(conn, buf.as_mut_ptr().cast(), 8, &mut n),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert_eq!(rdmaxfer_send(conn, buf.as_ptr().cast(), n), S::RDMAXFER_OK);
+    }
+    good.join().unwrap();
+    println!("the good client taken after {calls} try_accept calls");
+    drop(stalled);
+    // SAFETY: live handles, each freed once.
+    unsafe {
+        rdmaxfer_conn_free(conn);
+        rdmaxfer_listener_free(l);
+        rdmaxfer_config_free(cfg);
+    }
+}
+
+/// A non-blocking connect to a port nobody listens on: each try_finish returns at once (AGAIN
+/// while under way), the descriptor wakes the loop, and the refusal comes as the blocking
+/// connect's would; after it, the connect is over (INVALID_STATE) and free is clean.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_nonblocking_connect_to_nobody_fails_as_connect_would_and_never_blocks() {
+    need_rxe0();
+    let cfg = config(10_000, false);
+    // A port taken from a listener that is then freed: nothing listens there.
+    let (l, port) = listen(cfg, 0);
+    // SAFETY: live handles made here (each freed once), NUL-terminated strings, writable
+    // locals.
+    unsafe {
+        rdmaxfer_listener_free(l);
+        let mut c = ptr::null_mut();
+        assert_eq!(
+            rdmaxfer_connect_start(cfg, IP_C.as_ptr(), port, &mut c),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        let mut fd = -1;
+        assert_eq!(rdmaxfer_connecting_fd(c, &mut fd), S::RDMAXFER_OK);
+        let mut conn = ptr::null_mut();
+        let t0 = Instant::now();
+        let st = loop {
+            let t = Instant::now();
+            let st = rdmaxfer_connecting_try_finish(c, &mut conn);
+            assert!(t.elapsed() < Duration::from_secs(2), "try_finish blocked");
+            if st != S::RDMAXFER_ERR_AGAIN {
+                break st;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "no end in 60 s");
+            readable(fd, "the connect's descriptor");
+        };
+        assert_eq!(st, S::RDMAXFER_ERR_CONNECTION, "{}", last());
+        assert!(last().contains("rejected"), "{}", last());
+        assert!(conn.is_null());
+        assert_eq!(
+            rdmaxfer_connecting_try_finish(c, &mut conn),
+            S::RDMAXFER_ERR_INVALID_STATE
+        );
+        assert_eq!(
+            rdmaxfer_connecting_fd(c, &mut fd),
+            S::RDMAXFER_ERR_INVALID_STATE
+        );
+        rdmaxfer_connecting_free(c);
+        rdmaxfer_config_free(cfg);
     }
 }
 
