@@ -106,6 +106,7 @@ step clippy cargo clippy --all-targets --all-features -- -D warnings || true
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps || true
 step examples cargo build --examples --all-features || true
 step header bash ci/gen-header.sh --check || true
+step abi bash ci/abi-check.sh || true
 step host-tests cargo test --all-features --no-fail-fast || true
 # A Rust project depending on the library (default features): no CLI crates, no C exports.
 step dependent bash ci/dependent.sh || true
