@@ -844,7 +844,8 @@ enum rdmaxfer_status rdmaxfer_config_set_port(struct rdmaxfer_config *cfg, uint1
 enum rdmaxfer_status rdmaxfer_config_set_transport(struct rdmaxfer_config *cfg, uint32_t transport);
 
 /**
- * Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only); 0: default
+ * Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only: with RDMA CM,
+ * `rdmaxfer_listen` and `rdmaxfer_connect` refuse a configuration that sets one); 0: default
  * (1024).
  */
 enum rdmaxfer_status rdmaxfer_config_set_mtu(struct rdmaxfer_config *cfg, uint32_t bytes);

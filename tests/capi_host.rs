@@ -448,6 +448,48 @@ fn send_options_refuse_bad_values_and_keep_what_they_had() {
 }
 
 #[test]
+fn an_mtu_with_rdma_cm_is_refused_not_ignored() {
+    let cfg = config();
+    // SAFETY: a live config (freed once, at the end), NUL-terminated strings, writable locals.
+    unsafe {
+        assert_eq!(rdmaxfer_config_set_mtu(cfg, 1024), S::RDMAXFER_OK);
+        let mut c = sentinel();
+        assert_eq!(
+            rdmaxfer_connect(cfg, c"198.18.0.1".as_ptr(), 7000, &mut c),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert!(
+            last().contains("applies to the out-of-band transport only"),
+            "{}",
+            last()
+        );
+        let mut l = sentinel();
+        assert_eq!(
+            rdmaxfer_listen(cfg, c"0.0.0.0".as_ptr(), 7000, &mut l),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert!(last().contains("rdmaxfer_config_set_mtu"), "{}", last());
+        let mut n = sentinel();
+        assert_eq!(
+            rdmaxfer_connect_start(cfg, c"198.18.0.1".as_ptr(), 7000, &mut n),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!((c, l, n), (sentinel(), sentinel(), sentinel()));
+        // Over OOB the MTU applies: the call goes on (and fails here for want of a device, or
+        // of a peer within 0.1 s).
+        assert_eq!(rdmaxfer_config_set_transport(cfg, 1), S::RDMAXFER_OK);
+        assert_eq!(rdmaxfer_config_set_timeout_ms(cfg, 100), S::RDMAXFER_OK);
+        let st = rdmaxfer_connect(cfg, c"198.18.0.1".as_ptr(), 7000, &mut c);
+        assert!(
+            !last().contains("rdmaxfer_config_set_mtu"),
+            "{st:?}: {}",
+            last()
+        );
+        rdmaxfer_config_free(cfg);
+    }
+}
+
+#[test]
 fn a_nonblocking_connect_refuses_names_and_oob_before_anything_starts() {
     let cfg = config();
     // SAFETY: a live config (freed once, at the end), NUL-terminated strings, writable locals.

@@ -328,7 +328,8 @@ pub extern "C" fn rdmaxfer_config_set_transport(
     })
 }
 
-/// Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only); 0: default
+/// Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only: with RDMA CM,
+/// `rdmaxfer_listen` and `rdmaxfer_connect` refuse a configuration that sets one); 0: default
 /// (1024).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_mtu(
@@ -441,6 +442,21 @@ pub extern "C" fn rdmaxfer_config_set_streams(
 /// A copy of the settings.
 pub(crate) fn snapshot(cfg: *const rdmaxfer_config) -> CResult<Config> {
     Ok(handle(cfg, "cfg")?.clone())
+}
+
+/// [`snapshot`] for making a connection or a listener: a setting that cannot apply to the
+/// configured transport is refused, not ignored.
+pub(crate) fn for_connection(cfg: *const rdmaxfer_config) -> CResult<Config> {
+    let c = snapshot(cfg)?;
+    if let (false, Some(m)) = (c.oob, c.mtu) {
+        return Err(Fail::invalid(format!(
+            "a path MTU ({} bytes, rdmaxfer_config_set_mtu) applies to the out-of-band \
+             transport only; RDMA CM takes the port's: set it to 0, or use \
+             RDMAXFER_TRANSPORT_OOB",
+            m.bytes()
+        )));
+    }
+    Ok(c)
 }
 
 #[cfg(test)]

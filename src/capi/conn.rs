@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::boundary::{self, out, CResult, Fail, Out};
-use super::config::{rdmaxfer_config, snapshot, Config};
+use super::config::{for_connection, rdmaxfer_config, Config};
 use super::handle::{free_handle, handle, impl_handle, into_handle, take_state, Slot};
 use super::status::rdmaxfer_status;
 use crate::os::Epoll;
@@ -86,7 +86,7 @@ pub extern "C" fn rdmaxfer_connect(
     out_conn: *mut *mut rdmaxfer_conn,
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_connect", || {
-        let cfg = snapshot(cfg)?;
+        let cfg = for_connection(cfg)?;
         let host = boundary::arg_str(host, "host")?;
         let o = out(out_conn, "out_conn")?;
         let port = cfg.connect_port(port)?;

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd as _;
 
 use super::boundary::{self, out, Fail};
-use super::config::{rdmaxfer_config, snapshot, Config};
+use super::config::{for_connection, rdmaxfer_config, Config};
 use super::conn::{new_conn, rdmaxfer_conn, Role};
 use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
@@ -44,7 +44,7 @@ pub extern "C" fn rdmaxfer_connect_start(
     out_connecting: *mut *mut rdmaxfer_connecting,
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_connect_start", || {
-        let cfg = snapshot(cfg)?;
+        let cfg = for_connection(cfg)?;
         let host = boundary::arg_str(host, "host")?;
         let o = out(out_connecting, "out_connecting")?;
         if cfg.oob {

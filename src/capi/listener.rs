@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::boundary::{self, out, CResult, Fail};
-use super::config::{rdmaxfer_config, snapshot, Config};
+use super::config::{for_connection, rdmaxfer_config, Config};
 use super::conn::{new_conn, rdmaxfer_conn, Role};
 use super::handle::{self, free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
@@ -79,7 +79,7 @@ pub extern "C" fn rdmaxfer_listen(
     out_listener: *mut *mut rdmaxfer_listener,
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_listen", || {
-        let cfg = snapshot(cfg)?;
+        let cfg = for_connection(cfg)?;
         let addr = boundary::arg_str(addr, "addr")?;
         let o = out(out_listener, "out_listener")?;
         let port = cfg.listen_port(port);
