@@ -18,6 +18,14 @@
  *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv /
  *   rdmaxfer_conn_peer_addr writes the length needed to *out_len.
  *
+ * Structs that can grow. A struct the caller allocates for the library to fill
+ *   (rdmaxfer_pingpong_stats, _recv_summary, _device_info, _expose_report, _file_result,
+ *   _totals) starts with size_t struct_size: set it to sizeof the struct before the call
+ *   (`struct rdmaxfer_totals t = {.struct_size = sizeof t};`). The library writes the fields
+ *   that fit in struct_size bytes and sets struct_size to the bytes it wrote, so a program
+ *   built against an older header keeps working when a later release adds fields at the end;
+ *   a struct_size below the struct's first release gives RDMAXFER_ERR_INVALID_ARGUMENT.
+ *
  * Pointers. A handle argument is a pointer this library returned for a handle of that type
  *   (for one freed since, see Ownership). An out-parameter points to writable memory for one
  *   value of its type. A string argument is NUL-terminated and readable for the whole call. A
@@ -420,6 +428,11 @@ typedef struct rdmaxfer_send_options rdmaxfer_send_options;
  */
 typedef struct rdmaxfer_expose_report {
   /**
+   * In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+   * header's conventions: the struct can grow).
+   */
+  size_t struct_size;
+  /**
    * Bytes the peer said it wrote.
    */
   uint64_t written;
@@ -451,6 +464,11 @@ typedef struct rdmaxfer_expose_report {
  * Results of `rdmaxfer_pingpong` (times in microseconds unless named otherwise).
  */
 typedef struct rdmaxfer_pingpong_stats {
+  /**
+   * In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+   * header's conventions: the struct can grow).
+   */
+  size_t struct_size;
   /**
    * Message size in bytes.
    */
@@ -515,6 +533,11 @@ typedef struct rdmaxfer_pingpong_stats {
  */
 typedef struct rdmaxfer_device_info {
   /**
+   * In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+   * header's conventions: the struct can grow).
+   */
+  size_t struct_size;
+  /**
    * Device name, e.g. "rxe0".
    */
   const char *name;
@@ -552,6 +575,11 @@ typedef void (*rdmaxfer_progress_cb)(uint64_t sent, uint64_t total, void *user);
  */
 typedef struct rdmaxfer_recv_summary {
   /**
+   * In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+   * header's conventions: the struct can grow).
+   */
+  size_t struct_size;
+  /**
    * Entries the sender announced: all verified and committed, or skipped (already here).
    */
   uint64_t files;
@@ -562,17 +590,14 @@ typedef struct rdmaxfer_recv_summary {
 } rdmaxfer_recv_summary;
 
 /**
- * One entry of a report (`rdmaxfer_report_file`). Set `size` to `sizeof(struct
- * rdmaxfer_file_result)` before the call: the library fills the fields that fit in `size`
- * bytes (a program built against an older header gets the fields it knows) and sets `size` to
- * the bytes it wrote. The strings belong to the report: valid until it is freed or filled
- * again.
+ * One entry of a report (`rdmaxfer_report_file`; `struct_size` as the header's conventions
+ * say). The strings belong to the report: valid until it is freed or filled again.
  */
 typedef struct rdmaxfer_file_result {
   /**
-   * In: the struct's size as the caller knows it. Out: the bytes written.
+   * In: `sizeof` the struct as the caller knows it. Out: the bytes written.
    */
-  size_t size;
+  size_t struct_size;
   /**
    * The entry's name, relative, as sent (control characters escaped).
    */
@@ -601,13 +626,14 @@ typedef struct rdmaxfer_file_result {
 } rdmaxfer_file_result;
 
 /**
- * A report's totals (`rdmaxfer_report_totals`); `size` as in `rdmaxfer_file_result`.
+ * A report's totals (`rdmaxfer_report_totals`; `struct_size` as the header's conventions
+ * say).
  */
 typedef struct rdmaxfer_totals {
   /**
-   * In: the struct's size as the caller knows it. Out: the bytes written.
+   * In: `sizeof` the struct as the caller knows it. Out: the bytes written.
    */
-  size_t size;
+  size_t struct_size;
   /**
    * Entries announced (all of them; the report lists the first `RDMAXFER_REPORT_MAX_FILES`).
    */
@@ -1182,15 +1208,15 @@ size_t rdmaxfer_report_len(const struct rdmaxfer_report *report);
 
 /**
  * Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
- * `rdmaxfer_file_result` for its `size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index past
- * the end or a `size` below the first release's struct.
+ * `rdmaxfer_file_result` for its `struct_size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index
+ * past the end or a `struct_size` below the first release's struct.
  */
 enum rdmaxfer_status rdmaxfer_report_file(const struct rdmaxfer_report *report,
                                           size_t i,
                                           struct rdmaxfer_file_result *out);
 
 /**
- * The totals of `report` into `*out` (`size` as for `rdmaxfer_report_file`).
+ * The totals of `report` into `*out` (`struct_size` as for `rdmaxfer_report_file`).
  */
 enum rdmaxfer_status rdmaxfer_report_totals(const struct rdmaxfer_report *report,
                                             struct rdmaxfer_totals *out);

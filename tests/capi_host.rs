@@ -212,18 +212,19 @@ fn null_arguments_give_null_argument() {
             rdmaxfer_send_file(nc, c"/etc/hostname".as_ptr(), None, ptr::null_mut()),
             n
         );
-        let mut sum = rdmaxfer_recv_summary { files: 4, bytes: 4 };
+        let mut sum = rdmaxfer_recv_summary {
+            files: 4,
+            bytes: 4,
+            ..Default::default()
+        };
         assert_eq!(rdmaxfer_recv_file(nc, c"/tmp".as_ptr(), 0, &mut sum), n);
         assert_eq!((sum.files, sum.bytes), (4, 4));
 
         let mut list = sentinel::<rdmaxfer_device_list>();
         assert_eq!(rdmaxfer_devices(ptr::null_mut()), n);
         assert_eq!(rdmaxfer_device_list_len(ptr::null()), 0);
-        let mut info = std::mem::MaybeUninit::<rdmaxfer_device_info>::uninit();
-        assert_eq!(
-            rdmaxfer_device_list_get(ptr::null(), 0, info.as_mut_ptr()),
-            n
-        );
+        let mut info = rdmaxfer_device_info::default();
+        assert_eq!(rdmaxfer_device_list_get(ptr::null(), 0, &mut info), n);
         assert_eq!(list, sentinel());
         list = ptr::null_mut();
         rdmaxfer_device_list_free(list);
@@ -340,17 +341,12 @@ fn devices_succeed_or_say_why_without_touching_the_out_parameter() {
                 assert_ne!(list, sentinel());
                 let n = rdmaxfer_device_list_len(list);
                 assert!(n >= 1);
-                let mut info = std::mem::MaybeUninit::<rdmaxfer_device_info>::uninit();
-                assert_eq!(
-                    rdmaxfer_device_list_get(list, 0, info.as_mut_ptr()),
-                    S::RDMAXFER_OK
-                );
-                // Written by the successful call above (the block's SAFETY line covers it).
-                let info = info.assume_init();
+                let mut info = rdmaxfer_device_info::default();
+                assert_eq!(rdmaxfer_device_list_get(list, 0, &mut info), S::RDMAXFER_OK);
                 assert!(!text(info.name).is_empty());
-                let mut past = std::mem::MaybeUninit::<rdmaxfer_device_info>::uninit();
+                let mut past = rdmaxfer_device_info::default();
                 assert_eq!(
-                    rdmaxfer_device_list_get(list, n, past.as_mut_ptr()),
+                    rdmaxfer_device_list_get(list, n, &mut past),
                     S::RDMAXFER_ERR_INVALID_ARGUMENT
                 );
                 rdmaxfer_device_list_free(list);
@@ -538,13 +534,9 @@ fn an_empty_report_reads_as_empty_and_checks_the_callers_size() {
         assert_eq!(rdmaxfer_report_new(&mut r), S::RDMAXFER_OK);
         assert_eq!(rdmaxfer_report_len(r), 0);
         let mut f = rdmaxfer_file_result {
-            size: std::mem::size_of::<rdmaxfer_file_result>(),
-            name: ptr::null(),
-            kind: ptr::null(),
             outcome: -1,
-            result: ptr::null(),
-            message: ptr::null(),
             bytes: 7,
+            ..Default::default()
         };
         assert_eq!(
             rdmaxfer_report_file(r, 0, &mut f),
@@ -553,7 +545,7 @@ fn an_empty_report_reads_as_empty_and_checks_the_callers_size() {
         assert!(last().contains("the report lists 0"), "{}", last());
         assert_eq!(f.bytes, 7, "untouched on failure");
         let mut t = rdmaxfer_totals {
-            size: 8,
+            struct_size: 8,
             bytes: 9,
             ..Default::default()
         };
@@ -561,12 +553,12 @@ fn an_empty_report_reads_as_empty_and_checks_the_callers_size() {
             rdmaxfer_report_totals(r, &mut t),
             S::RDMAXFER_ERR_INVALID_ARGUMENT
         );
-        assert!(last().contains("->size is 8"), "{}", last());
+        assert!(last().contains("->struct_size is 8"), "{}", last());
         assert_eq!(t.bytes, 9, "untouched on failure");
-        t.size = std::mem::size_of::<rdmaxfer_totals>() + 16;
+        t.struct_size = std::mem::size_of::<rdmaxfer_totals>() + 16;
         assert_eq!(rdmaxfer_report_totals(r, &mut t), S::RDMAXFER_OK);
         assert_eq!(
-            t.size,
+            t.struct_size,
             std::mem::size_of::<rdmaxfer_totals>(),
             "the bytes written"
         );

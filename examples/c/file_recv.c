@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     struct rdmaxfer_conn *conn = accept_one(cfg, listen_addr, (uint16_t)co.port);
     rdmaxfer_config_free(cfg);
 
-    struct rdmaxfer_recv_summary s;
+    struct rdmaxfer_recv_summary s = {.struct_size = sizeof s};
     enum rdmaxfer_status st = rdmaxfer_recv_file(conn, argv[optind], flags, &s);
     if (st != RDMAXFER_OK) {
         rdmaxfer_conn_free(conn);

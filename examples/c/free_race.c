@@ -58,7 +58,7 @@ static void *caller(void *arg)
         }
         struct rdmaxfer_device_list *list = atomic_load(&shared_list);
         if (list) {
-            struct rdmaxfer_device_info info;
+            struct rdmaxfer_device_info info = {.struct_size = sizeof info};
             (void)rdmaxfer_device_list_len(list);
             /* The strings in `info` are not read: they live only until the list is freed. */
             count(rdmaxfer_device_list_get(list, 0, &info));

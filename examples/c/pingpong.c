@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     }
     rdmaxfer_config_free(cfg);
 
-    struct rdmaxfer_pingpong_stats s;
+    struct rdmaxfer_pingpong_stats s = {.struct_size = sizeof s};
     CHECK(rdmaxfer_pingpong(conn, size, iters, &s));
     CHECK(rdmaxfer_conn_close(conn));
 

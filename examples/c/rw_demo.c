@@ -18,7 +18,7 @@ static int serve(const struct rdmaxfer_config *cfg, const char *addr, uint16_t p
         fprintf(stderr, "error: out of memory\n");
         return 1;
     }
-    struct rdmaxfer_expose_report rep;
+    struct rdmaxfer_expose_report rep = {.struct_size = sizeof rep};
     CHECK(rdmaxfer_expose(conn, data, size, RDMAXFER_ACCESS_READ_WRITE, &rep));
     printf("peer wrote %llu bytes, read %llu bytes, %s; %llu bytes changed in %u ranges\n",
            (unsigned long long)rep.written, (unsigned long long)rep.read,

@@ -113,14 +113,12 @@ int main(int argc, char **argv)
 
     size_t n = rdmaxfer_report_len(report);
     for (size_t i = 0; i < n; i++) {
-        struct rdmaxfer_file_result r;
-        r.size = sizeof r;
+        struct rdmaxfer_file_result r = {.struct_size = sizeof r};
         CHECK(rdmaxfer_report_file(report, i, &r));
         printf("entry %s %s %s %s %" PRIu64 "%s%s\n", r.name, r.kind, outcome_name(r.outcome),
                r.result, r.bytes, r.message ? " " : "", r.message ? r.message : "");
     }
-    struct rdmaxfer_totals t;
-    t.size = sizeof t;
+    struct rdmaxfer_totals t = {.struct_size = sizeof t};
     CHECK(rdmaxfer_report_totals(report, &t));
     printf("totals: %" PRIu64 " entries, %" PRIu64 " skipped, %" PRIu64 " failed, %" PRIu64
            " planned, %" PRIu64 " deleted, %" PRIu64 " bytes\n",

@@ -197,6 +197,62 @@ impl<T> Out<T> {
     }
 }
 
+/// A caller-allocated struct that can grow: its first field, `struct_size` (a `size_t`), says
+/// how many bytes of it the caller has.
+///
+/// # Safety
+/// `Self` is `repr(C)` and starts with a `usize` field (the header's `size_t struct_size`).
+pub(crate) unsafe trait Growable: Copy {
+    /// The struct as first released: the least `struct_size` accepted.
+    const V1: usize;
+}
+
+/// A checked out-parameter of a growable struct (see [`Growable`]): written once, only when
+/// the call succeeds, as many bytes as the caller's `struct_size` says it has (a program built
+/// against an older header gets the fields it knows); then `struct_size` = the bytes written.
+pub(crate) struct SizedOut<T> {
+    p: *mut T,
+    n: usize,
+}
+
+impl<T: Growable> SizedOut<T> {
+    /// Stores `v`.
+    pub(crate) fn set(self, v: T) {
+        // SAFETY: `v` is a live value of `n` ≤ size_of::<T>() readable bytes; `p` points to at
+        // least `n` writable bytes (the caller's struct, as its `struct_size` said, checked in
+        // `sized_out`), which do not overlap `v` (a local); `n` ≥ V1 ≥ size_of::<usize>() covers
+        // `struct_size`, the first field (`Growable`'s contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&v as *const T).cast::<u8>(),
+                self.p.cast::<u8>(),
+                self.n,
+            );
+            self.p.cast::<usize>().write(self.n);
+        }
+    }
+}
+
+/// Checks a growable out-parameter: NULL → `RDMAXFER_ERR_NULL_ARGUMENT`; a `struct_size` below
+/// the first release's → `RDMAXFER_ERR_INVALID_ARGUMENT`.
+pub(crate) fn sized_out<T: Growable>(p: *mut T, name: &str) -> CResult<SizedOut<T>> {
+    check_ptr(p, name)?;
+    // SAFETY: non-NULL and aligned (check_ptr); the header's contract is that `p` points to a
+    // struct of this type whose first field, `struct_size` (a size_t: `Growable`'s contract),
+    // the caller has set.
+    let size = unsafe { p.cast::<usize>().read() };
+    if size < T::V1 {
+        return Err(Fail::invalid(format!(
+            "{name}->struct_size is {size}: set it to sizeof the struct (at least {})",
+            T::V1
+        )));
+    }
+    Ok(SizedOut {
+        p,
+        n: size.min(std::mem::size_of::<T>()),
+    })
+}
+
 /// Checks an out-parameter (NULL → `RDMAXFER_ERR_NULL_ARGUMENT`).
 pub(crate) fn out<T>(p: *mut T, name: &str) -> CResult<Out<T>> {
     check_ptr(p, name)?;

@@ -364,6 +364,9 @@ pub extern "C" fn rdmaxfer_remote_free(remote: *mut rdmaxfer_remote) {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct rdmaxfer_expose_report {
+    /// In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+    /// header's conventions: the struct can grow).
+    pub struct_size: usize,
     /// Bytes the peer said it wrote.
     pub written: u64,
     /// Bytes the peer said it read.
@@ -380,6 +383,11 @@ pub struct rdmaxfer_expose_report {
     pub changed_ranges: u32,
     /// Bytes inside those ranges.
     pub changed_bytes: u64,
+}
+
+// SAFETY: repr(C), first field `struct_size: usize`.
+unsafe impl boundary::Growable for rdmaxfer_expose_report {
+    const V1: usize = std::mem::size_of::<rdmaxfer_expose_report>();
 }
 
 /// Serves one session on `conn` (from `rdmaxfer_accept`): exposes a copy of `data` (`len`
@@ -401,7 +409,7 @@ pub extern "C" fn rdmaxfer_expose(
         }
         let dst = boundary::arg_bytes_mut(data, len, "data")?;
         let access = access_of(access)?;
-        let o = out(out_report, "out_report")?;
+        let o = boundary::sized_out(out_report, "out_report")?;
         let mut content = dst.to_vec();
         let rep = onesided::serve_session(c.rdmaxfer_peer()?, &mut content, access)?;
         dst.copy_from_slice(&content);
@@ -409,6 +417,7 @@ pub extern "C" fn rdmaxfer_expose(
             boundary::set_last_error(format!("rdmaxfer_expose: the session ended early: {e}"));
         }
         o.set(rdmaxfer_expose_report {
+            struct_size: 0,
             written: rep.written,
             read: rep.read,
             ok: u32::from(rep.ok),

@@ -257,6 +257,9 @@ pub(crate) fn deliver(got: Result<usize, usize>, cap: usize, o: Out<usize>) -> C
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct rdmaxfer_pingpong_stats {
+    /// In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+    /// header's conventions: the struct can grow).
+    pub struct_size: usize,
     /// Message size in bytes.
     pub size: u64,
     /// Round trips.
@@ -287,6 +290,11 @@ pub struct rdmaxfer_pingpong_stats {
     pub checked: u32,
 }
 
+// SAFETY: repr(C), first field `struct_size: usize`.
+unsafe impl boundary::Growable for rdmaxfer_pingpong_stats {
+    const V1: usize = std::mem::size_of::<rdmaxfer_pingpong_stats>();
+}
+
 /// Ping-pong: `iters` round trips of `size`-byte messages. The connecting side sends the pings
 /// and checks each pong; the accepting side answers. Both sides need the same size and count;
 /// the peer may be `rdmaxfer pingpong` (or, over the out-of-band transport, ibv_rc_pingpong).
@@ -299,7 +307,7 @@ pub extern "C" fn rdmaxfer_pingpong(
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_pingpong", || {
         let mut c = handle(conn, "conn")?;
-        let o = out(out_stats, "out_stats")?;
+        let o = boundary::sized_out(out_stats, "out_stats")?;
         if size == 0 || iters == 0 {
             return Err(Fail::invalid(format!(
                 "size {size} and iters {iters} must both be at least 1"
@@ -310,6 +318,7 @@ pub extern "C" fn rdmaxfer_pingpong(
             Role::Server => pingpong::run_server(&mut c.ep, size, iters)?,
         };
         o.set(rdmaxfer_pingpong_stats {
+            struct_size: 0,
             size: s.size as u64,
             iters: s.iters,
             bytes: s.bytes,

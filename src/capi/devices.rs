@@ -30,6 +30,9 @@ impl_handle!(rdmaxfer_device_list, Vec<Device>);
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_device_info {
+    /// In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+    /// header's conventions: the struct can grow).
+    pub struct_size: usize,
     /// Device name, e.g. "rxe0".
     pub name: *const c_char,
     /// Node GUID, "xxxx:xxxx:xxxx:xxxx".
@@ -42,6 +45,11 @@ pub struct rdmaxfer_device_info {
     pub active_ports: u32,
     /// Populated GID table entries over all ports.
     pub gids: u32,
+}
+
+// SAFETY: repr(C), first field `struct_size: usize`.
+unsafe impl boundary::Growable for rdmaxfer_device_info {
+    const V1: usize = std::mem::size_of::<rdmaxfer_device_info>();
 }
 
 fn cstring(s: &str) -> CString {
@@ -90,11 +98,12 @@ pub extern "C" fn rdmaxfer_device_list_get(
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_device_list_get", || {
         let l = handle(list, "list")?;
-        let o = out(out_info, "out_info")?;
+        let o = boundary::sized_out(out_info, "out_info")?;
         let d = l.get(index).ok_or_else(|| {
             Fail::invalid(format!("index {index} (the list has {} devices)", l.len()))
         })?;
         o.set(rdmaxfer_device_info {
+            struct_size: 0,
             name: d.name.as_ptr(),
             node_guid: d.node_guid.as_ptr(),
             transport: d.transport.as_ptr(),

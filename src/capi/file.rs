@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
 
-use super::boundary::{self, out, CResult, Fail};
+use super::boundary::{self, CResult, Fail};
 use super::conn::rdmaxfer_conn;
 use super::handle::handle;
 use super::status::rdmaxfer_status;
@@ -127,10 +127,18 @@ pub(crate) fn check_out_dir(dir: &std::path::Path) -> CResult<()> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct rdmaxfer_recv_summary {
+    /// In: `sizeof` the struct as the caller knows it. Out: the bytes written (see the
+    /// header's conventions: the struct can grow).
+    pub struct_size: usize,
     /// Entries the sender announced: all verified and committed, or skipped (already here).
     pub files: u64,
     /// Bytes moved by RDMA.
     pub bytes: u64,
+}
+
+// SAFETY: repr(C), first field `struct_size: usize`.
+unsafe impl boundary::Growable for rdmaxfer_recv_summary {
+    const V1: usize = std::mem::size_of::<rdmaxfer_recv_summary>();
 }
 
 /// Receives what one sender sends on `conn` into the existing directory `out_dir`. The
@@ -156,7 +164,7 @@ pub extern "C" fn rdmaxfer_recv_file(
     boundary::run("rdmaxfer_recv_file", || {
         let mut c = handle(conn, "conn")?;
         let dir = boundary::arg_path(out_dir, "out_dir")?;
-        let o = out(out_summary, "out_summary")?;
+        let o = boundary::sized_out(out_summary, "out_summary")?;
         if flags & !(RDMAXFER_RECV_FORCE | RDMAXFER_RECV_RESUME) != 0 {
             return Err(Fail::invalid(format!("unknown flags {flags:#x}")));
         }
@@ -173,6 +181,7 @@ pub extern "C" fn rdmaxfer_recv_file(
         file::receive(c.rdmaxfer_peer()?, &opts, &mut report)
             .map_err(|e| with_files(e, &report))?;
         o.set(rdmaxfer_recv_summary {
+            struct_size: 0,
             files: report.file_count(),
             bytes: report.bytes,
         });

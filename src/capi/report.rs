@@ -1,6 +1,7 @@
 //! `rdmaxfer_report`: what a file transfer did with each entry, filled by `rdmaxfer_send_files`
 //! and `rdmaxfer_recv_files` whether they succeed or fail, and read with getters that fill
-//! caller-allocated structs whose first field is their size (so they can grow).
+//! caller-allocated structs whose first field is their size (so they can grow:
+//! [`boundary::Growable`]).
 
 use std::ffi::{c_char, CString};
 
@@ -27,16 +28,13 @@ pub enum rdmaxfer_outcome {
     RDMAXFER_OUTCOME_WOULD_SEND = 4,
 }
 
-/// One entry of a report (`rdmaxfer_report_file`). Set `size` to `sizeof(struct
-/// rdmaxfer_file_result)` before the call: the library fills the fields that fit in `size`
-/// bytes (a program built against an older header gets the fields it knows) and sets `size` to
-/// the bytes it wrote. The strings belong to the report: valid until it is freed or filled
-/// again.
+/// One entry of a report (`rdmaxfer_report_file`; `struct_size` as the header's conventions
+/// say). The strings belong to the report: valid until it is freed or filled again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_file_result {
-    /// In: the struct's size as the caller knows it. Out: the bytes written.
-    pub size: usize,
+    /// In: `sizeof` the struct as the caller knows it. Out: the bytes written.
+    pub struct_size: usize,
     /// The entry's name, relative, as sent (control characters escaped).
     pub name: *const c_char,
     /// "file", "dir", "symlink" or "other".
@@ -52,12 +50,13 @@ pub struct rdmaxfer_file_result {
     pub bytes: u64,
 }
 
-/// A report's totals (`rdmaxfer_report_totals`); `size` as in `rdmaxfer_file_result`.
+/// A report's totals (`rdmaxfer_report_totals`; `struct_size` as the header's conventions
+/// say).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct rdmaxfer_totals {
-    /// In: the struct's size as the caller knows it. Out: the bytes written.
-    pub size: usize,
+    /// In: `sizeof` the struct as the caller knows it. Out: the bytes written.
+    pub struct_size: usize,
     /// Entries announced (all of them; the report lists the first `RDMAXFER_REPORT_MAX_FILES`).
     pub entries: u64,
     /// Entries skipped.
@@ -74,6 +73,16 @@ pub struct rdmaxfer_totals {
     pub deleted: u64,
     /// File bytes moved by RDMA in the session.
     pub bytes: u64,
+}
+
+// SAFETY: repr(C), first field `struct_size: usize`.
+unsafe impl boundary::Growable for rdmaxfer_file_result {
+    const V1: usize = std::mem::size_of::<rdmaxfer_file_result>();
+}
+
+// SAFETY: repr(C), first field `struct_size: usize`.
+unsafe impl boundary::Growable for rdmaxfer_totals {
+    const V1: usize = std::mem::size_of::<rdmaxfer_totals>();
 }
 
 /// The most entries a report lists (it counts the rest in its totals).
@@ -189,33 +198,9 @@ pub extern "C" fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize {
     })
 }
 
-/// Writes `v` to `*out`, as many bytes of it as the caller's `size` field (the first field)
-/// says fit, and sets that field to the bytes written. `min`: the smallest size accepted (the
-/// struct as first released).
-fn sized_out<T: Copy>(out: *mut T, name: &str, min: usize, v: T) -> CResult<()> {
-    boundary::check_ptr(out, name)?;
-    // SAFETY: non-NULL and aligned (check_ptr); the header's contract is that `out` points to
-    // a struct of this type whose first field, `size` (a size_t), the caller has set.
-    let size = unsafe { out.cast::<usize>().read() };
-    if size < min {
-        return Err(Fail::invalid(format!(
-            "{name}->size is {size}: set it to sizeof the struct (at least {min})"
-        )));
-    }
-    let n = size.min(std::mem::size_of::<T>());
-    // SAFETY: `v` is a live value of `n` ≤ size_of::<T>() readable bytes; `out` points to at
-    // least `size` ≥ `n` writable bytes (the caller's struct, as its `size` says), which do not
-    // overlap `v` (a local).
-    unsafe {
-        std::ptr::copy_nonoverlapping((&v as *const T).cast::<u8>(), out.cast::<u8>(), n);
-        out.cast::<usize>().write(n);
-    }
-    Ok(())
-}
-
 /// Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
-/// `rdmaxfer_file_result` for its `size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index past
-/// the end or a `size` below the first release's struct.
+/// `rdmaxfer_file_result` for its `struct_size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index
+/// past the end or a `struct_size` below the first release's struct.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_file(
     report: *const rdmaxfer_report,
@@ -224,11 +209,12 @@ pub extern "C" fn rdmaxfer_report_file(
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_report_file", || {
         let r = handle(report, "report")?;
+        let o = boundary::sized_out(out, "out")?;
         let e = r.entries.get(i).ok_or_else(|| {
             Fail::invalid(format!("entry {i}: the report lists {}", r.entries.len()))
         })?;
         let v = rdmaxfer_file_result {
-            size: 0,
+            struct_size: 0,
             name: e.name.as_ptr(),
             kind: e.kind.as_ptr(),
             outcome: e.outcome,
@@ -236,11 +222,12 @@ pub extern "C" fn rdmaxfer_report_file(
             message: e.message.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
             bytes: e.bytes,
         };
-        sized_out(out, "out", std::mem::size_of::<rdmaxfer_file_result>(), v)
+        o.set(v);
+        Ok(())
     })
 }
 
-/// The totals of `report` into `*out` (`size` as for `rdmaxfer_report_file`).
+/// The totals of `report` into `*out` (`struct_size` as for `rdmaxfer_report_file`).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_totals(
     report: *const rdmaxfer_report,
@@ -248,9 +235,10 @@ pub extern "C" fn rdmaxfer_report_totals(
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_report_totals", || {
         let r = handle(report, "report")?;
+        let o = boundary::sized_out(out, "out")?;
         let s = &r.session;
         let v = rdmaxfer_totals {
-            size: 0,
+            struct_size: 0,
             entries: s.file_count(),
             skipped: s.skipped,
             failed: s.failed,
@@ -260,6 +248,7 @@ pub extern "C" fn rdmaxfer_report_totals(
             deleted: s.deleted,
             bytes: s.bytes,
         };
-        sized_out(out, "out", std::mem::size_of::<rdmaxfer_totals>(), v)
+        o.set(v);
+        Ok(())
     })
 }

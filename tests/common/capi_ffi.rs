@@ -33,7 +33,7 @@ opaque!(
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_file_result {
-    pub size: usize,
+    pub struct_size: usize,
     pub name: *const c_char,
     pub kind: *const c_char,
     pub outcome: c_int,
@@ -44,9 +44,9 @@ pub struct rdmaxfer_file_result {
 
 /// `struct rdmaxfer_totals`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_totals {
-    pub size: usize,
+    pub struct_size: usize,
     pub entries: u64,
     pub skipped: u64,
     pub failed: u64,
@@ -91,8 +91,9 @@ pub const RDMAXFER_ACCESS_READ: u32 = 1;
 
 /// `struct rdmaxfer_expose_report`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_expose_report {
+    pub struct_size: usize,
     pub written: u64,
     pub read: u64,
     pub ok: u32,
@@ -102,8 +103,9 @@ pub struct rdmaxfer_expose_report {
 
 /// `struct rdmaxfer_pingpong_stats`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_pingpong_stats {
+    pub struct_size: usize,
     pub size: u64,
     pub iters: u64,
     pub bytes: u64,
@@ -124,6 +126,7 @@ pub struct rdmaxfer_pingpong_stats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_device_info {
+    pub struct_size: usize,
     pub name: *const c_char,
     pub node_guid: *const c_char,
     pub transport: *const c_char,
@@ -134,11 +137,35 @@ pub struct rdmaxfer_device_info {
 
 /// `struct rdmaxfer_recv_summary`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct rdmaxfer_recv_summary {
+    pub struct_size: usize,
     pub files: u64,
     pub bytes: u64,
 }
+
+/// The growable structs start zeroed with `struct_size` = their size, as a C caller sets it.
+macro_rules! sized_default {
+    ($($name:ident),*) => {$(
+        impl Default for $name {
+            fn default() -> Self {
+                // SAFETY: every field is an integer, a float or a raw pointer: all-zero bytes
+                // are a valid value of each (0, 0.0, NULL).
+                let mut v: Self = unsafe { std::mem::zeroed() };
+                v.struct_size = std::mem::size_of::<Self>();
+                v
+            }
+        }
+    )*};
+}
+sized_default!(
+    rdmaxfer_expose_report,
+    rdmaxfer_pingpong_stats,
+    rdmaxfer_device_info,
+    rdmaxfer_recv_summary,
+    rdmaxfer_file_result,
+    rdmaxfer_totals
+);
 
 /// `rdmaxfer_progress_cb`.
 pub type rdmaxfer_progress_cb = Option<extern "C" fn(sent: u64, total: u64, user: *mut c_void)>;
