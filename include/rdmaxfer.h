@@ -18,6 +18,16 @@
  *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv /
  *   rdmaxfer_conn_peer_addr writes the length needed to *out_len.
  *
+ * Statuses. Every call may return RDMAXFER_ERR_PANIC. One that takes a handle may return
+ *   RDMAXFER_ERR_NULL_ARGUMENT (NULL), RDMAXFER_ERR_INVALID_STATE (freed, or ended) and
+ *   RDMAXFER_ERR_BUSY (in another call); one that takes a pointer or a value,
+ *   RDMAXFER_ERR_NULL_ARGUMENT and RDMAXFER_ERR_INVALID_ARGUMENT. One that reaches a device or
+ *   the network (making listeners and connections, messages, one-sided and file transfer)
+ *   may also return RDMAXFER_ERR_NO_DEVICE, RDMAXFER_ERR_DEVICE_NOT_FOUND, RDMAXFER_ERR_VERBS
+ *   (rdmaxfer_last_os_error says the errno), RDMAXFER_ERR_COMPLETION (rdmaxfer_last_wc_status),
+ *   RDMAXFER_ERR_TIMEOUT, RDMAXFER_ERR_CONNECTION, RDMAXFER_ERR_PROTOCOL and RDMAXFER_ERR_IO.
+ *   A function's comment names the statuses that mean something more for it.
+ *
  * Structs that can grow. A struct the caller allocates for the library to fill
  *   (rdmaxfer_pingpong_stats, _recv_summary, _device_info, _expose_report, _file_result,
  *   _totals) starts with size_t struct_size: set it to sizeof the struct before the call
@@ -997,7 +1007,10 @@ enum rdmaxfer_status rdmaxfer_pingpong(struct rdmaxfer_conn *conn,
  * `RDMAXFER_TRANSPORT_OOB`: `RDMAXFER_ERR_INVALID_ARGUMENT`). Then wait for
  * `rdmaxfer_connecting_fd` to be readable and call `rdmaxfer_connecting_try_finish`, until it
  * gives the connection or an error. The configured timeout does not apply to the steps: the
- * event loop decides how long to wait.
+ * event loop decides how long to wait. `RDMAXFER_ERR_INVALID_ARGUMENT` for a name, OOB, an
+ * MTU set or `RDMAXFER_PORT_ANY`; `RDMAXFER_ERR_NO_DEVICE`, `_DEVICE_NOT_FOUND` or
+ * `_VERBS` when it cannot start (no device, or `rdma_create_id` or `rdma_resolve_addr`
+ * refused); what else a connect may fail with comes from `rdmaxfer_connecting_try_finish`.
  */
 enum rdmaxfer_status rdmaxfer_connect_start(const struct rdmaxfer_config *cfg,
                                             const char *host,
@@ -1303,7 +1316,11 @@ enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_opti
  * with every entry's outcome when the call returns, whether it succeeds or fails, unless it
  * fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
  * delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
- * some were refused or failed (the report says which and why).
+ * some were refused or failed (the report says which and why), or the receiver refused the
+ * session (busy, a wrong token: the last error message says); `RDMAXFER_ERR_ABORTED` when
+ * `progress` stopped it; `RDMAXFER_ERR_INVALID_ARGUMENT` for no paths; `RDMAXFER_ERR_IO` for
+ * a path that cannot be listed; and the statuses of the network (see the header's
+ * conventions).
  */
 enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
                                          const char *const *paths,
@@ -1318,6 +1335,10 @@ enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
  * `rdmaxfer_recv_file` does (where files land, what is refused), and fills `report` (may be
  * NULL) with every entry's outcome when the call returns, whether it succeeds or fails.
  * `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`, `RDMAXFER_RECV_ALLOW_DELETE`, or 0.
+ * `RDMAXFER_OK` when every entry arrived verified or was skipped; `RDMAXFER_ERR_REFUSED` when
+ * some were refused or failed (the report says which) or the session was refused (a wrong
+ * token); `RDMAXFER_ERR_INVALID_ARGUMENT` for unknown flags or an `out_dir` that is not a
+ * directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the statuses of the network.
  */
 enum rdmaxfer_status rdmaxfer_recv_files(struct rdmaxfer_conn *conn,
                                          const char *out_dir,

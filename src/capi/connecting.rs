@@ -35,7 +35,10 @@ impl_handle!(rdmaxfer_connecting, Dialing);
 /// `RDMAXFER_TRANSPORT_OOB`: `RDMAXFER_ERR_INVALID_ARGUMENT`). Then wait for
 /// `rdmaxfer_connecting_fd` to be readable and call `rdmaxfer_connecting_try_finish`, until it
 /// gives the connection or an error. The configured timeout does not apply to the steps: the
-/// event loop decides how long to wait.
+/// event loop decides how long to wait. `RDMAXFER_ERR_INVALID_ARGUMENT` for a name, OOB, an
+/// MTU set or `RDMAXFER_PORT_ANY`; `RDMAXFER_ERR_NO_DEVICE`, `_DEVICE_NOT_FOUND` or
+/// `_VERBS` when it cannot start (no device, or `rdma_create_id` or `rdma_resolve_addr`
+/// refused); what else a connect may fail with comes from `rdmaxfer_connecting_try_finish`.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connect_start(
     cfg: *const rdmaxfer_config,

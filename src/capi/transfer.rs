@@ -263,7 +263,11 @@ impl Tally {
 /// with every entry's outcome when the call returns, whether it succeeds or fails, unless it
 /// fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
 /// delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
-/// some were refused or failed (the report says which and why).
+/// some were refused or failed (the report says which and why), or the receiver refused the
+/// session (busy, a wrong token: the last error message says); `RDMAXFER_ERR_ABORTED` when
+/// `progress` stopped it; `RDMAXFER_ERR_INVALID_ARGUMENT` for no paths; `RDMAXFER_ERR_IO` for
+/// a path that cannot be listed; and the statuses of the network (see the header's
+/// conventions).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_files(
     conn: *mut rdmaxfer_conn,
@@ -361,6 +365,10 @@ pub extern "C" fn rdmaxfer_send_files(
 /// `rdmaxfer_recv_file` does (where files land, what is refused), and fills `report` (may be
 /// NULL) with every entry's outcome when the call returns, whether it succeeds or fails.
 /// `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`, `RDMAXFER_RECV_ALLOW_DELETE`, or 0.
+/// `RDMAXFER_OK` when every entry arrived verified or was skipped; `RDMAXFER_ERR_REFUSED` when
+/// some were refused or failed (the report says which) or the session was refused (a wrong
+/// token); `RDMAXFER_ERR_INVALID_ARGUMENT` for unknown flags or an `out_dir` that is not a
+/// directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the statuses of the network.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_files(
     conn: *mut rdmaxfer_conn,
