@@ -1,6 +1,7 @@
 //! `rdmaxfer_send_files` through the C example `send_files` (under valgrind): every send option
-//! the example takes, the per-file report, a dry run, and a progress callback that stops the
-//! transfer with nothing half-committed.
+//! (every flag, chunk size, slots, verification, rate limit, exclusions and inclusions), the
+//! per-file report, a dry run, and a progress callback that stops the transfer with nothing
+//! half-committed.
 
 use std::path::Path;
 
@@ -182,4 +183,92 @@ fn c_send_files_stopped_by_its_progress_callback_commits_nothing_half_sent() {
         ["src", "src/a.txt"],
         "only what was verified whole is committed"
     );
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_send_files_update_copy_links_delete_then_ignore_existing_checksum_resume() {
+    need_rxe0();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src/u"), tmp.path().join("out"));
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::create_dir_all(out.join("u")).unwrap();
+    std::fs::write(src.join("a.txt"), b"the sender's newer a").unwrap();
+    std::os::unix::fs::symlink("a.txt", src.join("link")).unwrap();
+    std::fs::write(src.join("sub/b.txt"), b"b").unwrap();
+    // The receiver has an older a.txt, and old.txt that the source does not have.
+    std::fs::write(out.join("u/a.txt"), b"old a").unwrap();
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(out.join("u/a.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    std::fs::write(out.join("u/old.txt"), b"not in the source").unwrap();
+    let (o, t) = (out.to_str().unwrap(), src.to_str().unwrap());
+
+    // --update (a.txt is older there), --copy-links (the link goes as a file), --delete.
+    let p = common::port().to_string();
+    let r = cli_recv(o, &p, &["--force", "--allow-delete"]);
+    let s = vg(
+        "send_files",
+        &["-p", &p, "-T", TIMEOUT_MS, "-U", "-L", "-X", t, IP],
+    )
+    .finish(T);
+    vg_ok(&s, "C send_files -U -L -X");
+    assert!(
+        entry(&s.out, "u/a.txt").contains(" file delivered ok 20"),
+        "{}",
+        s.out
+    );
+    assert!(
+        entry(&s.out, "u/link").contains(" file delivered ok 20"),
+        "{}",
+        s.out
+    );
+    assert!(
+        entry(&s.out, "u/sub/b.txt").contains(" file delivered ok 1"),
+        "{}",
+        s.out
+    );
+    assert!(
+        s.out.contains(" 0 failed, 0 planned, 1 deleted"),
+        "{}",
+        s.out
+    );
+    r.finish(T).ok("rdmaxfer recv");
+    assert_eq!(
+        std::fs::read(out.join("u/a.txt")).unwrap(),
+        b"the sender's newer a"
+    );
+    let link = std::fs::symlink_metadata(out.join("u/link")).unwrap();
+    assert!(link.is_file(), "copied as a file: {link:?}");
+    assert!(!out.join("u/old.txt").exists(), "deleted");
+    let before = everything(&out);
+
+    // --ignore-existing with --checksum and --resume: everything is there, so nothing moves.
+    let p = common::port().to_string();
+    let r = cli_recv(o, &p, &["--force", "--resume"]);
+    let s = native(
+        "send_files",
+        &["-p", &p, "-T", TIMEOUT_MS, "-I", "-K", "-R", t, IP],
+    )
+    .finish(T);
+    s.ok("C send_files -I -K -R");
+    for name in ["u/a.txt", "u/link", "u/sub/b.txt"] {
+        assert!(
+            entry(&s.out, name).contains(" skipped skipped "),
+            "{}",
+            s.out
+        );
+    }
+    assert!(
+        s.out.contains("totals: 3 entries, 3 skipped, 0 failed"),
+        "{}",
+        s.out
+    );
+    assert!(s.out.contains(" 0 bytes\n"), "{}", s.out);
+    r.finish(T).ok("rdmaxfer recv");
+    assert_eq!(everything(&out), before, "nothing changed");
 }
