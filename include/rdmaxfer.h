@@ -247,7 +247,7 @@
 #define RDMAXFER_SEND_COPY_LINKS 128
 
 /**
- * `rdmaxfer_recv_files`: let a sender delete what its directories do not have
+ * `rdmaxfer_recv_options_set_flags`: let a sender delete what its directories do not have
  * (`recv --allow-delete`).
  */
 #define RDMAXFER_RECV_ALLOW_DELETE 4
@@ -412,6 +412,13 @@ typedef struct rdmaxfer_device_list rdmaxfer_device_list;
  * `rdmaxfer_listener_free`.
  */
 typedef struct rdmaxfer_listener rdmaxfer_listener;
+
+/**
+ * How `rdmaxfer_recv_files` receives: the options of `rdmaxfer recv` that apply to one
+ * session. Made by `rdmaxfer_recv_options_new`, freed by `rdmaxfer_recv_options_free`; a
+ * transfer copies it.
+ */
+typedef struct rdmaxfer_recv_options rdmaxfer_recv_options;
 
 /**
  * The client's side of a one-sided session with a peer serving an exposure (`rdmaxfer_expose`
@@ -1331,18 +1338,58 @@ enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
                                          struct rdmaxfer_report *report);
 
 /**
+ * Makes receive options with the defaults of `rdmaxfer recv`: no flags, no size limit, any
+ * verification, its idle timeout and rate floor.
+ */
+enum rdmaxfer_status rdmaxfer_recv_options_new(struct rdmaxfer_recv_options **out_opts);
+
+/**
+ * Frees receive options (NULL: nothing).
+ */
+void rdmaxfer_recv_options_free(struct rdmaxfer_recv_options *opts);
+
+/**
+ * Sets the flags: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`,
+ * `RDMAXFER_RECV_ALLOW_DELETE` (replacing those set before). Unknown bits:
+ * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ */
+enum rdmaxfer_status rdmaxfer_recv_options_set_flags(struct rdmaxfer_recv_options *opts,
+                                                     uint32_t flags);
+
+/**
+ * Refuses files larger than `bytes` (`recv --max-size`); 0: no limit.
+ */
+enum rdmaxfer_status rdmaxfer_recv_options_set_max_size(struct rdmaxfer_recv_options *opts,
+                                                        uint64_t bytes);
+
+/**
+ * Accepts only this chunk verification, "xxh3" or "blake3" (`recv --verify`); NULL: any.
+ */
+enum rdmaxfer_status rdmaxfer_recv_options_set_verify(struct rdmaxfer_recv_options *opts,
+                                                      const char *algo);
+
+/**
+ * The session's budget (`recv --idle-timeout`, `--min-rate`): it ends after `idle_ms`
+ * milliseconds without progress (0: never), or when its data comes slower than
+ * `min_bytes_per_second` (0: no floor).
+ */
+enum rdmaxfer_status rdmaxfer_recv_options_set_budget(struct rdmaxfer_recv_options *opts,
+                                                      uint64_t idle_ms,
+                                                      uint64_t min_bytes_per_second);
+
+/**
  * Receives one sender's session on `conn` into the existing directory `out_dir`, as
- * `rdmaxfer_recv_file` does (where files land, what is refused), and fills `report` (may be
- * NULL) with every entry's outcome when the call returns, whether it succeeds or fails.
- * `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`, `RDMAXFER_RECV_ALLOW_DELETE`, or 0.
- * `RDMAXFER_OK` when every entry arrived verified or was skipped; `RDMAXFER_ERR_REFUSED` when
- * some were refused or failed (the report says which) or the session was refused (a wrong
- * token); `RDMAXFER_ERR_INVALID_ARGUMENT` for unknown flags or an `out_dir` that is not a
- * directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the statuses of the network.
+ * `rdmaxfer_recv_file` does (where files land, what is refused), with `opts` (NULL: the
+ * defaults), and fills `report` (may be NULL) with every entry's outcome when the call
+ * returns, whether it succeeds or fails. `RDMAXFER_OK` when every entry arrived verified or
+ * was skipped; `RDMAXFER_ERR_REFUSED` when some were refused or failed (the report says which)
+ * or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
+ * `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
+ * statuses of the network.
  */
 enum rdmaxfer_status rdmaxfer_recv_files(struct rdmaxfer_conn *conn,
                                          const char *out_dir,
-                                         uint32_t flags,
+                                         const struct rdmaxfer_recv_options *opts,
                                          struct rdmaxfer_report *report);
 
 #ifdef __cplusplus

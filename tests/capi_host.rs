@@ -520,6 +520,41 @@ fn a_nonblocking_connect_refuses_names_and_oob_before_anything_starts() {
 }
 
 #[test]
+fn recv_options_refuse_bad_values() {
+    // SAFETY: a handle made here (freed once), static C strings.
+    unsafe {
+        assert_eq!(
+            rdmaxfer_recv_options_new(ptr::null_mut()),
+            S::RDMAXFER_ERR_NULL_ARGUMENT
+        );
+        rdmaxfer_recv_options_free(ptr::null_mut());
+        let mut o = ptr::null_mut();
+        assert_eq!(rdmaxfer_recv_options_new(&mut o), S::RDMAXFER_OK);
+        assert_eq!(
+            rdmaxfer_recv_options_set_flags(o, 1 | 2 | 4),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_recv_options_set_flags(o, 8),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            rdmaxfer_recv_options_set_verify(o, c"blake3".as_ptr()),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_recv_options_set_verify(o, ptr::null()),
+            S::RDMAXFER_OK
+        );
+        assert_eq!(
+            rdmaxfer_recv_options_set_verify(o, c"sha1".as_ptr()),
+            S::RDMAXFER_ERR_INVALID_ARGUMENT
+        );
+        rdmaxfer_recv_options_free(o);
+    }
+}
+
+#[test]
 fn an_empty_report_reads_as_empty_and_checks_the_callers_size() {
     // SAFETY: every pointer passed is NULL, a handle made here and not yet freed, a static C
     // string, or the address of a local.

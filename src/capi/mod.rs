@@ -44,7 +44,7 @@ use connecting::rdmaxfer_connecting;
 use devices::rdmaxfer_device_list;
 use listener::rdmaxfer_listener;
 use report::rdmaxfer_report;
-use transfer::rdmaxfer_send_options;
+use transfer::{rdmaxfer_recv_options, rdmaxfer_send_options};
 
 #[cfg(test)]
 mod tests;
@@ -62,4 +62,5 @@ const _: () = {
     send_sync::<rdmaxfer_device_list>();
     send_sync::<rdmaxfer_report>();
     send_sync::<rdmaxfer_send_options>();
+    send_sync::<rdmaxfer_recv_options>();
 };

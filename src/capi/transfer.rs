@@ -1,6 +1,7 @@
-//! File transfer with every option of `rdmaxfer send`: `rdmaxfer_send_options`,
-//! `rdmaxfer_send_files` (a progress callback that can stop it) and `rdmaxfer_recv_files`, each
-//! filling an `rdmaxfer_report` with what happened to every entry.
+//! File transfer with the options of `rdmaxfer send` and `rdmaxfer recv`:
+//! `rdmaxfer_send_options` and `rdmaxfer_send_files` (a progress callback that can stop it),
+//! `rdmaxfer_recv_options` and `rdmaxfer_recv_files`, each filling an `rdmaxfer_report` with
+//! what happened to every entry.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
@@ -38,9 +39,11 @@ pub const RDMAXFER_SEND_DELETE: u32 = 64;
 pub const RDMAXFER_SEND_COPY_LINKS: u32 = 128;
 const SEND_FLAGS: u32 = 255;
 
-/// `rdmaxfer_recv_files`: let a sender delete what its directories do not have
+/// `rdmaxfer_recv_options_set_flags`: let a sender delete what its directories do not have
 /// (`recv --allow-delete`).
 pub const RDMAXFER_RECV_ALLOW_DELETE: u32 = 4;
+const RECV_FLAGS: u32 =
+    super::file::RDMAXFER_RECV_FORCE | RDMAXFER_RECV_RESUME | RDMAXFER_RECV_ALLOW_DELETE;
 
 /// Called by `rdmaxfer_send_files` as data goes out and as each entry's verdict comes, on the
 /// calling thread: file bytes sent so far, the bytes of the files to send (less those the
@@ -361,41 +364,159 @@ pub extern "C" fn rdmaxfer_send_files(
     })
 }
 
+/// The receive options (Rust side).
+#[derive(Clone, Debug, Default)]
+pub struct RecvOpts {
+    flags: u32,
+    max_size: Option<u64>,
+    verify: Option<Algo>,
+    idle: Option<std::time::Duration>,
+    min_rate: Option<u64>,
+}
+
+/// How `rdmaxfer_recv_files` receives: the options of `rdmaxfer recv` that apply to one
+/// session. Made by `rdmaxfer_recv_options_new`, freed by `rdmaxfer_recv_options_free`; a
+/// transfer copies it.
+pub struct rdmaxfer_recv_options {
+    slot: Slot<RecvOpts>,
+}
+
+impl_handle!(rdmaxfer_recv_options, RecvOpts);
+
+/// Makes receive options with the defaults of `rdmaxfer recv`: no flags, no size limit, any
+/// verification, its idle timeout and rate floor.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_options_new(
+    out_opts: *mut *mut rdmaxfer_recv_options,
+) -> rdmaxfer_status {
+    boundary::run("rdmaxfer_recv_options_new", || {
+        let o = boundary::out(out_opts, "out_opts")?;
+        o.set(into_handle::<rdmaxfer_recv_options>(RecvOpts::default()));
+        Ok(())
+    })
+}
+
+/// Frees receive options (NULL: nothing).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_options_free(opts: *mut rdmaxfer_recv_options) {
+    free_handle("rdmaxfer_recv_options_free", opts);
+}
+
+fn set_recv(
+    func: &'static str,
+    opts: *mut rdmaxfer_recv_options,
+    f: impl FnOnce(&mut RecvOpts) -> CResult<()>,
+) -> rdmaxfer_status {
+    boundary::run(func, || {
+        let mut o = handle(opts, "opts")?;
+        let mut next = o.clone();
+        f(&mut next)?;
+        *o = next;
+        Ok(())
+    })
+}
+
+/// Sets the flags: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`,
+/// `RDMAXFER_RECV_ALLOW_DELETE` (replacing those set before). Unknown bits:
+/// `RDMAXFER_ERR_INVALID_ARGUMENT`.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_options_set_flags(
+    opts: *mut rdmaxfer_recv_options,
+    flags: u32,
+) -> rdmaxfer_status {
+    set_recv("rdmaxfer_recv_options_set_flags", opts, |o| {
+        if flags & !RECV_FLAGS != 0 {
+            return Err(Fail::invalid(format!("unknown flags {flags:#x}")));
+        }
+        o.flags = flags;
+        Ok(())
+    })
+}
+
+/// Refuses files larger than `bytes` (`recv --max-size`); 0: no limit.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_options_set_max_size(
+    opts: *mut rdmaxfer_recv_options,
+    bytes: u64,
+) -> rdmaxfer_status {
+    set_recv("rdmaxfer_recv_options_set_max_size", opts, |o| {
+        o.max_size = (bytes > 0).then_some(bytes);
+        Ok(())
+    })
+}
+
+/// Accepts only this chunk verification, "xxh3" or "blake3" (`recv --verify`); NULL: any.
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_options_set_verify(
+    opts: *mut rdmaxfer_recv_options,
+    algo: *const c_char,
+) -> rdmaxfer_status {
+    set_recv("rdmaxfer_recv_options_set_verify", opts, |o| {
+        o.verify = match boundary::opt_str(algo, "algo")? {
+            Some(name) => Some(name.parse().map_err(Fail::invalid)?),
+            None => None,
+        };
+        Ok(())
+    })
+}
+
+/// The session's budget (`recv --idle-timeout`, `--min-rate`): it ends after `idle_ms`
+/// milliseconds without progress (0: never), or when its data comes slower than
+/// `min_bytes_per_second` (0: no floor).
+#[no_mangle]
+pub extern "C" fn rdmaxfer_recv_options_set_budget(
+    opts: *mut rdmaxfer_recv_options,
+    idle_ms: u64,
+    min_bytes_per_second: u64,
+) -> rdmaxfer_status {
+    set_recv("rdmaxfer_recv_options_set_budget", opts, |o| {
+        o.idle = (idle_ms > 0).then(|| std::time::Duration::from_millis(idle_ms));
+        o.min_rate = Some(min_bytes_per_second);
+        Ok(())
+    })
+}
+
 /// Receives one sender's session on `conn` into the existing directory `out_dir`, as
-/// `rdmaxfer_recv_file` does (where files land, what is refused), and fills `report` (may be
-/// NULL) with every entry's outcome when the call returns, whether it succeeds or fails.
-/// `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`, `RDMAXFER_RECV_ALLOW_DELETE`, or 0.
-/// `RDMAXFER_OK` when every entry arrived verified or was skipped; `RDMAXFER_ERR_REFUSED` when
-/// some were refused or failed (the report says which) or the session was refused (a wrong
-/// token); `RDMAXFER_ERR_INVALID_ARGUMENT` for unknown flags or an `out_dir` that is not a
-/// directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the statuses of the network.
+/// `rdmaxfer_recv_file` does (where files land, what is refused), with `opts` (NULL: the
+/// defaults), and fills `report` (may be NULL) with every entry's outcome when the call
+/// returns, whether it succeeds or fails. `RDMAXFER_OK` when every entry arrived verified or
+/// was skipped; `RDMAXFER_ERR_REFUSED` when some were refused or failed (the report says which)
+/// or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
+/// `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
+/// statuses of the network.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_files(
     conn: *mut rdmaxfer_conn,
     out_dir: *const c_char,
-    flags: u32,
+    opts: *const rdmaxfer_recv_options,
     report: *mut rdmaxfer_report,
 ) -> rdmaxfer_status {
     boundary::run("rdmaxfer_recv_files", || {
-        let known =
-            super::file::RDMAXFER_RECV_FORCE | RDMAXFER_RECV_RESUME | RDMAXFER_RECV_ALLOW_DELETE;
-        if flags & !known != 0 {
-            return Err(Fail::invalid(format!("unknown flags {flags:#x}")));
-        }
+        let o: RecvOpts = if opts.is_null() {
+            RecvOpts::default()
+        } else {
+            handle(opts, "opts")?.clone()
+        };
         report::check(report)?;
         let dir = boundary::arg_path(out_dir, "out_dir")?;
         let mut c = handle(conn, "conn")?;
         super::file::check_out_dir(&dir)?;
-        let opts = ReceiverOptions {
+        let mut ropts = ReceiverOptions {
             token: c.token.clone(),
-            force: flags & super::file::RDMAXFER_RECV_FORCE != 0,
-            resume: flags & RDMAXFER_RECV_RESUME != 0,
-            allow_delete: flags & RDMAXFER_RECV_ALLOW_DELETE != 0,
+            force: o.flags & super::file::RDMAXFER_RECV_FORCE != 0,
+            resume: o.flags & RDMAXFER_RECV_RESUME != 0,
+            allow_delete: o.flags & RDMAXFER_RECV_ALLOW_DELETE != 0,
+            max_size: o.max_size,
+            verify: o.verify,
             slots: c.ep.recv_depth(),
             ..ReceiverOptions::new(dir)
         };
+        if let Some(rate) = o.min_rate {
+            ropts.budgets.idle = o.idle;
+            ropts.budgets.min_rate = rate;
+        }
         let mut session_report = SessionReport::default();
-        let r = file::receive(c.rdmaxfer_peer()?, &opts, &mut session_report);
+        let r = file::receive(c.rdmaxfer_peer()?, &ropts, &mut session_report);
         report::fill(report, session_report)?;
         r.map_err(Fail::from)
     })

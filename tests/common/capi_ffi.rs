@@ -26,7 +26,8 @@ opaque!(
     rdmaxfer_device_list,
     rdmaxfer_send_options,
     rdmaxfer_report,
-    rdmaxfer_connecting
+    rdmaxfer_connecting,
+    rdmaxfer_recv_options
 );
 
 /// `struct rdmaxfer_file_result`.
@@ -409,4 +410,15 @@ extern "C" {
         out_conn: *mut *mut rdmaxfer_conn,
     ) -> rdmaxfer_status;
     pub fn rdmaxfer_connecting_free(c: *mut rdmaxfer_connecting);
+
+    pub fn rdmaxfer_recv_options_new(out: *mut *mut rdmaxfer_recv_options) -> rdmaxfer_status;
+    pub fn rdmaxfer_recv_options_free(opts: *mut rdmaxfer_recv_options);
+    pub fn rdmaxfer_recv_options_set_flags(
+        opts: *mut rdmaxfer_recv_options,
+        flags: u32,
+    ) -> rdmaxfer_status;
+    pub fn rdmaxfer_recv_options_set_verify(
+        opts: *mut rdmaxfer_recv_options,
+        algo: *const c_char,
+    ) -> rdmaxfer_status;
 }

@@ -272,3 +272,37 @@ fn c_send_files_update_copy_links_delete_then_ignore_existing_checksum_resume() 
     r.finish(T).ok("rdmaxfer recv");
     assert_eq!(everything(&out), before, "nothing changed");
 }
+
+/// `rdmaxfer send` → C file_recv with `-M 1000` (`rdmaxfer_recv_options_set_max_size`): the
+/// file over the limit is refused and named in the report, the others arrive.
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn c_receiver_options_refuse_a_file_over_its_max_size_and_report_it() {
+    need_rxe0();
+    let p = common::port().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = (tmp.path().join("src/m"), tmp.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(src.join("big.bin"), pseudo_random(300_000, 13)).unwrap();
+    std::fs::write(src.join("small.txt"), b"under the limit").unwrap();
+    let o = out.to_str().unwrap();
+    let mut r = native(
+        "file_recv",
+        &[
+            "-l", IP, "-p", &p, "-T", TIMEOUT_MS, "-M", "1000", "-V", "xxh3", o,
+        ],
+    );
+    r.wait_for("listening on", T);
+    let s = crate::common::spawn(
+        "send",
+        &["send", src.to_str().unwrap(), &format!("{IP}:{p}")],
+    )
+    .finish(T);
+    assert_eq!(s.status.code(), Some(23), "partial:\n{}\n{}", s.out, s.err);
+    let rd = r.finish(T);
+    assert_eq!(rd.status.code(), Some(1), "{}\n{}", rd.out, rd.err);
+    assert!(rd.out.contains("entry m/big.bin too large: "), "{}", rd.out);
+    assert!(rd.err.contains("rdmaxfer_recv_files"), "{}", rd.err);
+    assert_eq!(everything(&out), ["m", "m/small.txt"]);
+}

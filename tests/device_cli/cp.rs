@@ -340,7 +340,10 @@ fn the_token_shows_in_no_process_arguments_or_environment() {
         &args,
         &[("RDMAXFER_TEST_CP_TOKEN_OUT", token_file.to_str().unwrap())],
     );
-    common::wait_until("the token hook", T, || token_file.exists());
+    // The hook's write creates the file before it fills it: wait for the whole token.
+    common::wait_until("the token hook", T, || {
+        std::fs::metadata(&token_file).is_ok_and(|m| m.len() == 64)
+    });
     let token = std::fs::read(&token_file).unwrap();
     assert_eq!(token.len(), 64);
     let mut looked = 0;
