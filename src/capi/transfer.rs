@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::boundary::{self, CResult, Fail};
 use super::conn::rdmaxfer_conn;
 use super::file::RDMAXFER_RECV_RESUME;
-use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
+use super::handle::{free_handle, handle, impl_handle, into_handle, Handle, Slot};
 use super::report::{self, rdmaxfer_report};
 use super::status::rdmaxfer_status;
 use crate::xfer::endpoint::Endpoint;
@@ -108,11 +108,15 @@ pub extern "C" fn rdmaxfer_send_options_free(opts: *mut rdmaxfer_send_options) {
     free_handle("rdmaxfer_send_options_free", opts);
 }
 
-fn set(
+/// Runs `f` on a copy of the options behind `opts` and keeps the copy only if `f` succeeds.
+fn set<H: Handle>(
     func: &'static str,
-    opts: *mut rdmaxfer_send_options,
-    f: impl FnOnce(&mut SendOpts) -> CResult<()>,
-) -> rdmaxfer_status {
+    opts: *mut H,
+    f: impl FnOnce(&mut H::State) -> CResult<()>,
+) -> rdmaxfer_status
+where
+    H::State: Clone,
+{
     boundary::run(func, || {
         let mut o = handle(opts, "opts")?;
         let mut next = o.clone();
@@ -402,20 +406,6 @@ pub extern "C" fn rdmaxfer_recv_options_free(opts: *mut rdmaxfer_recv_options) {
     free_handle("rdmaxfer_recv_options_free", opts);
 }
 
-fn set_recv(
-    func: &'static str,
-    opts: *mut rdmaxfer_recv_options,
-    f: impl FnOnce(&mut RecvOpts) -> CResult<()>,
-) -> rdmaxfer_status {
-    boundary::run(func, || {
-        let mut o = handle(opts, "opts")?;
-        let mut next = o.clone();
-        f(&mut next)?;
-        *o = next;
-        Ok(())
-    })
-}
-
 /// Sets the flags: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`,
 /// `RDMAXFER_RECV_ALLOW_DELETE` (replacing those set before). Unknown bits:
 /// `RDMAXFER_ERR_INVALID_ARGUMENT`.
@@ -424,7 +414,7 @@ pub extern "C" fn rdmaxfer_recv_options_set_flags(
     opts: *mut rdmaxfer_recv_options,
     flags: u32,
 ) -> rdmaxfer_status {
-    set_recv("rdmaxfer_recv_options_set_flags", opts, |o| {
+    set("rdmaxfer_recv_options_set_flags", opts, |o| {
         if flags & !RECV_FLAGS != 0 {
             return Err(Fail::invalid(format!("unknown flags {flags:#x}")));
         }
@@ -439,7 +429,7 @@ pub extern "C" fn rdmaxfer_recv_options_set_max_size(
     opts: *mut rdmaxfer_recv_options,
     bytes: u64,
 ) -> rdmaxfer_status {
-    set_recv("rdmaxfer_recv_options_set_max_size", opts, |o| {
+    set("rdmaxfer_recv_options_set_max_size", opts, |o| {
         o.max_size = (bytes > 0).then_some(bytes);
         Ok(())
     })
@@ -451,7 +441,7 @@ pub extern "C" fn rdmaxfer_recv_options_set_verify(
     opts: *mut rdmaxfer_recv_options,
     algo: *const c_char,
 ) -> rdmaxfer_status {
-    set_recv("rdmaxfer_recv_options_set_verify", opts, |o| {
+    set("rdmaxfer_recv_options_set_verify", opts, |o| {
         o.verify = match boundary::opt_str(algo, "algo")? {
             Some(name) => Some(name.parse().map_err(Fail::invalid)?),
             None => None,
@@ -469,7 +459,7 @@ pub extern "C" fn rdmaxfer_recv_options_set_budget(
     idle_ms: u64,
     min_bytes_per_second: u64,
 ) -> rdmaxfer_status {
-    set_recv("rdmaxfer_recv_options_set_budget", opts, |o| {
+    set("rdmaxfer_recv_options_set_budget", opts, |o| {
         o.idle = (idle_ms > 0).then(|| std::time::Duration::from_millis(idle_ms));
         o.min_rate = Some(min_bytes_per_second);
         Ok(())
