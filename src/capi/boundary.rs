@@ -218,10 +218,9 @@ pub(crate) struct SizedOut<T> {
 impl<T: Growable> SizedOut<T> {
     /// Stores `v`.
     pub(crate) fn set(self, v: T) {
-        // SAFETY: `v` is a live value of `n` ≤ size_of::<T>() readable bytes; `p` points to at
-        // least `n` writable bytes (the caller's struct, as its `struct_size` said, checked in
-        // `sized_out`), which do not overlap `v` (a local); `n` ≥ V1 ≥ size_of::<usize>() covers
-        // `struct_size`, the first field (`Growable`'s contract).
+        // `p` has `n` writable bytes (its `struct_size`, checked in `sized_out`), not overlapping
+        // `v` (a local); `n` ≥ V1 covers `struct_size`, the first field (`Growable`'s contract).
+        // SAFETY: `n` ≤ size_of::<T>() bytes of `v` into `p` (above), then its first usize.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 (&v as *const T).cast::<u8>(),
@@ -237,9 +236,9 @@ impl<T: Growable> SizedOut<T> {
 /// the first release's → `RDMAXFER_ERR_INVALID_ARGUMENT`.
 pub(crate) fn sized_out<T: Growable>(p: *mut T, name: &str) -> CResult<SizedOut<T>> {
     check_ptr(p, name)?;
-    // SAFETY: non-NULL and aligned (check_ptr); the header's contract is that `p` points to a
-    // struct of this type whose first field, `struct_size` (a size_t: `Growable`'s contract),
-    // the caller has set.
+    // The header's contract: `p` points to this struct, whose first field (`struct_size`, a
+    // size_t: `Growable`'s contract) the caller has set.
+    // SAFETY: non-NULL and aligned (check_ptr); a set usize per the contract above.
     let size = unsafe { p.cast::<usize>().read() };
     if size < T::V1 {
         return Err(Fail::invalid(format!(
