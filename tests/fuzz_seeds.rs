@@ -65,3 +65,20 @@ fn fresh_seeds_match_the_committed_ones() {
         );
     }
 }
+
+#[test]
+fn recorded_sessions_replay_to_their_last_file() {
+    // The file_session seeds are a real sender's script: replayed, each commits its files, so
+    // the fuzzer starts from whole sessions, not from the first message.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/file_session");
+    let mut seeds = 0;
+    for e in std::fs::read_dir(&dir).expect("file_session seeds") {
+        let path = e.expect("entry").path();
+        let committed = fuzz::replay_session(&std::fs::read(&path).expect("seed"));
+        assert!(committed > 0, "{}: nothing committed", path.display());
+        seeds += 1;
+    }
+    assert!(seeds >= 3, "{seeds} seeds");
+    // Recorded afresh, they replay whole too (session_seeds asserts it of each).
+    assert!(fuzz::session_seeds().len() >= 3);
+}

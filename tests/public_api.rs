@@ -437,3 +437,79 @@ fn each_folder_imports_in_its_documented_order_and_the_sides_stay_apart() {
         sibling_uses("/// [`super::a`]\nuse super::streams::X;\nuse crate::xfer::file::recv;\n");
     assert_eq!(seen, ["streams", "file::recv"]);
 }
+
+/// The Rust files under `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The names `text`'s code (not comments) imports from `crate::verbs`, and whether it names
+/// the `Endpoint` type.
+fn device_uses(text: &str) -> (BTreeSet<String>, bool) {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut names = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::verbs::") {
+        let rest = &code[i + "crate::verbs::".len()..];
+        let list = match rest.strip_prefix('{') {
+            Some(r) => &r[..r.find('}').unwrap_or(r.len())],
+            None => &rest[..rest.find([';', '(', ' ', ',', '\n']).unwrap_or(rest.len())],
+        };
+        names.extend(
+            list.split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty()),
+        );
+    }
+    let endpoint = code
+        .match_indices("Endpoint")
+        .any(|(i, _)| !code[i..].starts_with("EndpointOptions"));
+    (names, endpoint)
+}
+
+#[test]
+fn the_file_transfer_reaches_the_device_only_through_its_link() {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/xfer/file");
+    let allowed = ["RemoteRegion", "RemoteSlice", "TRACE_TARGET"];
+    let mut seen = 0;
+    for path in rust_files(&file) {
+        if path.starts_with(file.join("link")) || path == file.join("link.rs") {
+            continue;
+        }
+        let (names, endpoint) = device_uses(&std::fs::read_to_string(&path).unwrap());
+        for n in &names {
+            assert!(
+                allowed.contains(&n.as_str()),
+                "{}: uses verbs::{n}",
+                path.display()
+            );
+        }
+        assert!(
+            !endpoint,
+            "{}: names Endpoint (use link::Link)",
+            path.display()
+        );
+        seen += 1;
+    }
+    assert!(seen > 40, "{seen} files");
+    // The check sees what it checks.
+    let (n, e) =
+        device_uses("use crate::verbs::{LocalBuf, RemoteRegion};\nfn f(e: &mut Endpoint) {}\n");
+    assert_eq!(
+        n.into_iter().collect::<Vec<_>>(),
+        ["LocalBuf", "RemoteRegion"]
+    );
+    assert!(e);
+}

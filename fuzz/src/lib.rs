@@ -18,6 +18,10 @@ use rdmaxfer::xfer::params::{self, SessionParams};
 use rdmaxfer::xfer::pingpong::Pattern;
 use rdmaxfer::xfer::{rdma_rw, wire};
 
+#[path = "session.rs"]
+mod session;
+pub use session::{check_file_session, replay_session, session_seeds};
+
 /// A fuzz target: its name (bin name, seed folder) and its check.
 pub type Target = (&'static str, fn(&[u8]));
 
@@ -25,6 +29,7 @@ pub type Target = (&'static str, fn(&[u8]));
 pub const TARGETS: &[Target] = &[
     ("file_proto", check_file_proto),
     ("file_part", check_file_part),
+    ("file_session", check_file_session),
     ("onesided", check_onesided),
     ("remote_region", check_remote_region),
     ("cm_handshake", check_cm_handshake),

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::proto::Reason;
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::link::Link;
 
 /// Default idle budget: no progress for a minute. A lossy link stalls for seconds, and the
 /// sender's own step deadline (10 s by default) ends its side long before.
@@ -253,10 +253,10 @@ impl Budget {
     /// progress is run again (that progress counted toward the rate floor): only a session that
     /// stalls as a whole for a step deadline times out, and a stream idle for its idle budget
     /// is ended, whatever the others move.
-    pub(crate) fn wait<T>(
+    pub(crate) fn wait<T, L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        mut f: impl FnMut(&mut Endpoint) -> Result<T>,
+        ep: &mut L,
+        mut f: impl FnMut(&mut L) -> Result<T>,
     ) -> Result<T> {
         loop {
             let now = Instant::now();

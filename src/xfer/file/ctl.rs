@@ -4,7 +4,7 @@
 use super::names;
 use super::proto::{self, Msg, Reason};
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::link::Link;
 
 /// The reason code an error travels with (REFUSE, ERR, ACK, reports).
 pub(crate) fn reason_of(e: &Error) -> Reason {
@@ -24,12 +24,12 @@ pub(crate) fn detail(e: &Error) -> String {
 }
 
 /// Sends one control message.
-pub(crate) fn send_msg(ep: &mut Endpoint, msg: &Msg) -> Result<()> {
+pub(crate) fn send_msg<L: Link>(ep: &mut L, msg: &Msg) -> Result<()> {
     ep.send(&proto::encode(msg))
 }
 
 /// Best effort: tell the peer why the session ends.
-pub(crate) fn send_err(ep: &mut Endpoint, reason: Reason, e: &Error) {
+pub(crate) fn send_err<L: Link>(ep: &mut L, reason: Reason, e: &Error) {
     let msg = Msg::Err {
         reason,
         message: proto::truncate_text(&e.to_string()),
@@ -54,7 +54,7 @@ pub(crate) fn decode_ctl(data: &[u8]) -> Result<Msg> {
 }
 
 /// Waits for the next control message (a data chunk here is a protocol error).
-pub(crate) fn recv_ctl(ep: &mut Endpoint) -> Result<Msg> {
+pub(crate) fn recv_ctl<L: Link>(ep: &mut L) -> Result<Msg> {
     let data = ep.recv_with(|m| match m.rdma_write_len {
         Some(_) => Err(Error::Protocol(
             "a data chunk arrived where a control message was expected".into(),

@@ -1,8 +1,10 @@
-//! Verified file transfer over a connected [`Endpoint`](crate::xfer::endpoint::Endpoint): the
-//! receiver ([`recv`](mod@recv)) and the sender ([`send`](mod@send)), which never import each other, over what both
-//! use: the wire format ([`proto`]), names ([`names`]), digests ([`digest`]), control messages
-//! (`ctl`), deadlines and budgets ([`budget`]), the test hooks (`fault`), the options
-//! ([`options`]) and the reports ([`report`]). See `docs/file-protocol.md`.
+//! Verified file transfer over a connected [`Endpoint`](crate::xfer::endpoint::Endpoint), or
+//! any other [`link::Link`]: the receiver ([`recv`](mod@recv)) and the sender
+//! ([`send`](mod@send)), which never import each other, over what both use: the connection as
+//! the protocol sees it ([`link`]; [`link::mem::MemLink`] runs whole sessions in memory), the
+//! wire format ([`proto`]), names ([`names`]), digests ([`digest`]), control messages (`ctl`),
+//! deadlines and budgets ([`budget`]), the test hooks (`fault`), the options ([`options`]) and
+//! the reports ([`report`]). See `docs/file-protocol.md`.
 //!
 //! Control messages are SENDs ([`proto`]); file data is RDMA WRITE_WITH_IMM
 //! into the receiver's staging ring, one chunk per slot.
@@ -26,12 +28,15 @@ mod core_tests;
 mod ctl;
 pub mod digest;
 mod fault;
+pub mod link;
 pub mod names;
 pub mod options;
 pub mod proto;
 pub mod recv;
 pub mod report;
 pub mod send;
+#[cfg(test)]
+mod session_tests;
 
 pub use options::{
     Cancel, ReceiverOptions, SenderOptions, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHUNK,

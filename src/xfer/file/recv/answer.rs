@@ -7,9 +7,9 @@ use super::entry;
 use super::policy::Decision;
 use super::sink::{check_size, Sink, SinkOptions};
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::Budget;
 use crate::xfer::file::ctl::{detail, reason_of, send_err, send_msg, PEER_REPORTS};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names::{self, DirCache, RelPath};
 use crate::xfer::file::options::{ReceiverOptions, MIN_CHUNK};
 use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason, SkipWhy};
@@ -22,7 +22,7 @@ pub(super) trait Reply {
     fn reply(&mut self, msg: &Msg) -> Result<()>;
 }
 
-impl Reply for Endpoint {
+impl<L: Link> Reply for L {
     fn reply(&mut self, msg: &Msg) -> Result<()> {
         send_msg(self, msg)
     }
@@ -205,8 +205,8 @@ pub(super) fn receive_entry(
 
 /// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
 /// the failure in `report`, and returns the error.
-pub(super) fn file_failed(
-    ep: &mut Endpoint,
+pub(super) fn file_failed<L: Link>(
+    ep: &mut L,
     report: &mut SessionReport,
     name: &str,
     size: u64,
@@ -219,7 +219,7 @@ pub(super) fn file_failed(
 
 /// Best effort, before a failure ends the session: sends ERR with the error's reason, unless the
 /// error is the peer's own report or the connection is already gone (nothing would arrive).
-pub(super) fn tell_peer(ep: &mut Endpoint, e: &Error) {
+pub(super) fn tell_peer<L: Link>(ep: &mut L, e: &Error) {
     let gone = matches!(
         e,
         Error::Connection(_) | Error::Completion { .. } | Error::InvalidState { .. }

@@ -7,24 +7,24 @@ use super::core::{Arrival, PartReceiver, Tail};
 use super::ring_budget::{self, RingLease};
 use super::sink::Sink;
 use crate::error::{Error, Result};
-use crate::verbs::{ExposedRegion, RemoteAccess, TRACE_TARGET};
-use crate::xfer::endpoint::Endpoint;
+use crate::verbs::TRACE_TARGET;
 use crate::xfer::file::budget::Budget;
 use crate::xfer::file::ctl::{decode_ctl, reason_of, recv_ctl};
 use crate::xfer::file::digest;
 use crate::xfer::file::fault;
+use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::options::{ReceiverOptions, MAX_CHUNK, MAX_RING_BYTES, MIN_SLOT};
 use crate::xfer::file::proto::{self, Digest, Msg, Reason, RingGrant};
 
 /// The connection's staging ring: the exposed region the sender writes chunks into, one per
 /// slot.
-pub(super) struct StagingRing {
-    pub(super) region: ExposedRegion,
+pub(super) struct StagingRing<R> {
+    pub(super) region: R,
     pub(super) slot_size: u32,
     pub(super) slot_count: u32,
 }
 
-impl StagingRing {
+impl<R: StagingMem> StagingRing<R> {
     /// MR offering this ring, with the resume point (bytes held and their digest).
     pub(super) fn offer(&self, resume_offset: u64, resume_hash: Digest) -> Msg {
         let desc = self.region.descriptor();
@@ -72,9 +72,9 @@ const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
 /// with the sink for the ACK. Other errors (protocol, connection, an ERR from the sender) end
 /// the file (the sink is dropped, which removes or keeps the temporary file). `label` names
 /// the part in errors ([`fault::part_label`]).
-pub(super) fn receive_data<T: ChunkTarget>(
-    ep: &mut Endpoint,
-    r: &mut StagingRing,
+pub(super) fn receive_data<T: ChunkTarget, L: Link>(
+    ep: &mut L,
+    r: &mut StagingRing<L::Ring>,
     budget: &mut Budget,
     sink: T,
     part: &mut PartReceiver,
@@ -114,7 +114,7 @@ pub(super) fn receive_data<T: ChunkTarget>(
         tracing::trace!(
             target: TRACE_TARGET,
             "{label}: receiving on qpn={} from byte {held}, {} bytes, ring of {} x {slot} bytes",
-            ep.local().qpn,
+            ep.trace_id(),
             size - held,
             r.slot_count,
         );
@@ -169,8 +169,8 @@ pub(super) fn receive_data<T: ChunkTarget>(
 /// Reads DIGESTS up to FIN (see [`PartReceiver::on_control`]), comparing each batch with the
 /// chunks written; returns FIN's digest. A mismatch is recorded in the sink (and named by its
 /// commit).
-pub(super) fn receive_digests(
-    ep: &mut Endpoint,
+pub(super) fn receive_digests<L: Link>(
+    ep: &mut L,
     budget: &mut Budget,
     sink: &mut Sink,
     part: &mut PartReceiver,
@@ -189,14 +189,14 @@ pub(super) fn receive_digests(
 
 /// The connection's staging ring for a transfer of `size` bytes in chunks of at most
 /// `chunk_size`: kept from the last file when its slots fit, else (re)made within `lease`.
-pub(super) fn ensure_ring<'r>(
-    ep: &mut Endpoint,
+pub(super) fn ensure_ring<'r, L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
     lease: &mut RingLease,
-    ring: &'r mut Option<StagingRing>,
+    ring: &'r mut Option<StagingRing<L::Ring>>,
     chunk_size: u32,
     size: u64,
-) -> Result<&'r mut StagingRing> {
+) -> Result<&'r mut StagingRing<L::Ring>> {
     // The ring: one per connection, re-made only if the chunk size changes.
     // The ring must have at least as many slots as the sender may have messages in flight (the
     // credits this endpoint grants), or a credit would not imply a free slot (see the parent
@@ -231,7 +231,7 @@ pub(super) fn ensure_ring<'r>(
                 detail: format!("{slot_count} slots × {slot_size} bytes overflow usize"),
             })?;
         // The sender waits for MR: tell it why there is none (e.g. the memlock limit).
-        let region = ExposedRegion::new(ep.pd(), len, RemoteAccess::Write).map_err(|e| {
+        let region = ep.expose_ring(len).map_err(|e| {
             Error::refused(
                 reason_of(&e),
                 format!("the receiver cannot register its staging ring of {len} bytes: {e}"),

@@ -20,9 +20,9 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
 use crate::xfer::file::ctl::{detail, reason_of, send_msg};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names::{sanitize, walk_existing, RelPath, STRIPES_SUFFIX, TEMP_SUFFIX};
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, listable, EntryKind, Listed, ListedKind, Msg, Names, Reason};
@@ -243,8 +243,8 @@ fn check(opts: &ReceiverOptions, dirs: &SentDirs, dir: Option<&str>, name: &str)
 }
 
 /// Answers LIST of `dir`: its names in NAMES (the last one flagged), or REFUSE.
-pub(super) fn on_list(
-    ep: &mut Endpoint,
+pub(super) fn on_list<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
     dirs: &SentDirs,
     budget: &mut Budget,
@@ -273,8 +273,8 @@ pub(super) fn on_list(
 }
 
 /// Answers DELETE of `name`: ACK once it is gone, or REFUSE.
-pub(super) fn on_delete(
-    ep: &mut Endpoint,
+pub(super) fn on_delete<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
     dirs: &SentDirs,
     budget: &mut Budget,
@@ -307,8 +307,8 @@ pub(super) fn on_delete(
 
 /// REFUSE for `name`, recorded as refused; an error only when the connection fails or the
 /// session has spent its refusals.
-fn refuse(
-    ep: &mut Endpoint,
+fn refuse<L: Link>(
+    ep: &mut L,
     budget: &mut Budget,
     report: &mut SessionReport,
     name: &str,

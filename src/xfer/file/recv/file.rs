@@ -9,28 +9,28 @@ use super::data::{ensure_ring, receive_data, receive_digests, StagingRing};
 use super::entry;
 use super::ring_budget::RingLease;
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
 use crate::xfer::file::ctl::{reason_of, send_msg};
 use crate::xfer::file::fault;
+use crate::xfer::file::link::Link;
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason};
 use crate::xfer::file::report::{FileReport, SessionReport};
 
 /// A connection's state across its files.
-pub(super) struct SessionState<'a> {
+pub(super) struct SessionState<'a, R> {
     pub(super) lease: &'a mut RingLease,
-    pub(super) ring: &'a mut Option<StagingRing>,
+    pub(super) ring: &'a mut Option<StagingRing<R>>,
     pub(super) budget: &'a mut Budget,
     /// This connection's stream of a session with several (for errors).
     pub(super) stream: Option<u16>,
 }
 
 /// One entry (a file, directory or symlink) announced by `h`.
-pub(super) fn receive_file(
-    ep: &mut Endpoint,
+pub(super) fn receive_file<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
-    st: &mut SessionState<'_>,
+    st: &mut SessionState<'_, L::Ring>,
     report: &mut SessionReport,
     nonce: &Digest,
     h: Hello,

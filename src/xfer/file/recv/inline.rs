@@ -13,6 +13,7 @@ use super::replies::Gathered;
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::FILE_CREDIT;
 use crate::xfer::file::ctl::reason_of;
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names::{DirCache, RelPath};
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, Data, Digest, Hello, Msg, Reason};
@@ -47,11 +48,11 @@ impl Inline {
     }
 
     /// An inline file's HELLO: WANT (queued), SKIP or REFUSE (gathered in `ep`).
-    pub(super) fn on_hello(
+    pub(super) fn on_hello<L: Link>(
         &mut self,
-        ep: &mut Gathered<'_>,
+        ep: &mut Gathered<'_, L>,
         opts: &ReceiverOptions,
-        st: &mut SessionState<'_>,
+        st: &mut SessionState<'_, L::Ring>,
         report: &mut SessionReport,
         nonce: &Digest,
         h: Hello,
@@ -90,11 +91,11 @@ impl Inline {
 
     /// A DATA piece of the oldest wanted file; its last piece commits the file and answers
     /// ACK (gathered in `ep`, sent after the directory's fsync).
-    pub(super) fn on_data(
+    pub(super) fn on_data<L: Link>(
         &mut self,
-        ep: &mut Gathered<'_>,
+        ep: &mut Gathered<'_, L>,
         opts: &ReceiverOptions,
-        st: &mut SessionState<'_>,
+        st: &mut SessionState<'_, L::Ring>,
         report: &mut SessionReport,
         d: Data,
     ) -> Result<()> {
@@ -173,11 +174,11 @@ struct Whole<'a> {
     hash: Digest,
 }
 
-fn commit(
-    ep: &mut Gathered<'_>,
+fn commit<L: Link>(
+    ep: &mut Gathered<'_, L>,
     opts: &ReceiverOptions,
     dirs: &mut DirCache,
-    st: &mut SessionState<'_>,
+    st: &mut SessionState<'_, L::Ring>,
     report: &mut SessionReport,
     whole: Whole<'_>,
 ) -> Result<()> {

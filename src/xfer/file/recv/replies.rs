@@ -5,7 +5,7 @@
 
 use super::answer::Reply;
 use crate::error::Result;
-use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names::ConfinedDir;
 use crate::xfer::file::proto::{self, Batch, Msg};
 
@@ -36,7 +36,7 @@ impl Replies {
     }
 
     /// Syncs the directories noted and sends the gathered answers (one message, or a BATCH).
-    pub(super) fn flush(&mut self, ep: &mut Endpoint) -> Result<()> {
+    pub(super) fn flush<L: Link>(&mut self, ep: &mut L) -> Result<()> {
         for d in self.dirty.drain(..) {
             d.sync()?;
         }
@@ -48,18 +48,18 @@ impl Replies {
 
     /// `ep` and these replies as a [`Reply`]: answers are gathered, sent when the next does not
     /// fit or [`FLUSH_AT`] are there.
-    pub(super) fn on<'a>(&'a mut self, ep: &'a mut Endpoint) -> Gathered<'a> {
+    pub(super) fn on<'a, L: Link>(&'a mut self, ep: &'a mut L) -> Gathered<'a, L> {
         Gathered { ep, replies: self }
     }
 }
 
 /// Answers gathered on an endpoint (see [`Replies::on`]).
-pub(super) struct Gathered<'a> {
-    pub(super) ep: &'a mut Endpoint,
+pub(super) struct Gathered<'a, L> {
+    pub(super) ep: &'a mut L,
     pub(super) replies: &'a mut Replies,
 }
 
-impl Reply for Gathered<'_> {
+impl<L: Link> Reply for Gathered<'_, L> {
     fn reply(&mut self, msg: &Msg) -> Result<()> {
         debug_assert!(proto::batchable(msg));
         let encoded = proto::encode(msg);

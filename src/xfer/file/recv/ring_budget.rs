@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::Result;
-use crate::xfer::endpoint::Endpoint;
+use crate::xfer::file::link::Link;
 use crate::xfer::file::proto::{self, Msg, Reason};
 
 /// Smallest slot a ring is cut down to (one page).
@@ -175,7 +175,7 @@ impl Drop for RingLease {
 /// Tells a sender, in place of the CHALLENGE, that the receiver is busy (`REFUSE(busy)` with
 /// `why`), and waits until it was delivered. The sender reports it and gives up (see
 /// `docs/file-protocol.md`).
-pub fn refuse_busy(ep: &mut Endpoint, why: &str) -> Result<()> {
+pub fn refuse_busy<L: Link>(ep: &mut L, why: &str) -> Result<()> {
     let message = proto::truncate_text(&format!("the receiver is busy: {why}; retry later"));
     ep.send(&proto::encode(&Msg::Refuse {
         reason: Reason::Busy,

@@ -14,9 +14,9 @@ use super::replies::Replies;
 use super::ring_budget::RingLease;
 use super::stripe;
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::Budget;
 use crate::xfer::file::ctl::{detail, peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::names::DirCache;
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, EntryKind, Msg, Reason, Session, Stripe};
@@ -27,8 +27,8 @@ use crate::xfer::file::report::{Progress, SessionReport};
 /// session itself continues past them). A protocol violation, a failed authentication, an
 /// unsupported version, a spent budget (`opts.budgets`: ERR(budget) tells the sender which) or
 /// a lost connection ends the session at once. The ring is revoked before returning.
-pub fn receive(
-    ep: &mut Endpoint,
+pub fn receive<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
     report: &mut SessionReport,
 ) -> Result<()> {
@@ -38,8 +38,8 @@ pub fn receive(
 /// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
 /// of a receiver serving several sessions at once): smaller slots when the budget is short.
 /// `progress` hears of each file's verdict as it is recorded ([`Progress::FileDone`]).
-pub fn receive_leased(
-    ep: &mut Endpoint,
+pub fn receive_leased<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
     lease: &mut RingLease,
     report: &mut SessionReport,
@@ -61,15 +61,15 @@ pub struct Role<'a> {
 
 /// Like [`receive_leased`], as one stream of a session with several streams (OPEN, JOIN)
 /// where `role` allows it.
-pub fn receive_streams(
-    ep: &mut Endpoint,
+pub fn receive_streams<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
     lease: &mut RingLease,
     role: Role<'_>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
-    let mut ring: Option<StagingRing> = None;
+    let mut ring: Option<StagingRing<L::Ring>> = None;
     let mut budget = Budget::new(opts.budgets, ep.timeout());
     let mut s = SessionState {
         lease,
@@ -93,10 +93,10 @@ pub fn receive_streams(
     report.result("received")
 }
 
-fn receive_session(
-    ep: &mut Endpoint,
+fn receive_session<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
-    st: &mut SessionState<'_>,
+    st: &mut SessionState<'_, L::Ring>,
     role: Role<'_>,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -294,9 +294,9 @@ fn receive_session(
 
 /// The next message from the sender. The answers gathered go out first when nothing has
 /// arrived (the sender may be waiting for them); a BATCH's members are taken one by one.
-fn next_msg(
-    ep: &mut Endpoint,
-    st: &mut SessionState<'_>,
+fn next_msg<L: Link>(
+    ep: &mut L,
+    st: &mut SessionState<'_, L::Ring>,
     replies: &mut Replies,
     pending: &mut VecDeque<Msg>,
 ) -> Result<Msg> {
@@ -315,7 +315,7 @@ fn next_msg(
 /// An error of a pipelined entry ends the session: the answers gathered go out first (a
 /// REFUSE of a failed authentication among them, which tells the sender why), then ERR for a
 /// protocol violation; returns `e`.
-fn gathered_end(ep: &mut Endpoint, replies: &mut Replies, e: Error) -> Error {
+fn gathered_end<L: Link>(ep: &mut L, replies: &mut Replies, e: Error) -> Error {
     if let Err(e2) = replies.flush(ep) {
         tracing::debug!("sending the gathered answers: {e2}");
     }
@@ -324,7 +324,7 @@ fn gathered_end(ep: &mut Endpoint, replies: &mut Replies, e: Error) -> Error {
 
 /// A protocol violation ends the session with ERR (budget and connection errors are told
 /// elsewhere, or cannot be); returns `e`.
-fn protocol_end(ep: &mut Endpoint, e: Error) -> Error {
+fn protocol_end<L: Link>(ep: &mut L, e: Error) -> Error {
     if matches!(e, Error::Protocol(_)) {
         send_err(ep, Reason::Protocol, &e);
     }
@@ -332,7 +332,7 @@ fn protocol_end(ep: &mut Endpoint, e: Error) -> Error {
 }
 
 /// Refuses the session (REFUSE with the error's reason, best effort) and returns the error.
-fn refuse_session(ep: &mut Endpoint, e: Error) -> Error {
+fn refuse_session<L: Link>(ep: &mut L, e: Error) -> Error {
     let msg = Msg::Refuse {
         reason: reason_of(&e),
         message: proto::truncate_text(&detail(&e)),

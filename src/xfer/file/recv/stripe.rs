@@ -14,11 +14,11 @@ use super::file::SessionState;
 use super::joint::{wait_others, Answer, FileState, Joint, StripeFailure};
 use super::sink::write_err;
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::FILE_CREDIT;
 use crate::xfer::file::ctl::{detail, reason_of, recv_ctl, send_msg};
 use crate::xfer::file::digest::{Chunks, Layout, StripeDigests};
 use crate::xfer::file::fault;
+use crate::xfer::file::link::Link;
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, Algo, Digest, EntryKind, Hello, Msg, Reason, Stripe};
 use crate::xfer::file::report::{FileReport, SessionReport};
@@ -141,10 +141,10 @@ pub(super) struct StripeOffer<'j> {
 }
 
 /// Receives the stripe `offer` names, on this stream of its session.
-pub(super) fn receive_stripe(
-    ep: &mut Endpoint,
+pub(super) fn receive_stripe<L: Link>(
+    ep: &mut L,
     opts: &ReceiverOptions,
-    st: &mut SessionState<'_>,
+    st: &mut SessionState<'_, L::Ring>,
     report: &mut SessionReport,
     nonce: &Digest,
     offer: StripeOffer<'_>,
@@ -366,8 +366,8 @@ pub(super) fn receive_stripe(
 
 /// A stripe that failed while being received: tells the sender why, ends the stripe (the file
 /// is then not committed; with `--resume` what it holds is kept) and returns the error.
-fn failed(
-    ep: &mut Endpoint,
+fn failed<L: Link>(
+    ep: &mut L,
     file: &Mutex<FileState>,
     s: &Stripe,
     e: Error,

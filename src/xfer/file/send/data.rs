@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use super::core::{ChunkPlan, ChunkWrite};
 use super::source::Source;
 use crate::error::{Error, Result};
-use crate::verbs::{Buf, LocalBuf, RemoteRegion, SendOp, SendRequest, Sge, TRACE_TARGET};
-use crate::xfer::endpoint::Endpoint;
+use crate::verbs::{RemoteRegion, TRACE_TARGET};
 use crate::xfer::file::budget::{moved, wait_on};
 use crate::xfer::file::ctl::{decode_ctl, peer_err, send_msg};
 use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::fault::{self, Faults};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::options::Cancel;
 use crate::xfer::file::proto::{Digest, Digests, Msg, Reason, MAX_DIGESTS};
 
@@ -26,8 +26,8 @@ use crate::xfer::file::proto::{Digest, Digests, Msg, Reason, MAX_DIGESTS};
 pub const PHASE_TARGET: &str = "rdmaxfer_phase";
 
 /// The sender's registered chunk buffers: the free ones, how many there are, and their size.
-pub(super) struct ChunkBufs {
-    pub(super) free: Vec<LocalBuf>,
+pub(super) struct ChunkBufs<B> {
+    pub(super) free: Vec<B>,
     pub(super) total: usize,
     pub(super) slot_size: u32,
 }
@@ -61,8 +61,8 @@ impl ChunkSource for Source {
 }
 
 /// Sends DIGESTS: the digest of every chunk of the file (or stripe), in order, in batches.
-pub(super) fn send_digests(
-    ep: &mut Endpoint,
+pub(super) fn send_digests<L: Link>(
+    ep: &mut L,
     chunks: &Chunks,
     session: Option<&AtomicU64>,
 ) -> Result<()> {
@@ -134,9 +134,9 @@ impl Pacer {
 /// error). Its waits for credits and completions go on while `session` moves (see
 /// [`wait_on`]); each chunk read, posted or completed counts as the session's progress.
 /// `to` says where the chunks go.
-pub(super) fn send_data<S: ChunkSource>(
-    ep: &mut Endpoint,
-    r: &mut ChunkBufs,
+pub(super) fn send_data<S: ChunkSource, L: Link>(
+    ep: &mut L,
+    r: &mut ChunkBufs<L::Buf>,
     src: &S,
     to: &mut DataTarget<'_>,
     progress: &mut dyn FnMut(u64),
@@ -161,12 +161,12 @@ pub(super) fn send_data<S: ChunkSource>(
         target: TRACE_TARGET,
         "{label}: sending on qpn={} chunks {first}..{chunks} into a ring of {slot}-byte slots \
          bytes at {:#x}",
-        ep.local().qpn,
+        ep.trace_id(),
         remote.addr,
     );
     let threads = digest::threads(r.total);
-    let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, LocalBuf)>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, LocalBuf)>();
+    let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, L::Buf)>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, L::Buf)>();
     let job_rx = Mutex::new(job_rx);
     std::thread::scope(|sc| {
         for _ in 0..threads {
@@ -187,7 +187,7 @@ pub(super) fn send_data<S: ChunkSource>(
         drop(done_tx);
         let mut at_workers = 0usize;
         let mut assigned = first;
-        let mut ready: BTreeMap<u64, (LocalBuf, usize)> = BTreeMap::new();
+        let mut ready: BTreeMap<u64, (L::Buf, usize)> = BTreeMap::new();
         let mut in_flight = 0usize;
         let res: Result<()> = (|| {
             let mut k = first;
@@ -206,19 +206,13 @@ pub(super) fn send_data<S: ChunkSource>(
                         p.before(n as u64);
                     }
                     // The credit first (a timeout of `post`'s own wait would give up the buffer).
-                    if let Err(e) = wait_on(ep, session, Endpoint::wait_credit) {
+                    if let Err(e) = wait_on(ep, session, L::wait_credit) {
                         r.free.push(buf);
                         return Err(e);
                     }
-                    let wr = SendRequest::new(
-                        w.wr_id,
-                        SendOp::WriteWithImm(target, w.imm),
-                        [Sge::range(buf, 0, n)],
-                    );
-                    if let Err(pe) = ep.post(wr) {
-                        r.free
-                            .extend(pe.bufs.into_iter().filter_map(Buf::into_local));
-                        return Err(pe.error);
+                    if let Err((e, bufs)) = ep.write_imm(w.wr_id, target, w.imm, Some((buf, n))) {
+                        r.free.extend(bufs);
+                        return Err(e);
                     }
                     in_flight += 1;
                     if faults.replay == Some(k) {
@@ -282,58 +276,39 @@ pub(super) fn send_data<S: ChunkSource>(
 }
 
 /// Test-only ([`Faults::replay`]): a zero-length WRITE_WITH_IMM repeating `w`'s immediate.
-fn replay(
-    ep: &mut Endpoint,
+fn replay<L: Link>(
+    ep: &mut L,
     remote: &RemoteRegion,
     w: &ChunkWrite,
     session: Option<&AtomicU64>,
 ) -> Result<()> {
-    wait_on(ep, session, Endpoint::wait_credit)?;
-    let wr = SendRequest::new(
-        w.wr_id,
-        SendOp::WriteWithImm(remote.slice(w.ring_offset, 0)?, w.imm),
-        std::iter::empty::<Sge>(),
-    );
-    ep.post(wr).map_err(|pe| pe.error)
+    wait_on(ep, session, L::wait_credit)?;
+    let to = remote.slice(w.ring_offset, 0)?;
+    ep.write_imm(w.wr_id, to, w.imm, None).map_err(|(e, _)| e)
 }
 
 /// Waits for at least one data-chunk completion and takes its buffers back; each counts as
 /// the session's progress.
-fn collect(
-    ep: &mut Endpoint,
-    r: &mut ChunkBufs,
+fn collect<L: Link>(
+    ep: &mut L,
+    r: &mut ChunkBufs<L::Buf>,
     in_flight: &mut usize,
     session: Option<&AtomicU64>,
 ) -> Result<()> {
-    let polled = wait_on(ep, session, |ep| {
+    let (done, bufs) = wait_on(ep, session, |ep| {
         let timeout = ep.timeout();
-        ep.poll_user(r.total, timeout)
+        ep.poll_writes(r.total, timeout)
     })?;
-    for c in polled {
-        if c.status == crate::verbs::cq::REM_ACCESS_ERR {
-            // The ring was valid when the receiver offered it: it has since been withdrawn.
-            return Err(Error::Connection(format!(
-                "the receiver withdrew its staging ring while data was being written: it ended \
-                 this transfer on its side (at its step deadline, on a spent session budget, or \
-                 on an error it reports). Detail: {}",
-                c.to_error()
-            )));
-        }
-        if !c.is_success() {
-            return Err(c.to_error());
-        }
-        let done = 1 + c.retired.len();
-        *in_flight = in_flight.saturating_sub(done);
-        moved(session, done as u64);
-        r.free.extend(c.into_all_local_bufs());
-    }
+    *in_flight = in_flight.saturating_sub(done);
+    moved(session, done as u64);
+    r.free.extend(bufs);
     Ok(())
 }
 
 /// A failure seen on this side (a lost connection, a withdrawn ring, a timeout) whose cause the
 /// receiver may have sent just before it ended the session (an ERR or REFUSE, e.g. a spent
 /// budget, while this sender was stopped): that message, if it arrived, names the cause.
-pub(super) fn named_by_peer(ep: &mut Endpoint, err: Error) -> Error {
+pub(super) fn named_by_peer<L: Link>(ep: &mut L, err: Error) -> Error {
     if matches!(err, Error::Refused { .. }) {
         return err;
     }

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::source::{SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names::sanitize;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{EntryKind, Listed, ListedKind, Msg, Reason, MAX_NAME_LEN};
@@ -79,7 +79,7 @@ fn blocked(entries: &[SourceEntry], report: &SessionReport) -> Option<HashSet<St
 }
 
 /// The receiver's names in `dir`: `Err` with its REFUSE.
-fn names(ep: &mut Endpoint, dir: &str) -> Result<std::result::Result<Vec<Listed>, Error>> {
+fn names<L: Link>(ep: &mut L, dir: &str) -> Result<std::result::Result<Vec<Listed>, Error>> {
     send_msg(ep, &Msg::List(dir.to_string()))?;
     let mut out = Vec::new();
     loop {
@@ -127,8 +127,8 @@ fn refused(report: &mut SessionReport, name: &str, kind: EntryKind, e: &Error) -
 
 /// Deletes on the receiver what `entries` do not have in their directories (see the module
 /// docs); its outcomes go to `report` and `progress`. An error only when the session fails.
-pub(super) fn delete_extras(
-    ep: &mut Endpoint,
+pub(super) fn delete_extras<L: Link>(
+    ep: &mut L,
     entries: &[SourceEntry],
     opts: &SenderOptions,
     report: &mut SessionReport,

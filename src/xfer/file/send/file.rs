@@ -11,11 +11,11 @@ use super::data::{
 use super::part::{Part, RangeSource};
 use super::source::{self, Source, SourceEntry};
 use crate::error::{Error, Result};
-use crate::verbs::{LocalBuf, RemoteRegion};
-use crate::xfer::endpoint::Endpoint;
+use crate::verbs::RemoteRegion;
 use crate::xfer::file::budget::{moved, wait_on};
 use crate::xfer::file::ctl::{peer_err, reason_of, recv_ctl, send_err, send_msg};
 use crate::xfer::file::fault::{self, Faults};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, EntryKind, Hello, Msg, Reason};
@@ -25,12 +25,12 @@ pub(super) use super::data::ChunkBufs;
 
 /// One stream's state across the entries it sends: what each entry's exchange needs besides
 /// the connection, the report and the progress callback.
-pub(super) struct StreamState<'a> {
+pub(super) struct StreamState<'a, B> {
     pub(super) opts: &'a SenderOptions,
     /// The receiver's CHALLENGE nonce, answered in every HELLO when there is a token.
     pub(super) nonce: Digest,
     /// The registered chunk buffers, kept from one part to the next when they fit.
-    pub(super) bufs: Option<ChunkBufs>,
+    pub(super) bufs: Option<ChunkBufs<B>>,
     /// The shared progress of a session over several streams: this stream's waits go on while
     /// it moves (see [`wait_on`]).
     pub(super) session: Option<&'a AtomicU64>,
@@ -38,9 +38,9 @@ pub(super) struct StreamState<'a> {
     pub(super) pace: Option<Pacer>,
 }
 
-impl<'a> StreamState<'a> {
+impl<'a, B> StreamState<'a, B> {
     /// A stream of `opts` after the receiver's CHALLENGE (`nonce`).
-    pub(super) fn new(opts: &'a SenderOptions, nonce: Digest) -> StreamState<'a> {
+    pub(super) fn new(opts: &'a SenderOptions, nonce: Digest) -> StreamState<'a, B> {
         StreamState {
             opts,
             nonce,
@@ -58,9 +58,9 @@ impl<'a> StreamState<'a> {
 /// large for such a part unless it is short of memory; if its MR says otherwise, the caller
 /// re-makes them as before). A failed registration leaves `ring` empty: the caller registers
 /// what the MR asks for and reports a failure then.
-fn answer_and_ring(
-    ep: &mut Endpoint,
-    ring: &mut Option<ChunkBufs>,
+fn answer_and_ring<L: Link>(
+    ep: &mut L,
+    ring: &mut Option<ChunkBufs<L::Buf>>,
     opts: &SenderOptions,
     part_len: u64,
     session: Option<&AtomicU64>,
@@ -68,10 +68,10 @@ fn answer_and_ring(
     if ring.is_some() || part_len < u64::from(opts.chunk) {
         return wait_on(ep, session, recv_ctl);
     }
-    let pd = ep.pd().clone();
+    let register = ep.registrar();
     let (slot_size, total) = (opts.chunk, opts.slots.max(1) as usize);
     std::thread::scope(|sc| {
-        let early = sc.spawn(move || LocalBuf::slots(&pd, slot_size as usize, total));
+        let early = sc.spawn(move || register(slot_size as usize, total));
         let answer = wait_on(ep, session, recv_ctl);
         *ring = early
             .join()
@@ -119,9 +119,9 @@ impl ChunkSource for Reading {
 
 /// Sends one file, or one stripe of it (`part`): HELLO (after STRIPE), the receiver's answer,
 /// the data, DIGESTS and FIN, and records the verdict.
-pub(super) fn send_file(
-    ep: &mut Endpoint,
-    st: &mut StreamState<'_>,
+pub(super) fn send_file<L: Link>(
+    ep: &mut L,
+    st: &mut StreamState<'_, L::Buf>,
     e: &SourceEntry,
     part: Part<'_>,
     report: &mut SessionReport,
@@ -262,7 +262,7 @@ pub(super) fn send_file(
         .is_none_or(|r| r.slot_size != mr.slot_size || r.total != depth)
     {
         *ring = None;
-        let free = LocalBuf::slots(ep.pd(), mr.slot_size as usize, depth)?;
+        let free = ep.registrar()(mr.slot_size as usize, depth)?;
         *ring = Some(ChunkBufs {
             free,
             total: depth,

@@ -17,10 +17,10 @@ use super::core::{Answer, Asked, Verdict};
 use super::file::StreamState;
 use super::source::{self, read_err, Listed, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::budget::{moved, wait_on};
 use crate::xfer::file::ctl::{peer_err, recv_ctl};
 use crate::xfer::file::digest::{self, Layout};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::names;
 use crate::xfer::file::proto::{self, Data, Digest, EntryKind, Hello, Msg, Reason};
 use crate::xfer::file::report::{FileReport, Progress, SessionReport};
@@ -82,7 +82,7 @@ fn inline(size: u64, chunk: u32) -> bool {
 }
 
 /// A HELLO of `name` (`kind`, its mode and mtime from `meta`), size 0 and no target.
-fn hello(st: &StreamState<'_>, name: &str, kind: EntryKind, meta: &Listed) -> Hello {
+fn hello<B>(st: &StreamState<'_, B>, name: &str, kind: EntryKind, meta: &Listed) -> Hello {
     let opts = st.opts;
     Hello {
         version: proto::VERSION,
@@ -106,7 +106,7 @@ fn hello(st: &StreamState<'_>, name: &str, kind: EntryKind, meta: &Listed) -> He
 
 impl Pipe {
     /// An empty pipe for the stream on `ep`.
-    pub(super) fn new(ep: &Endpoint) -> Pipe {
+    pub(super) fn new<L: Link>(ep: &L) -> Pipe {
         let posted = ep.recv_depth() as usize;
         Pipe {
             waiting: VecDeque::new(),
@@ -150,10 +150,10 @@ impl Pipe {
     /// entry not sent while others are in flight) and returns `true`; `false` for a file that
     /// goes through the staging ring (after [`drain`](Self::drain)) or an entry not sent. A
     /// failure to read `e` is recorded in `report`.
-    pub(super) fn offer(
+    pub(super) fn offer<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         e: &SourceEntry,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
@@ -221,10 +221,10 @@ impl Pipe {
     }
 
     /// A regular file: announced inline if small, else `false`.
-    fn offer_file(
+    fn offer_file<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         e: &SourceEntry,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
@@ -281,10 +281,10 @@ impl Pipe {
     }
 
     /// Sends `h` once the window has room (taking answers meanwhile).
-    fn announce(
+    fn announce<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         h: Hello,
         awaited: Awaited,
         report: &mut SessionReport,
@@ -309,15 +309,15 @@ impl Pipe {
     }
 
     /// Whether an answer can be taken without waiting.
-    fn answer_ready(&self, ep: &mut Endpoint) -> Result<bool> {
+    fn answer_ready<L: Link>(&self, ep: &mut L) -> Result<bool> {
         Ok(!self.incoming.is_empty() || (!self.waiting.is_empty() && ep.has_message()?))
     }
 
     /// Takes every outstanding answer (sending the DATA of the files wanted meanwhile).
-    pub(super) fn drain(
+    pub(super) fn drain<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
@@ -345,15 +345,15 @@ impl Pipe {
     /// waiting for a credit with answers unread, as the receiver may be waiting for a credit
     /// of ours to send more (the credits of the answers read go back with `msg` or a credit
     /// message; see `endpoint::credit_flow`).
-    fn send_taking(
+    fn send_taking<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         bytes: &[u8],
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
-        while !wait_on(ep, st.session, Endpoint::wait_send_or_message)? {
+        while !wait_on(ep, st.session, L::wait_send_or_message)? {
             // An answer is there: taking it does not wait.
             self.take_one(ep, st, report, progress)?;
         }
@@ -363,10 +363,10 @@ impl Pipe {
 
     /// Adds `msg` to the batch going out, first sending what is gathered if `msg` does not
     /// fit with it.
-    fn queue(
+    fn queue<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         msg: &Msg,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
@@ -381,10 +381,10 @@ impl Pipe {
 
     /// Sends what is gathered (one message, or a BATCH), if anything: before this side waits
     /// for an answer.
-    fn flush(
+    fn flush<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
@@ -395,10 +395,10 @@ impl Pipe {
     }
 
     /// Sends the DATA of every file wanted (and of those wanted meanwhile).
-    fn send_wanted(
+    fn send_wanted<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
@@ -410,10 +410,10 @@ impl Pipe {
 
     /// Takes the next answer and records what it says (a WANT: the file's DATA is to go out,
     /// by [`send_wanted`](Self::send_wanted)).
-    fn take_one(
+    fn take_one<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
@@ -484,10 +484,10 @@ impl Pipe {
 
     /// Reads a wanted inline file and sends it in DATA pieces (or gives it up, if it cannot be
     /// read as announced); its verdict joins the queue.
-    fn send_small(
+    fn send_small<L: Link>(
         &mut self,
-        ep: &mut Endpoint,
-        st: &StreamState<'_>,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
         seq: u64,
         small: Small,
         report: &mut SessionReport,

@@ -8,8 +8,8 @@ use super::part::Part;
 use super::pipe::Pipe;
 use super::source::{SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::ctl::{peer_err, recv_ctl, send_err, send_msg};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Msg, Reason};
 use crate::xfer::file::report::{FileReport, Progress, SessionReport};
@@ -19,8 +19,8 @@ use crate::xfer::file::report::{FileReport, Progress, SessionReport};
 /// failed files make the result an error at the end, but later files are still sent. A lost
 /// connection, an ERR from the receiver or a failed authentication ends the session at once.
 /// `progress` hears of each file's start, its bytes as they are written and its verdict.
-pub fn send(
-    ep: &mut Endpoint,
+pub fn send<L: Link>(
+    ep: &mut L,
     entries: &[SourceEntry],
     opts: &SenderOptions,
     report: &mut SessionReport,
@@ -33,7 +33,7 @@ pub fn send(
 
 /// Waits for the receiver's CHALLENGE and returns its nonce; with
 /// [`SenderOptions::require_receiver_proof`], only from a receiver that proved it knows the token.
-pub(super) fn challenge(ep: &mut Endpoint, opts: &SenderOptions) -> Result<Digest> {
+pub(super) fn challenge<L: Link>(ep: &mut L, opts: &SenderOptions) -> Result<Digest> {
     match recv_ctl(ep)? {
         Msg::Challenge { nonce, proof, .. } => {
             if opts.require_receiver_proof {
@@ -60,8 +60,8 @@ pub(super) fn challenge(ep: &mut Endpoint, opts: &SenderOptions) -> Result<Diges
 }
 
 /// Sends `entries` one after another on `ep`, then DONE (see [`send`]).
-pub(super) fn send_entries(
-    ep: &mut Endpoint,
+pub(super) fn send_entries<L: Link>(
+    ep: &mut L,
     entries: &[SourceEntry],
     opts: &SenderOptions,
     nonce: &Digest,
@@ -85,9 +85,9 @@ pub(super) fn send_entries(
 /// `progress` its verdict (a striped file's with its last stripe). Directories, symlinks and
 /// small files go through `pipe` (their verdicts may come while later entries are sent, and are
 /// recorded in the order of the entries); anything else waits for what is in flight first.
-pub(super) fn send_entry(
-    ep: &mut Endpoint,
-    st: &mut StreamState<'_>,
+pub(super) fn send_entry<L: Link>(
+    ep: &mut L,
+    st: &mut StreamState<'_, L::Buf>,
     pipe: &mut Pipe,
     e: &SourceEntry,
     part: Part<'_>,
@@ -125,9 +125,9 @@ pub(super) fn send_entry(
 }
 
 /// Takes what is in flight, then ends the session with DONE.
-pub(super) fn finish(
-    ep: &mut Endpoint,
-    st: &StreamState<'_>,
+pub(super) fn finish<L: Link>(
+    ep: &mut L,
+    st: &StreamState<'_, L::Buf>,
     pipe: &mut Pipe,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -138,9 +138,9 @@ pub(super) fn finish(
 }
 
 /// Takes what is in flight (every entry has its answer then).
-pub(super) fn drain(
-    ep: &mut Endpoint,
-    st: &StreamState<'_>,
+pub(super) fn drain<L: Link>(
+    ep: &mut L,
+    st: &StreamState<'_, L::Buf>,
     pipe: &mut Pipe,
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -150,7 +150,7 @@ pub(super) fn drain(
 }
 
 /// Ends the session with DONE.
-pub(super) fn send_done(ep: &mut Endpoint) {
+pub(super) fn send_done<L: Link>(ep: &mut L) {
     // Every file has its verdict (ACK) now. The receiver ends the session when DONE arrives; if
     // the acknowledgement of DONE is lost on the wire, its disconnect can overtake it, so a
     // failure to see DONE acknowledged does not undo what was delivered.

@@ -17,8 +17,8 @@ use super::pipe::Pipe;
 use super::session::{challenge, drain, finish, send_done, send_entries, send_entry};
 use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
 use crate::xfer::file::report::{FileReport, Progress, SessionReport};
@@ -144,9 +144,9 @@ enum Event {
 /// makes the connection of stream `i` (1..), which joins it. With one stream (asked or granted)
 /// this is [`send`](super::send). The result and `report` are as for `send`; a stream that
 /// fails ends the transfer with its error once the other streams have finished their jobs.
-pub fn send_streams(
-    first: &mut Endpoint,
-    connect: &(dyn Fn(u16) -> Result<Endpoint> + Sync),
+pub fn send_streams<L: Link>(
+    first: &mut L,
+    connect: &(dyn Fn(u16) -> Result<L> + Sync),
     entries: &[SourceEntry],
     opts: &SenderOptions,
     report: &mut SessionReport,
@@ -270,8 +270,8 @@ pub fn send_streams(
 }
 
 /// Joins the session on a further connection; returns its CHALLENGE nonce.
-fn join(
-    ep: &mut Endpoint,
+fn join<L: Link>(
+    ep: &mut L,
     id: proto::SessionId,
     index: u16,
     opts: &SenderOptions,
@@ -431,8 +431,8 @@ impl Jobs {
 const RECHECK: Duration = Duration::from_millis(100);
 
 /// One stream: takes jobs until there are none, then DONE. Returns its report and result.
-fn work(
-    ep: &mut Endpoint,
+fn work<L: Link>(
+    ep: &mut L,
     me: u16,
     nonce: &Digest,
     queue: &Queue,

@@ -1,0 +1,409 @@
+//! A [`Link`] in memory: two ends in one process, with the credits, the message size limit and
+//! the ring a peer writes into that an [`Endpoint`](crate::xfer::endpoint::Endpoint) has, so
+//! whole file sessions (both sides, or one side and a scripted peer) run on a host without a
+//! device. A write lands in the ring when it is posted and completes at once; a credit goes back
+//! as soon as the receiver has taken the message.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{withdrawn, Link, Registrar, StagingMem};
+use crate::error::{Error, Result};
+use crate::verbs::{RemoteRegion, RemoteSlice};
+use crate::xfer::endpoint::Message;
+use crate::xfer::file::proto;
+
+/// What arrives at one end.
+enum Arrival {
+    Msg(Vec<u8>),
+    Write { imm: u32, len: u32 },
+}
+
+/// One end's view of the link.
+#[derive(Default)]
+struct End {
+    inbox: VecDeque<Arrival>,
+    /// Messages (SEND or WRITE_WITH_IMM) this end may still send before the peer takes one.
+    credits: u32,
+    /// Completed writes of this end not polled yet, and their buffers.
+    writes_done: usize,
+    done_bufs: Vec<Vec<u8>>,
+    gone: bool,
+}
+
+/// A staging ring's memory, named by its rkey.
+type RingMem = Arc<Mutex<Vec<u8>>>;
+
+#[derive(Default)]
+struct State {
+    ends: [End; 2],
+    rings: HashMap<u32, (u64, RingMem)>,
+    next_rkey: u32,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One end of a link in memory (see the module docs). Dropping it is the peer's disconnect.
+pub struct MemLink {
+    shared: Arc<Shared>,
+    side: usize,
+    depth: u32,
+    timeout: Duration,
+    max_msg: usize,
+}
+
+impl std::fmt::Debug for MemLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MemLink(end {}, {} receives)", self.side, self.depth)
+    }
+}
+
+impl MemLink {
+    /// Two connected ends keeping `depth_a` and `depth_b` receives posted (each the other's
+    /// credits), with the file protocol's message size limit and a 10 s step deadline.
+    pub fn pair(depth_a: u32, depth_b: u32) -> (MemLink, MemLink) {
+        let mut state = State {
+            next_rkey: 1,
+            ..State::default()
+        };
+        state.ends[0].credits = depth_b.max(1);
+        state.ends[1].credits = depth_a.max(1);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+        });
+        let end = |side, depth: u32| MemLink {
+            shared: shared.clone(),
+            side,
+            depth: depth.max(1),
+            timeout: Duration::from_secs(10),
+            max_msg: proto::MAX_MSG_LEN,
+        };
+        (end(0, depth_a), end(1, depth_b))
+    }
+
+    fn peer(&self) -> usize {
+        1 - self.side
+    }
+
+    /// Waits, at most the timeout, until `ready` says what to return.
+    fn wait<T>(
+        &self,
+        what: &'static str,
+        mut ready: impl FnMut(&mut State, usize) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(r) = ready(&mut st, self.side) {
+                return r;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what,
+                    after: self.timeout,
+                });
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Spends a credit and queues `a` at the peer; fails when the peer has gone.
+    fn push(
+        &self,
+        what: &'static str,
+        a: impl FnOnce(&mut State) -> Result<Arrival>,
+    ) -> Result<()> {
+        let peer = self.peer();
+        let mut a = Some(a);
+        let r = self.wait(what, |st, me| {
+            if st.ends[peer].gone {
+                return Some(Err(disconnected()));
+            }
+            if st.ends[me].credits == 0 {
+                return None;
+            }
+            let a = a.take().expect("called once: it ends the wait");
+            Some(a(st).map(|arrival| {
+                st.ends[me].credits -= 1;
+                st.ends[peer].inbox.push_back(arrival);
+            }))
+        });
+        self.shared.cv.notify_all();
+        r
+    }
+}
+
+fn disconnected() -> Error {
+    Error::Connection("the peer disconnected".into())
+}
+
+impl Drop for MemLink {
+    fn drop(&mut self) {
+        self.shared.lock().ends[self.side].gone = true;
+        self.shared.cv.notify_all();
+    }
+}
+
+impl Link for MemLink {
+    type Buf = Vec<u8>;
+    type Ring = MemRing;
+
+    fn send(&mut self, data: &[u8]) -> Result<()> {
+        if data.len() > self.max_msg {
+            return Err(Error::InvalidArgument(format!(
+                "message of {} bytes exceeds the limit of {}",
+                data.len(),
+                self.max_msg
+            )));
+        }
+        self.push("send credit from the peer", |_| {
+            Ok(Arrival::Msg(data.to_vec()))
+        })
+    }
+
+    fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+        let peer = self.peer();
+        let got = self.wait("a message from the peer", |st, me| {
+            match st.ends[me].inbox.pop_front() {
+                Some(a) => Some(Ok(a)),
+                None if st.ends[peer].gone => Some(Err(disconnected())),
+                None => None,
+            }
+        })?;
+        let r = match &got {
+            Arrival::Msg(data) => f(Message {
+                data,
+                imm: None,
+                rdma_write_len: None,
+            }),
+            Arrival::Write { imm, len } => f(Message {
+                data: &[],
+                imm: Some(*imm),
+                rdma_write_len: Some(*len),
+            }),
+        };
+        // Taken: the receive is posted again, and its credit goes back.
+        self.shared.lock().ends[peer].credits += 1;
+        self.shared.cv.notify_all();
+        Ok(r)
+    }
+
+    fn has_message(&mut self) -> Result<bool> {
+        Ok(!self.shared.lock().ends[self.side].inbox.is_empty())
+    }
+
+    fn wait_send_or_message(&mut self) -> Result<bool> {
+        let peer = self.peer();
+        self.wait("send credit from the peer or a message", |st, me| {
+            if st.ends[me].credits > 0 {
+                Some(Ok(true))
+            } else if !st.ends[me].inbox.is_empty() {
+                Some(Ok(false))
+            } else if st.ends[peer].gone {
+                Some(Err(disconnected()))
+            } else {
+                None
+            }
+        })
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let peer = self.peer();
+        self.wait("the last sends to complete", |st, _| {
+            (st.ends[peer].inbox.is_empty() || st.ends[peer].gone).then_some(Ok(()))
+        })
+    }
+
+    fn last_words(&mut self) -> Option<Vec<u8>> {
+        let mut st = self.shared.lock();
+        let inbox = &mut st.ends[self.side].inbox;
+        while let Some(a) = inbox.pop_front() {
+            if let Arrival::Msg(m) = a {
+                return Some(m);
+            }
+        }
+        None
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
+    fn recv_depth(&self) -> u32 {
+        self.depth
+    }
+
+    fn trace_id(&self) -> u32 {
+        self.side as u32
+    }
+
+    fn close(mut self) -> Result<()> {
+        self.flush()
+    }
+
+    fn expose_ring(&mut self, len: usize) -> Result<MemRing> {
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "cannot expose an empty region".into(),
+            ));
+        }
+        let mut st = self.shared.lock();
+        let rkey = st.next_rkey;
+        st.next_rkey = rkey.wrapping_add(1);
+        // Rings far apart, none at address 0.
+        let addr = u64::from(rkey) << 40;
+        let mem = Arc::new(Mutex::new(vec![0u8; len]));
+        st.rings.insert(rkey, (addr, mem.clone()));
+        Ok(MemRing {
+            shared: self.shared.clone(),
+            region: RemoteRegion {
+                addr,
+                rkey,
+                len: len as u64,
+            },
+            mem,
+        })
+    }
+
+    fn registrar(&self) -> Registrar<Vec<u8>> {
+        Box::new(|len, count| Ok((0..count).map(|_| vec![0u8; len]).collect()))
+    }
+
+    fn wait_credit(&mut self) -> Result<()> {
+        let peer = self.peer();
+        self.wait("send credit from the peer", |st, me| {
+            if st.ends[me].credits > 0 {
+                Some(Ok(()))
+            } else if st.ends[peer].gone {
+                Some(Err(disconnected()))
+            } else {
+                None
+            }
+        })
+    }
+
+    fn write_imm(
+        &mut self,
+        _wr_id: u64,
+        to: RemoteSlice,
+        imm: u32,
+        buf: Option<(Vec<u8>, usize)>,
+    ) -> std::result::Result<(), (Error, Vec<Vec<u8>>)> {
+        let side = self.side;
+        let (buf, n) = match buf {
+            Some((b, n)) if n <= b.len() => (Some(b), n),
+            Some((b, n)) => {
+                let e = Error::InvalidArgument(format!("{n} bytes of a {}-byte buffer", b.len()));
+                return Err((e, vec![b]));
+            }
+            None => (None, 0),
+        };
+        if n as u64 != u64::from(to.len) {
+            let e = Error::InvalidArgument(format!("{n} bytes into a {}-byte slice", to.len));
+            return Err((e, buf.into_iter().collect()));
+        }
+        let r = self.push("send credit from the peer", |st| {
+            let data = buf.as_deref().map_or(&[][..], |b| &b[..n]);
+            // A target outside every ring the peer exposes fails (as a remote access error
+            // would), and nothing arrives.
+            let landed = st.rings.get(&to.rkey).and_then(|(base, mem)| {
+                let off = usize::try_from(to.addr.checked_sub(*base)?).ok()?;
+                let mut mem = mem.lock().unwrap_or_else(|p| p.into_inner());
+                mem.get_mut(off..off.checked_add(n)?)?.copy_from_slice(data);
+                Some(())
+            });
+            if landed.is_none() {
+                return Err(withdrawn(Error::OutOfBounds {
+                    offset: to.addr,
+                    len: n as u64,
+                    region_len: 0,
+                }));
+            }
+            st.ends[side].writes_done += 1;
+            st.ends[side].done_bufs.extend(buf);
+            Ok(Arrival::Write { imm, len: n as u32 })
+        });
+        r.map_err(|e| (e, Vec::new()))
+    }
+
+    fn poll_writes(&mut self, max: usize, timeout: Duration) -> Result<(usize, Vec<Vec<u8>>)> {
+        let saved = std::mem::replace(&mut self.timeout, timeout);
+        let r = self.wait("a work completion", |st, me| {
+            let end = &mut st.ends[me];
+            if end.writes_done == 0 {
+                return None;
+            }
+            let n = end.writes_done.min(max.max(1));
+            end.writes_done -= n;
+            let keep = end.done_bufs.len().saturating_sub(n);
+            Some(Ok((n, end.done_bufs.split_off(keep))))
+        });
+        self.timeout = saved;
+        r
+    }
+}
+
+/// A staging ring in memory ([`MemLink::expose_ring`]).
+pub struct MemRing {
+    shared: Arc<Shared>,
+    region: RemoteRegion,
+    mem: RingMem,
+}
+
+impl std::fmt::Debug for MemRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MemRing({:?})", self.region)
+    }
+}
+
+impl StagingMem for MemRing {
+    fn descriptor(&self) -> RemoteRegion {
+        self.region
+    }
+
+    fn read_at(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        let mem = self.mem.lock().unwrap_or_else(|p| p.into_inner());
+        let src = off
+            .checked_add(dst.len())
+            .and_then(|end| mem.get(off..end))
+            .ok_or(Error::OutOfBounds {
+                offset: off as u64,
+                len: dst.len() as u64,
+                region_len: mem.len() as u64,
+            })?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn revoke(self) -> Result<()> {
+        self.shared.lock().rings.remove(&self.region.rkey);
+        Ok(())
+    }
+}
+
+impl Drop for MemRing {
+    fn drop(&mut self) {
+        self.shared.lock().rings.remove(&self.region.rkey);
+    }
+}
