@@ -49,7 +49,16 @@ fn session(
     ro: &ReceiverOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Ran {
-    let entries: Vec<SourceEntry> = walk(roots).expect("walk");
+    session_of(&walk(roots).expect("walk"), so, ro, progress)
+}
+
+/// Sends `entries` (as listed by a walk) as [`session`] does.
+fn session_of(
+    entries: &[SourceEntry],
+    so: &SenderOptions,
+    ro: &ReceiverOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Ran {
     let registry = StreamRegistry::new(8);
     std::thread::scope(|sc| {
         let (tx, rx) = mpsc::channel::<MemLink>();
@@ -75,7 +84,7 @@ fn session(
         };
         let mut first = dial().expect("first link");
         let mut report = SessionReport::default();
-        let sent = send_streams(&mut first, &|_| dial(), &entries, so, &mut report, progress);
+        let sent = send_streams(&mut first, &|_| dial(), entries, so, &mut report, progress);
         drop(first);
         drop(tx);
         Ran {
@@ -362,4 +371,68 @@ fn a_peer_that_talks_nonsense_after_the_challenge_is_named() {
         let (r, _) = server.join().unwrap();
         assert!(r.is_err());
     });
+}
+
+/// Rewrites `path` in place (same size, other bytes, a later modification time).
+fn rewrite(path: &Path) {
+    let len = std::fs::metadata(path).unwrap().len() as usize;
+    std::fs::write(path, pattern(len, 0x5a)).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(later).unwrap();
+}
+
+/// Sends a tree whose file `f0` is rewritten: once its first bytes are on the way, or (`listed`)
+/// after the walk listed it and before it is sent.
+fn changed_mid_send(sizes: &[usize], streams: u16, listed: bool) {
+    let (_t, src, out) = dirs();
+    let top = tree(&src, sizes);
+    let victim = top.join("f0");
+    let so = SenderOptions {
+        streams,
+        chunk: 256 << 10,
+        ..SenderOptions::default()
+    };
+    let entries = walk(std::slice::from_ref(&top)).unwrap();
+    let mut done = listed;
+    if listed {
+        rewrite(&victim);
+    }
+    let ran = session_of(&entries, &so, &ReceiverOptions::new(&out), &mut |p| {
+        if let Progress::Bytes { name, .. } = p {
+            if name.ends_with("f0") && !done {
+                done = true;
+                rewrite(&victim);
+            }
+        }
+    });
+    assert!(done, "f0 was sent");
+    assert!(ran.sent.is_err(), "a changed file fails the send");
+    let bad: Vec<_> = ran.report.files.iter().filter(|f| !f.is_ok()).collect();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    let why = bad[0].message.as_deref().unwrap_or_default();
+    assert!(
+        bad[0].name.ends_with("f0") && why.contains("changed"),
+        "{bad:?}"
+    );
+    assert!(
+        !out.join("top/f0").exists(),
+        "neither the old nor a mix is committed"
+    );
+    assert!(out.join("top/a/f1").exists(), "the rest arrives");
+    assert!(leftovers(&out).is_empty(), "{:?}", leftovers(&out));
+}
+
+#[test]
+fn a_file_rewritten_while_it_is_sent_is_named_and_not_committed() {
+    changed_mid_send(&[3 << 20, 1000], 1, false);
+}
+
+#[test]
+fn a_striped_file_rewritten_after_the_walk_is_named_and_not_committed() {
+    // Each stripe is read by its own stream, whenever that stream gets to it: all of them
+    // compare the file with what the walk listed, so a file that changed between two stripes'
+    // reads fails rather than commits a mix. (Rewritten mid-send, the stripes over links in
+    // memory have often all been read before the progress callback runs.)
+    changed_mid_send(&[(STRIPE_MIN + (1 << 20)) as usize, 1000], 3, true);
 }

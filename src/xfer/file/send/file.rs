@@ -234,7 +234,12 @@ pub(super) fn send_file<L: Link>(
             (same.then_some(Reading::Whole(src)), "partial file")
         }
         Some(s) => {
-            let mut r = RangeSource::open(&e.path, size, &s.stripe)?;
+            // Every stripe is read at the time the walk listed: a file modified between two
+            // stripes' reads fails them, not commits a mix.
+            let at = e
+                .listed
+                .map_or(src.mtime(), |l| (l.mtime_sec, l.mtime_nsec));
+            let mut r = RangeSource::open(&e.path, (size, at), &s.stripe)?;
             r.start(mr.slot_size, opts.verify)?;
             let same =
                 mr.resume_offset == 0 || r.skip_verified(mr.resume_offset, &mr.resume_hash)?;

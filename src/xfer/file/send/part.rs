@@ -165,6 +165,8 @@ pub(super) struct RangeSource {
     file: File,
     path: PathBuf,
     size: u64,
+    /// The modification time every stripe of the file is read at.
+    mtime: (i64, u32),
     stripe: Stripe,
     /// Bytes of the stripe the receiver holds (whole chunks), not sent.
     held: u64,
@@ -172,13 +174,18 @@ pub(super) struct RangeSource {
 }
 
 impl RangeSource {
-    /// Opens `path` (of `size` bytes, as planned) for stripe `s`.
-    pub(super) fn open(path: &Path, size: u64, s: &Stripe) -> Result<RangeSource> {
+    /// Opens `path` (of `size` bytes and modified at `mtime`, as planned) for stripe `s`.
+    pub(super) fn open(
+        path: &Path,
+        (size, mtime): (u64, (i64, u32)),
+        s: &Stripe,
+    ) -> Result<RangeSource> {
         let file = File::open(path).map_err(|e| read_err(path, e))?;
         Ok(RangeSource {
             file,
             path: path.to_path_buf(),
             size,
+            mtime,
             stripe: *s,
             held: 0,
             chunks: None,
@@ -250,7 +257,7 @@ impl ChunkSource for RangeSource {
         Ok(len)
     }
     fn finish(&self) -> Result<Digest> {
-        source::unchanged(&self.file, &self.path, self.size)?;
+        source::unchanged(&self.file, &self.path, self.size, self.mtime)?;
         self.chunks()?.finish()
     }
 }

@@ -347,13 +347,22 @@ pub struct Source {
     chunks: Option<Chunks>,
 }
 
-/// Refuses a file whose size is no longer `size` (it changed while being sent).
-pub(crate) fn unchanged(file: &File, path: &Path, size: u64) -> Result<()> {
-    let now = file.metadata().map_err(|e| read_err(path, e))?.len();
-    if now != size {
+/// Refuses a file whose size or modification time is no longer `size` and `mtime` (it
+/// changed while being sent): what was read may mix the old and the new, so it is never
+/// committed (the file is reported failed, as rsync reports a file it could not send whole).
+pub(crate) fn unchanged(file: &File, path: &Path, size: u64, mtime: (i64, u32)) -> Result<()> {
+    let m = file.metadata().map_err(|e| read_err(path, e))?;
+    let now = (m.mtime(), m.mtime_nsec().clamp(0, 999_999_999) as u32);
+    if m.len() != size {
         return Err(read_err(
             path,
-            format_args!("size changed from {size} to {now} while being sent"),
+            format_args!("size changed from {size} to {} while being sent", m.len()),
+        ));
+    }
+    if now != mtime {
+        return Err(read_err(
+            path,
+            "changed while being sent (its modification time moved): not committed",
         ));
     }
     Ok(())
@@ -485,7 +494,7 @@ impl Source {
                 chunks.layout().chunks()
             )));
         }
-        unchanged(&self.file, &self.path, self.size)?;
+        unchanged(&self.file, &self.path, self.size, self.mtime)?;
         chunks.finish()
     }
 }
