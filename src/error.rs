@@ -8,6 +8,7 @@
 //! | the peer is busy: retry later | [`Error::Refused`] with [`Reason::Busy`] (a file receiver's `REFUSE`, or a connection refused before set-up) |
 //! | authentication failed | [`Error::Refused`] with [`Reason::AuthFailed`] |
 //! | a step ran past its deadline | [`Error::Timeout`] (`what`: the step) |
+//! | a file transfer stalled | [`Error::Stalled`] (the stage, the stream, the peer) |
 //! | received data failed verification | [`Error::Verification`] (file, chunk) on the receiving side; a sender hears [`Error::Refused`] with [`Reason::HashMismatch`] |
 //! | no device, or no such device | [`Error::NoDevice`], [`Error::DeviceNotFound`] |
 //! | no such port, or no active port | [`Error::PortNotFound`], [`Error::PortNotActive`] |
@@ -65,6 +66,22 @@ pub enum Error {
         what: &'static str,
         /// The deadline that passed.
         after: Duration,
+    },
+    /// A file transfer made no progress for its step deadline (`--timeout`, alias
+    /// `--stall-timeout`): the stage it waited in, on which stream, for which peer. (The
+    /// session's other streams moving keeps a stream waiting: only the whole session stalls.)
+    #[error(
+        "stalled: no progress for {after:?} waiting for {what} (stream {stream}, peer {peer})"
+    )]
+    Stalled {
+        /// What was awaited, e.g. "send credit from the peer", "the receiver's verdict".
+        what: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+        /// The stream (0 for a session of one).
+        stream: u16,
+        /// The peer's address, as known.
+        peer: String,
     },
     /// The object was shut down (e.g. a listener, by its shutdown handle from another thread)
     /// before or while the call waited.
@@ -300,9 +317,9 @@ impl Error {
         }
     }
 
-    /// True for a timeout.
+    /// True for a timeout ([`Error::Timeout`], or a file transfer [`Error::Stalled`]).
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. })
+        matches!(self, Error::Timeout { .. } | Error::Stalled { .. })
     }
 
     /// True for [`Error::WouldBlock`]: a non-blocking call found nothing to do yet.

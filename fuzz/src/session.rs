@@ -264,6 +264,9 @@ impl Link for Recorder {
     fn trace_id(&self) -> u32 {
         self.inner.trace_id()
     }
+    fn peer_name(&self) -> String {
+        self.inner.peer_name()
+    }
     fn close(self) -> Result<()> {
         self.inner.close()
     }

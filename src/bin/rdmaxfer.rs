@@ -89,7 +89,9 @@ impl Exit {
                         _ => Exit::Partial,
                     }
                 }
-                Some(rdmaxfer::Error::Timeout { .. }) => return Exit::Timeout,
+                Some(rdmaxfer::Error::Timeout { .. } | rdmaxfer::Error::Stalled { .. }) => {
+                    return Exit::Timeout
+                }
                 _ => {}
             }
             if let Some(r) = cause.downcast_ref::<args::RemoteStatus>() {
@@ -371,6 +373,13 @@ mod tests {
             after: std::time::Duration::from_secs(10),
         });
         assert_eq!(Exit::of(&timeout.context("sending")), Exit::Timeout);
+        let stalled = anyhow::Error::new(rdmaxfer::Error::Stalled {
+            what: "the receiver's verdict",
+            after: std::time::Duration::from_secs(10),
+            stream: 1,
+            peer: "198.18.0.1:18515".into(),
+        });
+        assert_eq!(Exit::of(&stalled.context("sending")), Exit::Timeout);
         let other = rdmaxfer::Error::Connection("the peer disconnected".into());
         assert_eq!(Exit::of(&other.into()), Exit::Failure);
         assert_eq!(Exit::of(&anyhow::anyhow!("x")), Exit::Failure);

@@ -157,7 +157,7 @@ impl From<&Error> for rdmaxfer_status {
             // The statuses these had before they were variants of their own.
             Error::Verb { .. } | Error::MemlockLimit { .. } => S::RDMAXFER_ERR_VERBS,
             Error::Completion { .. } => S::RDMAXFER_ERR_COMPLETION,
-            Error::Timeout { .. } => S::RDMAXFER_ERR_TIMEOUT,
+            Error::Timeout { .. } | Error::Stalled { .. } => S::RDMAXFER_ERR_TIMEOUT,
             Error::WouldBlock { .. } => S::RDMAXFER_ERR_AGAIN,
             Error::NoDevice { .. } => S::RDMAXFER_ERR_NO_DEVICE,
             Error::DeviceNotFound { .. } => S::RDMAXFER_ERR_DEVICE_NOT_FOUND,

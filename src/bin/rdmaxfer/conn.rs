@@ -46,8 +46,15 @@ pub struct ConnArgs {
     #[arg(long)]
     pub poll: bool,
     /// Deadline in seconds for each step of a connection (resolve, connect, the handshake,
-    /// each completion); a server waits for its next client without one.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    /// each completion); a server waits for its next client without one. A file transfer
+    /// that makes no progress for this long (on any of its streams) ends on both sides,
+    /// naming the stage, the stream and the peer (exit 30).
+    #[arg(
+        long,
+        visible_alias = "stall-timeout",
+        value_name = "SECS",
+        default_value_t = 10.0
+    )]
     pub timeout: f64,
 }
 

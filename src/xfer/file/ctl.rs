@@ -64,6 +64,28 @@ pub(crate) fn recv_ctl<L: Link>(ep: &mut L) -> Result<Msg> {
     decode_ctl(&data)
 }
 
+/// `r`, a wait's result, with a timeout naming `what` was awaited (the protocol's stage, where
+/// the link's own name is generic, e.g. "a message from the peer").
+pub(crate) fn awaiting<T>(what: &'static str, r: Result<T>) -> Result<T> {
+    r.map_err(|e| match e {
+        Error::Timeout { after, .. } => Error::Timeout { what, after },
+        e => e,
+    })
+}
+
+/// A session's end: a timeout becomes [`Error::Stalled`], naming the stream and the peer.
+pub(crate) fn stalled<L: Link>(e: Error, stream: u16, ep: &L) -> Error {
+    match e {
+        Error::Timeout { what, after } => Error::Stalled {
+            what,
+            after,
+            stream,
+            peer: ep.peer_name(),
+        },
+        e => e,
+    }
+}
+
 /// How [`peer_err`] begins its message.
 pub(crate) const PEER_REPORTS: &str = "the peer reports: ";
 

@@ -47,6 +47,8 @@ pub trait Link: Send {
     fn recv_depth(&self) -> u32;
     /// A number naming this side of the link in traces (the QP number).
     fn trace_id(&self) -> u32;
+    /// The peer, as errors name it (its address, as known).
+    fn peer_name(&self) -> String;
     /// Closes the link in order (waits for what was sent to be taken).
     fn close(self) -> Result<()>
     where
@@ -128,6 +130,12 @@ impl Link for Endpoint {
     }
     fn trace_id(&self) -> u32 {
         self.local().qpn
+    }
+    fn peer_name(&self) -> String {
+        self.peer().addr.map_or_else(
+            || format!("qpn {}", self.peer().qpn.unwrap_or(0)),
+            |a| a.to_string(),
+        )
     }
     fn close(self) -> Result<()> {
         Endpoint::close(self)

@@ -436,3 +436,55 @@ fn a_striped_file_rewritten_after_the_walk_is_named_and_not_committed() {
     // memory have often all been read before the progress callback runs.)
     changed_mid_send(&[(STRIPE_MIN + (1 << 20)) as usize, 1000], 3, true);
 }
+
+#[test]
+fn a_sender_whose_receiver_goes_quiet_names_the_stage_the_stream_and_the_peer() {
+    let (_t, src, _out) = dirs();
+    let top = tree(&src, &[100_000]);
+    let (mut near, mut far) = MemLink::pair(SENDER_RECV_DEPTH, 16);
+    near.set_timeout(std::time::Duration::from_millis(200));
+    let challenge = Msg::Challenge {
+        version: proto::VERSION,
+        nonce: [7; proto::DIGEST_LEN],
+        proof: None,
+    };
+    far.send(&proto::encode(&challenge)).unwrap();
+    // A file alone: its HELLO waits for an answer (a tree's directory goes first, in flight).
+    let entries = walk(&[top.join("f0")]).unwrap();
+    let mut report = SessionReport::default();
+    let r = super::send(
+        &mut near,
+        &entries,
+        &SenderOptions::default(),
+        &mut report,
+        &mut |_| {},
+    );
+    match r {
+        Err(Error::Stalled {
+            what, stream, peer, ..
+        }) => {
+            assert_eq!(what, "the receiver's answer to a HELLO");
+            assert_eq!(stream, 0);
+            assert_eq!(peer, near.peer_name());
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(far);
+}
+
+#[test]
+fn a_receiver_whose_sender_goes_quiet_names_the_stage_the_stream_and_the_peer() {
+    let (_t, _src, out) = dirs();
+    let ro = ReceiverOptions::new(&out);
+    let (peer, mut link) = MemLink::pair(SENDER_RECV_DEPTH, ro.slots);
+    link.set_timeout(std::time::Duration::from_millis(200));
+    let (r, _) = serve(link, &ro, &StreamRegistry::new(1));
+    let e = r.expect_err("stalled");
+    assert!(e.is_timeout(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("the sender's next entry") && text.contains("stream 0"),
+        "{text}"
+    );
+    drop(peer);
+}

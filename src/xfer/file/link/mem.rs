@@ -258,6 +258,10 @@ impl Link for MemLink {
         self.side as u32
     }
 
+    fn peer_name(&self) -> String {
+        format!("end {} in memory", self.peer())
+    }
+
     fn close(mut self) -> Result<()> {
         self.flush()
     }

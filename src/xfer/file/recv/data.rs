@@ -9,7 +9,7 @@ use super::sink::Sink;
 use crate::error::{Error, Result};
 use crate::verbs::TRACE_TARGET;
 use crate::xfer::file::budget::Budget;
-use crate::xfer::file::ctl::{decode_ctl, reason_of, recv_ctl};
+use crate::xfer::file::ctl::{awaiting, decode_ctl, reason_of, recv_ctl};
 use crate::xfer::file::digest;
 use crate::xfer::file::fault;
 use crate::xfer::file::link::{Link, StagingMem};
@@ -124,8 +124,9 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
                     .recv()
                     .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
                 let region = &r.region;
-                let got = budget
-                    .wait(ep, |ep| {
+                let got = awaiting(
+                    "the sender's data",
+                    budget.wait(ep, |ep| {
                         ep.recv_with(|m| -> Result<Chunk> {
                             let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
                                 return Ok(Chunk::Ctl(decode_ctl(m.data)));
@@ -138,8 +139,9 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
                             region.read_at(at.ring_offset, &mut buf[..at.len])?;
                             Ok(Chunk::Data(at))
                         })?
-                    })
-                    .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
+                    }),
+                )
+                .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
                 let at = match got {
                     Chunk::Data(at) => at,
                     Chunk::Ctl(m) => return Err(part.control_during_data(m)),
@@ -176,7 +178,8 @@ pub(super) fn receive_digests<L: Link>(
     part: &mut PartReceiver,
 ) -> Result<Digest> {
     loop {
-        match part.on_control(budget.wait(ep, recv_ctl)?, "HELLO")? {
+        let next = awaiting("the sender's DIGESTS or FIN", budget.wait(ep, recv_ctl))?;
+        match part.on_control(next, "HELLO")? {
             Tail::Digests { first, digests } => {
                 if let Some(i) = sink.check_digests(first, &digests)? {
                     tracing::debug!("chunk {i} differs from the sender's digest");

@@ -15,7 +15,9 @@ use super::ring_budget::RingLease;
 use super::stripe;
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::Budget;
-use crate::xfer::file::ctl::{detail, peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::ctl::{
+    awaiting, detail, peer_err, reason_of, recv_ctl, send_err, send_msg, stalled,
+};
 use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::names::DirCache;
 use crate::xfer::file::options::ReceiverOptions;
@@ -77,7 +79,8 @@ pub fn receive_streams<L: Link>(
         budget: &mut budget,
         stream: None,
     };
-    let r = receive_session(ep, opts, &mut s, role, report, progress);
+    let r = receive_session(ep, opts, &mut s, role, report, progress)
+        .map_err(|e| stalled(e, s.stream.unwrap_or(0), ep));
     if let Err(e) = &r {
         if e.reason() == Some(Reason::Budget) {
             tracing::warn!("ending the session: {}", e.to_string().escape_debug());
@@ -303,7 +306,7 @@ fn next_msg<L: Link>(
     if !replies.is_empty() && !ep.has_message()? {
         replies.flush(ep)?;
     }
-    match st.budget.wait(ep, recv_ctl)? {
+    match awaiting("the sender's next entry", st.budget.wait(ep, recv_ctl))? {
         Msg::Batch(members) => {
             pending.extend(members);
             Ok(pending.pop_front().expect("a BATCH has members"))

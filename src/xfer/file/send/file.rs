@@ -13,7 +13,10 @@ use super::source::{self, Source, SourceEntry};
 use crate::error::{Error, Result};
 use crate::verbs::RemoteRegion;
 use crate::xfer::file::budget::{moved, wait_on};
-use crate::xfer::file::ctl::{peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::ctl::{awaiting, peer_err, reason_of, recv_ctl, send_err, send_msg};
+
+/// The stage of waiting for the answer to a HELLO.
+const ANSWER: &str = "the receiver's answer to a HELLO";
 use crate::xfer::file::fault::{self, Faults};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::names;
@@ -66,13 +69,13 @@ fn answer_and_ring<L: Link>(
     session: Option<&AtomicU64>,
 ) -> Result<Msg> {
     if ring.is_some() || part_len < u64::from(opts.chunk) {
-        return wait_on(ep, session, recv_ctl);
+        return awaiting(ANSWER, wait_on(ep, session, recv_ctl));
     }
     let register = ep.registrar();
     let (slot_size, total) = (opts.chunk, opts.slots.max(1) as usize);
     std::thread::scope(|sc| {
         let early = sc.spawn(move || register(slot_size as usize, total));
-        let answer = wait_on(ep, session, recv_ctl);
+        let answer = awaiting(ANSWER, wait_on(ep, session, recv_ctl));
         *ring = early
             .join()
             .ok()
@@ -352,7 +355,7 @@ pub(super) fn send_file<L: Link>(
         send_msg(ep, &Msg::Fin { bytes: len, hash })
     })?;
     tracing::debug!(target: PHASE, "{shown} part {part_index}: data written, FIN sent");
-    let verdict = wait_on(ep, session, recv_ctl)?;
+    let verdict = awaiting("the receiver's verdict", wait_on(ep, session, recv_ctl))?;
     moved(session, 1);
     tracing::debug!(target: PHASE, "{shown} part {part_index}: verdict received");
     report.data_seconds += data_start.elapsed().as_secs_f64();

@@ -18,7 +18,7 @@ use super::file::StreamState;
 use super::source::{self, read_err, Listed, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::{moved, wait_on};
-use crate::xfer::file::ctl::{peer_err, recv_ctl};
+use crate::xfer::file::ctl::{awaiting, peer_err, recv_ctl};
 use crate::xfer::file::digest::{self, Layout};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::names;
@@ -419,7 +419,7 @@ impl Pipe {
     ) -> Result<()> {
         let msg = match self.incoming.pop_front() {
             Some(m) => m,
-            None => match wait_on(ep, st.session, recv_ctl)? {
+            None => match awaiting("the receiver's answers", wait_on(ep, st.session, recv_ctl))? {
                 Msg::Batch(members) => {
                     self.incoming.extend(members);
                     self.incoming.pop_front().expect("a BATCH has members")

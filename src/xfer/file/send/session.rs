@@ -8,7 +8,7 @@ use super::part::Part;
 use super::pipe::Pipe;
 use super::source::{SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::file::ctl::{peer_err, recv_ctl, send_err, send_msg};
+use crate::xfer::file::ctl::{awaiting, peer_err, recv_ctl, send_err, send_msg, stalled};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Msg, Reason};
@@ -27,14 +27,14 @@ pub fn send<L: Link>(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
-    let nonce = challenge(ep, opts)?;
-    send_entries(ep, entries, opts, &nonce, report, progress)
+    let nonce = challenge(ep, opts).map_err(|e| stalled(e, 0, ep))?;
+    send_entries(ep, entries, opts, &nonce, report, progress).map_err(|e| stalled(e, 0, ep))
 }
 
 /// Waits for the receiver's CHALLENGE and returns its nonce; with
 /// [`SenderOptions::require_receiver_proof`], only from a receiver that proved it knows the token.
 pub(super) fn challenge<L: Link>(ep: &mut L, opts: &SenderOptions) -> Result<Digest> {
-    match recv_ctl(ep)? {
+    match awaiting("the receiver's CHALLENGE", recv_ctl(ep))? {
         Msg::Challenge { nonce, proof, .. } => {
             if opts.require_receiver_proof {
                 let ok = opts

@@ -17,7 +17,7 @@ use super::pipe::Pipe;
 use super::session::{challenge, drain, finish, send_done, send_entries, send_entry};
 use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg};
+use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg, stalled};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
@@ -153,10 +153,11 @@ pub fn send_streams<L: Link>(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
     opts.check()?;
-    let nonce = challenge(first, opts)?;
+    let nonce = challenge(first, opts).map_err(|e| stalled(e, 0, first))?;
     // A dry run moves no data: one stream asks the receiver about every entry.
     if opts.streams <= 1 || opts.dry_run {
-        return send_entries(first, entries, opts, &nonce, report, progress);
+        return send_entries(first, entries, opts, &nonce, report, progress)
+            .map_err(|e| stalled(e, 0, first));
     }
     let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
     let open = Open {
@@ -177,7 +178,8 @@ pub fn send_streams<L: Link>(
         granted: session.streams,
     });
     if session.streams <= 1 {
-        return send_entries(first, entries, opts, &nonce, report, progress);
+        return send_entries(first, entries, opts, &nonce, report, progress)
+            .map_err(|e| stalled(e, 0, first));
     }
     let (tx, rx) = mpsc::channel::<Event>();
     let queue = Queue {
@@ -502,7 +504,7 @@ fn work<L: Link>(
         tracing::debug!("stream {me} ended early");
         queue.fail(me);
     }
-    (report, res)
+    (report, res.map_err(|e| stalled(e, me, ep)))
 }
 
 /// Turns the streams' events into `progress` calls on this thread until every stream ended.
