@@ -18,15 +18,21 @@
  *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv /
  *   rdmaxfer_conn_peer_addr writes the length needed to *out_len.
  *
- * Statuses. Every call may return RDMAXFER_ERR_PANIC. One that takes a handle may return
- *   RDMAXFER_ERR_NULL_ARGUMENT (NULL), RDMAXFER_ERR_INVALID_STATE (freed, or ended) and
- *   RDMAXFER_ERR_BUSY (in another call); one that takes a pointer or a value,
- *   RDMAXFER_ERR_NULL_ARGUMENT and RDMAXFER_ERR_INVALID_ARGUMENT. One that reaches a device or
- *   the network (making listeners and connections, messages, one-sided and file transfer)
- *   may also return RDMAXFER_ERR_NO_DEVICE, RDMAXFER_ERR_DEVICE_NOT_FOUND, RDMAXFER_ERR_VERBS
- *   (rdmaxfer_last_os_error says the errno), RDMAXFER_ERR_COMPLETION (rdmaxfer_last_wc_status),
- *   RDMAXFER_ERR_TIMEOUT, RDMAXFER_ERR_CONNECTION, RDMAXFER_ERR_PROTOCOL and RDMAXFER_ERR_IO.
- *   A function's comment names the statuses that mean something more for it.
+ * Statuses. Each function's comment lists what it returns ("Returns:") and whether it waits
+ *   ("Blocks:"), in these terms. Every call that returns a status may return
+ *   RDMAXFER_ERR_PANIC. "The handle statuses of h": RDMAXFER_ERR_NULL_ARGUMENT (h is NULL),
+ *   RDMAXFER_ERR_INVALID_ARGUMENT (misaligned), RDMAXFER_ERR_INVALID_STATE (freed, or ended),
+ *   RDMAXFER_ERR_BUSY (in another call) and RDMAXFER_ERR_PANIC (poisoned). "The pointer
+ *   statuses of p": RDMAXFER_ERR_NULL_ARGUMENT (NULL where it is required) and
+ *   RDMAXFER_ERR_INVALID_ARGUMENT (misaligned; a string that is not UTF-8; an empty path; a
+ *   struct_size too small, see below). "The network statuses", which a call that reaches a
+ *   device or the network (making listeners and connections, messages, one-sided and file
+ *   transfer) may return: RDMAXFER_ERR_NO_DEVICE, RDMAXFER_ERR_DEVICE_NOT_FOUND,
+ *   RDMAXFER_ERR_VERBS (rdmaxfer_last_os_error says the errno), RDMAXFER_ERR_COMPLETION
+ *   (rdmaxfer_last_wc_status), RDMAXFER_ERR_TIMEOUT, RDMAXFER_ERR_CONNECTION,
+ *   RDMAXFER_ERR_PROTOCOL, RDMAXFER_ERR_IO, and RDMAXFER_ERR_INVALID_ARGUMENT for what the
+ *   device cannot take (a port that is not active, a GID index or size it does not have).
+ *   Functions that return a value instead of a status say what they return on failure.
  *
  * Structs that can grow. A struct the caller allocates for the library to fill
  *   (rdmaxfer_pingpong_stats, _recv_summary, _device_info, _expose_report, _file_result,
@@ -76,10 +82,11 @@
  *
  * Event loops. rdmaxfer_listener_fd, rdmaxfer_conn_fd and rdmaxfer_connecting_fd give a
  *   descriptor to poll for POLLIN (owned by the handle: never read or close it); the
- *   rdmaxfer_*_try_* calls never wait for the peer and return RDMAXFER_ERR_AGAIN when nothing
- *   is ready. Descriptors are level-triggered: poll, then call the try_ function until it
- *   returns RDMAXFER_ERR_AGAIN. rdmaxfer_connect_start begins a connect that
- *   rdmaxfer_connecting_try_finish completes (RDMA CM, a numeric address).
+ *   rdmaxfer_*_try_* calls never wait for the peer (exceptions over OOB: see Blocking) and
+ *   return RDMAXFER_ERR_AGAIN when nothing is ready. Descriptors are level-triggered: poll,
+ *   then call the try_ function until it returns RDMAXFER_ERR_AGAIN. rdmaxfer_connect_start
+ *   begins a connect that rdmaxfer_connecting_try_finish completes (RDMA CM, a numeric
+ *   address).
  *   rdmaxfer_listener_try_accept answers a request and finishes it in a later call, once its
  *   client completes it; one exception: over OOB it sets a pending peer up as rdmaxfer_accept
  *   does (one TCP exchange, at most the configured timeout).
@@ -92,6 +99,9 @@
  *   rdmaxfer_remote_open/_close, rdmaxfer_rdma_write/_read, rdmaxfer_expose and the file
  *   transfer calls. Nothing else waits: configuration, option, buffer, report and device-list
  *   calls, the *_fd and try_ calls (but see rdmaxfer_listener_try_accept over OOB above).
+ *   One more exception, over OOB: the first call on a connection that needs rdmaxfer's flow
+ *   control (rdmaxfer_conn_max_msg_size, rdmaxfer_conn_fd and rdmaxfer_conn_try_send/_recv
+ *   too) exchanges it with the peer first, at most the configured timeout.
  *
  * fork. A child made by fork(2) must not use any handle its parent made (registered memory
  *   and queue pairs stay the parent's: the library does not call ibv_fork_init); exec, or
@@ -704,6 +714,8 @@ extern "C" {
  * The detail of the last failure on the calling thread: which call failed and why (never
  * NULL; "" before any failure). The text stays valid until the next failing call on this
  * thread; copy it to keep it.
+ * Returns: never fails: never NULL.
+ * Blocks: no.
  */
 const char *rdmaxfer_last_error_message(void);
 
@@ -711,6 +723,8 @@ const char *rdmaxfer_last_error_message(void);
  * The OS error number (errno, e.g. `ENOMEM` from a registration over the locked-memory
  * limit) behind the last failure on the calling thread; 0 when it had none (or before any).
  * Set with the last error message, by the same calls.
+ * Returns: never fails: 0 when the last failure had no errno.
+ * Blocks: no.
  */
 int rdmaxfer_last_os_error(void);
 
@@ -718,6 +732,8 @@ int rdmaxfer_last_os_error(void);
  * The work-completion status (`enum ibv_wc_status` of libibverbs, e.g. 10 for
  * `IBV_WC_REM_ACCESS_ERR`) behind the last failure on the calling thread; -1 when it had
  * none (or before any). Set with the last error message, by the same calls.
+ * Returns: never fails: -1 when the last failure had no work completion.
+ * Blocks: no.
  */
 int rdmaxfer_last_wc_status(void);
 
@@ -821,11 +837,16 @@ enum rdmaxfer_status rdmaxfer_expose(struct rdmaxfer_conn *conn,
 /**
  * Makes a configuration with the defaults: automatic device and GID, port 18515, RDMA CM,
  * busy-polling, 10 s per step, no token, messages up to 8192 bytes.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_cfg; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_new(struct rdmaxfer_config **out_cfg);
 
 /**
  * Frees a configuration (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed cfg: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_config_free(struct rdmaxfer_config *cfg);
 
@@ -833,6 +854,9 @@ void rdmaxfer_config_free(struct rdmaxfer_config *cfg);
  * Uses RDMA device `name` (e.g. "rxe0"); NULL: automatic (the first with an active port, or
  * with RDMA CM the one that routes to the peer). Replaces a list set by
  * `rdmaxfer_config_set_devices`.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if name is empty
+ * or not UTF-8.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_device(struct rdmaxfer_config *cfg, const char *name);
 
@@ -848,6 +872,9 @@ enum rdmaxfer_status rdmaxfer_config_set_device(struct rdmaxfer_config *cfg, con
  * entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS` names, an empty one or
  * one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is left
  * as it was. The names are copied.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_NULL_ARGUMENT or
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a bad or misaligned names (above).
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_devices(struct rdmaxfer_config *cfg,
                                                  const char *const *names,
@@ -862,6 +889,9 @@ enum rdmaxfer_status rdmaxfer_config_set_devices(struct rdmaxfer_config *cfg,
  * or a NULL entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS`, an empty one
  * or one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is
  * left as it was. The strings are copied.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_NULL_ARGUMENT or
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a bad or misaligned hosts (above).
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_stream_hosts(struct rdmaxfer_config *cfg,
                                                       const char *const *hosts,
@@ -869,6 +899,9 @@ enum rdmaxfer_status rdmaxfer_config_set_stream_hosts(struct rdmaxfer_config *cf
 
 /**
  * Uses GID table entry `index`; -1: automatic (the IPv4-mapped RoCE v2 GID).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if index is
+ * below -1.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_gid_index(struct rdmaxfer_config *cfg, int32_t index);
 
@@ -877,12 +910,17 @@ enum rdmaxfer_status rdmaxfer_config_set_gid_index(struct rdmaxfer_config *cfg, 
  * `RDMAXFER_PORT_CONFIGURED` (default `RDMAXFER_DEFAULT_PORT`). `RDMAXFER_PORT_ANY`: listeners
  * take any free port (`rdmaxfer_listener_port` tells which), and a connect needs its port
  * given.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_port(struct rdmaxfer_config *cfg, uint16_t port);
 
 /**
  * `RDMAXFER_TRANSPORT_CM` (default) or `RDMAXFER_TRANSPORT_OOB` (ibv_rc_pingpong's TCP
  * exchange; a ping-pong peer may then be ibv_rc_pingpong itself).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT for another
+ * transport.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_transport(struct rdmaxfer_config *cfg, uint32_t transport);
 
@@ -890,17 +928,24 @@ enum rdmaxfer_status rdmaxfer_config_set_transport(struct rdmaxfer_config *cfg, 
  * Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only: with RDMA CM,
  * `rdmaxfer_listen` and `rdmaxfer_connect` refuse a configuration that sets one); 0: default
  * (1024).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT for another
+ * size.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_mtu(struct rdmaxfer_config *cfg, uint32_t bytes);
 
 /**
  * Deadline of each step (resolve, connect, accept's wait for a peer, each message and
  * completion), in milliseconds (default 10000; must be positive).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if ms is 0.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_timeout_ms(struct rdmaxfer_config *cfg, uint32_t ms);
 
 /**
  * Non-zero: sleep on the completion channel while waiting; 0 (default): busy-poll.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_event_mode(struct rdmaxfer_config *cfg, int enabled);
 
@@ -908,6 +953,9 @@ enum rdmaxfer_status rdmaxfer_config_set_event_mode(struct rdmaxfer_config *cfg,
  * The file-transfer token (a receiver requires senders to know it; a sender answers with it);
  * NULL: none (authentication off). An empty string is `RDMAXFER_ERR_INVALID_ARGUMENT` and
  * leaves the configuration as it was: it would otherwise turn authentication off silently.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if token is
+ * empty or not UTF-8.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, const char *token);
 
@@ -915,6 +963,9 @@ enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, cons
  * Largest message `rdmaxfer_send` / ping-pong may use: 8192 (`RDMAXFER_MIN_MSG_SIZE`, the
  * default and the minimum, which the file and one-sided protocols need) to 1 GiB; a size
  * outside that is `RDMAXFER_ERR_INVALID_ARGUMENT` and leaves the configuration as it was.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT outside 8192 to
+ * 1 GiB.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, size_t bytes);
 
@@ -928,6 +979,8 @@ enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, s
  * `RDMAXFER_ERR_INVALID_ARGUMENT` and the configuration is left as it was. The receiver may
  * grant fewer (`rdmaxfer recv --max-streams`; `rdmaxfer_recv_file` grants 1): the transfer
  * then goes on with what it grants.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if n is over 64.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_streams(struct rdmaxfer_config *cfg, uint32_t n);
 
@@ -1052,16 +1105,26 @@ void rdmaxfer_connecting_free(struct rdmaxfer_connecting *connecting);
 /**
  * Lists the RDMA devices with their ports and GIDs. Fails with `RDMAXFER_ERR_NO_DEVICE` (the
  * last error message says how to get a Soft-RoCE device) when there is none.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_list; RDMAXFER_ERR_NO_DEVICE when there is
+ * none; RDMAXFER_ERR_VERBS or RDMAXFER_ERR_DEVICE_NOT_FOUND when one cannot be opened or queried;
+ * RDMAXFER_ERR_PANIC.
+ * Blocks: no (it queries the devices, not the network).
  */
 enum rdmaxfer_status rdmaxfer_devices(struct rdmaxfer_device_list **out_list);
 
 /**
  * Number of devices in `list` (0 for NULL).
+ * Returns: the count; 0 for NULL (the last error message says nothing then), and for a misaligned,
+ * freed, busy or poisoned list (it says why).
+ * Blocks: no.
  */
 size_t rdmaxfer_device_list_len(const struct rdmaxfer_device_list *list);
 
 /**
  * Device `index` of `list`.
+ * Returns: RDMAXFER_OK; the handle statuses of list; the pointer statuses of out_info;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if index is past the end.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_device_list_get(const struct rdmaxfer_device_list *list,
                                               size_t index,
@@ -1069,6 +1132,9 @@ enum rdmaxfer_status rdmaxfer_device_list_get(const struct rdmaxfer_device_list 
 
 /**
  * Frees a device list (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed list: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
 
@@ -1212,17 +1278,25 @@ enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
 
 /**
  * Makes an empty report.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_report; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_report_new(struct rdmaxfer_report **out_report);
 
 /**
  * Frees a report and its strings (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed report: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_report_free(struct rdmaxfer_report *report);
 
 /**
  * The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle
  * in use.
+ * Returns: the count; 0 for a NULL, misaligned, freed, busy or poisoned report (the last error
+ * message says why).
+ * Blocks: no.
  */
 size_t rdmaxfer_report_len(const struct rdmaxfer_report *report);
 
@@ -1230,6 +1304,9 @@ size_t rdmaxfer_report_len(const struct rdmaxfer_report *report);
  * Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
  * `rdmaxfer_file_result` for its `struct_size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index
  * past the end or a `struct_size` below the first release's struct.
+ * Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if i is past the end.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_report_file(const struct rdmaxfer_report *report,
                                           size_t i,
@@ -1237,6 +1314,8 @@ enum rdmaxfer_status rdmaxfer_report_file(const struct rdmaxfer_report *report,
 
 /**
  * The totals of `report` into `*out` (`struct_size` as for `rdmaxfer_report_file`).
+ * Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_report_totals(const struct rdmaxfer_report *report,
                                             struct rdmaxfer_totals *out);
@@ -1244,29 +1323,41 @@ enum rdmaxfer_status rdmaxfer_report_totals(const struct rdmaxfer_report *report
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
  * `RDMAXFER_VERSION` to detect a header/library mismatch.
+ * Returns: never fails: a static string, never NULL.
+ * Blocks: no.
  */
 const char *rdmaxfer_version(void);
 
 /**
  * A static, NUL-terminated description of `status` (never NULL; "unknown status" for a value
  * that is not an `rdmaxfer_status`, e.g. an integer cast to it).
+ * Returns: never fails: a static string, never NULL.
+ * Blocks: no.
  */
 const char *rdmaxfer_strerror(enum rdmaxfer_status status);
 
 /**
  * Makes send options with the defaults of `rdmaxfer send`: no flags, 1 MiB chunks, 16 in
  * flight, XXH3-128, no rate limit, no exclusions.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_opts; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_new(struct rdmaxfer_send_options **out_opts);
 
 /**
  * Frees send options (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed opts: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_send_options_free(struct rdmaxfer_send_options *opts);
 
 /**
  * Sets the `RDMAXFER_SEND_*` flags (replacing those set before). Unknown bits:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for unknown
+ * bits.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_flags(struct rdmaxfer_send_options *opts,
                                                      uint32_t flags);
@@ -1274,6 +1365,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_flags(struct rdmaxfer_send_option
 /**
  * Chunk size: bytes per RDMA WRITE (`send -s`; the receiver may lower it). Outside
  * 4096..=8388608: `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT outside
+ * 4096..=8388608.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_chunk_size(struct rdmaxfer_send_options *opts,
                                                           uint32_t bytes);
@@ -1281,6 +1375,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_chunk_size(struct rdmaxfer_send_o
 /**
  * Chunks in flight at most (`send --slots`; also capped by the receiver). Outside 1..=1024:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT outside
+ * 1..=1024.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_slots(struct rdmaxfer_send_options *opts,
                                                      uint32_t slots);
@@ -1288,6 +1385,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_slots(struct rdmaxfer_send_option
 /**
  * Chunk verification: "xxh3" (the default) or "blake3" (`send --verify`). Another name:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of algo;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for another name.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_verify(struct rdmaxfer_send_options *opts,
                                                       const char *algo);
@@ -1295,6 +1395,8 @@ enum rdmaxfer_status rdmaxfer_send_options_set_verify(struct rdmaxfer_send_optio
 /**
  * At most `bytes_per_second` bytes of file data per second over all streams (`send
  * --bwlimit`); 0: no limit.
+ * Returns: RDMAXFER_OK; the handle statuses of opts.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_bwlimit(struct rdmaxfer_send_options *opts,
                                                        uint64_t bytes_per_second);
@@ -1303,6 +1405,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_bwlimit(struct rdmaxfer_send_opti
  * Adds an exclusion rule (`send --exclude`, rsync's rules: `*`, `**`, `?`, `[..]`, a trailing
  * `/` for directories only, a leading `/` anchors). Rules apply in the order added, the first
  * that matches decides; with `RDMAXFER_SEND_DELETE` an excluded name is never deleted.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of pattern;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a pattern that is empty or has an empty component.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_add_exclude(struct rdmaxfer_send_options *opts,
                                                        const char *pattern);
@@ -1310,6 +1415,9 @@ enum rdmaxfer_status rdmaxfer_send_options_add_exclude(struct rdmaxfer_send_opti
 /**
  * Adds an inclusion rule (`send --include`): what it matches is sent even if a later
  * exclusion matches it.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of pattern;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a pattern that is empty or has an empty component.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_options *opts,
                                                        const char *pattern);
@@ -1328,6 +1436,13 @@ enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_opti
  * `progress` stopped it; `RDMAXFER_ERR_INVALID_ARGUMENT` for no paths; `RDMAXFER_ERR_IO` for
  * a path that cannot be listed; and the statuses of the network (see the header's
  * conventions).
+ * Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
+ * a report freed, in use or poisoned when the transfer ends gives that status instead of the
+ * transfer's); the pointer statuses of paths and its entries (an empty entry:
+ * RDMAXFER_ERR_INVALID_ARGUMENT); RDMAXFER_ERR_INVALID_ARGUMENT, _IO, _REFUSED and _ABORTED as
+ * above (INVALID_ARGUMENT also for a path that is not a file or directory, or cannot be sent by
+ * its name); the network statuses.
+ * Blocks: yes, until the transfer ends; each wait for the peer at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
                                          const char *const *paths,
@@ -1340,11 +1455,16 @@ enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
 /**
  * Makes receive options with the defaults of `rdmaxfer recv`: no flags, no size limit, any
  * verification, its idle timeout and rate floor.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_opts; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_new(struct rdmaxfer_recv_options **out_opts);
 
 /**
  * Frees receive options (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed opts: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_recv_options_free(struct rdmaxfer_recv_options *opts);
 
@@ -1352,18 +1472,26 @@ void rdmaxfer_recv_options_free(struct rdmaxfer_recv_options *opts);
  * Sets the flags: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`,
  * `RDMAXFER_RECV_ALLOW_DELETE` (replacing those set before). Unknown bits:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for unknown
+ * bits.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_flags(struct rdmaxfer_recv_options *opts,
                                                      uint32_t flags);
 
 /**
  * Refuses files larger than `bytes` (`recv --max-size`); 0: no limit.
+ * Returns: RDMAXFER_OK; the handle statuses of opts.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_max_size(struct rdmaxfer_recv_options *opts,
                                                         uint64_t bytes);
 
 /**
  * Accepts only this chunk verification, "xxh3" or "blake3" (`recv --verify`); NULL: any.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for a name
+ * other than those, or not UTF-8.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_verify(struct rdmaxfer_recv_options *opts,
                                                       const char *algo);
@@ -1372,6 +1500,8 @@ enum rdmaxfer_status rdmaxfer_recv_options_set_verify(struct rdmaxfer_recv_optio
  * The session's budget (`recv --idle-timeout`, `--min-rate`): it ends after `idle_ms`
  * milliseconds without progress (0: never), or when its data comes slower than
  * `min_bytes_per_second` (0: no floor).
+ * Returns: RDMAXFER_OK; the handle statuses of opts.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_budget(struct rdmaxfer_recv_options *opts,
                                                       uint64_t idle_ms,
@@ -1386,6 +1516,12 @@ enum rdmaxfer_status rdmaxfer_recv_options_set_budget(struct rdmaxfer_recv_optio
  * or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
  * `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
  * statuses of the network.
+ * Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
+ * a report freed, in use or poisoned when the transfer ends gives that status instead of the
+ * transfer's); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
+ * above; the network statuses.
+ * Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
+ * timeout.
  */
 enum rdmaxfer_status rdmaxfer_recv_files(struct rdmaxfer_conn *conn,
                                          const char *out_dir,

@@ -155,6 +155,8 @@ pub struct rdmaxfer_report {
 impl_handle!(rdmaxfer_report, Report);
 
 /// Makes an empty report.
+/// Returns: RDMAXFER_OK; the pointer statuses of out_report; RDMAXFER_ERR_PANIC.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_new(out_report: *mut *mut rdmaxfer_report) -> rdmaxfer_status {
     boundary::run("rdmaxfer_report_new", || {
@@ -165,6 +167,9 @@ pub extern "C" fn rdmaxfer_report_new(out_report: *mut *mut rdmaxfer_report) -> 
 }
 
 /// Frees a report and its strings (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed report: only the last error
+/// message says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_free(report: *mut rdmaxfer_report) {
     free_handle("rdmaxfer_report_free", report);
@@ -191,6 +196,9 @@ pub(crate) fn check(report: *mut rdmaxfer_report) -> CResult<()> {
 
 /// The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle
 /// in use.
+/// Returns: the count; 0 for a NULL, misaligned, freed, busy or poisoned report (the last error
+/// message says why).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize {
     boundary::run_or("rdmaxfer_report_len", 0, || {
@@ -201,6 +209,9 @@ pub extern "C" fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize {
 /// Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
 /// `rdmaxfer_file_result` for its `struct_size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index
 /// past the end or a `struct_size` below the first release's struct.
+/// Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out;
+/// RDMAXFER_ERR_INVALID_ARGUMENT if i is past the end.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_file(
     report: *const rdmaxfer_report,
@@ -228,6 +239,8 @@ pub extern "C" fn rdmaxfer_report_file(
 }
 
 /// The totals of `report` into `*out` (`struct_size` as for `rdmaxfer_report_file`).
+/// Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_totals(
     report: *const rdmaxfer_report,
