@@ -739,6 +739,10 @@ int rdmaxfer_last_wc_status(void);
 
 /**
  * Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_buf;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if len is 0 or too large; RDMAXFER_ERR_VERBS if the registration
+ * fails (e.g. over the locked-memory limit: rdmaxfer_last_os_error).
+ * Blocks: no (it waits for no peer).
  */
 enum rdmaxfer_status rdmaxfer_buf_new(struct rdmaxfer_conn *conn,
                                       size_t len,
@@ -746,16 +750,26 @@ enum rdmaxfer_status rdmaxfer_buf_new(struct rdmaxfer_conn *conn,
 
 /**
  * Frees a buffer (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed buf: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_buf_free(struct rdmaxfer_buf *buf);
 
 /**
  * The buffer's length in bytes (0 for NULL).
+ * Returns: the length; 0 for NULL (the last error message says nothing then), and for a
+ * misaligned, freed, busy or poisoned buf (it says why).
+ * Blocks: no.
  */
 size_t rdmaxfer_buf_len(const struct rdmaxfer_buf *buf);
 
 /**
  * Copies `len` bytes from `src` into the buffer at `offset`.
+ * Returns: RDMAXFER_OK; the handle statuses of buf; the pointer statuses of src (NULL allowed when
+ * len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if offset + len is past the buffer's end;
+ * RDMAXFER_ERR_INVALID_STATE also when a failed transfer lost the buffer.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_buf_write(struct rdmaxfer_buf *buf,
                                         size_t offset,
@@ -764,6 +778,10 @@ enum rdmaxfer_status rdmaxfer_buf_write(struct rdmaxfer_buf *buf,
 
 /**
  * Copies `len` bytes of the buffer at `offset` to `dst`.
+ * Returns: RDMAXFER_OK; the handle statuses of buf; the pointer statuses of dst (NULL allowed when
+ * len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if offset + len is past the buffer's end;
+ * RDMAXFER_ERR_INVALID_STATE also when a failed transfer lost the buffer.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_buf_read(const struct rdmaxfer_buf *buf,
                                        size_t offset,
@@ -773,23 +791,38 @@ enum rdmaxfer_status rdmaxfer_buf_read(const struct rdmaxfer_buf *buf,
 /**
  * Opens a one-sided session on `conn`: asks the peer to expose its buffer and learns where it
  * is, how long, and what it allows.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_remote; the
+ * network statuses.
+ * Blocks: yes, until the peer exposes its buffer, each wait at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_remote_open(struct rdmaxfer_conn *conn,
                                           struct rdmaxfer_remote **out_remote);
 
 /**
  * The length in bytes of the peer's exposed buffer (0 for NULL).
+ * Returns: the length; 0 for NULL (the last error message says nothing then), and for a
+ * misaligned, freed, busy or poisoned remote (it says why).
+ * Blocks: no.
  */
 uint64_t rdmaxfer_remote_len(const struct rdmaxfer_remote *remote);
 
 /**
  * What the peer allows: `RDMAXFER_ACCESS_READ`, `_WRITE` or `_READ_WRITE` (0 for NULL).
+ * Returns: the access bits; 0 for NULL (the last error message says nothing then), and for a
+ * misaligned, freed, busy or poisoned remote (it says why).
+ * Blocks: no.
  */
 uint32_t rdmaxfer_remote_access(const struct rdmaxfer_remote *remote);
 
 /**
  * RDMA WRITEs `len` bytes of `buf` at `buf_offset` into the peer's buffer at `remote_offset`
  * (both ranges checked first), and waits until it is done.
+ * Returns: RDMAXFER_OK; the handle statuses of conn, remote and buf; RDMAXFER_ERR_INVALID_ARGUMENT
+ * if remote or buf was made on another conn, the exposure does not allow writes, or buf_offset +
+ * len is past buf's end; RDMAXFER_ERR_OUT_OF_BOUNDS if remote_offset + len is past the exposed
+ * buffer's end; RDMAXFER_ERR_INVALID_STATE also when the session was closed or a failed transfer
+ * lost buf; the network statuses.
+ * Blocks: yes, until the WRITE completes, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_rdma_write(struct rdmaxfer_conn *conn,
                                          struct rdmaxfer_remote *remote,
@@ -801,6 +834,12 @@ enum rdmaxfer_status rdmaxfer_rdma_write(struct rdmaxfer_conn *conn,
 /**
  * RDMA READs `len` bytes of the peer's buffer at `remote_offset` into `buf` at `buf_offset`
  * (both ranges checked first), and waits until they are there.
+ * Returns: RDMAXFER_OK; the handle statuses of conn, remote and buf; RDMAXFER_ERR_INVALID_ARGUMENT
+ * if remote or buf was made on another conn, the exposure does not allow reads, or buf_offset +
+ * len is past buf's end; RDMAXFER_ERR_OUT_OF_BOUNDS if remote_offset + len is past the exposed
+ * buffer's end; RDMAXFER_ERR_INVALID_STATE also when the session was closed or a failed transfer
+ * lost buf; the network statuses.
+ * Blocks: yes, until the READ completes, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_rdma_read(struct rdmaxfer_conn *conn,
                                         struct rdmaxfer_remote *remote,
@@ -812,6 +851,10 @@ enum rdmaxfer_status rdmaxfer_rdma_read(struct rdmaxfer_conn *conn,
 /**
  * Ends the session: tells the peer how many bytes were written and read and whether every
  * transfer succeeded, and waits until it has the message. The peer then revokes its exposure.
+ * Returns: RDMAXFER_OK; the handle statuses of conn and remote; RDMAXFER_ERR_INVALID_ARGUMENT if
+ * remote was opened on another conn; RDMAXFER_ERR_INVALID_STATE also when the session was already
+ * closed; the network statuses.
+ * Blocks: yes, until the peer has the message, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_remote_close(struct rdmaxfer_conn *conn,
                                            struct rdmaxfer_remote *remote);
@@ -819,6 +862,9 @@ enum rdmaxfer_status rdmaxfer_remote_close(struct rdmaxfer_conn *conn,
 /**
  * Frees a session (NULL: nothing). Freeing it without `rdmaxfer_remote_close` leaves the peer
  * waiting until the connection ends.
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed remote: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_remote_free(struct rdmaxfer_remote *remote);
 
@@ -827,6 +873,11 @@ void rdmaxfer_remote_free(struct rdmaxfer_remote *remote);
  * bytes) with `access`, waits until the peer ends the session (or goes away), revokes the
  * exposure and copies what the peer left in it back to `data`. As `rdmaxfer expose` does; the
  * peer may be `rdmaxfer write`/`read` or `rdmaxfer_remote_open`.
+ * Returns: RDMAXFER_OK, also when the session ended early (then out_report->ok is 0 and the last
+ * error message says why); the handle statuses of conn; the pointer statuses of data and
+ * out_report; RDMAXFER_ERR_INVALID_ARGUMENT if len is 0 or access is unknown; the network
+ * statuses.
+ * Blocks: yes, until the peer ends the session, each wait at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_expose(struct rdmaxfer_conn *conn,
                                      void *data,
@@ -987,6 +1038,11 @@ enum rdmaxfer_status rdmaxfer_config_set_streams(struct rdmaxfer_config *cfg, ui
 /**
  * Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
  * configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and out_conn;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu) or no port
+ * (above); RDMAXFER_ERR_REFUSED when the server refused it (busy, another version); the network
+ * statuses.
+ * Blocks: yes: the name lookup, then each step of the connect at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
                                       const char *host,
@@ -1003,12 +1059,21 @@ enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
  * disconnects right after its last receive may cut the acknowledgement of it, and that
  * disconnect ends the wait without an error. Only a reply from the peer proves receipt (as
  * in every rdmaxfer protocol): have the peer answer the last message before closing.
+ * Returns: RDMAXFER_OK, also for NULL; RDMAXFER_ERR_INVALID_ARGUMENT (misaligned),
+ * RDMAXFER_ERR_INVALID_STATE (freed) or RDMAXFER_ERR_BUSY (in another call: left open);
+ * RDMAXFER_ERR_PANIC (poisoned: freed without the graceful end); the network statuses of the end
+ * (the connection is freed all the same).
+ * Blocks: yes, until what was sent has completed or the peer has disconnected, at most the
+ * configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_close(struct rdmaxfer_conn *conn);
 
 /**
  * Frees a connection without waiting for the peer (NULL: nothing). Buffers and sessions made
  * on it stay valid to free.
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed conn: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_conn_free(struct rdmaxfer_conn *conn);
 
@@ -1016,6 +1081,10 @@ void rdmaxfer_conn_free(struct rdmaxfer_conn *conn);
  * The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).
  * Over the out-of-band transport this first switches the connection to rdmaxfer's flow
  * control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_size; over OOB,
+ * the network statuses of the switch to rdmaxfer's flow control.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_max_msg_size(const struct rdmaxfer_conn *conn, size_t *out_size);
 
@@ -1026,6 +1095,10 @@ enum rdmaxfer_status rdmaxfer_conn_max_msg_size(const struct rdmaxfer_conn *conn
  * at least length + 1), `RDMAXFER_ERR_BUFFER_TOO_SMALL` with the length in `*out_len`, `buf`
  * untouched; 48 bytes always suffice. `RDMAXFER_ERR_INVALID_STATE` when the transport did not
  * tell it. Never blocks.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+ * when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_BUFFER_TOO_SMALL and
+ * RDMAXFER_ERR_INVALID_STATE as above.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_conn_peer_addr(const struct rdmaxfer_conn *conn,
                                              char *buf,
@@ -1035,6 +1108,11 @@ enum rdmaxfer_status rdmaxfer_conn_peer_addr(const struct rdmaxfer_conn *conn,
 /**
  * Sends `len` bytes at `data` as one message to an rdmaxfer peer (waits for flow-control
  * credit, at most the timeout). `len` may be 0.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of data (NULL allowed
+ * when len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if len is over rdmaxfer_conn_max_msg_size; the
+ * network statuses.
+ * Blocks: yes, for a flow-control credit (over OOB, first for the switch to it), at most the
+ * configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_send(struct rdmaxfer_conn *conn, const void *data, size_t len);
 
@@ -1044,6 +1122,10 @@ enum rdmaxfer_status rdmaxfer_send(struct rdmaxfer_conn *conn, const void *data,
  * `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned with its length in `*out_len` (the one exception to
  * "out-parameters are written only on success"): a buffer of `rdmaxfer_conn_max_msg_size`
  * bytes always suffices.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+ * when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_BUFFER_TOO_SMALL (above); the
+ * network statuses (RDMAXFER_ERR_TIMEOUT when no message came).
+ * Blocks: yes, until a message arrives, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_recv(struct rdmaxfer_conn *conn,
                                    void *buf,
@@ -1054,6 +1136,9 @@ enum rdmaxfer_status rdmaxfer_recv(struct rdmaxfer_conn *conn,
  * Ping-pong: `iters` round trips of `size`-byte messages. The connecting side sends the pings
  * and checks each pong; the accepting side answers. Both sides need the same size and count;
  * the peer may be `rdmaxfer pingpong` (or, over the out-of-band transport, ibv_rc_pingpong).
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_stats;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if size or iters is 0; the network statuses.
+ * Blocks: yes, each message at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_pingpong(struct rdmaxfer_conn *conn,
                                        size_t size,
@@ -1071,6 +1156,10 @@ enum rdmaxfer_status rdmaxfer_pingpong(struct rdmaxfer_conn *conn,
  * MTU set or `RDMAXFER_PORT_ANY`; `RDMAXFER_ERR_NO_DEVICE`, `_DEVICE_NOT_FOUND` or
  * `_VERBS` when it cannot start (no device, or `rdma_create_id` or `rdma_resolve_addr`
  * refused); what else a connect may fail with comes from `rdmaxfer_connecting_try_finish`.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and
+ * out_connecting; RDMAXFER_ERR_INVALID_ARGUMENT, RDMAXFER_ERR_NO_DEVICE,
+ * RDMAXFER_ERR_DEVICE_NOT_FOUND and RDMAXFER_ERR_VERBS as above.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_connect_start(const struct rdmaxfer_config *cfg,
                                             const char *host,
@@ -1082,6 +1171,10 @@ enum rdmaxfer_status rdmaxfer_connect_start(const struct rdmaxfer_config *cfg,
  * to the connect: do not read, write or close it; it is valid until
  * `rdmaxfer_connecting_free` and, once connected, no longer says anything (the connection has
  * its own, `rdmaxfer_conn_fd`). `RDMAXFER_ERR_INVALID_STATE` once the connect has ended.
+ * Returns: RDMAXFER_OK; the handle statuses of connecting; the pointer statuses of out_fd;
+ * RDMAXFER_ERR_INVALID_STATE also once the connect has ended; RDMAXFER_ERR_IO if the descriptor
+ * cannot be made.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_connecting_fd(const struct rdmaxfer_connecting *connecting,
                                             int *out_fd);
@@ -1092,6 +1185,11 @@ enum rdmaxfer_status rdmaxfer_connecting_fd(const struct rdmaxfer_connecting *co
  * `RDMAXFER_ERR_AGAIN` while it is under way (wait for `rdmaxfer_connecting_fd`); another
  * status when it failed as `rdmaxfer_connect` would (refused: `RDMAXFER_ERR_CONNECTION` or
  * `RDMAXFER_ERR_REFUSED`, unreachable, ...). After either end, `RDMAXFER_ERR_INVALID_STATE`.
+ * Returns: RDMAXFER_OK; the handle statuses of connecting; the pointer statuses of out_conn;
+ * RDMAXFER_ERR_AGAIN while the connect is under way; RDMAXFER_ERR_INVALID_STATE also after either
+ * end; RDMAXFER_ERR_REFUSED when the server refused it (busy, another version); the network
+ * statuses.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_connecting_try_finish(struct rdmaxfer_connecting *connecting,
                                                     struct rdmaxfer_conn **out_conn);
@@ -1099,6 +1197,9 @@ enum rdmaxfer_status rdmaxfer_connecting_try_finish(struct rdmaxfer_connecting *
 /**
  * Frees a connect (NULL: nothing); one not yet finished is abandoned. A connection it gave
  * stays.
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed connecting: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_connecting_free(struct rdmaxfer_connecting *connecting);
 
@@ -1148,6 +1249,11 @@ void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
  * untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
  * (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
  * delivered (verified and committed) or skipped.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of path;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a path that is not a file or directory, or cannot be sent by
+ * its name; RDMAXFER_ERR_IO for one that cannot be listed; RDMAXFER_ERR_REFUSED when an entry or
+ * the session was refused or failed (the last error message names them); the network statuses.
+ * Blocks: yes, until the transfer ends; each wait for the peer at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
                                         const char *path,
@@ -1168,6 +1274,12 @@ enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
  * `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the
  * configuration the sender must know it. Files already here (same size and modification time)
  * are skipped. `RDMAXFER_OK` only when every entry arrived verified or was skipped.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_dir and
+ * out_summary; RDMAXFER_ERR_INVALID_ARGUMENT for unknown flags or an out_dir that is not a
+ * directory; RDMAXFER_ERR_IO for one that cannot be read; RDMAXFER_ERR_REFUSED when an entry or
+ * the session was refused or failed (the last error message names them); the network statuses.
+ * Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
+ * timeout.
  */
 enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
                                         const char *out_dir,
@@ -1180,6 +1292,10 @@ enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
  * port (`rdmaxfer_config_set_port`), as `rdmaxfer_connect` connects to it; configure
  * `RDMAXFER_PORT_ANY` to let the system choose a free port (`rdmaxfer_listener_port` tells
  * which). The device, GID index and message size are checked now.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of addr and out_listener;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for an addr that is not an IP address or an MTU set with RDMA CM;
+ * the network statuses.
+ * Blocks: no (it binds; it waits for no peer).
  */
 enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
                                      const char *addr,
@@ -1188,6 +1304,8 @@ enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
 
 /**
  * The port `listener` listens on (the one the system chose for `RDMAXFER_PORT_ANY`).
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_port.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *listener,
                                             uint16_t *out_port);
@@ -1198,6 +1316,9 @@ enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *list
  * waiting), and sets the connection up (each step within the timeout too). A listener shut
  * down before or during the wait (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`
  * from another thread) makes it return `RDMAXFER_ERR_SHUTDOWN` at once.
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+ * RDMAXFER_ERR_TIMEOUT when no peer came; RDMAXFER_ERR_SHUTDOWN (above); the network statuses.
+ * Blocks: yes: for a peer, at most the configured timeout, then each set-up step at most it too.
  */
 enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
                                      struct rdmaxfer_conn **out_conn);
@@ -1208,6 +1329,9 @@ enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
  * accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
  * do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
  * of the event loop first). Level-triggered: it stays readable until the event is taken.
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_fd;
+ * RDMAXFER_ERR_IO if the descriptor cannot be made.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_fd(const struct rdmaxfer_listener *listener, int *out_fd);
 
@@ -1219,6 +1343,11 @@ enum rdmaxfer_status rdmaxfer_listener_fd(const struct rdmaxfer_listener *listen
  * new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
  * does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
  * that error and the listener stays usable.
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+ * RDMAXFER_ERR_AGAIN when no peer is ready; RDMAXFER_ERR_SHUTDOWN once shut down; the network
+ * statuses of a peer whose set-up failed.
+ * Blocks: no over RDMA CM; over OOB, one TCP exchange with a pending peer, at most the configured
+ * timeout.
  */
 enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *listener,
                                                   struct rdmaxfer_conn **out_conn);
@@ -1230,6 +1359,10 @@ enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *list
  * connections accepted from it are not affected. Shutting down again changes nothing. (It
  * does not make `rdmaxfer_listener_fd` readable: an event loop that wants to be woken uses
  * its own descriptor.)
+ * Returns: RDMAXFER_OK, also when already shut down; RDMAXFER_ERR_NULL_ARGUMENT (NULL),
+ * RDMAXFER_ERR_INVALID_ARGUMENT (misaligned), RDMAXFER_ERR_INVALID_STATE (freed),
+ * RDMAXFER_ERR_PANIC; never RDMAXFER_ERR_BUSY.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_shutdown(const struct rdmaxfer_listener *listener);
 
@@ -1237,6 +1370,9 @@ enum rdmaxfer_status rdmaxfer_listener_shutdown(const struct rdmaxfer_listener *
  * Frees a listener (NULL: nothing); connections accepted from it stay usable. It is shut down
  * first, so an `rdmaxfer_accept` blocked in it on another thread returns
  * `RDMAXFER_ERR_SHUTDOWN` at once (and the listener is released when that call has returned).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed listener: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
 
@@ -1251,6 +1387,12 @@ void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
  * poll again; a blocking call on the connection in between is fine, as long as a try call
  * ends the round. Over the out-of-band transport the first call switches the connection to
  * rdmaxfer's flow control (one exchange with the peer, as `rdmaxfer_send` does).
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_fd;
+ * RDMAXFER_ERR_INVALID_STATE also for a connection not made in event mode; RDMAXFER_ERR_IO or
+ * RDMAXFER_ERR_VERBS if the descriptor cannot be made or armed; over OOB, the network statuses of
+ * the switch to rdmaxfer's flow control.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_fd(struct rdmaxfer_conn *conn, int *out_fd);
 
@@ -1259,6 +1401,11 @@ enum rdmaxfer_status rdmaxfer_conn_fd(struct rdmaxfer_conn *conn, int *out_fd);
  * a send buffer are free now): `RDMAXFER_ERR_AGAIN` otherwise, with nothing sent (the credit
  * comes back with the peer's next message or its credit return: wait for `rdmaxfer_conn_fd`).
  * The message is posted, not yet acknowledged, when this returns.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of data (NULL allowed
+ * when len is 0); RDMAXFER_ERR_AGAIN when no credit or send buffer is free;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if len is over rdmaxfer_conn_max_msg_size; the network statuses.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_try_send(struct rdmaxfer_conn *conn,
                                             const void *data,
@@ -1270,6 +1417,11 @@ enum rdmaxfer_status rdmaxfer_conn_try_send(struct rdmaxfer_conn *conn,
  * `*out_len`, `RDMAXFER_ERR_BUFFER_TOO_SMALL`); `RDMAXFER_ERR_AGAIN` when none has, and
  * `RDMAXFER_ERR_CONNECTION` once the peer has disconnected and every message it sent before
  * was taken.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+ * when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_AGAIN when no message has arrived;
+ * RDMAXFER_ERR_BUFFER_TOO_SMALL and RDMAXFER_ERR_CONNECTION as above; the network statuses.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
                                             void *buf,

@@ -71,6 +71,10 @@ impl rdmaxfer_listener {
 /// port (`rdmaxfer_config_set_port`), as `rdmaxfer_connect` connects to it; configure
 /// `RDMAXFER_PORT_ANY` to let the system choose a free port (`rdmaxfer_listener_port` tells
 /// which). The device, GID index and message size are checked now.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of addr and out_listener;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for an addr that is not an IP address or an MTU set with RDMA CM;
+/// the network statuses.
+/// Blocks: no (it binds; it waits for no peer).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listen(
     cfg: *const rdmaxfer_config,
@@ -98,6 +102,8 @@ pub extern "C" fn rdmaxfer_listen(
 }
 
 /// The port `listener` listens on (the one the system chose for `RDMAXFER_PORT_ANY`).
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_port.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_port(
     listener: *const rdmaxfer_listener,
@@ -115,6 +121,9 @@ pub extern "C" fn rdmaxfer_listener_port(
 /// waiting), and sets the connection up (each step within the timeout too). A listener shut
 /// down before or during the wait (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`
 /// from another thread) makes it return `RDMAXFER_ERR_SHUTDOWN` at once.
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+/// RDMAXFER_ERR_TIMEOUT when no peer came; RDMAXFER_ERR_SHUTDOWN (above); the network statuses.
+/// Blocks: yes: for a peer, at most the configured timeout, then each set-up step at most it too.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_accept(
     listener: *mut rdmaxfer_listener,
@@ -136,6 +145,9 @@ pub extern "C" fn rdmaxfer_accept(
 /// accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
 /// do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
 /// of the event loop first). Level-triggered: it stays readable until the event is taken.
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_fd;
+/// RDMAXFER_ERR_IO if the descriptor cannot be made.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_fd(
     listener: *const rdmaxfer_listener,
@@ -173,6 +185,11 @@ fn again() -> Fail {
 /// new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
 /// does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
 /// that error and the listener stays usable.
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+/// RDMAXFER_ERR_AGAIN when no peer is ready; RDMAXFER_ERR_SHUTDOWN once shut down; the network
+/// statuses of a peer whose set-up failed.
+/// Blocks: no over RDMA CM; over OOB, one TCP exchange with a pending peer, at most the configured
+/// timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_try_accept(
     listener: *mut rdmaxfer_listener,
@@ -244,6 +261,10 @@ pub extern "C" fn rdmaxfer_listener_try_accept(
 /// connections accepted from it are not affected. Shutting down again changes nothing. (It
 /// does not make `rdmaxfer_listener_fd` readable: an event loop that wants to be woken uses
 /// its own descriptor.)
+/// Returns: RDMAXFER_OK, also when already shut down; RDMAXFER_ERR_NULL_ARGUMENT (NULL),
+/// RDMAXFER_ERR_INVALID_ARGUMENT (misaligned), RDMAXFER_ERR_INVALID_STATE (freed),
+/// RDMAXFER_ERR_PANIC; never RDMAXFER_ERR_BUSY.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_shutdown(
     listener: *const rdmaxfer_listener,
@@ -265,6 +286,9 @@ fn shut_down(h: &'static rdmaxfer_listener) -> CResult<()> {
 /// Frees a listener (NULL: nothing); connections accepted from it stay usable. It is shut down
 /// first, so an `rdmaxfer_accept` blocked in it on another thread returns
 /// `RDMAXFER_ERR_SHUTDOWN` at once (and the listener is released when that call has returned).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed listener: only the last error
+/// message says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_free(listener: *mut rdmaxfer_listener) {
     boundary::run_or("rdmaxfer_listener_free", (), || {
