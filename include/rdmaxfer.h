@@ -30,8 +30,10 @@
  *   transfer) may return: RDMAXFER_ERR_NO_DEVICE, RDMAXFER_ERR_DEVICE_NOT_FOUND,
  *   RDMAXFER_ERR_VERBS (rdmaxfer_last_os_error says the errno), RDMAXFER_ERR_COMPLETION
  *   (rdmaxfer_last_wc_status), RDMAXFER_ERR_TIMEOUT, RDMAXFER_ERR_CONNECTION,
- *   RDMAXFER_ERR_PROTOCOL, RDMAXFER_ERR_IO, and RDMAXFER_ERR_INVALID_ARGUMENT for what the
- *   device cannot take (a port that is not active, a GID index or size it does not have).
+ *   RDMAXFER_ERR_PROTOCOL, RDMAXFER_ERR_IO, and RDMAXFER_ERR_INVALID_ARGUMENT for settings
+ *   the device or route does not fit (a port that is not active, a GID index it lacks or one
+ *   without the IPv4 address RDMA CM needs, a message size over the port's, a configured
+ *   device that does not reach the peer).
  *   Functions that return a value instead of a status say what they return on failure.
  *
  * Structs that can grow. A struct the caller allocates for the library to fill
@@ -1039,9 +1041,9 @@ enum rdmaxfer_status rdmaxfer_config_set_streams(struct rdmaxfer_config *cfg, ui
  * Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
  * configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
  * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and out_conn;
- * RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu) or no port
- * (above); RDMAXFER_ERR_REFUSED when the server refused it (busy, another version); the network
- * statuses.
+ * RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu), no port
+ * (above) or a host that resolves to no address; RDMAXFER_ERR_REFUSED when the server refused it
+ * (busy, another version); the network statuses.
  * Blocks: yes: the name lookup, then each step of the connect at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,

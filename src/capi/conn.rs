@@ -79,9 +79,9 @@ pub(crate) fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mu
 /// Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
 /// configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
 /// Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and out_conn;
-/// RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu) or no port
-/// (above); RDMAXFER_ERR_REFUSED when the server refused it (busy, another version); the network
-/// statuses.
+/// RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu), no port
+/// (above) or a host that resolves to no address; RDMAXFER_ERR_REFUSED when the server refused it
+/// (busy, another version); the network statuses.
 /// Blocks: yes: the name lookup, then each step of the connect at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connect(
