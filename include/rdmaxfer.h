@@ -1583,7 +1583,9 @@ enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_opti
  * `progress` (may be NULL) is called as data goes out and may stop the transfer
  * (`RDMAXFER_ERR_ABORTED`). `report` (may be NULL; made by `rdmaxfer_report_new`) is filled
  * with every entry's outcome when the call returns, whether it succeeds or fails, unless it
- * fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
+ * fails before anything is sent (a bad argument, the report's own handle statuses included:
+ * the report is checked first and held for the whole call, so calls on it meanwhile, from
+ * `progress` or another thread, return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` only when every entry was
  * delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
  * some were refused or failed (the report says which and why), or the receiver refused the
  * session (busy, a wrong token: the last error message says); `RDMAXFER_ERR_ABORTED` when
@@ -1591,8 +1593,8 @@ enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_opti
  * a path that cannot be listed; and the statuses of the network (see the header's
  * conventions).
  * Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
- * a report freed, in use or poisoned when the transfer ends gives that status instead of the
- * transfer's); the pointer statuses of paths and its entries (an empty entry:
+ * a report freed, in use or poisoned fails the call before anything is sent, the report
+ * untouched); the pointer statuses of paths and its entries (an empty entry:
  * RDMAXFER_ERR_INVALID_ARGUMENT); RDMAXFER_ERR_INVALID_ARGUMENT, _IO, _REFUSED and _ABORTED as
  * above (INVALID_ARGUMENT also for a path that is not a file or directory, or cannot be sent by
  * its name); the network statuses.
@@ -1665,14 +1667,16 @@ enum rdmaxfer_status rdmaxfer_recv_options_set_budget(struct rdmaxfer_recv_optio
  * Receives one sender's session on `conn` into the existing directory `out_dir`, as
  * `rdmaxfer_recv_file` does (where files land, what is refused), with `opts` (NULL: the
  * defaults), and fills `report` (may be NULL) with every entry's outcome when the call
- * returns, whether it succeeds or fails. `RDMAXFER_OK` when every entry arrived verified or
+ * returns, whether it succeeds or fails, unless it fails before the session starts (a bad
+ * argument, the report's own handle statuses included: the report is checked first and held
+ * for the whole call, so calls on it meanwhile return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` when every entry arrived verified or
  * was skipped; `RDMAXFER_ERR_REFUSED` when some were refused or failed (the report says which)
  * or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
  * `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
  * statuses of the network.
  * Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
- * a report freed, in use or poisoned when the transfer ends gives that status instead of the
- * transfer's); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
+ * a report freed, in use or poisoned fails the call before the session starts, the report
+ * untouched); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
  * above; the network statuses.
  * Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
  * timeout.

@@ -6,7 +6,7 @@
 use std::ffi::{c_char, CString};
 
 use super::boundary::{self, CResult, Fail};
-use super::handle::{arg, free_handle, handle, impl_handle, into_handle, Slot};
+use super::handle::{free_handle, handle, impl_handle, into_handle, Call, Slot};
 use super::status::rdmaxfer_status;
 use crate::xfer::file::report::{FileReport, SessionReport};
 
@@ -175,23 +175,28 @@ pub extern "C" fn rdmaxfer_report_free(report: *mut rdmaxfer_report) {
     free_handle("rdmaxfer_report_free", report);
 }
 
-/// Fills `report` (if not NULL) with `session`: what the transfer calls do on every return.
-pub(crate) fn fill(report: *mut rdmaxfer_report, session: SessionReport) -> CResult<()> {
+/// A transfer's report, locked from before the transfer starts until it is filled: a handle
+/// that is freed, in use or poisoned fails the call before anything moves, and no other call
+/// can take it in between (a free meanwhile takes effect when the transfer returns, after the
+/// fill).
+pub(crate) struct Held(Option<Call<rdmaxfer_report>>);
+
+/// Locks `report` (NULL: nothing to fill) before a transfer starts ([`Held`]).
+pub(crate) fn hold(report: *mut rdmaxfer_report) -> CResult<Held> {
     if report.is_null() {
-        return Ok(());
+        return Ok(Held(None));
     }
-    let mut r = handle(report, "report")?;
-    r.fill(session);
-    Ok(())
+    Ok(Held(Some(handle(report, "report")?)))
 }
 
-/// Checks `report` (NULL allowed) before a transfer starts, so that a bad handle fails the
-/// call before anything moves.
-pub(crate) fn check(report: *mut rdmaxfer_report) -> CResult<()> {
-    if !report.is_null() {
-        arg(report, "report")?;
+impl Held {
+    /// Fills the report (if any) with `session`: what the transfer calls do on every return
+    /// once the transfer has begun.
+    pub(crate) fn fill(self, session: SessionReport) {
+        if let Some(mut r) = self.0 {
+            r.fill(session);
+        }
     }
-    Ok(())
 }
 
 /// The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle

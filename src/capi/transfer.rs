@@ -293,7 +293,9 @@ impl Tally {
 /// `progress` (may be NULL) is called as data goes out and may stop the transfer
 /// (`RDMAXFER_ERR_ABORTED`). `report` (may be NULL; made by `rdmaxfer_report_new`) is filled
 /// with every entry's outcome when the call returns, whether it succeeds or fails, unless it
-/// fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
+/// fails before anything is sent (a bad argument, the report's own handle statuses included:
+/// the report is checked first and held for the whole call, so calls on it meanwhile, from
+/// `progress` or another thread, return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` only when every entry was
 /// delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
 /// some were refused or failed (the report says which and why), or the receiver refused the
 /// session (busy, a wrong token: the last error message says); `RDMAXFER_ERR_ABORTED` when
@@ -301,8 +303,8 @@ impl Tally {
 /// a path that cannot be listed; and the statuses of the network (see the header's
 /// conventions).
 /// Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
-/// a report freed, in use or poisoned when the transfer ends gives that status instead of the
-/// transfer's); the pointer statuses of paths and its entries (an empty entry:
+/// a report freed, in use or poisoned fails the call before anything is sent, the report
+/// untouched); the pointer statuses of paths and its entries (an empty entry:
 /// RDMAXFER_ERR_INVALID_ARGUMENT); RDMAXFER_ERR_INVALID_ARGUMENT, _IO, _REFUSED and _ABORTED as
 /// above (INVALID_ARGUMENT also for a path that is not a file or directory, or cannot be sent by
 /// its name); the network statuses.
@@ -323,7 +325,7 @@ pub extern "C" fn rdmaxfer_send_files(
         } else {
             handle(opts, "opts")?.clone()
         };
-        report::check(report)?;
+        let report = report::hold(report)?;
         let roots: Vec<PathBuf> = boundary::arg_str_array(paths, n_paths, usize::MAX, "paths")?
             .into_iter()
             .map(PathBuf::from)
@@ -395,7 +397,7 @@ pub extern "C" fn rdmaxfer_send_files(
             &mut session_report,
             &mut |p| tally.on(p),
         );
-        report::fill(report, session_report)?;
+        report.fill(session_report);
         r.map_err(Fail::from)
     })
 }
@@ -516,14 +518,16 @@ pub extern "C" fn rdmaxfer_recv_options_set_budget(
 /// Receives one sender's session on `conn` into the existing directory `out_dir`, as
 /// `rdmaxfer_recv_file` does (where files land, what is refused), with `opts` (NULL: the
 /// defaults), and fills `report` (may be NULL) with every entry's outcome when the call
-/// returns, whether it succeeds or fails. `RDMAXFER_OK` when every entry arrived verified or
+/// returns, whether it succeeds or fails, unless it fails before the session starts (a bad
+/// argument, the report's own handle statuses included: the report is checked first and held
+/// for the whole call, so calls on it meanwhile return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` when every entry arrived verified or
 /// was skipped; `RDMAXFER_ERR_REFUSED` when some were refused or failed (the report says which)
 /// or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
 /// `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
 /// statuses of the network.
 /// Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
-/// a report freed, in use or poisoned when the transfer ends gives that status instead of the
-/// transfer's); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
+/// a report freed, in use or poisoned fails the call before the session starts, the report
+/// untouched); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
 /// above; the network statuses.
 /// Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
 /// timeout.
@@ -540,7 +544,7 @@ pub extern "C" fn rdmaxfer_recv_files(
         } else {
             handle(opts, "opts")?.clone()
         };
-        report::check(report)?;
+        let report = report::hold(report)?;
         let dir = boundary::arg_path(out_dir, "out_dir")?;
         let mut c = handle(conn, "conn")?;
         super::file::check_out_dir(&dir)?;
@@ -560,7 +564,7 @@ pub extern "C" fn rdmaxfer_recv_files(
         }
         let mut session_report = SessionReport::default();
         let r = file::receive(c.rdmaxfer_peer()?, &ropts, &mut session_report);
-        report::fill(report, session_report)?;
+        report.fill(session_report);
         r.map_err(Fail::from)
     })
 }
