@@ -84,14 +84,15 @@
  *
  * Event loops. rdmaxfer_listener_fd, rdmaxfer_conn_fd and rdmaxfer_connecting_fd give a
  *   descriptor to poll for POLLIN (owned by the handle: never read or close it); the
- *   rdmaxfer_*_try_* calls never wait for the peer (exceptions over OOB: see Blocking) and
+ *   rdmaxfer_*_try_* calls never wait for the peer (one exception over OOB: see Blocking) and
  *   return RDMAXFER_ERR_AGAIN when nothing is ready. Descriptors are level-triggered: poll,
  *   then call the try_ function until it returns RDMAXFER_ERR_AGAIN. rdmaxfer_connect_start
  *   begins a connect that rdmaxfer_connecting_try_finish completes (RDMA CM, a numeric
  *   address).
- *   rdmaxfer_listener_try_accept answers a request and finishes it in a later call, once its
- *   client completes it; one exception: over OOB it sets a pending peer up as rdmaxfer_accept
- *   does (one TCP exchange, at most the configured timeout).
+ *   rdmaxfer_listener_try_accept answers a request (over OOB: takes the TCP connection, then
+ *   exchanges the connection parameters as the bytes arrive) and finishes it in a later call,
+ *   once its client completes it; a call after the configured timeout drops a client that has
+ *   not.
  *   examples/c/poll_server.c serves several clients from one poll loop, and its client
  *   connects from one.
  *
@@ -100,8 +101,8 @@
  *   (for the peer's credit), rdmaxfer_recv, rdmaxfer_pingpong, rdmaxfer_conn_close,
  *   rdmaxfer_remote_open/_close, rdmaxfer_rdma_write/_read, rdmaxfer_expose and the file
  *   transfer calls. Nothing else waits: configuration, option, buffer, report and device-list
- *   calls, the *_fd and try_ calls (but see rdmaxfer_listener_try_accept over OOB above).
- *   One more exception, over OOB: the first call on a connection that needs rdmaxfer's flow
+ *   calls, the *_fd and try_ calls.
+ *   One exception, over OOB: the first call on a connection that needs rdmaxfer's flow
  *   control (rdmaxfer_conn_max_msg_size, rdmaxfer_conn_fd and rdmaxfer_conn_try_send/_recv
  *   too) exchanges it with the peer first, at most the configured timeout.
  *
@@ -1328,7 +1329,9 @@ enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
 /**
  * The descriptor to `poll`/`select`/epoll for the next peer (`POLLIN`): readable when a
  * connection request is pending, or a connection `rdmaxfer_listener_try_accept` began to
- * accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
+ * accept has an event (RDMA CM) or bytes to read or room to write (OOB): then call
+ * `rdmaxfer_listener_try_accept`. It does not wake for a deadline: to drop stalled clients on
+ * time, also call it when the configured timeout has passed. It belongs to the listener:
  * do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
  * of the event loop first). Level-triggered: it stays readable until the event is taken.
  * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_fd;
@@ -1339,17 +1342,17 @@ enum rdmaxfer_status rdmaxfer_listener_fd(const struct rdmaxfer_listener *listen
 
 /**
  * Accepts a peer without waiting: `RDMAXFER_ERR_AGAIN` when none is ready (wait for
- * `rdmaxfer_listener_fd` to be readable, then call again). Over RDMA CM it never blocks: a
- * pending request is answered and left to complete across calls, so a client that stalls
- * its handshake holds nobody up (it is dropped after the configured timeout; past 64 at once,
- * new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
- * does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
- * that error and the listener stays usable.
+ * `rdmaxfer_listener_fd` to be readable, then call again). It never blocks: a pending peer is
+ * answered (RDMA CM) or its TCP connection taken (OOB, whose exchange of connection
+ * parameters then goes as its bytes arrive), and left to complete across calls, so a client
+ * that stalls its handshake holds nobody up. A call after the configured timeout drops a
+ * client that has not completed it; past 64 under way at once, new peers are refused as busy
+ * (over OOB: told so in place of the server's address, then closed). A peer whose handshake
+ * fails gives that error and the listener stays usable.
  * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
  * RDMAXFER_ERR_AGAIN when no peer is ready; RDMAXFER_ERR_SHUTDOWN once shut down; the network
  * statuses of a peer whose set-up failed.
- * Blocks: no over RDMA CM; over OOB, one TCP exchange with a pending peer, at most the configured
- * timeout.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *listener,
                                                   struct rdmaxfer_conn **out_conn);
