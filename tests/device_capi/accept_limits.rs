@@ -210,3 +210,9 @@ fn past_64_busy_then_dropped(oob: bool, timeout_ms: u32) {
 fn oob_try_accept_refuses_a_65th_client_as_busy_until_the_stalled_ones_time_out() {
     past_64_busy_then_dropped(true, 5_000);
 }
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn cm_try_accept_refuses_a_65th_client_as_busy_until_the_stalled_ones_time_out() {
+    past_64_busy_then_dropped(false, 20_000);
+}
