@@ -18,15 +18,23 @@
  *   exception: RDMAXFER_ERR_BUFFER_TOO_SMALL from rdmaxfer_recv / rdmaxfer_conn_try_recv /
  *   rdmaxfer_conn_peer_addr writes the length needed to *out_len.
  *
- * Statuses. Every call may return RDMAXFER_ERR_PANIC. One that takes a handle may return
- *   RDMAXFER_ERR_NULL_ARGUMENT (NULL), RDMAXFER_ERR_INVALID_STATE (freed, or ended) and
- *   RDMAXFER_ERR_BUSY (in another call); one that takes a pointer or a value,
- *   RDMAXFER_ERR_NULL_ARGUMENT and RDMAXFER_ERR_INVALID_ARGUMENT. One that reaches a device or
- *   the network (making listeners and connections, messages, one-sided and file transfer)
- *   may also return RDMAXFER_ERR_NO_DEVICE, RDMAXFER_ERR_DEVICE_NOT_FOUND, RDMAXFER_ERR_VERBS
- *   (rdmaxfer_last_os_error says the errno), RDMAXFER_ERR_COMPLETION (rdmaxfer_last_wc_status),
- *   RDMAXFER_ERR_TIMEOUT, RDMAXFER_ERR_CONNECTION, RDMAXFER_ERR_PROTOCOL and RDMAXFER_ERR_IO.
- *   A function's comment names the statuses that mean something more for it.
+ * Statuses. Each function's comment lists what it returns ("Returns:") and whether it waits
+ *   ("Blocks:"), in these terms. Every call that returns a status may return
+ *   RDMAXFER_ERR_PANIC. "The handle statuses of h": RDMAXFER_ERR_NULL_ARGUMENT (h is NULL),
+ *   RDMAXFER_ERR_INVALID_ARGUMENT (misaligned), RDMAXFER_ERR_INVALID_STATE (freed, or ended),
+ *   RDMAXFER_ERR_BUSY (in another call) and RDMAXFER_ERR_PANIC (poisoned). "The pointer
+ *   statuses of p": RDMAXFER_ERR_NULL_ARGUMENT (NULL where it is required) and
+ *   RDMAXFER_ERR_INVALID_ARGUMENT (misaligned; a string that is not UTF-8; an empty path; a
+ *   struct_size too small, see below). "The network statuses", which a call that reaches a
+ *   device or the network (making listeners and connections, messages, one-sided and file
+ *   transfer) may return: RDMAXFER_ERR_NO_DEVICE, RDMAXFER_ERR_DEVICE_NOT_FOUND,
+ *   RDMAXFER_ERR_VERBS (rdmaxfer_last_os_error says the errno), RDMAXFER_ERR_COMPLETION
+ *   (rdmaxfer_last_wc_status), RDMAXFER_ERR_TIMEOUT, RDMAXFER_ERR_CONNECTION,
+ *   RDMAXFER_ERR_PROTOCOL, RDMAXFER_ERR_IO, and RDMAXFER_ERR_INVALID_ARGUMENT for settings
+ *   the device or route does not fit (a port that is not active, a GID index it lacks or one
+ *   without the IPv4 address RDMA CM needs, a message size over the port's, a configured
+ *   device that does not reach the peer).
+ *   Functions that return a value instead of a status say what they return on failure.
  *
  * Structs that can grow. A struct the caller allocates for the library to fill
  *   (rdmaxfer_pingpong_stats, _recv_summary, _device_info, _expose_report, _file_result,
@@ -76,13 +84,15 @@
  *
  * Event loops. rdmaxfer_listener_fd, rdmaxfer_conn_fd and rdmaxfer_connecting_fd give a
  *   descriptor to poll for POLLIN (owned by the handle: never read or close it); the
- *   rdmaxfer_*_try_* calls never wait for the peer and return RDMAXFER_ERR_AGAIN when nothing
- *   is ready. Descriptors are level-triggered: poll, then call the try_ function until it
- *   returns RDMAXFER_ERR_AGAIN. rdmaxfer_connect_start begins a connect that
- *   rdmaxfer_connecting_try_finish completes (RDMA CM, a numeric address).
- *   rdmaxfer_listener_try_accept answers a request and finishes it in a later call, once its
- *   client completes it; one exception: over OOB it sets a pending peer up as rdmaxfer_accept
- *   does (one TCP exchange, at most the configured timeout).
+ *   rdmaxfer_*_try_* calls never wait for the peer (one exception over OOB: see Blocking) and
+ *   return RDMAXFER_ERR_AGAIN when nothing is ready. Descriptors are level-triggered: poll,
+ *   then call the try_ function until it returns RDMAXFER_ERR_AGAIN. rdmaxfer_connect_start
+ *   begins a connect that rdmaxfer_connecting_try_finish completes (RDMA CM, a numeric
+ *   address).
+ *   rdmaxfer_listener_try_accept answers a request (over OOB: takes the TCP connection, then
+ *   exchanges the connection parameters as the bytes arrive) and finishes it in a later call,
+ *   once its client completes it; a call after the configured timeout drops a client that has
+ *   not.
  *   examples/c/poll_server.c serves several clients from one poll loop, and its client
  *   connects from one.
  *
@@ -91,7 +101,10 @@
  *   (for the peer's credit), rdmaxfer_recv, rdmaxfer_pingpong, rdmaxfer_conn_close,
  *   rdmaxfer_remote_open/_close, rdmaxfer_rdma_write/_read, rdmaxfer_expose and the file
  *   transfer calls. Nothing else waits: configuration, option, buffer, report and device-list
- *   calls, the *_fd and try_ calls (but see rdmaxfer_listener_try_accept over OOB above).
+ *   calls, the *_fd and try_ calls.
+ *   One exception, over OOB: the first call on a connection that needs rdmaxfer's flow
+ *   control (rdmaxfer_conn_max_msg_size, rdmaxfer_conn_fd and rdmaxfer_conn_try_send/_recv
+ *   too) exchanges it with the peer first, at most the configured timeout.
  *
  * fork. A child made by fork(2) must not use any handle its parent made (registered memory
  *   and queue pairs stay the parent's: the library does not call ibv_fork_init); exec, or
@@ -704,6 +717,8 @@ extern "C" {
  * The detail of the last failure on the calling thread: which call failed and why (never
  * NULL; "" before any failure). The text stays valid until the next failing call on this
  * thread; copy it to keep it.
+ * Returns: never fails: never NULL.
+ * Blocks: no.
  */
 const char *rdmaxfer_last_error_message(void);
 
@@ -711,6 +726,8 @@ const char *rdmaxfer_last_error_message(void);
  * The OS error number (errno, e.g. `ENOMEM` from a registration over the locked-memory
  * limit) behind the last failure on the calling thread; 0 when it had none (or before any).
  * Set with the last error message, by the same calls.
+ * Returns: never fails: 0 when the last failure had no errno.
+ * Blocks: no.
  */
 int rdmaxfer_last_os_error(void);
 
@@ -718,11 +735,17 @@ int rdmaxfer_last_os_error(void);
  * The work-completion status (`enum ibv_wc_status` of libibverbs, e.g. 10 for
  * `IBV_WC_REM_ACCESS_ERR`) behind the last failure on the calling thread; -1 when it had
  * none (or before any). Set with the last error message, by the same calls.
+ * Returns: never fails: -1 when the last failure had no work completion.
+ * Blocks: no.
  */
 int rdmaxfer_last_wc_status(void);
 
 /**
  * Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_buf;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if len is 0 or too large; RDMAXFER_ERR_VERBS if the registration
+ * fails (e.g. over the locked-memory limit: rdmaxfer_last_os_error).
+ * Blocks: no (it waits for no peer).
  */
 enum rdmaxfer_status rdmaxfer_buf_new(struct rdmaxfer_conn *conn,
                                       size_t len,
@@ -730,16 +753,26 @@ enum rdmaxfer_status rdmaxfer_buf_new(struct rdmaxfer_conn *conn,
 
 /**
  * Frees a buffer (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed buf: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_buf_free(struct rdmaxfer_buf *buf);
 
 /**
  * The buffer's length in bytes (0 for NULL).
+ * Returns: the length; 0 for NULL (the last error message says nothing then), and for a
+ * misaligned, freed, busy or poisoned buf (it says why).
+ * Blocks: no.
  */
 size_t rdmaxfer_buf_len(const struct rdmaxfer_buf *buf);
 
 /**
  * Copies `len` bytes from `src` into the buffer at `offset`.
+ * Returns: RDMAXFER_OK; the handle statuses of buf; the pointer statuses of src (NULL allowed when
+ * len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if offset + len is past the buffer's end;
+ * RDMAXFER_ERR_INVALID_STATE also when a failed transfer lost the buffer.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_buf_write(struct rdmaxfer_buf *buf,
                                         size_t offset,
@@ -748,6 +781,10 @@ enum rdmaxfer_status rdmaxfer_buf_write(struct rdmaxfer_buf *buf,
 
 /**
  * Copies `len` bytes of the buffer at `offset` to `dst`.
+ * Returns: RDMAXFER_OK; the handle statuses of buf; the pointer statuses of dst (NULL allowed when
+ * len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if offset + len is past the buffer's end;
+ * RDMAXFER_ERR_INVALID_STATE also when a failed transfer lost the buffer.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_buf_read(const struct rdmaxfer_buf *buf,
                                        size_t offset,
@@ -757,23 +794,38 @@ enum rdmaxfer_status rdmaxfer_buf_read(const struct rdmaxfer_buf *buf,
 /**
  * Opens a one-sided session on `conn`: asks the peer to expose its buffer and learns where it
  * is, how long, and what it allows.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_remote; the
+ * network statuses.
+ * Blocks: yes, until the peer exposes its buffer, each wait at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_remote_open(struct rdmaxfer_conn *conn,
                                           struct rdmaxfer_remote **out_remote);
 
 /**
  * The length in bytes of the peer's exposed buffer (0 for NULL).
+ * Returns: the length; 0 for NULL (the last error message says nothing then), and for a
+ * misaligned, freed, busy or poisoned remote (it says why).
+ * Blocks: no.
  */
 uint64_t rdmaxfer_remote_len(const struct rdmaxfer_remote *remote);
 
 /**
  * What the peer allows: `RDMAXFER_ACCESS_READ`, `_WRITE` or `_READ_WRITE` (0 for NULL).
+ * Returns: the access bits; 0 for NULL (the last error message says nothing then), and for a
+ * misaligned, freed, busy or poisoned remote (it says why).
+ * Blocks: no.
  */
 uint32_t rdmaxfer_remote_access(const struct rdmaxfer_remote *remote);
 
 /**
  * RDMA WRITEs `len` bytes of `buf` at `buf_offset` into the peer's buffer at `remote_offset`
  * (both ranges checked first), and waits until it is done.
+ * Returns: RDMAXFER_OK; the handle statuses of conn, remote and buf; RDMAXFER_ERR_INVALID_ARGUMENT
+ * if remote or buf was made on another conn, the exposure does not allow writes, or buf_offset +
+ * len is past buf's end; RDMAXFER_ERR_OUT_OF_BOUNDS if remote_offset + len is past the exposed
+ * buffer's end; RDMAXFER_ERR_INVALID_STATE also when the session was closed or a failed transfer
+ * lost buf; the network statuses.
+ * Blocks: yes, until the WRITE completes, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_rdma_write(struct rdmaxfer_conn *conn,
                                          struct rdmaxfer_remote *remote,
@@ -785,6 +837,12 @@ enum rdmaxfer_status rdmaxfer_rdma_write(struct rdmaxfer_conn *conn,
 /**
  * RDMA READs `len` bytes of the peer's buffer at `remote_offset` into `buf` at `buf_offset`
  * (both ranges checked first), and waits until they are there.
+ * Returns: RDMAXFER_OK; the handle statuses of conn, remote and buf; RDMAXFER_ERR_INVALID_ARGUMENT
+ * if remote or buf was made on another conn, the exposure does not allow reads, or buf_offset +
+ * len is past buf's end; RDMAXFER_ERR_OUT_OF_BOUNDS if remote_offset + len is past the exposed
+ * buffer's end; RDMAXFER_ERR_INVALID_STATE also when the session was closed or a failed transfer
+ * lost buf; the network statuses.
+ * Blocks: yes, until the READ completes, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_rdma_read(struct rdmaxfer_conn *conn,
                                         struct rdmaxfer_remote *remote,
@@ -796,6 +854,10 @@ enum rdmaxfer_status rdmaxfer_rdma_read(struct rdmaxfer_conn *conn,
 /**
  * Ends the session: tells the peer how many bytes were written and read and whether every
  * transfer succeeded, and waits until it has the message. The peer then revokes its exposure.
+ * Returns: RDMAXFER_OK; the handle statuses of conn and remote; RDMAXFER_ERR_INVALID_ARGUMENT if
+ * remote was opened on another conn; RDMAXFER_ERR_INVALID_STATE also when the session was already
+ * closed; the network statuses.
+ * Blocks: yes, until the peer has the message, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_remote_close(struct rdmaxfer_conn *conn,
                                            struct rdmaxfer_remote *remote);
@@ -803,6 +865,9 @@ enum rdmaxfer_status rdmaxfer_remote_close(struct rdmaxfer_conn *conn,
 /**
  * Frees a session (NULL: nothing). Freeing it without `rdmaxfer_remote_close` leaves the peer
  * waiting until the connection ends.
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed remote: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_remote_free(struct rdmaxfer_remote *remote);
 
@@ -811,6 +876,11 @@ void rdmaxfer_remote_free(struct rdmaxfer_remote *remote);
  * bytes) with `access`, waits until the peer ends the session (or goes away), revokes the
  * exposure and copies what the peer left in it back to `data`. As `rdmaxfer expose` does; the
  * peer may be `rdmaxfer write`/`read` or `rdmaxfer_remote_open`.
+ * Returns: RDMAXFER_OK, also when the session ended early (then out_report->ok is 0 and the last
+ * error message says why); the handle statuses of conn; the pointer statuses of data and
+ * out_report; RDMAXFER_ERR_INVALID_ARGUMENT if len is 0 or access is unknown; the network
+ * statuses.
+ * Blocks: yes, until the peer ends the session, each wait at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_expose(struct rdmaxfer_conn *conn,
                                      void *data,
@@ -821,11 +891,16 @@ enum rdmaxfer_status rdmaxfer_expose(struct rdmaxfer_conn *conn,
 /**
  * Makes a configuration with the defaults: automatic device and GID, port 18515, RDMA CM,
  * busy-polling, 10 s per step, no token, messages up to 8192 bytes.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_cfg; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_new(struct rdmaxfer_config **out_cfg);
 
 /**
  * Frees a configuration (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed cfg: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_config_free(struct rdmaxfer_config *cfg);
 
@@ -833,6 +908,9 @@ void rdmaxfer_config_free(struct rdmaxfer_config *cfg);
  * Uses RDMA device `name` (e.g. "rxe0"); NULL: automatic (the first with an active port, or
  * with RDMA CM the one that routes to the peer). Replaces a list set by
  * `rdmaxfer_config_set_devices`.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if name is empty
+ * or not UTF-8.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_device(struct rdmaxfer_config *cfg, const char *name);
 
@@ -848,6 +926,9 @@ enum rdmaxfer_status rdmaxfer_config_set_device(struct rdmaxfer_config *cfg, con
  * entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS` names, an empty one or
  * one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is left
  * as it was. The names are copied.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_NULL_ARGUMENT or
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a bad or misaligned names (above).
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_devices(struct rdmaxfer_config *cfg,
                                                  const char *const *names,
@@ -862,6 +943,9 @@ enum rdmaxfer_status rdmaxfer_config_set_devices(struct rdmaxfer_config *cfg,
  * or a NULL entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS`, an empty one
  * or one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is
  * left as it was. The strings are copied.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_NULL_ARGUMENT or
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a bad or misaligned hosts (above).
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_stream_hosts(struct rdmaxfer_config *cfg,
                                                       const char *const *hosts,
@@ -869,6 +953,9 @@ enum rdmaxfer_status rdmaxfer_config_set_stream_hosts(struct rdmaxfer_config *cf
 
 /**
  * Uses GID table entry `index`; -1: automatic (the IPv4-mapped RoCE v2 GID).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if index is
+ * below -1.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_gid_index(struct rdmaxfer_config *cfg, int32_t index);
 
@@ -877,12 +964,17 @@ enum rdmaxfer_status rdmaxfer_config_set_gid_index(struct rdmaxfer_config *cfg, 
  * `RDMAXFER_PORT_CONFIGURED` (default `RDMAXFER_DEFAULT_PORT`). `RDMAXFER_PORT_ANY`: listeners
  * take any free port (`rdmaxfer_listener_port` tells which), and a connect needs its port
  * given.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_port(struct rdmaxfer_config *cfg, uint16_t port);
 
 /**
  * `RDMAXFER_TRANSPORT_CM` (default) or `RDMAXFER_TRANSPORT_OOB` (ibv_rc_pingpong's TCP
  * exchange; a ping-pong peer may then be ibv_rc_pingpong itself).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT for another
+ * transport.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_transport(struct rdmaxfer_config *cfg, uint32_t transport);
 
@@ -890,17 +982,24 @@ enum rdmaxfer_status rdmaxfer_config_set_transport(struct rdmaxfer_config *cfg, 
  * Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only: with RDMA CM,
  * `rdmaxfer_listen` and `rdmaxfer_connect` refuse a configuration that sets one); 0: default
  * (1024).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT for another
+ * size.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_mtu(struct rdmaxfer_config *cfg, uint32_t bytes);
 
 /**
  * Deadline of each step (resolve, connect, accept's wait for a peer, each message and
  * completion), in milliseconds (default 10000; must be positive).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if ms is 0.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_timeout_ms(struct rdmaxfer_config *cfg, uint32_t ms);
 
 /**
  * Non-zero: sleep on the completion channel while waiting; 0 (default): busy-poll.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_event_mode(struct rdmaxfer_config *cfg, int enabled);
 
@@ -908,6 +1007,9 @@ enum rdmaxfer_status rdmaxfer_config_set_event_mode(struct rdmaxfer_config *cfg,
  * The file-transfer token (a receiver requires senders to know it; a sender answers with it);
  * NULL: none (authentication off). An empty string is `RDMAXFER_ERR_INVALID_ARGUMENT` and
  * leaves the configuration as it was: it would otherwise turn authentication off silently.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if token is
+ * empty or not UTF-8.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, const char *token);
 
@@ -915,6 +1017,9 @@ enum rdmaxfer_status rdmaxfer_config_set_token(struct rdmaxfer_config *cfg, cons
  * Largest message `rdmaxfer_send` / ping-pong may use: 8192 (`RDMAXFER_MIN_MSG_SIZE`, the
  * default and the minimum, which the file and one-sided protocols need) to 1 GiB; a size
  * outside that is `RDMAXFER_ERR_INVALID_ARGUMENT` and leaves the configuration as it was.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT outside 8192 to
+ * 1 GiB.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, size_t bytes);
 
@@ -928,12 +1033,19 @@ enum rdmaxfer_status rdmaxfer_config_set_msg_size(struct rdmaxfer_config *cfg, s
  * `RDMAXFER_ERR_INVALID_ARGUMENT` and the configuration is left as it was. The receiver may
  * grant fewer (`rdmaxfer recv --max-streams`; `rdmaxfer_recv_file` grants 1): the transfer
  * then goes on with what it grants.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if n is over 64.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_config_set_streams(struct rdmaxfer_config *cfg, uint32_t n);
 
 /**
  * Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
  * configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and out_conn;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu), no port
+ * (above) or a host that resolves to no address; RDMAXFER_ERR_REFUSED when the server refused it
+ * (busy, another version); the network statuses.
+ * Blocks: yes: the name lookup, then each step of the connect at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
                                       const char *host,
@@ -950,12 +1062,21 @@ enum rdmaxfer_status rdmaxfer_connect(const struct rdmaxfer_config *cfg,
  * disconnects right after its last receive may cut the acknowledgement of it, and that
  * disconnect ends the wait without an error. Only a reply from the peer proves receipt (as
  * in every rdmaxfer protocol): have the peer answer the last message before closing.
+ * Returns: RDMAXFER_OK, also for NULL; RDMAXFER_ERR_INVALID_ARGUMENT (misaligned),
+ * RDMAXFER_ERR_INVALID_STATE (freed) or RDMAXFER_ERR_BUSY (in another call: left open);
+ * RDMAXFER_ERR_PANIC (poisoned: freed without the graceful end); the network statuses of the end
+ * (the connection is freed all the same).
+ * Blocks: yes, until what was sent has completed or the peer has disconnected, at most the
+ * configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_close(struct rdmaxfer_conn *conn);
 
 /**
  * Frees a connection without waiting for the peer (NULL: nothing). Buffers and sessions made
  * on it stay valid to free.
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed conn: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_conn_free(struct rdmaxfer_conn *conn);
 
@@ -963,6 +1084,10 @@ void rdmaxfer_conn_free(struct rdmaxfer_conn *conn);
  * The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).
  * Over the out-of-band transport this first switches the connection to rdmaxfer's flow
  * control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_size; over OOB,
+ * the network statuses of the switch to rdmaxfer's flow control.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_max_msg_size(const struct rdmaxfer_conn *conn, size_t *out_size);
 
@@ -973,6 +1098,10 @@ enum rdmaxfer_status rdmaxfer_conn_max_msg_size(const struct rdmaxfer_conn *conn
  * at least length + 1), `RDMAXFER_ERR_BUFFER_TOO_SMALL` with the length in `*out_len`, `buf`
  * untouched; 48 bytes always suffice. `RDMAXFER_ERR_INVALID_STATE` when the transport did not
  * tell it. Never blocks.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+ * when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_BUFFER_TOO_SMALL and
+ * RDMAXFER_ERR_INVALID_STATE as above.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_conn_peer_addr(const struct rdmaxfer_conn *conn,
                                              char *buf,
@@ -982,6 +1111,11 @@ enum rdmaxfer_status rdmaxfer_conn_peer_addr(const struct rdmaxfer_conn *conn,
 /**
  * Sends `len` bytes at `data` as one message to an rdmaxfer peer (waits for flow-control
  * credit, at most the timeout). `len` may be 0.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of data (NULL allowed
+ * when len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if len is over rdmaxfer_conn_max_msg_size; the
+ * network statuses.
+ * Blocks: yes, for a flow-control credit (over OOB, first for the switch to it), at most the
+ * configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_send(struct rdmaxfer_conn *conn, const void *data, size_t len);
 
@@ -991,6 +1125,10 @@ enum rdmaxfer_status rdmaxfer_send(struct rdmaxfer_conn *conn, const void *data,
  * `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned with its length in `*out_len` (the one exception to
  * "out-parameters are written only on success"): a buffer of `rdmaxfer_conn_max_msg_size`
  * bytes always suffices.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+ * when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_BUFFER_TOO_SMALL (above); the
+ * network statuses (RDMAXFER_ERR_TIMEOUT when no message came).
+ * Blocks: yes, until a message arrives, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_recv(struct rdmaxfer_conn *conn,
                                    void *buf,
@@ -1001,6 +1139,9 @@ enum rdmaxfer_status rdmaxfer_recv(struct rdmaxfer_conn *conn,
  * Ping-pong: `iters` round trips of `size`-byte messages. The connecting side sends the pings
  * and checks each pong; the accepting side answers. Both sides need the same size and count;
  * the peer may be `rdmaxfer pingpong` (or, over the out-of-band transport, ibv_rc_pingpong).
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_stats;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if size or iters is 0; the network statuses.
+ * Blocks: yes, each message at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_pingpong(struct rdmaxfer_conn *conn,
                                        size_t size,
@@ -1018,6 +1159,10 @@ enum rdmaxfer_status rdmaxfer_pingpong(struct rdmaxfer_conn *conn,
  * MTU set or `RDMAXFER_PORT_ANY`; `RDMAXFER_ERR_NO_DEVICE`, `_DEVICE_NOT_FOUND` or
  * `_VERBS` when it cannot start (no device, or `rdma_create_id` or `rdma_resolve_addr`
  * refused); what else a connect may fail with comes from `rdmaxfer_connecting_try_finish`.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and
+ * out_connecting; RDMAXFER_ERR_INVALID_ARGUMENT, RDMAXFER_ERR_NO_DEVICE,
+ * RDMAXFER_ERR_DEVICE_NOT_FOUND and RDMAXFER_ERR_VERBS as above.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_connect_start(const struct rdmaxfer_config *cfg,
                                             const char *host,
@@ -1029,6 +1174,10 @@ enum rdmaxfer_status rdmaxfer_connect_start(const struct rdmaxfer_config *cfg,
  * to the connect: do not read, write or close it; it is valid until
  * `rdmaxfer_connecting_free` and, once connected, no longer says anything (the connection has
  * its own, `rdmaxfer_conn_fd`). `RDMAXFER_ERR_INVALID_STATE` once the connect has ended.
+ * Returns: RDMAXFER_OK; the handle statuses of connecting; the pointer statuses of out_fd;
+ * RDMAXFER_ERR_INVALID_STATE also once the connect has ended; RDMAXFER_ERR_IO if the descriptor
+ * cannot be made.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_connecting_fd(const struct rdmaxfer_connecting *connecting,
                                             int *out_fd);
@@ -1039,6 +1188,11 @@ enum rdmaxfer_status rdmaxfer_connecting_fd(const struct rdmaxfer_connecting *co
  * `RDMAXFER_ERR_AGAIN` while it is under way (wait for `rdmaxfer_connecting_fd`); another
  * status when it failed as `rdmaxfer_connect` would (refused: `RDMAXFER_ERR_CONNECTION` or
  * `RDMAXFER_ERR_REFUSED`, unreachable, ...). After either end, `RDMAXFER_ERR_INVALID_STATE`.
+ * Returns: RDMAXFER_OK; the handle statuses of connecting; the pointer statuses of out_conn;
+ * RDMAXFER_ERR_AGAIN while the connect is under way; RDMAXFER_ERR_INVALID_STATE also after either
+ * end; RDMAXFER_ERR_REFUSED when the server refused it (busy, another version); the network
+ * statuses.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_connecting_try_finish(struct rdmaxfer_connecting *connecting,
                                                     struct rdmaxfer_conn **out_conn);
@@ -1046,22 +1200,35 @@ enum rdmaxfer_status rdmaxfer_connecting_try_finish(struct rdmaxfer_connecting *
 /**
  * Frees a connect (NULL: nothing); one not yet finished is abandoned. A connection it gave
  * stays.
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed connecting: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_connecting_free(struct rdmaxfer_connecting *connecting);
 
 /**
  * Lists the RDMA devices with their ports and GIDs. Fails with `RDMAXFER_ERR_NO_DEVICE` (the
  * last error message says how to get a Soft-RoCE device) when there is none.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_list; RDMAXFER_ERR_NO_DEVICE when there is
+ * none; RDMAXFER_ERR_VERBS or RDMAXFER_ERR_DEVICE_NOT_FOUND when one cannot be opened or queried;
+ * RDMAXFER_ERR_PANIC.
+ * Blocks: no (it queries the devices, not the network).
  */
 enum rdmaxfer_status rdmaxfer_devices(struct rdmaxfer_device_list **out_list);
 
 /**
  * Number of devices in `list` (0 for NULL).
+ * Returns: the count; 0 for NULL (the last error message says nothing then), and for a misaligned,
+ * freed, busy or poisoned list (it says why).
+ * Blocks: no.
  */
 size_t rdmaxfer_device_list_len(const struct rdmaxfer_device_list *list);
 
 /**
  * Device `index` of `list`.
+ * Returns: RDMAXFER_OK; the handle statuses of list; the pointer statuses of out_info;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if index is past the end.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_device_list_get(const struct rdmaxfer_device_list *list,
                                               size_t index,
@@ -1069,6 +1236,9 @@ enum rdmaxfer_status rdmaxfer_device_list_get(const struct rdmaxfer_device_list 
 
 /**
  * Frees a device list (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed list: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
 
@@ -1082,6 +1252,11 @@ void rdmaxfer_device_list_free(struct rdmaxfer_device_list *list);
  * untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
  * (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
  * delivered (verified and committed) or skipped.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of path;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a path that is not a file or directory, or cannot be sent by
+ * its name; RDMAXFER_ERR_IO for one that cannot be listed; RDMAXFER_ERR_REFUSED when an entry or
+ * the session was refused or failed (the last error message names them); the network statuses.
+ * Blocks: yes, until the transfer ends; each wait for the peer at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
                                         const char *path,
@@ -1102,6 +1277,12 @@ enum rdmaxfer_status rdmaxfer_send_file(struct rdmaxfer_conn *conn,
  * `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the
  * configuration the sender must know it. Files already here (same size and modification time)
  * are skipped. `RDMAXFER_OK` only when every entry arrived verified or was skipped.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_dir and
+ * out_summary; RDMAXFER_ERR_INVALID_ARGUMENT for unknown flags or an out_dir that is not a
+ * directory; RDMAXFER_ERR_IO for one that cannot be read; RDMAXFER_ERR_REFUSED when an entry or
+ * the session was refused or failed (the last error message names them); the network statuses.
+ * Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
+ * timeout.
  */
 enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
                                         const char *out_dir,
@@ -1114,6 +1295,10 @@ enum rdmaxfer_status rdmaxfer_recv_file(struct rdmaxfer_conn *conn,
  * port (`rdmaxfer_config_set_port`), as `rdmaxfer_connect` connects to it; configure
  * `RDMAXFER_PORT_ANY` to let the system choose a free port (`rdmaxfer_listener_port` tells
  * which). The device, GID index and message size are checked now.
+ * Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of addr and out_listener;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for an addr that is not an IP address or an MTU set with RDMA CM;
+ * the network statuses.
+ * Blocks: no (it binds; it waits for no peer).
  */
 enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
                                      const char *addr,
@@ -1122,6 +1307,8 @@ enum rdmaxfer_status rdmaxfer_listen(const struct rdmaxfer_config *cfg,
 
 /**
  * The port `listener` listens on (the one the system chose for `RDMAXFER_PORT_ANY`).
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_port.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *listener,
                                             uint16_t *out_port);
@@ -1132,6 +1319,9 @@ enum rdmaxfer_status rdmaxfer_listener_port(const struct rdmaxfer_listener *list
  * waiting), and sets the connection up (each step within the timeout too). A listener shut
  * down before or during the wait (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`
  * from another thread) makes it return `RDMAXFER_ERR_SHUTDOWN` at once.
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+ * RDMAXFER_ERR_TIMEOUT when no peer came; RDMAXFER_ERR_SHUTDOWN (above); the network statuses.
+ * Blocks: yes: for a peer, at most the configured timeout, then each set-up step at most it too.
  */
 enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
                                      struct rdmaxfer_conn **out_conn);
@@ -1139,20 +1329,30 @@ enum rdmaxfer_status rdmaxfer_accept(struct rdmaxfer_listener *listener,
 /**
  * The descriptor to `poll`/`select`/epoll for the next peer (`POLLIN`): readable when a
  * connection request is pending, or a connection `rdmaxfer_listener_try_accept` began to
- * accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
+ * accept has an event (RDMA CM) or bytes to read or room to write (OOB): then call
+ * `rdmaxfer_listener_try_accept`. It does not wake for a deadline: to drop stalled clients on
+ * time, also call it when the configured timeout has passed. It belongs to the listener:
  * do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
  * of the event loop first). Level-triggered: it stays readable until the event is taken.
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_fd;
+ * RDMAXFER_ERR_IO if the descriptor cannot be made.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_fd(const struct rdmaxfer_listener *listener, int *out_fd);
 
 /**
  * Accepts a peer without waiting: `RDMAXFER_ERR_AGAIN` when none is ready (wait for
- * `rdmaxfer_listener_fd` to be readable, then call again). Over RDMA CM it never blocks: a
- * pending request is answered and left to complete across calls, so a client that stalls
- * its handshake holds nobody up (it is dropped after the configured timeout; past 64 at once,
- * new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
- * does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
- * that error and the listener stays usable.
+ * `rdmaxfer_listener_fd` to be readable, then call again). It never blocks: a pending peer is
+ * answered (RDMA CM) or its TCP connection taken (OOB, whose exchange of connection
+ * parameters then goes as its bytes arrive), and left to complete across calls, so a client
+ * that stalls its handshake holds nobody up. A call after the configured timeout drops a
+ * client that has not completed it; past 64 under way at once, new peers are refused as busy
+ * (over OOB: told so in place of the server's address, then closed). A peer whose handshake
+ * fails gives that error and the listener stays usable.
+ * Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+ * RDMAXFER_ERR_AGAIN when no peer is ready; RDMAXFER_ERR_SHUTDOWN once shut down; the network
+ * statuses of a peer whose set-up failed.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *listener,
                                                   struct rdmaxfer_conn **out_conn);
@@ -1164,6 +1364,10 @@ enum rdmaxfer_status rdmaxfer_listener_try_accept(struct rdmaxfer_listener *list
  * connections accepted from it are not affected. Shutting down again changes nothing. (It
  * does not make `rdmaxfer_listener_fd` readable: an event loop that wants to be woken uses
  * its own descriptor.)
+ * Returns: RDMAXFER_OK, also when already shut down; RDMAXFER_ERR_NULL_ARGUMENT (NULL),
+ * RDMAXFER_ERR_INVALID_ARGUMENT (misaligned), RDMAXFER_ERR_INVALID_STATE (freed),
+ * RDMAXFER_ERR_PANIC; never RDMAXFER_ERR_BUSY.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_listener_shutdown(const struct rdmaxfer_listener *listener);
 
@@ -1171,6 +1375,9 @@ enum rdmaxfer_status rdmaxfer_listener_shutdown(const struct rdmaxfer_listener *
  * Frees a listener (NULL: nothing); connections accepted from it stay usable. It is shut down
  * first, so an `rdmaxfer_accept` blocked in it on another thread returns
  * `RDMAXFER_ERR_SHUTDOWN` at once (and the listener is released when that call has returned).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed listener: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
 
@@ -1185,6 +1392,12 @@ void rdmaxfer_listener_free(struct rdmaxfer_listener *listener);
  * poll again; a blocking call on the connection in between is fine, as long as a try call
  * ends the round. Over the out-of-band transport the first call switches the connection to
  * rdmaxfer's flow control (one exchange with the peer, as `rdmaxfer_send` does).
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_fd;
+ * RDMAXFER_ERR_INVALID_STATE also for a connection not made in event mode; RDMAXFER_ERR_IO or
+ * RDMAXFER_ERR_VERBS if the descriptor cannot be made or armed; over OOB, the network statuses of
+ * the switch to rdmaxfer's flow control.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_fd(struct rdmaxfer_conn *conn, int *out_fd);
 
@@ -1193,6 +1406,11 @@ enum rdmaxfer_status rdmaxfer_conn_fd(struct rdmaxfer_conn *conn, int *out_fd);
  * a send buffer are free now): `RDMAXFER_ERR_AGAIN` otherwise, with nothing sent (the credit
  * comes back with the peer's next message or its credit return: wait for `rdmaxfer_conn_fd`).
  * The message is posted, not yet acknowledged, when this returns.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of data (NULL allowed
+ * when len is 0); RDMAXFER_ERR_AGAIN when no credit or send buffer is free;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if len is over rdmaxfer_conn_max_msg_size; the network statuses.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_try_send(struct rdmaxfer_conn *conn,
                                             const void *data,
@@ -1204,6 +1422,11 @@ enum rdmaxfer_status rdmaxfer_conn_try_send(struct rdmaxfer_conn *conn,
  * `*out_len`, `RDMAXFER_ERR_BUFFER_TOO_SMALL`); `RDMAXFER_ERR_AGAIN` when none has, and
  * `RDMAXFER_ERR_CONNECTION` once the peer has disconnected and every message it sent before
  * was taken.
+ * Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+ * when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_AGAIN when no message has arrived;
+ * RDMAXFER_ERR_BUFFER_TOO_SMALL and RDMAXFER_ERR_CONNECTION as above; the network statuses.
+ * Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+ * first exchanges it with the peer, at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
                                             void *buf,
@@ -1212,17 +1435,25 @@ enum rdmaxfer_status rdmaxfer_conn_try_recv(struct rdmaxfer_conn *conn,
 
 /**
  * Makes an empty report.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_report; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_report_new(struct rdmaxfer_report **out_report);
 
 /**
  * Frees a report and its strings (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed report: only the last error
+ * message says so).
+ * Blocks: no.
  */
 void rdmaxfer_report_free(struct rdmaxfer_report *report);
 
 /**
  * The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle
  * in use.
+ * Returns: the count; 0 for a NULL, misaligned, freed, busy or poisoned report (the last error
+ * message says why).
+ * Blocks: no.
  */
 size_t rdmaxfer_report_len(const struct rdmaxfer_report *report);
 
@@ -1230,6 +1461,9 @@ size_t rdmaxfer_report_len(const struct rdmaxfer_report *report);
  * Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
  * `rdmaxfer_file_result` for its `struct_size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index
  * past the end or a `struct_size` below the first release's struct.
+ * Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out;
+ * RDMAXFER_ERR_INVALID_ARGUMENT if i is past the end.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_report_file(const struct rdmaxfer_report *report,
                                           size_t i,
@@ -1237,6 +1471,8 @@ enum rdmaxfer_status rdmaxfer_report_file(const struct rdmaxfer_report *report,
 
 /**
  * The totals of `report` into `*out` (`struct_size` as for `rdmaxfer_report_file`).
+ * Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_report_totals(const struct rdmaxfer_report *report,
                                             struct rdmaxfer_totals *out);
@@ -1244,29 +1480,41 @@ enum rdmaxfer_status rdmaxfer_report_totals(const struct rdmaxfer_report *report
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
  * `RDMAXFER_VERSION` to detect a header/library mismatch.
+ * Returns: never fails: a static string, never NULL.
+ * Blocks: no.
  */
 const char *rdmaxfer_version(void);
 
 /**
  * A static, NUL-terminated description of `status` (never NULL; "unknown status" for a value
  * that is not an `rdmaxfer_status`, e.g. an integer cast to it).
+ * Returns: never fails: a static string, never NULL.
+ * Blocks: no.
  */
 const char *rdmaxfer_strerror(enum rdmaxfer_status status);
 
 /**
  * Makes send options with the defaults of `rdmaxfer send`: no flags, 1 MiB chunks, 16 in
  * flight, XXH3-128, no rate limit, no exclusions.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_opts; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_new(struct rdmaxfer_send_options **out_opts);
 
 /**
  * Frees send options (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed opts: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_send_options_free(struct rdmaxfer_send_options *opts);
 
 /**
  * Sets the `RDMAXFER_SEND_*` flags (replacing those set before). Unknown bits:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for unknown
+ * bits.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_flags(struct rdmaxfer_send_options *opts,
                                                      uint32_t flags);
@@ -1274,6 +1522,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_flags(struct rdmaxfer_send_option
 /**
  * Chunk size: bytes per RDMA WRITE (`send -s`; the receiver may lower it). Outside
  * 4096..=8388608: `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT outside
+ * 4096..=8388608.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_chunk_size(struct rdmaxfer_send_options *opts,
                                                           uint32_t bytes);
@@ -1281,6 +1532,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_chunk_size(struct rdmaxfer_send_o
 /**
  * Chunks in flight at most (`send --slots`; also capped by the receiver). Outside 1..=1024:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT outside
+ * 1..=1024.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_slots(struct rdmaxfer_send_options *opts,
                                                      uint32_t slots);
@@ -1288,6 +1542,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_slots(struct rdmaxfer_send_option
 /**
  * Chunk verification: "xxh3" (the default) or "blake3" (`send --verify`). Another name:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of algo;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for another name.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_verify(struct rdmaxfer_send_options *opts,
                                                       const char *algo);
@@ -1295,6 +1552,8 @@ enum rdmaxfer_status rdmaxfer_send_options_set_verify(struct rdmaxfer_send_optio
 /**
  * At most `bytes_per_second` bytes of file data per second over all streams (`send
  * --bwlimit`); 0: no limit.
+ * Returns: RDMAXFER_OK; the handle statuses of opts.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_set_bwlimit(struct rdmaxfer_send_options *opts,
                                                        uint64_t bytes_per_second);
@@ -1303,6 +1562,9 @@ enum rdmaxfer_status rdmaxfer_send_options_set_bwlimit(struct rdmaxfer_send_opti
  * Adds an exclusion rule (`send --exclude`, rsync's rules: `*`, `**`, `?`, `[..]`, a trailing
  * `/` for directories only, a leading `/` anchors). Rules apply in the order added, the first
  * that matches decides; with `RDMAXFER_SEND_DELETE` an excluded name is never deleted.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of pattern;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a pattern that is empty or has an empty component.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_add_exclude(struct rdmaxfer_send_options *opts,
                                                        const char *pattern);
@@ -1310,6 +1572,9 @@ enum rdmaxfer_status rdmaxfer_send_options_add_exclude(struct rdmaxfer_send_opti
 /**
  * Adds an inclusion rule (`send --include`): what it matches is sent even if a later
  * exclusion matches it.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of pattern;
+ * RDMAXFER_ERR_INVALID_ARGUMENT for a pattern that is empty or has an empty component.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_options *opts,
                                                        const char *pattern);
@@ -1321,13 +1586,22 @@ enum rdmaxfer_status rdmaxfer_send_options_add_include(struct rdmaxfer_send_opti
  * `progress` (may be NULL) is called as data goes out and may stop the transfer
  * (`RDMAXFER_ERR_ABORTED`). `report` (may be NULL; made by `rdmaxfer_report_new`) is filled
  * with every entry's outcome when the call returns, whether it succeeds or fails, unless it
- * fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
+ * fails before anything is sent (a bad argument, the report's own handle statuses included:
+ * the report is checked first and held for the whole call, so calls on it meanwhile, from
+ * `progress` or another thread, return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` only when every entry was
  * delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
  * some were refused or failed (the report says which and why), or the receiver refused the
  * session (busy, a wrong token: the last error message says); `RDMAXFER_ERR_ABORTED` when
  * `progress` stopped it; `RDMAXFER_ERR_INVALID_ARGUMENT` for no paths; `RDMAXFER_ERR_IO` for
  * a path that cannot be listed; and the statuses of the network (see the header's
  * conventions).
+ * Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
+ * a report freed, in use or poisoned fails the call before anything is sent, the report
+ * untouched); the pointer statuses of paths and its entries (an empty entry:
+ * RDMAXFER_ERR_INVALID_ARGUMENT); RDMAXFER_ERR_INVALID_ARGUMENT, _IO, _REFUSED and _ABORTED as
+ * above (INVALID_ARGUMENT also for a path that is not a file or directory, or cannot be sent by
+ * its name); the network statuses.
+ * Blocks: yes, until the transfer ends; each wait for the peer at most the configured timeout.
  */
 enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
                                          const char *const *paths,
@@ -1340,11 +1614,16 @@ enum rdmaxfer_status rdmaxfer_send_files(struct rdmaxfer_conn *conn,
 /**
  * Makes receive options with the defaults of `rdmaxfer recv`: no flags, no size limit, any
  * verification, its idle timeout and rate floor.
+ * Returns: RDMAXFER_OK; the pointer statuses of out_opts; RDMAXFER_ERR_PANIC.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_new(struct rdmaxfer_recv_options **out_opts);
 
 /**
  * Frees receive options (NULL: nothing).
+ * Returns: nothing (NULL: a no-op; a misaligned or already freed opts: only the last error message
+ * says so).
+ * Blocks: no.
  */
 void rdmaxfer_recv_options_free(struct rdmaxfer_recv_options *opts);
 
@@ -1352,18 +1631,26 @@ void rdmaxfer_recv_options_free(struct rdmaxfer_recv_options *opts);
  * Sets the flags: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`,
  * `RDMAXFER_RECV_ALLOW_DELETE` (replacing those set before). Unknown bits:
  * `RDMAXFER_ERR_INVALID_ARGUMENT`.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for unknown
+ * bits.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_flags(struct rdmaxfer_recv_options *opts,
                                                      uint32_t flags);
 
 /**
  * Refuses files larger than `bytes` (`recv --max-size`); 0: no limit.
+ * Returns: RDMAXFER_OK; the handle statuses of opts.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_max_size(struct rdmaxfer_recv_options *opts,
                                                         uint64_t bytes);
 
 /**
  * Accepts only this chunk verification, "xxh3" or "blake3" (`recv --verify`); NULL: any.
+ * Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for a name
+ * other than those, or not UTF-8.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_verify(struct rdmaxfer_recv_options *opts,
                                                       const char *algo);
@@ -1372,6 +1659,8 @@ enum rdmaxfer_status rdmaxfer_recv_options_set_verify(struct rdmaxfer_recv_optio
  * The session's budget (`recv --idle-timeout`, `--min-rate`): it ends after `idle_ms`
  * milliseconds without progress (0: never), or when its data comes slower than
  * `min_bytes_per_second` (0: no floor).
+ * Returns: RDMAXFER_OK; the handle statuses of opts.
+ * Blocks: no.
  */
 enum rdmaxfer_status rdmaxfer_recv_options_set_budget(struct rdmaxfer_recv_options *opts,
                                                       uint64_t idle_ms,
@@ -1381,11 +1670,19 @@ enum rdmaxfer_status rdmaxfer_recv_options_set_budget(struct rdmaxfer_recv_optio
  * Receives one sender's session on `conn` into the existing directory `out_dir`, as
  * `rdmaxfer_recv_file` does (where files land, what is refused), with `opts` (NULL: the
  * defaults), and fills `report` (may be NULL) with every entry's outcome when the call
- * returns, whether it succeeds or fails. `RDMAXFER_OK` when every entry arrived verified or
+ * returns, whether it succeeds or fails, unless it fails before the session starts (a bad
+ * argument, the report's own handle statuses included: the report is checked first and held
+ * for the whole call, so calls on it meanwhile return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` when every entry arrived verified or
  * was skipped; `RDMAXFER_ERR_REFUSED` when some were refused or failed (the report says which)
  * or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
  * `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
  * statuses of the network.
+ * Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
+ * a report freed, in use or poisoned fails the call before the session starts, the report
+ * untouched); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
+ * above; the network statuses.
+ * Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
+ * timeout.
  */
 enum rdmaxfer_status rdmaxfer_recv_files(struct rdmaxfer_conn *conn,
                                          const char *out_dir,

@@ -198,20 +198,25 @@ impl Epoll {
 
     /// Watches `fd` for `EPOLLIN` (`epoll_ctl(2)`, `EPOLL_CTL_ADD`).
     pub fn add(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, false)
+    }
+
+    /// Watches `fd`, already watched, for `EPOLLIN`, and also for `EPOLLOUT` when `writable`
+    /// (`epoll_ctl(2)`, `EPOLL_CTL_MOD`): the instance is then readable while `fd` is
+    /// readable, or writable too.
+    pub fn watch_writable(&self, fd: BorrowedFd<'_>, writable: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, writable)
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: BorrowedFd<'_>, writable: bool) -> io::Result<()> {
+        let out = if writable { libc::EPOLLOUT } else { 0 };
         let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
+            events: (libc::EPOLLIN | out) as u32,
             u64: fd.as_raw_fd() as u64,
         };
         // SAFETY: `ev` is one readable epoll_event for the call; both descriptors are open
         // (an OwnedFd and a BorrowedFd).
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.0.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
+        let rc = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }

@@ -1,7 +1,8 @@
 //! Host tests of the C API's exported functions (no RDMA device needed): NULL and invalid
 //! arguments give error statuses, out-parameters stay untouched on failure, every status has a
 //! text, `_free(NULL)` is fine, the last error is per thread, the version macros match
-//! Cargo.toml, and the committed header is what cbindgen generates (and compiles as C).
+//! Cargo.toml, and the committed header is what cbindgen generates (and compiles as C) and
+//! says of each function what it returns and whether it blocks.
 //! Everything goes through the C ABI, as a C program would (`common/capi_ffi.rs` declares the
 //! exports; `rdmaxfer::capi` is not reachable from Rust).
 
@@ -43,11 +44,15 @@ fn config() -> *mut rdmaxfer_config {
     cfg
 }
 
+/// The committed header's text.
+fn header() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rdmaxfer.h"))
+        .unwrap()
+}
+
 /// The `RDMAXFER_* = N` lines of `enum rdmaxfer_status` in the committed header.
 fn header_statuses() -> Vec<(String, i32)> {
-    let h =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rdmaxfer.h"))
-            .unwrap();
+    let h = header();
     let body = h
         .split_once("typedef enum rdmaxfer_status {")
         .and_then(|(_, rest)| rest.split_once("} rdmaxfer_status;"))
@@ -664,9 +669,7 @@ fn version_matches_cargo_toml() {
     );
     // (The Rust constants behind the header's macros: src/capi/tests.rs, and a build-time
     // assertion in src/capi/status.rs.)
-    let h =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/rdmaxfer.h"))
-            .unwrap();
+    let h = header();
     let define = |name: &str| -> u32 {
         let prefix = format!("#define {name} ");
         h.lines()
@@ -761,5 +764,36 @@ fn the_committed_header_is_current() {
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every function the header declares has a "Returns:" and a "Blocks:" line in the comment
+/// right before its declaration (the header's conventions define their terms).
+#[test]
+fn every_function_in_the_header_says_what_it_returns_and_whether_it_blocks() {
+    let h = header();
+    let lines: Vec<&str> = h.lines().collect();
+    let mut found = 0;
+    for (i, l) in lines.iter().enumerate() {
+        // Declarations start at column 0; comments, macros and struct fields do not.
+        let head = l.split_once('(').map_or("", |(head, _)| head);
+        let name = head.rsplit([' ', '*']).next().unwrap_or_default();
+        if l.starts_with([' ', '#', '/', '}']) || !name.starts_with("rdmaxfer_") {
+            continue;
+        }
+        found += 1;
+        let in_comment = |c: &&str| c.starts_with(" *") || c.starts_with("/**");
+        let start = lines[..i].iter().rposition(|c| !in_comment(c));
+        let comment = &lines[start.map_or(0, |p| p + 1)..i];
+        for label in [" * Returns: ", " * Blocks: "] {
+            assert!(
+                comment.iter().any(|c| c.starts_with(label)),
+                "{name}: no {label:?} line in the comment before its declaration"
+            );
+        }
+    }
+    assert!(
+        found >= 80,
+        "only {found} declarations found: a parse error?"
     );
 }

@@ -105,6 +105,6 @@ impl AsyncPending {
         let o = async_options(self.0.options_mut());
         *self.0.options_mut() = o;
         let mut a = self.0.start_accept()?;
-        established(a.cm_handle(), || a.try_finish()).await
+        established(a.cm_handle()?, || a.try_finish()).await
     }
 }

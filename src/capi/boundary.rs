@@ -88,6 +88,8 @@ pub(crate) fn set_last_error(msg: String) {
 /// The detail of the last failure on the calling thread: which call failed and why (never
 /// NULL; "" before any failure). The text stays valid until the next failing call on this
 /// thread; copy it to keep it.
+/// Returns: never fails: never NULL.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_last_error_message() -> *const c_char {
     // The pointer stays valid until LAST_ERROR is replaced, which only `set_last_error` does,
@@ -98,6 +100,8 @@ pub extern "C" fn rdmaxfer_last_error_message() -> *const c_char {
 /// The OS error number (errno, e.g. `ENOMEM` from a registration over the locked-memory
 /// limit) behind the last failure on the calling thread; 0 when it had none (or before any).
 /// Set with the last error message, by the same calls.
+/// Returns: never fails: 0 when the last failure had no errno.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_last_os_error() -> c_int {
     LAST_CAUSE.with(|c| c.get().0.unwrap_or(0))
@@ -106,6 +110,8 @@ pub extern "C" fn rdmaxfer_last_os_error() -> c_int {
 /// The work-completion status (`enum ibv_wc_status` of libibverbs, e.g. 10 for
 /// `IBV_WC_REM_ACCESS_ERR`) behind the last failure on the calling thread; -1 when it had
 /// none (or before any). Set with the last error message, by the same calls.
+/// Returns: never fails: -1 when the last failure had no work completion.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_last_wc_status() -> c_int {
     LAST_CAUSE.with(|c| {

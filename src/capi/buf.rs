@@ -77,6 +77,10 @@ impl BufState {
 impl_handle!(rdmaxfer_buf, BufState);
 
 /// Registers a zeroed buffer of `len` bytes (at least 1) on `conn`'s protection domain.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_buf;
+/// RDMAXFER_ERR_INVALID_ARGUMENT if len is 0 or too large; RDMAXFER_ERR_VERBS if the registration
+/// fails (e.g. over the locked-memory limit: rdmaxfer_last_os_error).
+/// Blocks: no (it waits for no peer).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_buf_new(
     conn: *mut rdmaxfer_conn,
@@ -100,12 +104,18 @@ pub extern "C" fn rdmaxfer_buf_new(
 }
 
 /// Frees a buffer (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed buf: only the last error message
+/// says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_buf_free(buf: *mut rdmaxfer_buf) {
     free_handle("rdmaxfer_buf_free", buf);
 }
 
 /// The buffer's length in bytes (0 for NULL).
+/// Returns: the length; 0 for NULL (the last error message says nothing then), and for a
+/// misaligned, freed, busy or poisoned buf (it says why).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_buf_len(buf: *const rdmaxfer_buf) -> usize {
     boundary::run_or("rdmaxfer_buf_len", 0, || {
@@ -117,6 +127,10 @@ pub extern "C" fn rdmaxfer_buf_len(buf: *const rdmaxfer_buf) -> usize {
 }
 
 /// Copies `len` bytes from `src` into the buffer at `offset`.
+/// Returns: RDMAXFER_OK; the handle statuses of buf; the pointer statuses of src (NULL allowed when
+/// len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if offset + len is past the buffer's end;
+/// RDMAXFER_ERR_INVALID_STATE also when a failed transfer lost the buffer.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_buf_write(
     buf: *mut rdmaxfer_buf,
@@ -134,6 +148,10 @@ pub extern "C" fn rdmaxfer_buf_write(
 }
 
 /// Copies `len` bytes of the buffer at `offset` to `dst`.
+/// Returns: RDMAXFER_OK; the handle statuses of buf; the pointer statuses of dst (NULL allowed when
+/// len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if offset + len is past the buffer's end;
+/// RDMAXFER_ERR_INVALID_STATE also when a failed transfer lost the buffer.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_buf_read(
     buf: *const rdmaxfer_buf,
@@ -171,6 +189,9 @@ impl_handle!(rdmaxfer_remote, Remote);
 
 /// Opens a one-sided session on `conn`: asks the peer to expose its buffer and learns where it
 /// is, how long, and what it allows.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_remote; the
+/// network statuses.
+/// Blocks: yes, until the peer exposes its buffer, each wait at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_remote_open(
     conn: *mut rdmaxfer_conn,
@@ -193,6 +214,9 @@ pub extern "C" fn rdmaxfer_remote_open(
 }
 
 /// The length in bytes of the peer's exposed buffer (0 for NULL).
+/// Returns: the length; 0 for NULL (the last error message says nothing then), and for a
+/// misaligned, freed, busy or poisoned remote (it says why).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_remote_len(remote: *const rdmaxfer_remote) -> u64 {
     boundary::run_or("rdmaxfer_remote_len", 0, || {
@@ -204,6 +228,9 @@ pub extern "C" fn rdmaxfer_remote_len(remote: *const rdmaxfer_remote) -> u64 {
 }
 
 /// What the peer allows: `RDMAXFER_ACCESS_READ`, `_WRITE` or `_READ_WRITE` (0 for NULL).
+/// Returns: the access bits; 0 for NULL (the last error message says nothing then), and for a
+/// misaligned, freed, busy or poisoned remote (it says why).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_remote_access(remote: *const rdmaxfer_remote) -> u32 {
     boundary::run_or("rdmaxfer_remote_access", 0, || {
@@ -289,6 +316,12 @@ fn rdma(
 
 /// RDMA WRITEs `len` bytes of `buf` at `buf_offset` into the peer's buffer at `remote_offset`
 /// (both ranges checked first), and waits until it is done.
+/// Returns: RDMAXFER_OK; the handle statuses of conn, remote and buf; RDMAXFER_ERR_INVALID_ARGUMENT
+/// if remote or buf was made on another conn, the exposure does not allow writes, or buf_offset +
+/// len is past buf's end; RDMAXFER_ERR_OUT_OF_BOUNDS if remote_offset + len is past the exposed
+/// buffer's end; RDMAXFER_ERR_INVALID_STATE also when the session was closed or a failed transfer
+/// lost buf; the network statuses.
+/// Blocks: yes, until the WRITE completes, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_rdma_write(
     conn: *mut rdmaxfer_conn,
@@ -311,6 +344,12 @@ pub extern "C" fn rdmaxfer_rdma_write(
 
 /// RDMA READs `len` bytes of the peer's buffer at `remote_offset` into `buf` at `buf_offset`
 /// (both ranges checked first), and waits until they are there.
+/// Returns: RDMAXFER_OK; the handle statuses of conn, remote and buf; RDMAXFER_ERR_INVALID_ARGUMENT
+/// if remote or buf was made on another conn, the exposure does not allow reads, or buf_offset +
+/// len is past buf's end; RDMAXFER_ERR_OUT_OF_BOUNDS if remote_offset + len is past the exposed
+/// buffer's end; RDMAXFER_ERR_INVALID_STATE also when the session was closed or a failed transfer
+/// lost buf; the network statuses.
+/// Blocks: yes, until the READ completes, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_rdma_read(
     conn: *mut rdmaxfer_conn,
@@ -333,6 +372,10 @@ pub extern "C" fn rdmaxfer_rdma_read(
 
 /// Ends the session: tells the peer how many bytes were written and read and whether every
 /// transfer succeeded, and waits until it has the message. The peer then revokes its exposure.
+/// Returns: RDMAXFER_OK; the handle statuses of conn and remote; RDMAXFER_ERR_INVALID_ARGUMENT if
+/// remote was opened on another conn; RDMAXFER_ERR_INVALID_STATE also when the session was already
+/// closed; the network statuses.
+/// Blocks: yes, until the peer has the message, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_remote_close(
     conn: *mut rdmaxfer_conn,
@@ -355,6 +398,9 @@ pub extern "C" fn rdmaxfer_remote_close(
 
 /// Frees a session (NULL: nothing). Freeing it without `rdmaxfer_remote_close` leaves the peer
 /// waiting until the connection ends.
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed remote: only the last error
+/// message says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_remote_free(remote: *mut rdmaxfer_remote) {
     free_handle("rdmaxfer_remote_free", remote);
@@ -394,6 +440,11 @@ unsafe impl boundary::Growable for rdmaxfer_expose_report {
 /// bytes) with `access`, waits until the peer ends the session (or goes away), revokes the
 /// exposure and copies what the peer left in it back to `data`. As `rdmaxfer expose` does; the
 /// peer may be `rdmaxfer write`/`read` or `rdmaxfer_remote_open`.
+/// Returns: RDMAXFER_OK, also when the session ended early (then out_report->ok is 0 and the last
+/// error message says why); the handle statuses of conn; the pointer statuses of data and
+/// out_report; RDMAXFER_ERR_INVALID_ARGUMENT if len is 0 or access is unknown; the network
+/// statuses.
+/// Blocks: yes, until the peer ends the session, each wait at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_expose(
     conn: *mut rdmaxfer_conn,

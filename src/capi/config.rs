@@ -160,6 +160,8 @@ impl_handle!(rdmaxfer_config, Config);
 
 /// Makes a configuration with the defaults: automatic device and GID, port 18515, RDMA CM,
 /// busy-polling, 10 s per step, no token, messages up to 8192 bytes.
+/// Returns: RDMAXFER_OK; the pointer statuses of out_cfg; RDMAXFER_ERR_PANIC.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_new(out_cfg: *mut *mut rdmaxfer_config) -> rdmaxfer_status {
     boundary::run("rdmaxfer_config_new", || {
@@ -170,6 +172,9 @@ pub extern "C" fn rdmaxfer_config_new(out_cfg: *mut *mut rdmaxfer_config) -> rdm
 }
 
 /// Frees a configuration (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed cfg: only the last error message
+/// says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_free(cfg: *mut rdmaxfer_config) {
     free_handle("rdmaxfer_config_free", cfg);
@@ -210,6 +215,9 @@ fn set_list(
 /// Uses RDMA device `name` (e.g. "rxe0"); NULL: automatic (the first with an active port, or
 /// with RDMA CM the one that routes to the peer). Replaces a list set by
 /// `rdmaxfer_config_set_devices`.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if name is empty
+/// or not UTF-8.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_device(
     cfg: *mut rdmaxfer_config,
@@ -237,6 +245,9 @@ pub extern "C" fn rdmaxfer_config_set_device(
 /// entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS` names, an empty one or
 /// one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is left
 /// as it was. The names are copied.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_NULL_ARGUMENT or
+/// RDMAXFER_ERR_INVALID_ARGUMENT for a bad or misaligned names (above).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_devices(
     cfg: *mut rdmaxfer_config,
@@ -262,6 +273,9 @@ pub extern "C" fn rdmaxfer_config_set_devices(
 /// or a NULL entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS`, an empty one
 /// or one that is not UTF-8: `RDMAXFER_ERR_INVALID_ARGUMENT`. On error the configuration is
 /// left as it was. The strings are copied.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_NULL_ARGUMENT or
+/// RDMAXFER_ERR_INVALID_ARGUMENT for a bad or misaligned hosts (above).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_stream_hosts(
     cfg: *mut rdmaxfer_config,
@@ -279,6 +293,9 @@ pub extern "C" fn rdmaxfer_config_set_stream_hosts(
 }
 
 /// Uses GID table entry `index`; -1: automatic (the IPv4-mapped RoCE v2 GID).
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if index is
+/// below -1.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_gid_index(
     cfg: *mut rdmaxfer_config,
@@ -300,6 +317,8 @@ pub extern "C" fn rdmaxfer_config_set_gid_index(
 /// `RDMAXFER_PORT_CONFIGURED` (default `RDMAXFER_DEFAULT_PORT`). `RDMAXFER_PORT_ANY`: listeners
 /// take any free port (`rdmaxfer_listener_port` tells which), and a connect needs its port
 /// given.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_port(
     cfg: *mut rdmaxfer_config,
@@ -313,6 +332,9 @@ pub extern "C" fn rdmaxfer_config_set_port(
 
 /// `RDMAXFER_TRANSPORT_CM` (default) or `RDMAXFER_TRANSPORT_OOB` (ibv_rc_pingpong's TCP
 /// exchange; a ping-pong peer may then be ibv_rc_pingpong itself).
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT for another
+/// transport.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_transport(
     cfg: *mut rdmaxfer_config,
@@ -331,6 +353,9 @@ pub extern "C" fn rdmaxfer_config_set_transport(
 /// Path MTU in bytes (256, 512, 1024, 2048 or 4096; out-of-band transport only: with RDMA CM,
 /// `rdmaxfer_listen` and `rdmaxfer_connect` refuse a configuration that sets one); 0: default
 /// (1024).
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT for another
+/// size.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_mtu(
     cfg: *mut rdmaxfer_config,
@@ -347,6 +372,8 @@ pub extern "C" fn rdmaxfer_config_set_mtu(
 
 /// Deadline of each step (resolve, connect, accept's wait for a peer, each message and
 /// completion), in milliseconds (default 10000; must be positive).
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if ms is 0.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_timeout_ms(
     cfg: *mut rdmaxfer_config,
@@ -362,6 +389,8 @@ pub extern "C" fn rdmaxfer_config_set_timeout_ms(
 }
 
 /// Non-zero: sleep on the completion channel while waiting; 0 (default): busy-poll.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_event_mode(
     cfg: *mut rdmaxfer_config,
@@ -376,6 +405,9 @@ pub extern "C" fn rdmaxfer_config_set_event_mode(
 /// The file-transfer token (a receiver requires senders to know it; a sender answers with it);
 /// NULL: none (authentication off). An empty string is `RDMAXFER_ERR_INVALID_ARGUMENT` and
 /// leaves the configuration as it was: it would otherwise turn authentication off silently.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if token is
+/// empty or not UTF-8.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_token(
     cfg: *mut rdmaxfer_config,
@@ -396,6 +428,9 @@ pub extern "C" fn rdmaxfer_config_set_token(
 /// Largest message `rdmaxfer_send` / ping-pong may use: 8192 (`RDMAXFER_MIN_MSG_SIZE`, the
 /// default and the minimum, which the file and one-sided protocols need) to 1 GiB; a size
 /// outside that is `RDMAXFER_ERR_INVALID_ARGUMENT` and leaves the configuration as it was.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT outside 8192 to
+/// 1 GiB.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_msg_size(
     cfg: *mut rdmaxfer_config,
@@ -421,6 +456,8 @@ pub extern "C" fn rdmaxfer_config_set_msg_size(
 /// `RDMAXFER_ERR_INVALID_ARGUMENT` and the configuration is left as it was. The receiver may
 /// grant fewer (`rdmaxfer recv --max-streams`; `rdmaxfer_recv_file` grants 1): the transfer
 /// then goes on with what it grants.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; RDMAXFER_ERR_INVALID_ARGUMENT if n is over 64.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_config_set_streams(
     cfg: *mut rdmaxfer_config,

@@ -78,6 +78,11 @@ pub(crate) fn new_conn(ep: Endpoint, role: Role, oob: bool, cfg: &Config) -> *mu
 
 /// Connects to `host` (name or IP address) at `port` (`RDMAXFER_PORT_CONFIGURED`, 0: the
 /// configured port; `RDMAXFER_ERR_INVALID_ARGUMENT` when that is `RDMAXFER_PORT_ANY`).
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and out_conn;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for an MTU set with RDMA CM (rdmaxfer_config_set_mtu), no port
+/// (above) or a host that resolves to no address; RDMAXFER_ERR_REFUSED when the server refused it
+/// (busy, another version); the network statuses.
+/// Blocks: yes: the name lookup, then each step of the connect at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connect(
     cfg: *const rdmaxfer_config,
@@ -107,6 +112,12 @@ pub extern "C" fn rdmaxfer_connect(
 /// disconnects right after its last receive may cut the acknowledgement of it, and that
 /// disconnect ends the wait without an error. Only a reply from the peer proves receipt (as
 /// in every rdmaxfer protocol): have the peer answer the last message before closing.
+/// Returns: RDMAXFER_OK, also for NULL; RDMAXFER_ERR_INVALID_ARGUMENT (misaligned),
+/// RDMAXFER_ERR_INVALID_STATE (freed) or RDMAXFER_ERR_BUSY (in another call: left open);
+/// RDMAXFER_ERR_PANIC (poisoned: freed without the graceful end); the network statuses of the end
+/// (the connection is freed all the same).
+/// Blocks: yes, until what was sent has completed or the peer has disconnected, at most the
+/// configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_close(conn: *mut rdmaxfer_conn) -> rdmaxfer_status {
     boundary::run("rdmaxfer_conn_close", || {
@@ -121,6 +132,9 @@ pub extern "C" fn rdmaxfer_conn_close(conn: *mut rdmaxfer_conn) -> rdmaxfer_stat
 
 /// Frees a connection without waiting for the peer (NULL: nothing). Buffers and sessions made
 /// on it stay valid to free.
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed conn: only the last error message
+/// says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_free(conn: *mut rdmaxfer_conn) {
     free_handle("rdmaxfer_conn_free", conn);
@@ -129,6 +143,10 @@ pub extern "C" fn rdmaxfer_conn_free(conn: *mut rdmaxfer_conn) {
 /// The largest message `rdmaxfer_send` takes on this connection (ours and the peer's limit).
 /// Over the out-of-band transport this first switches the connection to rdmaxfer's flow
 /// control, as `rdmaxfer_send` and `rdmaxfer_recv` do (the peer must be rdmaxfer).
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_size; over OOB,
+/// the network statuses of the switch to rdmaxfer's flow control.
+/// Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+/// first exchanges it with the peer, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_max_msg_size(
     conn: *const rdmaxfer_conn,
@@ -149,6 +167,10 @@ pub extern "C" fn rdmaxfer_conn_max_msg_size(
 /// at least length + 1), `RDMAXFER_ERR_BUFFER_TOO_SMALL` with the length in `*out_len`, `buf`
 /// untouched; 48 bytes always suffice. `RDMAXFER_ERR_INVALID_STATE` when the transport did not
 /// tell it. Never blocks.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+/// when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_BUFFER_TOO_SMALL and
+/// RDMAXFER_ERR_INVALID_STATE as above.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_peer_addr(
     conn: *const rdmaxfer_conn,
@@ -186,6 +208,11 @@ pub extern "C" fn rdmaxfer_conn_peer_addr(
 
 /// Sends `len` bytes at `data` as one message to an rdmaxfer peer (waits for flow-control
 /// credit, at most the timeout). `len` may be 0.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of data (NULL allowed
+/// when len is 0); RDMAXFER_ERR_INVALID_ARGUMENT if len is over rdmaxfer_conn_max_msg_size; the
+/// network statuses.
+/// Blocks: yes, for a flow-control credit (over OOB, first for the switch to it), at most the
+/// configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send(
     conn: *mut rdmaxfer_conn,
@@ -205,6 +232,10 @@ pub extern "C" fn rdmaxfer_send(
 /// `RDMAXFER_ERR_BUFFER_TOO_SMALL` returned with its length in `*out_len` (the one exception to
 /// "out-parameters are written only on success"): a buffer of `rdmaxfer_conn_max_msg_size`
 /// bytes always suffices.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+/// when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_BUFFER_TOO_SMALL (above); the
+/// network statuses (RDMAXFER_ERR_TIMEOUT when no message came).
+/// Blocks: yes, until a message arrives, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv(
     conn: *mut rdmaxfer_conn,
@@ -298,6 +329,9 @@ unsafe impl boundary::Growable for rdmaxfer_pingpong_stats {
 /// Ping-pong: `iters` round trips of `size`-byte messages. The connecting side sends the pings
 /// and checks each pong; the accepting side answers. Both sides need the same size and count;
 /// the peer may be `rdmaxfer pingpong` (or, over the out-of-band transport, ibv_rc_pingpong).
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_stats;
+/// RDMAXFER_ERR_INVALID_ARGUMENT if size or iters is 0; the network statuses.
+/// Blocks: yes, each message at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_pingpong(
     conn: *mut rdmaxfer_conn,

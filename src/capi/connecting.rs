@@ -39,6 +39,10 @@ impl_handle!(rdmaxfer_connecting, Dialing);
 /// MTU set or `RDMAXFER_PORT_ANY`; `RDMAXFER_ERR_NO_DEVICE`, `_DEVICE_NOT_FOUND` or
 /// `_VERBS` when it cannot start (no device, or `rdma_create_id` or `rdma_resolve_addr`
 /// refused); what else a connect may fail with comes from `rdmaxfer_connecting_try_finish`.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of host and
+/// out_connecting; RDMAXFER_ERR_INVALID_ARGUMENT, RDMAXFER_ERR_NO_DEVICE,
+/// RDMAXFER_ERR_DEVICE_NOT_FOUND and RDMAXFER_ERR_VERBS as above.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connect_start(
     cfg: *const rdmaxfer_config,
@@ -78,6 +82,10 @@ pub extern "C" fn rdmaxfer_connect_start(
 /// to the connect: do not read, write or close it; it is valid until
 /// `rdmaxfer_connecting_free` and, once connected, no longer says anything (the connection has
 /// its own, `rdmaxfer_conn_fd`). `RDMAXFER_ERR_INVALID_STATE` once the connect has ended.
+/// Returns: RDMAXFER_OK; the handle statuses of connecting; the pointer statuses of out_fd;
+/// RDMAXFER_ERR_INVALID_STATE also once the connect has ended; RDMAXFER_ERR_IO if the descriptor
+/// cannot be made.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connecting_fd(
     connecting: *const rdmaxfer_connecting,
@@ -100,6 +108,11 @@ pub extern "C" fn rdmaxfer_connecting_fd(
 /// `RDMAXFER_ERR_AGAIN` while it is under way (wait for `rdmaxfer_connecting_fd`); another
 /// status when it failed as `rdmaxfer_connect` would (refused: `RDMAXFER_ERR_CONNECTION` or
 /// `RDMAXFER_ERR_REFUSED`, unreachable, ...). After either end, `RDMAXFER_ERR_INVALID_STATE`.
+/// Returns: RDMAXFER_OK; the handle statuses of connecting; the pointer statuses of out_conn;
+/// RDMAXFER_ERR_AGAIN while the connect is under way; RDMAXFER_ERR_INVALID_STATE also after either
+/// end; RDMAXFER_ERR_REFUSED when the server refused it (busy, another version); the network
+/// statuses.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connecting_try_finish(
     connecting: *mut rdmaxfer_connecting,
@@ -135,6 +148,9 @@ pub extern "C" fn rdmaxfer_connecting_try_finish(
 
 /// Frees a connect (NULL: nothing); one not yet finished is abandoned. A connection it gave
 /// stays.
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed connecting: only the last error
+/// message says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_connecting_free(connecting: *mut rdmaxfer_connecting) {
     free_handle("rdmaxfer_connecting_free", connecting);

@@ -58,6 +58,10 @@ fn cstring(s: &str) -> CString {
 
 /// Lists the RDMA devices with their ports and GIDs. Fails with `RDMAXFER_ERR_NO_DEVICE` (the
 /// last error message says how to get a Soft-RoCE device) when there is none.
+/// Returns: RDMAXFER_OK; the pointer statuses of out_list; RDMAXFER_ERR_NO_DEVICE when there is
+/// none; RDMAXFER_ERR_VERBS or RDMAXFER_ERR_DEVICE_NOT_FOUND when one cannot be opened or queried;
+/// RDMAXFER_ERR_PANIC.
+/// Blocks: no (it queries the devices, not the network).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_devices(out_list: *mut *mut rdmaxfer_device_list) -> rdmaxfer_status {
     boundary::run("rdmaxfer_devices", || {
@@ -79,6 +83,9 @@ pub extern "C" fn rdmaxfer_devices(out_list: *mut *mut rdmaxfer_device_list) -> 
 }
 
 /// Number of devices in `list` (0 for NULL).
+/// Returns: the count; 0 for NULL (the last error message says nothing then), and for a misaligned,
+/// freed, busy or poisoned list (it says why).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_device_list_len(list: *const rdmaxfer_device_list) -> usize {
     boundary::run_or("rdmaxfer_device_list_len", 0, || {
@@ -90,6 +97,9 @@ pub extern "C" fn rdmaxfer_device_list_len(list: *const rdmaxfer_device_list) ->
 }
 
 /// Device `index` of `list`.
+/// Returns: RDMAXFER_OK; the handle statuses of list; the pointer statuses of out_info;
+/// RDMAXFER_ERR_INVALID_ARGUMENT if index is past the end.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_device_list_get(
     list: *const rdmaxfer_device_list,
@@ -116,6 +126,9 @@ pub extern "C" fn rdmaxfer_device_list_get(
 }
 
 /// Frees a device list (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed list: only the last error message
+/// says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_device_list_free(list: *mut rdmaxfer_device_list) {
     free_handle("rdmaxfer_device_list_free", list);

@@ -59,6 +59,11 @@ fn with_files(e: crate::Error, report: &SessionReport) -> Fail {
 /// untouched. Inside a tree, symlinks are sent as symlinks and empty directories as directories; files the receiver already has
 /// (same size and modification time) are skipped. `RDMAXFER_OK` only when every entry was
 /// delivered (verified and committed) or skipped.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of path;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for a path that is not a file or directory, or cannot be sent by
+/// its name; RDMAXFER_ERR_IO for one that cannot be listed; RDMAXFER_ERR_REFUSED when an entry or
+/// the session was refused or failed (the last error message names them); the network statuses.
+/// Blocks: yes, until the transfer ends; each wait for the peer at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_file(
     conn: *mut rdmaxfer_conn,
@@ -154,6 +159,12 @@ unsafe impl boundary::Growable for rdmaxfer_recv_summary {
 /// `flags`: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME` or 0. With a token in the
 /// configuration the sender must know it. Files already here (same size and modification time)
 /// are skipped. `RDMAXFER_OK` only when every entry arrived verified or was skipped.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_dir and
+/// out_summary; RDMAXFER_ERR_INVALID_ARGUMENT for unknown flags or an out_dir that is not a
+/// directory; RDMAXFER_ERR_IO for one that cannot be read; RDMAXFER_ERR_REFUSED when an entry or
+/// the session was refused or failed (the last error message names them); the network statuses.
+/// Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
+/// timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_file(
     conn: *mut rdmaxfer_conn,

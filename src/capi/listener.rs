@@ -31,9 +31,10 @@ pub struct rdmaxfer_listener {
 pub struct ListenerState {
     server: Server,
     cfg: Config,
-    /// Connections `rdmaxfer_listener_try_accept` has begun to accept (RDMA CM), with when:
-    /// a later call finishes each once its client completes it, or drops it after the
-    /// configured timeout.
+    /// Connections `rdmaxfer_listener_try_accept` has begun to accept (RDMA CM: answered;
+    /// OOB: the TCP connection taken, its exchange going as bytes arrive), with when: a later
+    /// call finishes each once its client completes it, or drops it after the configured
+    /// timeout.
     accepting: Vec<(Accepting, Instant)>,
     /// What `rdmaxfer_listener_fd` gave out (made on its first call): readable when the
     /// listener or one of `accepting` is.
@@ -71,6 +72,10 @@ impl rdmaxfer_listener {
 /// port (`rdmaxfer_config_set_port`), as `rdmaxfer_connect` connects to it; configure
 /// `RDMAXFER_PORT_ANY` to let the system choose a free port (`rdmaxfer_listener_port` tells
 /// which). The device, GID index and message size are checked now.
+/// Returns: RDMAXFER_OK; the handle statuses of cfg; the pointer statuses of addr and out_listener;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for an addr that is not an IP address or an MTU set with RDMA CM;
+/// the network statuses.
+/// Blocks: no (it binds; it waits for no peer).
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listen(
     cfg: *const rdmaxfer_config,
@@ -98,6 +103,8 @@ pub extern "C" fn rdmaxfer_listen(
 }
 
 /// The port `listener` listens on (the one the system chose for `RDMAXFER_PORT_ANY`).
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_port.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_port(
     listener: *const rdmaxfer_listener,
@@ -115,6 +122,9 @@ pub extern "C" fn rdmaxfer_listener_port(
 /// waiting), and sets the connection up (each step within the timeout too). A listener shut
 /// down before or during the wait (`rdmaxfer_listener_shutdown` or `rdmaxfer_listener_free`
 /// from another thread) makes it return `RDMAXFER_ERR_SHUTDOWN` at once.
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+/// RDMAXFER_ERR_TIMEOUT when no peer came; RDMAXFER_ERR_SHUTDOWN (above); the network statuses.
+/// Blocks: yes: for a peer, at most the configured timeout, then each set-up step at most it too.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_accept(
     listener: *mut rdmaxfer_listener,
@@ -133,9 +143,14 @@ pub extern "C" fn rdmaxfer_accept(
 
 /// The descriptor to `poll`/`select`/epoll for the next peer (`POLLIN`): readable when a
 /// connection request is pending, or a connection `rdmaxfer_listener_try_accept` began to
-/// accept has an event (then call `rdmaxfer_listener_try_accept`). It belongs to the listener:
+/// accept has an event (RDMA CM) or bytes to read or room to write (OOB): then call
+/// `rdmaxfer_listener_try_accept`. It does not wake for a deadline: to drop stalled clients on
+/// time, also call it when the configured timeout has passed. It belongs to the listener:
 /// do not read, write or close it; it stays valid until `rdmaxfer_listener_free` (take it out
 /// of the event loop first). Level-triggered: it stays readable until the event is taken.
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_fd;
+/// RDMAXFER_ERR_IO if the descriptor cannot be made.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_fd(
     listener: *const rdmaxfer_listener,
@@ -167,12 +182,17 @@ fn again() -> Fail {
 }
 
 /// Accepts a peer without waiting: `RDMAXFER_ERR_AGAIN` when none is ready (wait for
-/// `rdmaxfer_listener_fd` to be readable, then call again). Over RDMA CM it never blocks: a
-/// pending request is answered and left to complete across calls, so a client that stalls
-/// its handshake holds nobody up (it is dropped after the configured timeout; past 64 at once,
-/// new requests are refused as busy). Over OOB a pending peer is set up as `rdmaxfer_accept`
-/// does (one TCP exchange, at most the configured timeout). A peer whose handshake fails gives
-/// that error and the listener stays usable.
+/// `rdmaxfer_listener_fd` to be readable, then call again). It never blocks: a pending peer is
+/// answered (RDMA CM) or its TCP connection taken (OOB, whose exchange of connection
+/// parameters then goes as its bytes arrive), and left to complete across calls, so a client
+/// that stalls its handshake holds nobody up. A call after the configured timeout drops a
+/// client that has not completed it; past 64 under way at once, new peers are refused as busy
+/// (over OOB: told so in place of the server's address, then closed). A peer whose handshake
+/// fails gives that error and the listener stays usable.
+/// Returns: RDMAXFER_OK; the handle statuses of listener; the pointer statuses of out_conn;
+/// RDMAXFER_ERR_AGAIN when no peer is ready; RDMAXFER_ERR_SHUTDOWN once shut down; the network
+/// statuses of a peer whose set-up failed.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_try_accept(
     listener: *mut rdmaxfer_listener,
@@ -197,7 +217,7 @@ pub extern "C" fn rdmaxfer_listener_try_accept(
                 }
                 Ok(Some(ep)) => {
                     l.settle(i);
-                    o.set(new_conn(ep, Role::Server, false, &l.cfg));
+                    o.set(new_conn(ep, Role::Server, oob, &l.cfg));
                     return Ok(());
                 }
                 Err(e) => {
@@ -212,11 +232,6 @@ pub extern "C" fn rdmaxfer_listener_try_accept(
                 Err(Error::Timeout { .. }) => return Err(again()),
                 r => r?,
             };
-            if oob {
-                let ep = incoming.finish_plain()?;
-                o.set(new_conn(ep, Role::Server, oob, &l.cfg));
-                return Ok(());
-            }
             if l.accepting.len() >= MAX_ACCEPTING {
                 incoming.refuse_busy(&format!(
                     "{MAX_ACCEPTING} connections are being set up: retry later"
@@ -244,6 +259,10 @@ pub extern "C" fn rdmaxfer_listener_try_accept(
 /// connections accepted from it are not affected. Shutting down again changes nothing. (It
 /// does not make `rdmaxfer_listener_fd` readable: an event loop that wants to be woken uses
 /// its own descriptor.)
+/// Returns: RDMAXFER_OK, also when already shut down; RDMAXFER_ERR_NULL_ARGUMENT (NULL),
+/// RDMAXFER_ERR_INVALID_ARGUMENT (misaligned), RDMAXFER_ERR_INVALID_STATE (freed),
+/// RDMAXFER_ERR_PANIC; never RDMAXFER_ERR_BUSY.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_shutdown(
     listener: *const rdmaxfer_listener,
@@ -265,6 +284,9 @@ fn shut_down(h: &'static rdmaxfer_listener) -> CResult<()> {
 /// Frees a listener (NULL: nothing); connections accepted from it stay usable. It is shut down
 /// first, so an `rdmaxfer_accept` blocked in it on another thread returns
 /// `RDMAXFER_ERR_SHUTDOWN` at once (and the listener is released when that call has returned).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed listener: only the last error
+/// message says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_listener_free(listener: *mut rdmaxfer_listener) {
     boundary::run_or("rdmaxfer_listener_free", (), || {

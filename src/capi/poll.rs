@@ -40,6 +40,12 @@ fn try_twice<R>(c: &mut Conn, mut f: impl FnMut(&mut Endpoint) -> Result<R>) -> 
 /// poll again; a blocking call on the connection in between is fine, as long as a try call
 /// ends the round. Over the out-of-band transport the first call switches the connection to
 /// rdmaxfer's flow control (one exchange with the peer, as `rdmaxfer_send` does).
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of out_fd;
+/// RDMAXFER_ERR_INVALID_STATE also for a connection not made in event mode; RDMAXFER_ERR_IO or
+/// RDMAXFER_ERR_VERBS if the descriptor cannot be made or armed; over OOB, the network statuses of
+/// the switch to rdmaxfer's flow control.
+/// Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+/// first exchanges it with the peer, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_fd(
     conn: *mut rdmaxfer_conn,
@@ -81,6 +87,11 @@ fn watch(ep: &mut Endpoint) -> CResult<Epoll> {
 /// a send buffer are free now): `RDMAXFER_ERR_AGAIN` otherwise, with nothing sent (the credit
 /// comes back with the peer's next message or its credit return: wait for `rdmaxfer_conn_fd`).
 /// The message is posted, not yet acknowledged, when this returns.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of data (NULL allowed
+/// when len is 0); RDMAXFER_ERR_AGAIN when no credit or send buffer is free;
+/// RDMAXFER_ERR_INVALID_ARGUMENT if len is over rdmaxfer_conn_max_msg_size; the network statuses.
+/// Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+/// first exchanges it with the peer, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_try_send(
     conn: *mut rdmaxfer_conn,
@@ -99,6 +110,11 @@ pub extern "C" fn rdmaxfer_conn_try_send(
 /// `*out_len`, `RDMAXFER_ERR_BUFFER_TOO_SMALL`); `RDMAXFER_ERR_AGAIN` when none has, and
 /// `RDMAXFER_ERR_CONNECTION` once the peer has disconnected and every message it sent before
 /// was taken.
+/// Returns: RDMAXFER_OK; the handle statuses of conn; the pointer statuses of buf (NULL allowed
+/// when cap is 0); the pointer statuses of out_len; RDMAXFER_ERR_AGAIN when no message has arrived;
+/// RDMAXFER_ERR_BUFFER_TOO_SMALL and RDMAXFER_ERR_CONNECTION as above; the network statuses.
+/// Blocks: no, except over OOB on a connection not yet switched to rdmaxfer's flow control: it
+/// first exchanges it with the peer, at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_conn_try_recv(
     conn: *mut rdmaxfer_conn,

@@ -6,7 +6,7 @@
 use std::ffi::{c_char, CString};
 
 use super::boundary::{self, CResult, Fail};
-use super::handle::{arg, free_handle, handle, impl_handle, into_handle, Slot};
+use super::handle::{free_handle, handle, impl_handle, into_handle, Call, Slot};
 use super::status::rdmaxfer_status;
 use crate::xfer::file::report::{FileReport, SessionReport};
 
@@ -155,6 +155,8 @@ pub struct rdmaxfer_report {
 impl_handle!(rdmaxfer_report, Report);
 
 /// Makes an empty report.
+/// Returns: RDMAXFER_OK; the pointer statuses of out_report; RDMAXFER_ERR_PANIC.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_new(out_report: *mut *mut rdmaxfer_report) -> rdmaxfer_status {
     boundary::run("rdmaxfer_report_new", || {
@@ -165,32 +167,43 @@ pub extern "C" fn rdmaxfer_report_new(out_report: *mut *mut rdmaxfer_report) -> 
 }
 
 /// Frees a report and its strings (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed report: only the last error
+/// message says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_free(report: *mut rdmaxfer_report) {
     free_handle("rdmaxfer_report_free", report);
 }
 
-/// Fills `report` (if not NULL) with `session`: what the transfer calls do on every return.
-pub(crate) fn fill(report: *mut rdmaxfer_report, session: SessionReport) -> CResult<()> {
+/// A transfer's report, locked from before the transfer starts until it is filled: a handle
+/// that is freed, in use or poisoned fails the call before anything moves, and no other call
+/// can take it in between (a free meanwhile takes effect when the transfer returns, after the
+/// fill).
+pub(crate) struct Held(Option<Call<rdmaxfer_report>>);
+
+/// Locks `report` (NULL: nothing to fill) before a transfer starts ([`Held`]).
+pub(crate) fn hold(report: *mut rdmaxfer_report) -> CResult<Held> {
     if report.is_null() {
-        return Ok(());
+        return Ok(Held(None));
     }
-    let mut r = handle(report, "report")?;
-    r.fill(session);
-    Ok(())
+    Ok(Held(Some(handle(report, "report")?)))
 }
 
-/// Checks `report` (NULL allowed) before a transfer starts, so that a bad handle fails the
-/// call before anything moves.
-pub(crate) fn check(report: *mut rdmaxfer_report) -> CResult<()> {
-    if !report.is_null() {
-        arg(report, "report")?;
+impl Held {
+    /// Fills the report (if any) with `session`: what the transfer calls do on every return
+    /// once the transfer has begun.
+    pub(crate) fn fill(self, session: SessionReport) {
+        if let Some(mut r) = self.0 {
+            r.fill(session);
+        }
     }
-    Ok(())
 }
 
 /// The entries `report` lists (at most `RDMAXFER_REPORT_MAX_FILES`); 0 for NULL or a handle
 /// in use.
+/// Returns: the count; 0 for a NULL, misaligned, freed, busy or poisoned report (the last error
+/// message says why).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize {
     boundary::run_or("rdmaxfer_report_len", 0, || {
@@ -201,6 +214,9 @@ pub extern "C" fn rdmaxfer_report_len(report: *const rdmaxfer_report) -> usize {
 /// Entry `i` (0-based, below `rdmaxfer_report_len`) of `report` into `*out` (see
 /// `rdmaxfer_file_result` for its `struct_size`). `RDMAXFER_ERR_INVALID_ARGUMENT` for an index
 /// past the end or a `struct_size` below the first release's struct.
+/// Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out;
+/// RDMAXFER_ERR_INVALID_ARGUMENT if i is past the end.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_file(
     report: *const rdmaxfer_report,
@@ -228,6 +244,8 @@ pub extern "C" fn rdmaxfer_report_file(
 }
 
 /// The totals of `report` into `*out` (`struct_size` as for `rdmaxfer_report_file`).
+/// Returns: RDMAXFER_OK; the handle statuses of report; the pointer statuses of out.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_report_totals(
     report: *const rdmaxfer_report,

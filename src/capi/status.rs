@@ -187,6 +187,8 @@ pub struct StatusArg(pub c_int);
 
 /// The library's version, "MAJOR.MINOR.PATCH" (static; never NULL). Compare with
 /// `RDMAXFER_VERSION` to detect a header/library mismatch.
+/// Returns: never fails: a static string, never NULL.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_version() -> *const c_char {
     VERSION_C.as_ptr()
@@ -194,6 +196,8 @@ pub extern "C" fn rdmaxfer_version() -> *const c_char {
 
 /// A static, NUL-terminated description of `status` (never NULL; "unknown status" for a value
 /// that is not an `rdmaxfer_status`, e.g. an integer cast to it).
+/// Returns: never fails: a static string, never NULL.
+/// Blocks: no.
 // The header declares the parameter as `enum rdmaxfer_status` (cbindgen.toml renames
 // `StatusArg`); it is read as a plain integer, so any value C passes is defined behaviour here.
 #[no_mangle]

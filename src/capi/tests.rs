@@ -406,3 +406,61 @@ fn the_os_error_and_wc_status_of_the_last_failure_are_kept_beside_its_message() 
     assert_eq!(boundary::run("d", || Ok(())), S::RDMAXFER_OK);
     assert_eq!(last_error(), "c: bad");
 }
+
+#[test]
+fn a_report_in_use_poisoned_or_freed_fails_a_transfer_before_its_connection_is_looked_at() {
+    use super::report::{rdmaxfer_report, rdmaxfer_report_free, rdmaxfer_report_new};
+    use super::transfer::{rdmaxfer_recv_files, rdmaxfer_send_files};
+    // Each transfer gets a NULL connection: a report checked only after the transfer (or not
+    // at all) would give the connection's RDMAXFER_ERR_NULL_ARGUMENT instead.
+    let paths = [c"/".as_ptr()];
+    let send = |r: *mut rdmaxfer_report| {
+        rdmaxfer_send_files(
+            ptr::null_mut(),
+            paths.as_ptr(),
+            1,
+            ptr::null(),
+            None,
+            ptr::null_mut(),
+            r,
+        )
+    };
+    let recv = |r| rdmaxfer_recv_files(ptr::null_mut(), c"/".as_ptr(), ptr::null(), r);
+    let mut r = ptr::null_mut();
+    assert_eq!(rdmaxfer_report_new(&mut r), S::RDMAXFER_OK);
+    assert_eq!(send(r), S::RDMAXFER_ERR_NULL_ARGUMENT, "a good report");
+    assert!(last_error().contains("conn"), "{}", last_error());
+    assert_eq!(recv(r), S::RDMAXFER_ERR_NULL_ARGUMENT, "a good report");
+    // In use (another call holds it).
+    let call = handle::handle(r, "r").unwrap();
+    assert_eq!(send(r), S::RDMAXFER_ERR_BUSY);
+    assert!(
+        last_error().contains("rdmaxfer_report is in use"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(recv(r), S::RDMAXFER_ERR_BUSY);
+    // Freed while that call is inside (so its slot is not reused by another test meanwhile).
+    rdmaxfer_report_free(r);
+    assert_eq!(send(r), S::RDMAXFER_ERR_INVALID_STATE);
+    assert!(
+        last_error().contains("rdmaxfer_report was freed"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(recv(r), S::RDMAXFER_ERR_INVALID_STATE);
+    drop(call);
+    // Poisoned.
+    let mut p = ptr::null_mut();
+    assert_eq!(rdmaxfer_report_new(&mut p), S::RDMAXFER_OK);
+    arm("rdmaxfer_report");
+    assert_eq!(send(p), S::RDMAXFER_ERR_PANIC);
+    assert_eq!(send(p), S::RDMAXFER_ERR_PANIC);
+    assert!(
+        last_error().contains("earlier call on this rdmaxfer_report panicked"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(recv(p), S::RDMAXFER_ERR_PANIC);
+    rdmaxfer_report_free(p);
+}

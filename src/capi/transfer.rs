@@ -91,6 +91,8 @@ impl_handle!(rdmaxfer_send_options, SendOpts);
 
 /// Makes send options with the defaults of `rdmaxfer send`: no flags, 1 MiB chunks, 16 in
 /// flight, XXH3-128, no rate limit, no exclusions.
+/// Returns: RDMAXFER_OK; the pointer statuses of out_opts; RDMAXFER_ERR_PANIC.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_new(
     out_opts: *mut *mut rdmaxfer_send_options,
@@ -103,6 +105,9 @@ pub extern "C" fn rdmaxfer_send_options_new(
 }
 
 /// Frees send options (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed opts: only the last error message
+/// says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_free(opts: *mut rdmaxfer_send_options) {
     free_handle("rdmaxfer_send_options_free", opts);
@@ -128,6 +133,9 @@ where
 
 /// Sets the `RDMAXFER_SEND_*` flags (replacing those set before). Unknown bits:
 /// `RDMAXFER_ERR_INVALID_ARGUMENT`.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for unknown
+/// bits.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_set_flags(
     opts: *mut rdmaxfer_send_options,
@@ -144,6 +152,9 @@ pub extern "C" fn rdmaxfer_send_options_set_flags(
 
 /// Chunk size: bytes per RDMA WRITE (`send -s`; the receiver may lower it). Outside
 /// 4096..=8388608: `RDMAXFER_ERR_INVALID_ARGUMENT`.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT outside
+/// 4096..=8388608.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_set_chunk_size(
     opts: *mut rdmaxfer_send_options,
@@ -164,6 +175,9 @@ pub extern "C" fn rdmaxfer_send_options_set_chunk_size(
 
 /// Chunks in flight at most (`send --slots`; also capped by the receiver). Outside 1..=1024:
 /// `RDMAXFER_ERR_INVALID_ARGUMENT`.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT outside
+/// 1..=1024.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_set_slots(
     opts: *mut rdmaxfer_send_options,
@@ -183,6 +197,9 @@ pub extern "C" fn rdmaxfer_send_options_set_slots(
 
 /// Chunk verification: "xxh3" (the default) or "blake3" (`send --verify`). Another name:
 /// `RDMAXFER_ERR_INVALID_ARGUMENT`.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of algo;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for another name.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_set_verify(
     opts: *mut rdmaxfer_send_options,
@@ -197,6 +214,8 @@ pub extern "C" fn rdmaxfer_send_options_set_verify(
 
 /// At most `bytes_per_second` bytes of file data per second over all streams (`send
 /// --bwlimit`); 0: no limit.
+/// Returns: RDMAXFER_OK; the handle statuses of opts.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_set_bwlimit(
     opts: *mut rdmaxfer_send_options,
@@ -211,6 +230,9 @@ pub extern "C" fn rdmaxfer_send_options_set_bwlimit(
 /// Adds an exclusion rule (`send --exclude`, rsync's rules: `*`, `**`, `?`, `[..]`, a trailing
 /// `/` for directories only, a leading `/` anchors). Rules apply in the order added, the first
 /// that matches decides; with `RDMAXFER_SEND_DELETE` an excluded name is never deleted.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of pattern;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for a pattern that is empty or has an empty component.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_add_exclude(
     opts: *mut rdmaxfer_send_options,
@@ -223,6 +245,9 @@ pub extern "C" fn rdmaxfer_send_options_add_exclude(
 
 /// Adds an inclusion rule (`send --include`): what it matches is sent even if a later
 /// exclusion matches it.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; the pointer statuses of pattern;
+/// RDMAXFER_ERR_INVALID_ARGUMENT for a pattern that is empty or has an empty component.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_options_add_include(
     opts: *mut rdmaxfer_send_options,
@@ -268,13 +293,22 @@ impl Tally {
 /// `progress` (may be NULL) is called as data goes out and may stop the transfer
 /// (`RDMAXFER_ERR_ABORTED`). `report` (may be NULL; made by `rdmaxfer_report_new`) is filled
 /// with every entry's outcome when the call returns, whether it succeeds or fails, unless it
-/// fails before anything is sent (a bad argument). `RDMAXFER_OK` only when every entry was
+/// fails before anything is sent (a bad argument, the report's own handle statuses included:
+/// the report is checked first and held for the whole call, so calls on it meanwhile, from
+/// `progress` or another thread, return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` only when every entry was
 /// delivered or skipped (or, in a dry run, every one could be); `RDMAXFER_ERR_REFUSED` when
 /// some were refused or failed (the report says which and why), or the receiver refused the
 /// session (busy, a wrong token: the last error message says); `RDMAXFER_ERR_ABORTED` when
 /// `progress` stopped it; `RDMAXFER_ERR_INVALID_ARGUMENT` for no paths; `RDMAXFER_ERR_IO` for
 /// a path that cannot be listed; and the statuses of the network (see the header's
 /// conventions).
+/// Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
+/// a report freed, in use or poisoned fails the call before anything is sent, the report
+/// untouched); the pointer statuses of paths and its entries (an empty entry:
+/// RDMAXFER_ERR_INVALID_ARGUMENT); RDMAXFER_ERR_INVALID_ARGUMENT, _IO, _REFUSED and _ABORTED as
+/// above (INVALID_ARGUMENT also for a path that is not a file or directory, or cannot be sent by
+/// its name); the network statuses.
+/// Blocks: yes, until the transfer ends; each wait for the peer at most the configured timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_send_files(
     conn: *mut rdmaxfer_conn,
@@ -291,7 +325,7 @@ pub extern "C" fn rdmaxfer_send_files(
         } else {
             handle(opts, "opts")?.clone()
         };
-        report::check(report)?;
+        let report = report::hold(report)?;
         let roots: Vec<PathBuf> = boundary::arg_str_array(paths, n_paths, usize::MAX, "paths")?
             .into_iter()
             .map(PathBuf::from)
@@ -363,7 +397,7 @@ pub extern "C" fn rdmaxfer_send_files(
             &mut session_report,
             &mut |p| tally.on(p),
         );
-        report::fill(report, session_report)?;
+        report.fill(session_report);
         r.map_err(Fail::from)
     })
 }
@@ -389,6 +423,8 @@ impl_handle!(rdmaxfer_recv_options, RecvOpts);
 
 /// Makes receive options with the defaults of `rdmaxfer recv`: no flags, no size limit, any
 /// verification, its idle timeout and rate floor.
+/// Returns: RDMAXFER_OK; the pointer statuses of out_opts; RDMAXFER_ERR_PANIC.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_options_new(
     out_opts: *mut *mut rdmaxfer_recv_options,
@@ -401,6 +437,9 @@ pub extern "C" fn rdmaxfer_recv_options_new(
 }
 
 /// Frees receive options (NULL: nothing).
+/// Returns: nothing (NULL: a no-op; a misaligned or already freed opts: only the last error message
+/// says so).
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_options_free(opts: *mut rdmaxfer_recv_options) {
     free_handle("rdmaxfer_recv_options_free", opts);
@@ -409,6 +448,9 @@ pub extern "C" fn rdmaxfer_recv_options_free(opts: *mut rdmaxfer_recv_options) {
 /// Sets the flags: `RDMAXFER_RECV_FORCE`, `RDMAXFER_RECV_RESUME`,
 /// `RDMAXFER_RECV_ALLOW_DELETE` (replacing those set before). Unknown bits:
 /// `RDMAXFER_ERR_INVALID_ARGUMENT`.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for unknown
+/// bits.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_options_set_flags(
     opts: *mut rdmaxfer_recv_options,
@@ -424,6 +466,8 @@ pub extern "C" fn rdmaxfer_recv_options_set_flags(
 }
 
 /// Refuses files larger than `bytes` (`recv --max-size`); 0: no limit.
+/// Returns: RDMAXFER_OK; the handle statuses of opts.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_options_set_max_size(
     opts: *mut rdmaxfer_recv_options,
@@ -436,6 +480,9 @@ pub extern "C" fn rdmaxfer_recv_options_set_max_size(
 }
 
 /// Accepts only this chunk verification, "xxh3" or "blake3" (`recv --verify`); NULL: any.
+/// Returns: RDMAXFER_OK; the handle statuses of opts; RDMAXFER_ERR_INVALID_ARGUMENT for a name
+/// other than those, or not UTF-8.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_options_set_verify(
     opts: *mut rdmaxfer_recv_options,
@@ -453,6 +500,8 @@ pub extern "C" fn rdmaxfer_recv_options_set_verify(
 /// The session's budget (`recv --idle-timeout`, `--min-rate`): it ends after `idle_ms`
 /// milliseconds without progress (0: never), or when its data comes slower than
 /// `min_bytes_per_second` (0: no floor).
+/// Returns: RDMAXFER_OK; the handle statuses of opts.
+/// Blocks: no.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_options_set_budget(
     opts: *mut rdmaxfer_recv_options,
@@ -469,11 +518,19 @@ pub extern "C" fn rdmaxfer_recv_options_set_budget(
 /// Receives one sender's session on `conn` into the existing directory `out_dir`, as
 /// `rdmaxfer_recv_file` does (where files land, what is refused), with `opts` (NULL: the
 /// defaults), and fills `report` (may be NULL) with every entry's outcome when the call
-/// returns, whether it succeeds or fails. `RDMAXFER_OK` when every entry arrived verified or
+/// returns, whether it succeeds or fails, unless it fails before the session starts (a bad
+/// argument, the report's own handle statuses included: the report is checked first and held
+/// for the whole call, so calls on it meanwhile return `RDMAXFER_ERR_BUSY`). `RDMAXFER_OK` when every entry arrived verified or
 /// was skipped; `RDMAXFER_ERR_REFUSED` when some were refused or failed (the report says which)
 /// or the session was refused (a wrong token); `RDMAXFER_ERR_INVALID_ARGUMENT` for an
 /// `out_dir` that is not a directory; `RDMAXFER_ERR_IO` for one that cannot be read; and the
 /// statuses of the network.
+/// Returns: RDMAXFER_OK; the handle statuses of conn, opts and report (opts and report may be NULL;
+/// a report freed, in use or poisoned fails the call before the session starts, the report
+/// untouched); the pointer statuses of out_dir; RDMAXFER_ERR_INVALID_ARGUMENT, _IO and _REFUSED as
+/// above; the network statuses.
+/// Blocks: yes, until the sender's session ends; each wait for the peer at most the configured
+/// timeout.
 #[no_mangle]
 pub extern "C" fn rdmaxfer_recv_files(
     conn: *mut rdmaxfer_conn,
@@ -487,7 +544,7 @@ pub extern "C" fn rdmaxfer_recv_files(
         } else {
             handle(opts, "opts")?.clone()
         };
-        report::check(report)?;
+        let report = report::hold(report)?;
         let dir = boundary::arg_path(out_dir, "out_dir")?;
         let mut c = handle(conn, "conn")?;
         super::file::check_out_dir(&dir)?;
@@ -507,7 +564,7 @@ pub extern "C" fn rdmaxfer_recv_files(
         }
         let mut session_report = SessionReport::default();
         let r = file::receive(c.rdmaxfer_peer()?, &ropts, &mut session_report);
-        report::fill(report, session_report)?;
+        report.fill(session_report);
         r.map_err(Fail::from)
     })
 }

@@ -135,7 +135,8 @@ impl Incoming {
         self.pending.refuse_busy(why)
     }
 
-    /// Starts accepting without waiting (RDMA CM only; see [`Pending::start_accept`]).
+    /// Starts accepting without waiting (see [`Pending::start_accept`]; over OOB the endpoint
+    /// keeps ibv_rc_pingpong's flow, as [`finish_plain`](Self::finish_plain)).
     pub fn start_accept(self) -> Result<Accepting> {
         self.pending.start_accept()
     }

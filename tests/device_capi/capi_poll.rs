@@ -8,7 +8,7 @@
 
 use std::ffi::{c_int, CStr};
 use std::ptr;
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use rdmaxfer::cm::{CmId, ConnParam, EventKind};
@@ -17,25 +17,28 @@ use rdmaxfer::verbs::{CompletionQueue, ProtectionDomain, QpCaps, QueuePair, Wait
 use crate::capi_ffi::{rdmaxfer_status as S, *};
 use crate::common::{need_rxe0, wait_until};
 
+/// The header's RDMAXFER_TRANSPORT_OOB.
+const RDMAXFER_TRANSPORT_OOB: u32 = 1;
+
 /// `common::IP` as a C string.
-const IP_C: &CStr = c"198.18.0.1";
+pub(crate) const IP_C: &CStr = c"198.18.0.1";
 const RW: u32 = 3;
 
 /// A handle pointer handed to another thread (the C API allows any thread).
-struct Send_<T>(*mut T);
+pub(crate) struct Send_<T>(pub(crate) *mut T);
 // SAFETY: the library's handles may be used from any thread, one call at a time (the header's
 // threading rule); the tests never call on one handle from two threads except where that rule
 // is what is tested (busy, shutdown).
 unsafe impl<T> Send for Send_<T> {}
 
-fn last() -> String {
+pub(crate) fn last() -> String {
     // SAFETY: no arguments; returns a NUL-terminated string valid until the next failure here.
     unsafe { CStr::from_ptr(rdmaxfer_last_error_message()) }
         .to_string_lossy()
         .into_owned()
 }
 
-fn config(timeout_ms: u32, event: bool) -> *mut rdmaxfer_config {
+pub(crate) fn config(timeout_ms: u32, event: bool) -> *mut rdmaxfer_config {
     let mut cfg = ptr::null_mut();
     // SAFETY: `cfg` is a writable out-parameter, then a live handle.
     unsafe {
@@ -52,6 +55,19 @@ fn config(timeout_ms: u32, event: bool) -> *mut rdmaxfer_config {
         assert_eq!(rdmaxfer_config_set_port(cfg, 0), S::RDMAXFER_OK);
     }
     cfg
+}
+
+/// [`config`] with `timeout_ms`, over OOB when `oob`.
+pub(crate) fn config_for(timeout_ms: u32, oob: bool) -> *mut rdmaxfer_config {
+    let c = config(timeout_ms, false);
+    if oob {
+        // SAFETY: a live config made above.
+        assert_eq!(
+            unsafe { rdmaxfer_config_set_transport(c, RDMAXFER_TRANSPORT_OOB) },
+            S::RDMAXFER_OK
+        );
+    }
+    c
 }
 
 /// A second listener on a port taken fails with the OS error beside the message (and no
@@ -150,7 +166,7 @@ fn port_0_means_the_configured_port_to_listen_and_to_connect() {
 }
 
 /// Listens on rxe0's address and `port`; returns the listener and the port it reports.
-fn listen(cfg: *mut rdmaxfer_config, port: u16) -> (*mut rdmaxfer_listener, u16) {
+pub(crate) fn listen(cfg: *mut rdmaxfer_config, port: u16) -> (*mut rdmaxfer_listener, u16) {
     let mut l = ptr::null_mut();
     let mut got = 0u16;
     // SAFETY: live config, NUL-terminated address, writable out-parameters.
@@ -167,7 +183,7 @@ fn listen(cfg: *mut rdmaxfer_config, port: u16) -> (*mut rdmaxfer_listener, u16)
 }
 
 /// Waits (bounded) until `fd` is readable.
-fn readable(fd: c_int, what: &str) {
+pub(crate) fn readable(fd: c_int, what: &str) {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -342,10 +358,56 @@ fn port_zero_descriptors_try_calls_out_len_and_expose_ok() {
     }
 }
 
+/// A client on its own thread: connects (OOB when `oob`), sends "hi" and checks the echo.
+/// Gives the connect's status and last error message.
+pub(crate) fn echo_client(port: u16, oob: bool) -> JoinHandle<(S, String)> {
+    thread::spawn(move || {
+        let cfg = config_for(20_000, oob);
+        // SAFETY: handles made here, each freed once; NUL-terminated strings; writable locals.
+        unsafe {
+            let mut c = ptr::null_mut();
+            let st = rdmaxfer_connect(cfg, IP_C.as_ptr(), port, &mut c);
+            rdmaxfer_config_free(cfg);
+            if st != S::RDMAXFER_OK {
+                return (st, last());
+            }
+            assert_eq!(rdmaxfer_send(c, b"hi".as_ptr().cast(), 2), S::RDMAXFER_OK);
+            let mut back = [0u8; 8];
+            let mut n = 0usize;
+            assert_eq!(
+                rdmaxfer_recv(c, back.as_mut_ptr().cast(), 8, &mut n),
+                S::RDMAXFER_OK,
+                "{}",
+                last()
+            );
+            assert_eq!(&back[..n], b"hi");
+            assert_eq!(rdmaxfer_conn_close(c), S::RDMAXFER_OK, "{}", last());
+            (S::RDMAXFER_OK, String::new())
+        }
+    })
+}
+
+/// Echoes one message on an accepted connection, then frees it.
+pub(crate) fn echo(conn: *mut rdmaxfer_conn) {
+    // SAFETY: the accepted connection (freed once), writable locals.
+    unsafe {
+        let mut buf = [0u8; 8];
+        let mut n = 0usize;
+        assert_eq!(
+            rdmaxfer_recv(conn, buf.as_mut_ptr().cast(), 8, &mut n),
+            S::RDMAXFER_OK,
+            "{}",
+            last()
+        );
+        assert_eq!(rdmaxfer_send(conn, buf.as_ptr().cast(), n), S::RDMAXFER_OK);
+        rdmaxfer_conn_free(conn);
+    }
+}
+
 /// A connect request from a client that will never complete its handshake: a CM id with a QP
 /// of its own, whose RTU librdmacm would send only when the answer's event is read, and it is
 /// not (dropping the id ends it).
-fn stalled_client(port: u16) -> (CmId, (QueuePair, CompletionQueue, ProtectionDomain)) {
+pub(crate) fn stalled_client(port: u16) -> (CmId, (QueuePair, CompletionQueue, ProtectionDomain)) {
     let t = Duration::from_secs(30);
     let id = CmId::new().unwrap();
     let dst = std::net::SocketAddr::new(crate::common::IP.parse().unwrap(), port);
@@ -391,31 +453,7 @@ fn try_accept_serves_others_while_a_client_stalls_its_handshake() {
     let st = unsafe { rdmaxfer_listener_try_accept(l, &mut conn) };
     assert_eq!(st, S::RDMAXFER_ERR_AGAIN, "{}", last());
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-    let good = thread::spawn(move || {
-        let cfg = config(60_000, false);
-        // SAFETY: handles made here, each freed once; NUL-terminated strings; writable locals.
-        unsafe {
-            let mut c = ptr::null_mut();
-            assert_eq!(
-                rdmaxfer_connect(cfg, IP_C.as_ptr(), port, &mut c),
-                S::RDMAXFER_OK,
-                "{}",
-                last()
-            );
-            rdmaxfer_config_free(cfg);
-            assert_eq!(rdmaxfer_send(c, b"hi".as_ptr().cast(), 2), S::RDMAXFER_OK);
-            let mut back = [0u8; 8];
-            let mut n = 0usize;
-            assert_eq!(
-                rdmaxfer_recv(c, back.as_mut_ptr().cast(), 8, &mut n),
-                S::RDMAXFER_OK,
-                "{}",
-                last()
-            );
-            assert_eq!(&back[..n], b"hi");
-            assert_eq!(rdmaxfer_conn_close(c), S::RDMAXFER_OK, "{}", last());
-        }
-    });
+    let good = echo_client(port, false);
     let t0 = Instant::now();
     let mut calls = 0;
     loop {
@@ -434,24 +472,13 @@ fn try_accept_serves_others_while_a_client_stalls_its_handshake() {
             "no good client in 60 s"
         );
     }
-    // SAFETY: the accepted connection (freed once), writable locals.
-    unsafe {
-        let mut buf = [0u8; 8];
-        let mut n = 0usize;
-        assert_eq!(
-            rdmaxfer_recv(conn, buf.as_mut_ptr().cast(), 8, &mut n),
-            S::RDMAXFER_OK,
-            "{}",
-            last()
-        );
-        assert_eq!(rdmaxfer_send(conn, buf.as_ptr().cast(), n), S::RDMAXFER_OK);
-    }
-    good.join().unwrap();
+    echo(conn);
+    let (st, msg) = good.join().unwrap();
+    assert_eq!(st, S::RDMAXFER_OK, "{msg}");
     println!("the good client taken after {calls} try_accept calls");
     drop(stalled);
     // SAFETY: live handles, each freed once.
     unsafe {
-        rdmaxfer_conn_free(conn);
         rdmaxfer_listener_free(l);
         rdmaxfer_config_free(cfg);
     }

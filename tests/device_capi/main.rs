@@ -8,6 +8,7 @@ mod capi_ffi;
 #[path = "../common/mod.rs"]
 mod common;
 
+mod accept_limits;
 mod capi;
 mod capi_poll;
 mod transfer;

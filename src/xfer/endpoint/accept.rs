@@ -3,8 +3,9 @@
 //! CONNECT_REQUEST, already on its own event channel; or the accepted TCP socket) and return a
 //! [`Pending`] connection; [`Pending::finish`] does the rest (PD/CQ/QP, `rdma_accept` and the
 //! wait for ESTABLISHED; or the 52-byte exchange and RTR/RTS), each step within the options'
-//! timeout. A peer that stalls mid-handshake then holds only the thread that finishes it.
-//! `accept` is `take` then `finish`.
+//! timeout. A peer that stalls mid-handshake then holds only the thread that finishes it (or
+//! nothing: [`Pending::start_accept`] goes on without blocking). `accept` is `take` then
+//! `finish`.
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd as _;
@@ -13,13 +14,13 @@ use std::time::{Duration, Instant};
 use crate::cm::{CmId, ConnParam, ConnectRequest, EventKind, DEPTH_AUTO, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
 use crate::xfer::params::SessionParams;
-use crate::xfer::wire::{self, Hello, OobDest, Reject, RejectCode};
+use crate::xfer::wire::{self, Hello, Reject, RejectCode};
 
 use super::cm::Listener;
 use super::conn::Endpoint;
-use super::oob::{read_msg, set_timeouts, write_all, OobListener, OobSide};
+use super::oob::{set_timeouts, OobHandshake, OobListener};
 use super::options::{EndpointOptions, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY};
-use super::setup::{check_cm_device, check_msg_size, choose, Parts};
+use super::setup::{check_cm_device, check_msg_size, Parts};
 
 /// A connection taken from a listener whose set-up is not done yet: [`finish`](Self::finish)
 /// it (on any thread), or drop it to abandon the peer.
@@ -125,11 +126,7 @@ impl Pending {
             How::Cm { req, listen } => setup_cm(&self.opts, listen, req),
             How::Oob(s) => setup_oob(&self.opts, s, peer),
         };
-        r.map_err(|e| match e {
-            Error::Connection(m) => Error::Connection(format!("client {}: {m}", fmt_addr(peer))),
-            Error::Protocol(m) => Error::Protocol(format!("client {}: {m}", fmt_addr(peer))),
-            e => e,
-        })
+        r.map_err(|e| about_client(peer, e))
     }
 }
 
@@ -142,27 +139,51 @@ pub(super) struct Started {
     pub(super) peer: Option<SocketAddr>,
 }
 
+/// A connection whose non-blocking accept has begun ([`Pending::start`]).
+pub(super) enum Start {
+    /// RDMA CM: the reply is sent; ESTABLISHED follows on the id's channel.
+    Cm(Box<Started>),
+    /// Out-of-band: the TCP socket, non-blocking, the exchange not begun.
+    Oob(Box<OobHandshake>, Option<SocketAddr>),
+}
+
 impl Pending {
-    /// For the non-blocking accept (`nonblock`): the first half of [`finish`](Self::finish)
-    /// over RDMA CM ([`start_cm`]), with the options and the peer's address. Refused over OOB,
-    /// whose exchange is a blocking TCP conversation.
-    pub(super) fn start(self) -> Result<Started> {
+    /// For the non-blocking accept (`nonblock`): over RDMA CM the first half of
+    /// [`finish`](Self::finish) ([`start_cm`]), with the options and the peer's address; over
+    /// OOB the socket made non-blocking, ready for the exchange a byte at a time.
+    pub(super) fn start(self) -> Result<Start> {
         let peer = self.peer;
         match self.how {
             How::Cm { req, listen } => {
                 let (id, parts, hello) = start_cm(&self.opts, listen, req)?;
-                Ok(Started {
+                Ok(Start::Cm(Box::new(Started {
                     id,
                     parts,
                     hello,
                     opts: self.opts,
                     peer,
-                })
+                })))
             }
-            How::Oob(_) => Err(Error::InvalidArgument(
-                "a connection taken from an OobListener can only be finished blocking (Pending::finish)".into(),
-            )),
+            How::Oob(s) => {
+                s.set_nonblocking(true)
+                    .map_err(|e| Error::io("setting the TCP socket non-blocking", e))?;
+                s.set_nodelay(true)
+                    .map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+                Ok(Start::Oob(
+                    Box::new(OobHandshake::new(s, self.opts, peer)),
+                    peer,
+                ))
+            }
         }
+    }
+}
+
+/// `e`, a failed set-up of `peer`'s connection, naming the client.
+pub(super) fn about_client(peer: Option<SocketAddr>, e: Error) -> Error {
+    match e {
+        Error::Connection(m) => Error::Connection(format!("client {}: {m}", fmt_addr(peer))),
+        Error::Protocol(m) => Error::Protocol(format!("client {}: {m}", fmt_addr(peer))),
+        e => e,
     }
 }
 
@@ -332,25 +353,15 @@ impl OobListener {
 
 fn setup_oob(
     opts: &EndpointOptions,
-    mut s: TcpStream,
+    s: TcpStream,
     peer_addr: Option<SocketAddr>,
 ) -> Result<Endpoint> {
     s.set_nonblocking(false)
         .map_err(|e| Error::io("setting the TCP socket blocking", e))?;
     set_timeouts(&s, opts.timeout)?;
-    let side = OobSide::new(choose(opts)?, opts)?;
-    let peer = OobDest::decode(&read_msg(
-        &mut s,
-        wire::OOB_MSG_LEN,
-        "the client's address",
-    )?)?;
-    side.connect(&peer)?;
-    write_all(&mut s, &side.me.encode(), "sending our address")?;
-    wire::check_done(&read_msg(
-        &mut s,
-        wire::OOB_DONE.len(),
-        "the client's \"done\"",
-    )?)?;
-    let local_addr = s.local_addr().ok();
-    Ok(side.finish(opts, peer, peer_addr, local_addr))
+    // Blocking, with the timeout on each read and write: one call does the whole exchange,
+    // and stops short only when the client let a timeout pass.
+    let mut hs = OobHandshake::new(s, opts.clone(), peer_addr);
+    let ep = hs.advance()?;
+    ep.ok_or_else(|| hs.stalled())
 }

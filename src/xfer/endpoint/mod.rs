@@ -58,7 +58,8 @@
 //! - [`Endpoint::cm_fd`]: the connection's RDMA CM event channel (a peer's disconnect); CM
 //!   endpoints only.
 //! - [`Listener::fd`]: the listener's CM event channel (connection requests).
-//! - [`Connecting::fd`], [`Accepting::fd`]: the channel of a connection being set up.
+//! - [`Connecting::fd`], [`Accepting::fd`]: the channel of a connection being set up (or,
+//!   for an OOB accept, its TCP socket: readable, or writable while a write waits).
 //!
 //! All stay open as long as their object. They are readable (`POLLIN`) when something may
 //! have happened; a `try_*` call then finds out what. Each is readiness-only: an epoll

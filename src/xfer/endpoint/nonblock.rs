@@ -2,16 +2,18 @@
 //! [endpoint module](crate::xfer::endpoint#non-blocking-use)).
 
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::time::Duration;
 
 use crate::cm::{CmId, Event, EventKind};
 use crate::error::{Error, Result};
+use crate::os::Epoll;
 use crate::verbs::{Bufs, Completion, PostError, SendOp, SendRequest};
 
-use super::accept::{Pending, Started};
+use super::accept::{about_client, Pending, Start, Started};
 use super::cm::{connected, send_connect, start_connect, Listener};
 use super::conn::Endpoint;
+use super::oob::OobHandshake;
 use super::options::EndpointOptions;
 use super::setup::Parts;
 
@@ -223,42 +225,84 @@ impl Listener {
     }
 }
 
-/// A connection being accepted without blocking ([`Pending::start_accept`]): the reply is sent;
-/// call [`try_finish`](Self::try_finish) whenever [`fd`](Self::fd) is readable. Dropping it
-/// abandons the client.
+/// A connection being accepted without blocking ([`Pending::start_accept`]): over RDMA CM the
+/// reply is sent; over OOB the exchange goes as the client's bytes arrive. Call
+/// [`try_finish`](Self::try_finish) whenever [`fd`](Self::fd) is readable. It has no deadline
+/// of its own: the caller drops one that takes too long. Dropping it abandons the client.
 pub struct Accepting {
-    id: CmId,
     peer: Option<SocketAddr>,
-    /// Taken when the endpoint is made (or the accept failed).
-    started: Option<Box<Started>>,
+    how: Under,
+}
+
+enum Under {
+    Cm {
+        id: CmId,
+        /// Taken when the endpoint is made (or the accept failed).
+        started: Option<Box<Started>>,
+    },
+    Oob {
+        hs: Box<OobHandshake>,
+        /// Watches the socket: for reading, and for writing while our address is not all
+        /// written (`writable`).
+        ready: Epoll,
+        writable: bool,
+    },
 }
 
 impl std::fmt::Debug for Accepting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Accepting({:?})", self.peer)
+        let kind = match self.how {
+            Under::Cm { .. } => "rdma_cm",
+            Under::Oob { .. } => "oob",
+        };
+        write!(f, "Accepting({kind}, {:?})", self.peer)
     }
 }
 
 impl Pending {
-    /// Sets up the connection's resources and sends the accept reply without waiting (a bad
-    /// handshake is rejected with a reason, as [`finish`](Self::finish) does). RDMA CM only:
-    /// a connection taken from an [`OobListener`](super::OobListener) is refused.
+    /// Starts accepting without waiting: over RDMA CM sets up the connection's resources and
+    /// sends the accept reply (a bad handshake is rejected with a reason, as
+    /// [`finish`](Self::finish) does); over OOB (a connection taken from an
+    /// [`OobListener`](super::OobListener)) makes the socket non-blocking, and
+    /// [`Accepting::try_finish`] does the exchange as the client's bytes arrive (the endpoint
+    /// keeps ibv_rc_pingpong's one-message-at-a-time flow, as [`finish`](Self::finish) gives
+    /// it).
     pub fn start_accept(self) -> Result<Accepting> {
-        let s = self.start()?;
-        Ok(Accepting {
-            id: s.id.clone(),
-            peer: s.peer,
-            started: Some(Box::new(s)),
+        Ok(match self.start()? {
+            Start::Cm(s) => Accepting {
+                peer: s.peer,
+                how: Under::Cm {
+                    id: s.id.clone(),
+                    started: Some(s),
+                },
+            },
+            Start::Oob(hs, peer) => {
+                let io = |e| Error::io("epoll_create1/epoll_ctl (an OOB accept's descriptor)", e);
+                let ready = Epoll::new().map_err(io)?;
+                ready.add(hs.socket()).map_err(io)?;
+                Accepting {
+                    peer,
+                    how: Under::Oob {
+                        hs,
+                        ready,
+                        writable: false,
+                    },
+                }
+            }
         })
     }
 }
 
 impl Accepting {
-    /// A descriptor readable when the client completes the connection (or another event
-    /// came). Readiness-only: an epoll instance over the connection's own CM event channel
-    /// ([`CmId::fd`]).
+    /// A descriptor readable when [`try_finish`](Self::try_finish) may take a step: the client
+    /// completed the connection (or another event came) over RDMA CM; bytes came, or the socket
+    /// can take ours, over OOB. Readiness-only: an epoll instance over the connection's own CM
+    /// event channel ([`CmId::fd`]) or its TCP socket.
     pub fn fd(&self) -> Result<BorrowedFd<'_>> {
-        self.id.fd()
+        match &self.how {
+            Under::Cm { id, .. } => id.fd(),
+            Under::Oob { ready, .. } => Ok(ready.as_fd()),
+        }
     }
 
     /// The peer's address, when known.
@@ -267,38 +311,64 @@ impl Accepting {
     }
 
     /// A handle of the connection's CM id (for registering its channel with a reactor: the
-    /// `aio` module of feature `tokio`).
+    /// `aio` module of feature `tokio`); an OOB accept has none.
     #[cfg(feature = "tokio")]
-    pub(crate) fn cm_handle(&self) -> CmId {
-        self.id.clone()
+    pub(crate) fn cm_handle(&self) -> Result<CmId> {
+        match &self.how {
+            Under::Cm { id, .. } => Ok(id.clone()),
+            Under::Oob { .. } => Err(Error::InvalidArgument(
+                "an out-of-band accept has no RDMA CM id".into(),
+            )),
+        }
     }
 
-    /// Once the client's ESTABLISHED has come: `Ok(Some(endpoint))`; until then `Ok(None)`
-    /// (try again when [`fd`](Self::fd) is readable). Any other event fails, and so does every
-    /// call after a failure or after the endpoint was made.
+    /// Once the connection is set up: `Ok(Some(endpoint))`; until then `Ok(None)` (try again
+    /// when [`fd`](Self::fd) is readable). Over RDMA CM that is the client's ESTABLISHED, and
+    /// any other event fails; over OOB the exchange's last byte, and a client that closes or
+    /// sends a bad message fails. Every call after a failure or after the endpoint fails.
     pub fn try_finish(&mut self) -> Result<Option<Endpoint>> {
-        let what = "the client to complete the connection";
-        if self.started.is_none() {
-            return Err(Error::Connection(format!("{what}: the accept is over")));
-        }
-        while let Some(ev) = self.id.try_next_event()? {
-            match ev.kind() {
-                EventKind::Established if ev.status() == 0 => {}
-                EventKind::AddrChange => continue,
-                _ => {
-                    self.started = None;
-                    return Err(ev.to_error(what));
+        match &mut self.how {
+            Under::Cm { id, started } => cm_finish(id, started),
+            Under::Oob {
+                hs,
+                ready,
+                writable,
+            } => {
+                let r = hs.advance().map_err(|e| about_client(self.peer, e))?;
+                if r.is_none() && hs.wants_write() != *writable {
+                    *writable = !*writable;
+                    ready
+                        .watch_writable(hs.socket(), *writable)
+                        .map_err(|e| Error::io("epoll_ctl (an OOB accept's descriptor)", e))?;
                 }
+                Ok(r)
             }
-            drop(ev);
-            let s = *self.started.take().expect("checked above");
-            let peer = s.id.peer_addr();
-            return Ok(Some(
-                s.parts.into_cm_endpoint(&s.opts, &s.hello, peer, s.id),
-            ));
         }
-        Ok(None)
     }
+}
+
+fn cm_finish(id: &CmId, started: &mut Option<Box<Started>>) -> Result<Option<Endpoint>> {
+    let what = "the client to complete the connection";
+    if started.is_none() {
+        return Err(Error::Connection(format!("{what}: the accept is over")));
+    }
+    while let Some(ev) = id.try_next_event()? {
+        match ev.kind() {
+            EventKind::Established if ev.status() == 0 => {}
+            EventKind::AddrChange => continue,
+            _ => {
+                *started = None;
+                return Err(ev.to_error(what));
+            }
+        }
+        drop(ev);
+        let s = *started.take().expect("checked above");
+        let peer = s.id.peer_addr();
+        return Ok(Some(
+            s.parts.into_cm_endpoint(&s.opts, &s.hello, peer, s.id),
+        ));
+    }
+    Ok(None)
 }
 
 /// A connection to a [`Listener`] being made without blocking ([`Connecting::start`]): call

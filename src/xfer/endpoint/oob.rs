@@ -222,19 +222,102 @@ pub(super) fn write_all(s: &mut TcpStream, b: &[u8], what: &str) -> Result<()> {
 /// How [`read_msg`] reports a peer that closed before sending anything.
 pub(super) const CLOSED_EMPTY: &str = "the peer closed the connection without sending anything";
 
-/// Reads exactly `n` bytes; a peer that closes early sent a short message (a protocol error).
-pub(super) fn read_msg(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; n];
-    let mut got = 0;
-    while got < n {
-        match s.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Err(Error::Protocol(format!("{what}: {CLOSED_EMPTY}"))),
-            Ok(0) => {
-                return Err(Error::Protocol(format!(
-                    "{what}: the peer closed the connection after {got} of {n} bytes"
-                )));
+/// Reads exactly `n` bytes; a peer that closes early sent a short message (a protocol error),
+/// and one that sends less before the socket's read timeout ran out of time.
+pub(super) fn read_msg(s: &mut TcpStream, n: usize, what: &'static str) -> Result<Vec<u8>> {
+    let mut r = ReadExact::new(n, what);
+    match r.advance(s)? {
+        Some(b) => Ok(b.to_vec()),
+        None => Err(r.stalled()),
+    }
+}
+
+/// A message of a known length (at most [`wire::OOB_MSG_LEN`]: the buffer is bounded) read
+/// as its bytes arrive, over as many calls as they take.
+pub(super) struct ReadExact {
+    buf: [u8; wire::OOB_MSG_LEN],
+    n: usize,
+    got: usize,
+    what: &'static str,
+}
+
+impl ReadExact {
+    /// Reads `n` bytes (cut to [`wire::OOB_MSG_LEN`]) of `what`.
+    pub(super) fn new(n: usize, what: &'static str) -> ReadExact {
+        ReadExact {
+            buf: [0; wire::OOB_MSG_LEN],
+            n: n.min(wire::OOB_MSG_LEN),
+            got: 0,
+            what,
+        }
+    }
+
+    /// Reads what has arrived: the whole message once its last byte is in; `None` when the
+    /// socket has nothing more now (non-blocking: would block; blocking: its read timeout
+    /// passed). A peer that closes before the end sent a short message: a protocol error.
+    pub(super) fn advance(&mut self, s: &mut impl Read) -> Result<Option<&[u8]>> {
+        let (n, what) = (self.n, self.what);
+        while self.got < n {
+            let buf = &mut self.buf[self.got..n];
+            match once(|| s.read(buf)).map_err(|e| Error::io(format!("reading {what} (TCP)"), e))? {
+                None => return Ok(None),
+                Some(0) if self.got == 0 => {
+                    return Err(Error::Protocol(format!("{what}: {CLOSED_EMPTY}")))
+                }
+                Some(0) => {
+                    return Err(Error::Protocol(format!(
+                        "{what}: the peer closed the connection after {} of {n} bytes",
+                        self.got
+                    )));
+                }
+                Some(k) => self.got += k,
             }
-            Ok(k) => got += k,
+        }
+        Ok(Some(&self.buf[..n]))
+    }
+
+    /// What a peer that stopped here before the deadline did.
+    pub(super) fn stalled(&self) -> Error {
+        Error::Protocol(format!(
+            "{}: got {} of {} bytes before the deadline",
+            self.what, self.got, self.n
+        ))
+    }
+}
+
+/// A message of [`wire::OOB_MSG_LEN`] bytes written as the socket takes it.
+struct WriteAll {
+    buf: [u8; wire::OOB_MSG_LEN],
+    sent: usize,
+    what: &'static str,
+}
+
+impl WriteAll {
+    /// True once every byte is written; false when the socket takes no more now.
+    fn advance(&mut self, s: &mut impl Write) -> Result<bool> {
+        while self.sent < self.buf.len() {
+            let rest = &self.buf[self.sent..];
+            let what = self.what;
+            match once(|| s.write(rest)).map_err(|e| Error::io(format!("{what} (TCP)"), e))? {
+                None => return Ok(false),
+                Some(0) => {
+                    return Err(Error::Connection(format!(
+                        "{what}: the socket took no more bytes"
+                    )))
+                }
+                Some(k) => self.sent += k,
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// One read or write (`op`), again while interrupted: the bytes it moved, or `None` when the
+/// socket has or takes no more now (non-blocking: would block; blocking: its timeout passed).
+fn once(mut op: impl FnMut() -> std::io::Result<usize>) -> std::io::Result<Option<usize>> {
+    loop {
+        match op() {
+            Ok(k) => return Ok(Some(k)),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e)
                 if matches!(
@@ -242,14 +325,131 @@ pub(super) fn read_msg(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<u8
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(Error::Protocol(format!(
-                    "{what}: got {got} of {n} bytes before the deadline"
-                )));
+                return Ok(None)
             }
-            Err(e) => return Err(Error::io(format!("reading {what} (TCP)"), e)),
+            Err(e) => return Err(e),
         }
     }
-    Ok(buf)
+}
+
+/// The server's side of the out-of-band exchange, as ibv_rc_pingpong's server does it: read
+/// the client's 52 bytes, then (QP made, RTR/RTS) send ours, then read its `"done"`. Each
+/// [`advance`](Self::advance) takes the steps the socket allows: on a blocking socket with
+/// timeouts the whole exchange, on a non-blocking one what has arrived (the accept of an event
+/// loop). The QP is made only once the client's address is in, so a client that sends
+/// nothing holds a socket and nothing more.
+pub(super) struct OobHandshake {
+    s: TcpStream,
+    opts: EndpointOptions,
+    peer_addr: Option<SocketAddr>,
+    step: Step,
+}
+
+enum Step {
+    Address(ReadExact),
+    Reply {
+        side: Box<OobSide>,
+        peer: OobDest,
+        out: WriteAll,
+        done: ReadExact,
+    },
+    Over,
+}
+
+impl OobHandshake {
+    pub(super) fn new(
+        s: TcpStream,
+        opts: EndpointOptions,
+        peer_addr: Option<SocketAddr>,
+    ) -> OobHandshake {
+        OobHandshake {
+            s,
+            opts,
+            peer_addr,
+            step: Step::Address(ReadExact::new(wire::OOB_MSG_LEN, "the client's address")),
+        }
+    }
+
+    /// The TCP socket, to wait on.
+    pub(super) fn socket(&self) -> BorrowedFd<'_> {
+        self.s.as_fd()
+    }
+
+    /// True while our address is not all written (wait for the socket to be writable too).
+    pub(super) fn wants_write(&self) -> bool {
+        matches!(&self.step, Step::Reply { out, .. } if out.sent < out.buf.len())
+    }
+
+    /// Takes every step the socket allows now: the endpoint once the exchange is done, `None`
+    /// while it waits for the client. After a failure, or the endpoint, every call fails.
+    pub(super) fn advance(&mut self) -> Result<Option<Endpoint>> {
+        let r = self.steps();
+        if r.is_err() {
+            self.step = Step::Over;
+        }
+        r
+    }
+
+    fn steps(&mut self) -> Result<Option<Endpoint>> {
+        loop {
+            match &mut self.step {
+                Step::Address(r) => {
+                    let Some(b) = r.advance(&mut self.s)? else {
+                        return Ok(None);
+                    };
+                    let peer = OobDest::decode(b)?;
+                    let side = OobSide::new(choose(&self.opts)?, &self.opts)?;
+                    side.connect(&peer)?;
+                    let out = WriteAll {
+                        buf: side.me.encode(),
+                        sent: 0,
+                        what: "sending our address",
+                    };
+                    let done = ReadExact::new(wire::OOB_DONE.len(), "the client's \"done\"");
+                    self.step = Step::Reply {
+                        side: Box::new(side),
+                        peer,
+                        out,
+                        done,
+                    };
+                }
+                Step::Reply { out, done, .. } => {
+                    if !out.advance(&mut self.s)? {
+                        return Ok(None);
+                    }
+                    let Some(b) = done.advance(&mut self.s)? else {
+                        return Ok(None);
+                    };
+                    wire::check_done(b)?;
+                    let Step::Reply { side, peer, .. } =
+                        std::mem::replace(&mut self.step, Step::Over)
+                    else {
+                        unreachable!("matched above");
+                    };
+                    let local = self.s.local_addr().ok();
+                    return Ok(Some(side.finish(&self.opts, peer, self.peer_addr, local)));
+                }
+                Step::Over => {
+                    return Err(Error::Connection("the out-of-band exchange is over".into()))
+                }
+            }
+        }
+    }
+
+    /// What a client that stopped where the exchange is now did, once its time is up.
+    pub(super) fn stalled(&self) -> Error {
+        match &self.step {
+            Step::Address(r) => r.stalled(),
+            Step::Reply { out, .. } if out.sent < out.buf.len() => Error::Protocol(format!(
+                "{}: the client took {} of {} bytes before the deadline",
+                out.what,
+                out.sent,
+                out.buf.len()
+            )),
+            Step::Reply { done, .. } => done.stalled(),
+            Step::Over => Error::Connection("the out-of-band exchange is over".into()),
+        }
+    }
 }
 
 /// Accepts ibv_rc_pingpong-style out-of-band connections, one after another.
@@ -358,6 +558,52 @@ mod tests {
         let e = read_msg(&mut s, 52, "the client's address").unwrap_err();
         assert!(matches!(e, Error::Protocol(_)), "{e}");
         assert!(e.to_string().contains("9 of 52"), "{e}");
+    }
+
+    #[test]
+    fn the_server_exchange_reads_as_bytes_arrive_and_fails_a_bad_address_once_whole() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, peer) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut hs = OobHandshake::new(s, EndpointOptions::default(), Some(peer));
+        // Nothing yet, then part of a message: the call returns at once, waiting for more.
+        let t = Instant::now();
+        assert!(hs.advance().unwrap().is_none());
+        c.write_all(&[b'z'; 30]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(hs.advance().unwrap().is_none());
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(!hs.wants_write());
+        let e = hs.stalled().to_string();
+        assert!(
+            e.contains("the client's address: got 30 of 52 bytes"),
+            "{e}"
+        );
+        // The rest: decoded once whole (before any device is touched), refused, and over.
+        c.write_all(&[b'z'; 22]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let e = hs.advance().unwrap_err();
+        assert!(matches!(e, Error::Protocol(_)), "{e}");
+        let e = hs.advance().unwrap_err().to_string();
+        assert!(e.contains("over"), "{e}");
+    }
+
+    #[test]
+    fn a_client_that_closes_mid_message_fails_the_server_exchange() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut hs = OobHandshake::new(s, EndpointOptions::default(), None);
+        c.write_all(b"0000:").unwrap();
+        drop(c);
+        std::thread::sleep(Duration::from_millis(50));
+        let e = hs.advance().unwrap_err().to_string();
+        assert!(
+            e.contains("closed the connection after 5 of 52 bytes"),
+            "{e}"
+        );
     }
 
     #[test]
