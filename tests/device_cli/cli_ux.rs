@@ -284,7 +284,12 @@ fn a_receiver_that_never_answers_ends_the_sender_at_its_deadline_with_exit_30() 
     let d = send_text(port, &[&tree], &["--timeout", "2"]).finish(FILE_T);
     assert_eq!(d.status.code(), Some(30), "{}\n{}", d.out, d.err);
     // The stall names the stage, the stream and the peer.
-    let named = ["stalled", "the receiver's CHALLENGE", "stream 0", &format!("{IP}:{port}")];
+    let named = [
+        "stalled",
+        "the receiver's CHALLENGE",
+        "stream 0",
+        &format!("{IP}:{port}"),
+    ];
     assert!(named.iter().all(|n| d.err.contains(n)), "{}", d.err);
     drop(silent.join().expect("the silent receiver"));
 }

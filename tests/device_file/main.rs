@@ -13,6 +13,7 @@ mod file;
 mod file_rerun;
 mod harden;
 mod hostile;
+mod kills;
 mod peers;
 mod recv_multi;
 mod share;

@@ -5,7 +5,7 @@
 
 use std::fs::{File, Permissions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -44,6 +44,15 @@ pub struct SinkOptions {
     pub mtime: Option<SystemTime>,
 }
 
+/// The mode of a kept temporary file cut to the chunks written without a gap (by a clean
+/// stop): its length can be trusted. The mode of one being written is 0600.
+const SEALED_MODE: u32 = 0o700;
+
+/// Chunks the receiver writes at once, in any order (its copy buffers,
+/// `ring_budget::COPY_BUFS`): a temporary file a killed receiver left may lack some of its
+/// last this many chunks.
+const OUT_OF_ORDER: u64 = 4;
+
 /// One file being received. Drop without [`commit`](Sink::commit) = [`abort`](Sink::abort).
 #[derive(Debug)]
 pub struct Sink {
@@ -58,6 +67,9 @@ pub struct Sink {
     size: u64,
     /// Bytes of the temporary file from an earlier attempt (whole chunks once started).
     held: u64,
+    /// Whether that file was cut to the chunks written without a gap when it was kept
+    /// ([`SEALED_MODE`]); one left by a killed receiver was not.
+    held_sealed: bool,
     /// The chunk digests, once [`start`](Sink::start)ed.
     chunks: Option<Chunks>,
     /// The sender's digests compared so far: chunks `0 .. theirs`.
@@ -128,12 +140,18 @@ impl Sink {
                 previous = dir.open_file(&temp_name, false).ok();
             }
         }
-        let held = match &previous {
-            Some(f) => f
-                .metadata()
-                .map_err(|e| Error::io(format!("stat {temp_name}"), e))?
-                .len(),
-            None => 0,
+        let (held, held_sealed) = match &previous {
+            Some(f) => {
+                let m = f
+                    .metadata()
+                    .map_err(|e| Error::io(format!("stat {temp_name}"), e))?;
+                // Written to again from here on: no longer sealed, should this attempt be
+                // killed too.
+                f.set_permissions(Permissions::from_mode(0o600))
+                    .map_err(|e| write_err(format!("chmod {temp_name}"), e))?;
+                (m.len(), m.mode() & 0o777 == SEALED_MODE)
+            }
+            None => (0, false),
         };
         let held = if held > size {
             previous = None;
@@ -205,6 +223,7 @@ impl Sink {
             file,
             size,
             held,
+            held_sealed,
             chunks: None,
             theirs: 0,
             bad: None,
@@ -223,7 +242,16 @@ impl Sink {
             return Err(Error::InvalidArgument("sink started twice".into()));
         }
         let layout = Layout::new(algo, u64::from(chunk), self.size)?;
-        let held = layout.whole_chunks(self.held);
+        // A file kept by a clean stop holds what its length says. One a killed receiver left
+        // may lack some of its last OUT_OF_ORDER chunks (written in any order): they are sent
+        // again (and the sender checks the prefix's digest either way).
+        let trusted = match self.held_sealed {
+            true => self.held,
+            false => self
+                .held
+                .saturating_sub(OUT_OF_ORDER.saturating_mul(u64::from(chunk))),
+        };
+        let held = layout.whole_chunks(trusted);
         let chunks = Chunks::new(layout);
         let n = layout.prefix(held).chunks();
         let file = &self.file;
@@ -469,6 +497,7 @@ impl Sink {
         self.dir
             .rename(&self.temp_name, &self.final_name, self.opts.force)?;
         self.dir.remove(&self.stripes_name)?;
+        self.dir.remove(&self.next_stripes_name())?;
         match self.sync_dir {
             true => self.dir.sync(),
             false => Ok(()),
@@ -478,13 +507,23 @@ impl Sink {
     /// Keeps a striped file's resume state (an encoded [`super::partial::StripeState`]) next
     /// to the kept temporary file: written anew and fsynced (a torn write fails its checksum).
     pub fn save_stripe_state(&self, encoded: &[u8]) -> Result<()> {
-        let name = &self.stripes_name;
-        self.dir.remove(name)?;
-        let mut f = self.dir.open_file(name, true)?;
+        // Written aside, then renamed over the last one: a receiver killed at any moment
+        // leaves the old state or the new, never none or half of one.
+        let next = self.next_stripes_name();
+        self.dir.remove(&next)?;
+        let mut f = self.dir.open_file(&next, true)?;
         f.write_all(encoded)
             .and_then(|()| f.sync_all())
-            .map_err(|e| write_err(format!("write {name}"), e))?;
+            .map_err(|e| write_err(format!("write {next}"), e))?;
+        self.dir.rename(&next, &self.stripes_name, true)?;
         self.dir.sync()
+    }
+
+    /// Where [`save_stripe_state`](Sink::save_stripe_state) writes before its rename: a short
+    /// name (whatever the file's) ending in the state's suffix, like the state itself.
+    fn next_stripes_name(&self) -> String {
+        let hex = blake3::hash(self.stripes_name.as_bytes()).to_hex();
+        format!(".{}.next{}", &hex[..16], names::STRIPES_SUFFIX)
     }
 
     /// The striped file's resume state kept by an earlier attempt, if any (at most
@@ -513,6 +552,7 @@ impl Sink {
         }
         self.leftovers.set_keep(false);
         let _ = self.dir.remove(&self.stripes_name);
+        let _ = self.dir.remove(&self.next_stripes_name());
         self.leftovers.remove()
     }
 }
@@ -537,6 +577,10 @@ impl Sink {
                 }
             }
         }
+        // Sealed: whole up to its length (until a resume writes to it again).
+        self.file
+            .set_permissions(Permissions::from_mode(SEALED_MODE))
+            .map_err(|e| write_err(format!("chmod {}", self.temp_name), e))?;
         self.file
             .sync_all()
             .map_err(|e| write_err(format!("fsync {}", self.temp_name), e))

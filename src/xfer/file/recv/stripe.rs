@@ -12,6 +12,7 @@ use super::core::{PartReceiver, Tail};
 use super::data::{ensure_ring, receive_data, ChunkTarget};
 use super::file::SessionState;
 use super::joint::{wait_others, Answer, FileState, Joint, StripeFailure};
+use super::ring_budget;
 use super::sink::write_err;
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::FILE_CREDIT;
@@ -36,7 +37,8 @@ struct StripeWriter {
     checkpoint: Option<(Arc<Mutex<FileState>>, u64)>,
 }
 
-/// Bytes of a stripe received between checkpoints of the resume state (with `--resume`).
+/// Bytes of a stripe received between checkpoints of the resume state (with `--resume`), at
+/// most; fewer when the staging ring is smaller.
 const CHECKPOINT_BYTES: u64 = 4 << 20;
 
 impl StripeWriter {
@@ -248,7 +250,12 @@ pub(super) fn receive_stripe<L: Link>(
             a.track(s.index, w.chunks.clone());
             a.checkpoint();
         }
-        let every = (CHECKPOINT_BYTES / u64::from(r.slot_size()).max(1)).max(1);
+        // A ring's worth apart, less the chunks written in any order: what a killed receiver
+        // had on disk and loses (written since the last checkpoint, or after a gap then) is
+        // then no more than the ring holds.
+        let slot = u64::from(r.slot_size()).max(1);
+        let window = u64::from(r.slot_count).saturating_sub(ring_budget::COPY_BUFS);
+        let every = (CHECKPOINT_BYTES / slot).min(window).max(1);
         w.checkpoint = Some((file.clone(), every));
     }
     let held = w.held;

@@ -339,3 +339,38 @@ fn a_kept_file_is_cut_to_the_chunks_without_a_gap() {
     let mut s = sink(out.path(), "g", 40, opts).unwrap();
     assert_eq!(s.start(8, ALGO).unwrap(), (16, expected(&data[..16], 8)));
 }
+
+#[test]
+fn a_file_left_by_a_killed_receiver_is_trusted_only_before_its_last_chunks() {
+    let out = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 13) as u8).collect();
+    let opts = SinkOptions {
+        resume: true,
+        ..Default::default()
+    };
+    // As a SIGKILLed receiver leaves it: 10 chunks' length, mode 0600, chunk 7 missing (its
+    // writer had not run), chunks 8 and 9 there.
+    let temp = out.path().join(".k.rdmaxfer-part");
+    let mut left = data[..10 * 1024].to_vec();
+    left[7 * 1024..8 * 1024].fill(0);
+    std::fs::write(&temp, &left).unwrap();
+    std::fs::set_permissions(&temp, Permissions::from_mode(0o600)).unwrap();
+    let mut s = sink(out.path(), "k", data.len() as u64, opts.clone()).unwrap();
+    // The last OUT_OF_ORDER chunks are not trusted: the resume starts at chunk 6.
+    assert_eq!(
+        s.start(1024, ALGO).unwrap(),
+        (6 * 1024, expected(&data[..6 * 1024], 1024))
+    );
+    drop(s);
+    // A clean stop cut it to what it held and sealed it: trusted to its length.
+    let m = std::fs::metadata(&temp).unwrap();
+    assert_eq!((m.len(), m.mode() & 0o777), (6 * 1024, SEALED_MODE));
+    let mut s = sink(out.path(), "k", data.len() as u64, opts).unwrap();
+    assert_eq!(s.start(1024, ALGO).unwrap().0, 6 * 1024);
+    // Being written again, it is no longer sealed.
+    assert_eq!(std::fs::metadata(&temp).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(
+        OUT_OF_ORDER,
+        crate::xfer::file::recv::ring_budget::COPY_BUFS
+    );
+}
