@@ -474,6 +474,26 @@ impl Source {
         Ok(len)
     }
 
+    /// Chunk repair: reads chunk `index` again into the start of `buf`; a read error if it
+    /// no longer hashes as it did when first read (the file changed while being sent).
+    pub fn reread_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        let chunks = self.chunks()?;
+        let len = chunks.layout().range(index).map_or(0, |r| r.1);
+        let buf = buf
+            .get_mut(..len)
+            .ok_or_else(|| invalid(format!("a buffer too small for a {len}-byte chunk")))?;
+        self.file
+            .read_exact_at(buf, index * chunks.layout().chunk)
+            .map_err(|e| read_err(&self.path, e))?;
+        if !chunks.matches(index, buf)? {
+            return Err(read_err(
+                &self.path,
+                format_args!("chunk {index} changed while being sent"),
+            ));
+        }
+        Ok(len)
+    }
+
     /// The file digest, for FIN. Refuses if a chunk was not read or the file's size changed
     /// meanwhile.
     pub fn finish(&self) -> Result<Digest> {
