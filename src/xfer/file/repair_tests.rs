@@ -143,3 +143,28 @@ fn a_resumed_file_repairs_a_chunk_after_what_was_verified() {
     // What the receiver had verified was not sent again.
     assert!(again.report.bytes < size, "{}", again.report.bytes);
 }
+
+#[test]
+fn a_file_that_fails_every_round_keeps_only_its_verified_prefix_for_a_resume() {
+    let (_t, src, out) = dirs();
+    let size = 6u64 << 20;
+    let top = tree(&src, &[size as usize]);
+    let ro = ReceiverOptions {
+        resume: true,
+        ..ReceiverOptions::new(&out)
+    };
+    let mut so = corrupting("top/f0", 20, false, 1);
+    so.resume = true;
+    let ran = session(std::slice::from_ref(&top), &so, &ro, &mut |_| {});
+    failed_after_every_round(&ran, "top/f0", "chunk 20");
+    // Kept for a resume: the 20 chunks before the one that differs, not it.
+    let kept = leftovers(&out);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::metadata(&kept[0]).unwrap().len(), 20 * (256 << 10));
+    so.hooks.corrupt_chunk = None;
+    let again = session(std::slice::from_ref(&top), &so, &ro, &mut |_| {});
+    again.sent.as_ref().expect("resumed");
+    assert_same_tree(&top, &out.join("top"));
+    assert_eq!(again.report.bytes, size - 20 * (256 << 10));
+    assert!(leftovers(&out).is_empty(), "{:?}", leftovers(&out));
+}

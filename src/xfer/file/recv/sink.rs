@@ -563,10 +563,20 @@ impl Sink {
 impl Sink {
     /// For a kept temporary file: cuts it to the chunks written without a gap (chunks arrive
     /// in any order, so a later one may be there without an earlier one: a resume trusts the
-    /// length), then syncs it.
+    /// length) and before the first that differs from the sender's digest, then syncs it.
     fn keep_prefix(&self) -> Result<()> {
         if let Some(chunks) = &self.chunks {
-            if let Some(i) = chunks.first_missing() {
+            // Nor the first chunk that still differs from the sender's digest: kept, it would
+            // make the next resume's prefix differ.
+            let bad = self
+                .bad
+                .filter(|b| chunks.get(b.0) != Some(b.2))
+                .map(|b| b.0);
+            let cut = match (chunks.first_missing(), bad) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(i) = cut {
                 let keep = i.saturating_mul(chunks.layout().chunk);
                 let len = self
                     .file
