@@ -10,7 +10,6 @@
 //! Only the crate's public API and `std` are used here (the file is compiled in both packages).
 
 use rdmaxfer::verbs::{Gid, RemoteAccess, RemoteRegion};
-use rdmaxfer::xfer::file::recv::core::{PartReceiver, Tail};
 use rdmaxfer::xfer::file::recv::{entry, partial};
 use rdmaxfer::xfer::file::{names, proto};
 use rdmaxfer::xfer::onesided;
@@ -18,8 +17,11 @@ use rdmaxfer::xfer::params::{self, SessionParams};
 use rdmaxfer::xfer::pingpong::Pattern;
 use rdmaxfer::xfer::{rdma_rw, wire};
 
+#[path = "part.rs"]
+mod part;
 #[path = "session.rs"]
 mod session;
+pub use part::check_file_part;
 pub use session::{check_file_session, replay_session, session_seeds};
 
 /// A fuzz target: its name (bin name, seed folder) and its check.
@@ -95,6 +97,11 @@ pub fn check_file_proto(data: &[u8]) {
                 assert_eq!(proto::ListedKind::from_code(l.kind.code()), Some(l.kind));
             }
         }
+        if let proto::Msg::Repair(r) = &msg {
+            assert!((1..=proto::MAX_REPAIR_ROUNDS).contains(&r.round));
+            assert!((1..=proto::MAX_REPAIR_CHUNKS).contains(&r.chunks.len()));
+            assert!(r.chunks.windows(2).all(|w| w[0] < w[1]));
+        }
         if let proto::Msg::Digests(d) = &msg {
             assert!((1..=proto::MAX_DIGESTS).contains(&d.digests.len()));
             assert!(d.first.checked_add(d.digests.len() as u64).is_some());
@@ -133,112 +140,6 @@ pub fn check_file_proto(data: &[u8]) {
             assert_eq!(proto::encode_chunk_imm(imm), value);
         }
         Err(_) => assert!(value & 0xffff >= slots),
-    }
-}
-
-/// The receiver's protocol core for one part, fed what a peer (or a faulty transport) may send:
-/// bytes 0..14 choose the part (slot size, slot count, size, resume point); then events, each a
-/// tag byte: 0 a data chunk (immediate u32, length u32), 1 a control message (u16 length, then
-/// that many bytes through the decoder), 2 the next chunk exactly as the sender would write it,
-/// 3 a FIN of the part's size. What the core accepts is consistent: each arrival is the next
-/// chunk, inside the ring, as long as the part leaves for it; FIN only after all the data and
-/// once; nothing after it.
-pub fn check_file_part(data: &[u8]) {
-    let slot_size = (u32_at(data, 0) >> 16).max(1) * 16;
-    let slot_count = (u32_at(data, 2) >> 24).max(1);
-    let size = u64_at(data, 4) >> 40;
-    let held_chunks = u64::from(data.get(12).copied().unwrap_or(0));
-    let algo = if data.get(13).is_some_and(|b| b & 1 == 1) {
-        proto::Algo::Blake3
-    } else {
-        proto::Algo::Xxh3
-    };
-    let slot = u64::from(slot_size);
-    let held = (held_chunks * slot).min(size);
-    let Ok(mut rx) = PartReceiver::new(slot_size, slot_count, held, size, algo) else {
-        return;
-    };
-    let ring = slot * u64::from(slot_count);
-    let (mut next_chunk, mut received, mut finished) = (held / slot, held, false);
-    let mut sent_by_plan = 0u64;
-    let mut i = 14;
-    while i < data.len() {
-        let tag = data[i] % 4;
-        i += 1;
-        match tag {
-            0 | 2 => {
-                let (imm, len) = if tag == 0 {
-                    (u32_at(data, i), u32_at(data, i + 4) >> 8)
-                } else {
-                    let n = sent_by_plan;
-                    let slot_index = (n % u64::from(slot_count)) as u16;
-                    let imm = proto::encode_chunk_imm(proto::Imm {
-                        slot: slot_index,
-                        seq: n as u16,
-                    });
-                    (imm, size.saturating_sub(received).min(slot) as u32)
-                };
-                if tag == 0 {
-                    i += 8;
-                }
-                match rx.on_data(imm, len, "fuzz") {
-                    Ok(at) => {
-                        assert!(!finished, "data accepted after FIN");
-                        assert_eq!(at.chunk, next_chunk);
-                        assert_eq!(at.len as u64, (size - received).min(slot));
-                        assert_eq!(at.len as u32, len);
-                        assert!(at.ring_offset as u64 + at.len as u64 <= ring);
-                        next_chunk += 1;
-                        received += at.len as u64;
-                        sent_by_plan += 1;
-                        assert_eq!(rx.received(), received);
-                    }
-                    Err(_) => {
-                        if tag == 2 && !finished && received < size {
-                            panic!("the sender's own next chunk refused at byte {received}");
-                        }
-                        return;
-                    }
-                }
-            }
-            1 | 3 => {
-                let msg = if tag == 3 {
-                    proto::Msg::Fin {
-                        bytes: size,
-                        hash: [0; 32],
-                    }
-                } else {
-                    let len = (u32_at(data, i) >> 16) as usize;
-                    let body = data
-                        .get(i + 2..(i + 2 + len).min(data.len()))
-                        .unwrap_or(&[]);
-                    i += 2 + len;
-                    match proto::decode(body) {
-                        Ok(m) => m,
-                        Err(_) => continue,
-                    }
-                };
-                if rx.wants_data() {
-                    assert!(rx.on_control(msg.clone(), "HELLO").is_err());
-                    let _ = rx.control_during_data(Ok(msg));
-                    return;
-                }
-                match rx.on_control(msg, "HELLO") {
-                    Ok(Tail::Fin(_)) => {
-                        assert!(!finished, "a second FIN accepted");
-                        assert_eq!(received, size);
-                        finished = true;
-                    }
-                    Ok(Tail::Digests { first, digests }) => {
-                        assert!(!finished, "DIGESTS accepted after FIN");
-                        assert!(first + digests.len() as u64 <= size.div_ceil(slot));
-                    }
-                    Ok(_) => {}
-                    Err(_) => return,
-                }
-            }
-            _ => unreachable!("tag is below 4"),
-        }
     }
 }
 
@@ -705,6 +606,13 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             }),
         ),
         ("delete", proto::Msg::Delete("tree/sub/extra.txt".into())),
+        (
+            "repair",
+            proto::Msg::Repair(proto::Repair {
+                round: 1,
+                chunks: vec![5, 9, 1 << 40],
+            }),
+        ),
     ];
     for (n, m) in file_msgs {
         out.push(("file_proto", n.to_string(), proto::encode(&m)));
@@ -820,31 +728,6 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         b.extend_from_slice(&m);
         out.push(("pingpong", format!("size{size}"), b));
     }
-    // A part of 5 chunks of 4 KiB through 3 slots: the sender's chunks, DIGESTS, FIN; the
-    // same resumed after 2 chunks; and a replayed chunk.
-    let part = |held: u8, events: &[u8]| {
-        let mut b = 256u16.to_be_bytes().to_vec();
-        b.extend_from_slice(&[3, 0]);
-        b.extend_from_slice(&20_000u32.to_be_bytes()[1..]);
-        b.extend_from_slice(&[0, 0, 0, 0, 0, held, 1]);
-        b.extend_from_slice(events);
-        b
-    };
-    let d = proto::encode(&proto::Msg::Digests(proto::Digests {
-        algo: proto::Algo::Blake3,
-        first: 0,
-        digests: vec![rdmaxfer::xfer::file::digest::chunk_digest(proto::Algo::Blake3, b"x"); 5],
-    }));
-    let mut whole = vec![2, 2, 2, 2, 2, 1];
-    whole.extend_from_slice(&(d.len() as u16).to_be_bytes());
-    whole.extend_from_slice(&d);
-    whole.push(3);
-    out.push(("file_part", "whole".into(), part(0, &whole)));
-    out.push(("file_part", "resumed".into(), part(2, &[2, 2, 2, 3])));
-    let replay = proto::encode_chunk_imm(proto::Imm { slot: 0, seq: 0 });
-    let mut replayed = vec![2, 2, 0];
-    replayed.extend_from_slice(&replay.to_be_bytes());
-    replayed.extend_from_slice(&(4096u32 << 8).to_be_bytes());
-    out.push(("file_part", "replayed".into(), part(0, &replayed)));
+    out.extend(part::seeds());
     out
 }

@@ -251,6 +251,9 @@ fn stats_text(report: &SessionReport, secs: f64, streams: Option<u16>, verb: &st
             report.planned, report.planned_bytes
         );
     }
+    if report.repaired > 0 {
+        t += &format!("Repaired chunks: {} (sent again)\n", report.repaired);
+    }
     t += &format!("File data {verb}: {} bytes\n", report.bytes);
     if streams.is_some() {
         // The sender times the data phase (first chunk to the receiver's verdict).
@@ -288,6 +291,7 @@ fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> se
         "files_deleted": report.deleted,
         "deleted": report.deleted_names,
         "delete_skipped": report.delete_skipped,
+        "chunks_repaired": report.repaired,
         "bytes": report.bytes,
         "seconds": secs,
         "mib_s": mib_s,
@@ -319,6 +323,7 @@ fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
         0 => skipped,
         n => format!("{skipped} ({n} deleted)"),
     };
+    let skipped = skipped + &progress::repaired(report.repaired, " (", ")");
     println!(
         "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
         report.file_count() - report.failures() - report.skipped - report.planned,
@@ -619,6 +624,7 @@ pub(crate) fn send_plan(
         #[cfg(feature = "test-hooks")]
         hooks: rdmaxfer::xfer::file::SendHooks {
             corrupt_chunk: test_hook("RDMAXFER_TEST_CORRUPT_CHUNK"),
+            corrupt_once: test_hook("RDMAXFER_TEST_CORRUPT_ONCE"),
             corrupt_name: test_hook("RDMAXFER_TEST_CORRUPT_NAME"),
             replay_chunk: test_hook("RDMAXFER_TEST_REPLAY_CHUNK"),
             hold_stripe: test_hook("RDMAXFER_TEST_HOLD_STRIPE"),

@@ -34,7 +34,7 @@ impl Show {
 }
 
 /// One entry's result line: `ok      NAME (N bytes, xxh3 H)` (the verification and the
-/// file digest), `ok      NAME (symlink)`,
+/// file digest; `, N chunks repaired` if any were sent again), `ok      NAME (symlink)`,
 /// `skipped  NAME (identical)`, `would create NAME (N bytes)` (a dry run) or
 /// `FAILED  NAME: why`.
 pub fn file_line(f: &FileReport) -> String {
@@ -45,7 +45,8 @@ pub fn file_line(f: &FileReport) -> String {
         (Some(h), _) if f.is_ok() => {
             let how = f.verify.as_deref().unwrap_or("digest");
             let algo = how.split('/').next().unwrap_or(how);
-            format!("ok      {name} ({} bytes, {algo} {h})", f.bytes)
+            let repaired = repaired(f.repaired, ", ", "");
+            format!("ok      {name} ({} bytes, {algo} {h}{repaired})", f.bytes)
         }
         (None, _) if f.is_ok() => format!("ok      {name} ({})", f.kind),
         (_, m) if f.is_skipped() => format!("skipped  {name} ({})", printable(m.unwrap_or(""))),
@@ -67,6 +68,15 @@ pub fn file_line(f: &FileReport) -> String {
             }
         }
         _ => format!("FAILED  {name} ({})", f.result),
+    }
+}
+
+/// `N chunks repaired` between `open` and `close`, or nothing for none.
+pub fn repaired(n: u64, open: &str, close: &str) -> String {
+    match n {
+        0 => String::new(),
+        1 => format!("{open}1 chunk repaired{close}"),
+        n => format!("{open}{n} chunks repaired{close}"),
     }
 }
 
@@ -313,6 +323,7 @@ mod tests {
             verify: None,
             result: result.into(),
             message: message.map(String::from),
+            repaired: 0,
         }
     }
 
@@ -339,6 +350,11 @@ mod tests {
             ..report("ok", None)
         };
         assert_eq!(file_line(&ok), "ok      d/f\\u{a} (5 bytes, blake3 ab)");
+        let repaired = FileReport { repaired: 1, ..ok };
+        assert_eq!(
+            file_line(&repaired),
+            "ok      d/f\\u{a} (5 bytes, blake3 ab, 1 chunk repaired)"
+        );
     }
 
     #[test]

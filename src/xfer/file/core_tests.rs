@@ -5,10 +5,13 @@
 use proptest::prelude::*;
 
 use super::ctl::PEER_REPORTS;
+use super::digest::{chunk_digest, Chunks, Layout};
 use super::proto::{Algo, Digests, Msg, Reason, RingGrant, SkipWhy, MAX_DIGESTS};
-use super::recv::core::{PartReceiver, Tail};
+use super::proto::{Repair, MAX_REPAIR_CHUNKS, MAX_REPAIR_ROUNDS};
+use super::recv::core::{AfterFin, Arrival, PartReceiver, Tail};
 use super::recv::sink::{Sink, SinkOptions};
-use super::send::core::{check_grant, Answer, Asked, ChunkPlan, Verdict};
+use super::send::core::{check_grant, AfterFin as SendAfterFin, Answer, Asked, ChunkPlan};
+use super::send::core::{Repairs, Verdict};
 use super::send::source::Source;
 use crate::error::Error;
 
@@ -455,4 +458,247 @@ fn a_lying_digests_or_a_corrupted_chunk_commits_nothing_and_names_the_chunk() {
         assert!(e.to_string().contains("chunk 5"), "{e}");
         assert!(!out.join("f.bin").exists());
     }
+}
+
+/// The sender's bytes of a 10-chunk part (4096-byte chunks, the last 3996).
+const PART: usize = 10 * 4096 - 100;
+
+fn chunk_of(data: &[u8], k: u64) -> &[u8] {
+    let c = &data[k as usize * 4096..];
+    &c[..c.len().min(4096)]
+}
+
+/// The part of [`after`] after its data, DIGESTS and FIN, where chunks `bad` were written
+/// corrupted: its plan, its receiver, the digests of what was written and the sender's bytes.
+fn finished_with_bad(bad: &[u64]) -> (ChunkPlan, PartReceiver, Chunks, Vec<u8>) {
+    let (plan, mut rx) = after(10);
+    let data: Vec<u8> = (0..PART).map(|i| (i / 7) as u8).collect();
+    let ours = Chunks::new(Layout::new(Algo::Blake3, 4096, PART as u64).unwrap());
+    let mut theirs = Vec::new();
+    for k in 0..10u64 {
+        let mut c = chunk_of(&data, k).to_vec();
+        theirs.push(chunk_digest(Algo::Blake3, &c));
+        if bad.contains(&k) {
+            c[0] ^= 1;
+        }
+        ours.hash(k, &c).unwrap();
+    }
+    let msg = Msg::Digests(Digests {
+        algo: Algo::Blake3,
+        first: 0,
+        digests: theirs,
+    });
+    let Tail::Digests { first, digests } = rx.on_control(msg, "HELLO").unwrap() else {
+        panic!("DIGESTS")
+    };
+    assert_eq!(rx.compare(&ours, first, &digests), bad.first().copied());
+    assert_eq!(
+        rx.on_control(fin(PART as u64), "HELLO").unwrap(),
+        Tail::Fin([3; 32])
+    );
+    (plan, rx, ours, data)
+}
+
+fn fin(bytes: u64) -> Msg {
+    Msg::Fin {
+        bytes,
+        hash: [3; 32],
+    }
+}
+
+/// The chunks of `plan` written again (after a REPAIR of them), as the sender does: where they
+/// arrive.
+fn write_again(plan: &ChunkPlan, rx: &mut PartReceiver, chunks: &[u64]) -> Vec<Arrival> {
+    let again = plan.again(chunks.to_vec());
+    (0..again.len())
+        .map(|i| {
+            let len = (PART as u64 - again.chunk_at(i) * 4096).min(4096) as u32;
+            rx.on_data(again.write_at(i).imm, len, "f").unwrap()
+        })
+        .collect()
+}
+
+fn repair(round: u16, chunks: &[u64]) -> AfterFin {
+    AfterFin::Repair(Msg::Repair(Repair {
+        round,
+        chunks: chunks.to_vec(),
+    }))
+}
+
+#[test]
+fn a_repair_round_takes_the_chunks_asked_for_in_order_in_the_next_slots() {
+    let (plan, mut rx, ours, data) = finished_with_bad(&[3, 9]);
+    let mut tx = Repairs::new(&plan);
+    let asked = rx.after_fin(&ours).unwrap();
+    assert_eq!(asked, repair(1, &[3, 9]));
+    assert!(rx.wants_data());
+    assert_eq!((rx.due_chunks(), rx.due_bytes()), (2, 4096 + 3996));
+    // The sender takes it; its writes go on from the tenth: slots 2 and 3 of the ring.
+    let AfterFin::Repair(msg) = asked else {
+        unreachable!()
+    };
+    assert_eq!(tx.after_fin(msg).unwrap(), SendAfterFin::Again(vec![3, 9]));
+    let at = write_again(&plan, &mut rx, &[3, 9]);
+    let got: Vec<_> = at
+        .iter()
+        .map(|a| (a.chunk, a.ring_offset, a.len, a.again))
+        .collect();
+    assert_eq!(got, [(3, 2 * 4096, 4096, true), (9, 3 * 4096, 3996, true)]);
+    // Nothing but FIN, the first one's, after them.
+    fn err<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
+        r.unwrap_err().to_string()
+    }
+    assert!(err(rx.after_fin(&ours)).contains("before its FIN"));
+    assert!(err(rx.on_data(plan.write_at(12).imm, 4096, "f")).contains("after the part"));
+    let mut other = rx.clone();
+    assert!(err(other.on_control(fin(1), "HELLO")).contains("differs from the first FIN"));
+    let mut other = rx.clone();
+    let d = Msg::Digests(Digests {
+        algo: Algo::Blake3,
+        first: 0,
+        digests: vec![chunk_digest(Algo::Blake3, b"x")],
+    });
+    assert!(err(other.on_control(d, "HELLO")).contains("expected FIN after the chunks"));
+    // Written right this time: commit, two chunks repaired on both sides.
+    for k in [3, 9] {
+        ours.rehash(k, chunk_of(&data, k)).unwrap();
+    }
+    assert_eq!(
+        rx.on_control(fin(PART as u64), "HELLO").unwrap(),
+        Tail::Fin([3; 32])
+    );
+    assert_eq!(rx.after_fin(&ours).unwrap(), AfterFin::Commit);
+    assert_eq!((rx.repaired(), tx.repaired()), (2, 2));
+    assert!(err(rx.on_control(fin(PART as u64), "HELLO")).contains("after FIN"));
+    let ack = Msg::Ack {
+        status: Reason::Ok,
+        message: String::new(),
+    };
+    assert_eq!(
+        tx.after_fin(ack).unwrap(),
+        SendAfterFin::Verdict(Verdict::Delivered)
+    );
+}
+
+#[test]
+fn a_sender_that_sends_the_wrong_chunk_in_repair_gets_another_round_or_an_error() {
+    let (plan, mut rx, ours, data) = finished_with_bad(&[3, 7]);
+    assert_eq!(rx.after_fin(&ours).unwrap(), repair(1, &[3, 7]));
+    // Sequence numbers that start over (not continued) are refused as a transport fault.
+    let mut other = rx.clone();
+    let e = other.on_data(plan.write_at(0).imm, 4096, "f").unwrap_err();
+    assert!(e.to_string().contains("out of order"), "{e}");
+    // Chunk 4's bytes in place of chunk 3 (same length, slot and sequence number): its digest
+    // still differs, so the next round asks for chunk 3 alone.
+    write_again(&plan, &mut rx, &[3, 7]);
+    ours.rehash(3, chunk_of(&data, 4)).unwrap();
+    ours.rehash(7, chunk_of(&data, 7)).unwrap();
+    rx.on_control(fin(PART as u64), "HELLO").unwrap();
+    assert_eq!(rx.after_fin(&ours).unwrap(), repair(2, &[3]));
+    // The sender refuses a REPAIR that skips a round, or names a chunk it did not send.
+    let mut tx = Repairs::new(&plan);
+    let ask = |round, chunks: &[u64]| {
+        Msg::Repair(Repair {
+            round,
+            chunks: chunks.to_vec(),
+        })
+    };
+    assert!(tx
+        .after_fin(ask(2, &[3]))
+        .unwrap_err()
+        .to_string()
+        .contains("round 2 after round 0"));
+    assert!(tx
+        .after_fin(ask(1, &[10]))
+        .unwrap_err()
+        .to_string()
+        .contains("not among"));
+    let resumed = Repairs::new(&ChunkPlan::new(&grant(4096, 4, 8192), PART as u64, 2));
+    let mut resumed = resumed;
+    assert!(resumed
+        .after_fin(ask(1, &[1]))
+        .unwrap_err()
+        .to_string()
+        .contains("chunk 1"));
+    assert!(tx.after_fin(Msg::Done).is_err());
+}
+
+#[test]
+fn a_chunk_bad_after_every_round_or_too_many_chunks_fail_the_part() {
+    let (plan, mut rx, ours, _) = finished_with_bad(&[5]);
+    let mut tx = Repairs::new(&plan);
+    let mut p = plan.clone();
+    for round in 1..=MAX_REPAIR_ROUNDS {
+        let AfterFin::Repair(msg) = rx.after_fin(&ours).unwrap() else {
+            panic!("round {round}")
+        };
+        assert_eq!(tx.after_fin(msg).unwrap(), SendAfterFin::Again(vec![5]));
+        write_again(&p, &mut rx, &[5]);
+        p = p.again(vec![5]);
+        rx.on_control(fin(PART as u64), "HELLO").unwrap();
+    }
+    let AfterFin::Fail(m) = rx.after_fin(&ours).unwrap() else {
+        panic!("no round left")
+    };
+    assert_eq!(
+        (m.chunk, m.rounds, Some(m.ours.unwrap())),
+        (5, 3, ours.get(5))
+    );
+    assert_ne!(Some(m.theirs), ours.get(5));
+    // More chunks than a REPAIR may list: no repair at all.
+    let size = 100 * 4096;
+    let mut rx = PartReceiver::new(4096, 4, 0, size, Algo::Xxh3).unwrap();
+    let plan = ChunkPlan::new(&grant(4096, 4, 0), size, 0);
+    for k in plan.chunks() {
+        rx.on_data(plan.write(k).imm, 4096, "f").unwrap();
+    }
+    let bad: Vec<u64> = (0..=MAX_REPAIR_CHUNKS as u64).collect();
+    let AfterFin::Fail(m) = xxh3_verdict(&mut rx, 100, &bad) else {
+        panic!("too many to repair")
+    };
+    assert_eq!((m.chunk, m.rounds), (0, 0));
+}
+
+/// The verdict on an XXH3 part of `n` 4096-byte chunks (chunk `k` all bytes `k`) whose data
+/// has arrived, with the sender's digests of chunks `bad` differing.
+fn xxh3_verdict(rx: &mut PartReceiver, n: u64, bad: &[u64]) -> AfterFin {
+    let ours = Chunks::new(Layout::new(Algo::Xxh3, 4096, n * 4096).unwrap());
+    let theirs: Vec<_> = (0..n)
+        .map(|k| {
+            ours.hash(k, &[k as u8; 4096]).unwrap();
+            let lie = bad.contains(&k).then_some(&b"lie"[..]);
+            chunk_digest(Algo::Xxh3, lie.unwrap_or(&[k as u8; 4096]))
+        })
+        .collect();
+    for (i, batch) in theirs.chunks(MAX_DIGESTS).enumerate() {
+        let d = Msg::Digests(Digests {
+            algo: Algo::Xxh3,
+            first: (i * MAX_DIGESTS) as u64,
+            digests: batch.to_vec(),
+        });
+        let Tail::Digests { first, digests } = rx.on_control(d, "HELLO").unwrap() else {
+            panic!("DIGESTS")
+        };
+        rx.compare(&ours, first, &digests);
+    }
+    let fin = Msg::Fin {
+        bytes: n * 4096,
+        hash: [0; 32],
+    };
+    rx.on_control(fin, "HELLO").unwrap();
+    rx.after_fin(&ours).unwrap()
+}
+
+#[test]
+fn a_chunk_held_from_an_earlier_attempt_is_never_asked_for_again() {
+    // Held: chunks 0 and 1; chunk 0's digest differs (the resume digest would have caught it).
+    let mut rx = PartReceiver::new(4096, 4, 8192, 4 * 4096, Algo::Xxh3).unwrap();
+    let plan = ChunkPlan::new(&grant(4096, 4, 8192), 4 * 4096, 2);
+    for k in plan.chunks() {
+        rx.on_data(plan.write(k).imm, 4096, "f").unwrap();
+    }
+    let AfterFin::Fail(m) = xxh3_verdict(&mut rx, 4, &[0]) else {
+        panic!("a held chunk is not repaired")
+    };
+    assert_eq!((m.chunk, m.theirs), (0, chunk_digest(Algo::Xxh3, b"lie")));
 }

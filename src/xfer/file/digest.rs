@@ -199,6 +199,29 @@ impl Chunks {
         }
     }
 
+    /// Chunk repair: hashes chunk `index` written again and replaces its digest. Refuses a
+    /// chunk never recorded (only a chunk received can be received again).
+    pub fn rehash(&self, index: u64, data: &[u8]) -> Result<ChunkDigest> {
+        self.check(index, data.len())?;
+        let d = chunk_digest(self.layout.algo, data);
+        match self.map().get_mut(&index) {
+            Some(old) => *old = d,
+            None => {
+                return Err(Error::Protocol(format!(
+                    "chunk {index} sent again before it was received"
+                )))
+            }
+        }
+        Ok(d)
+    }
+
+    /// Chunk repair, sender: whether `data`, read again for chunk `index`, hashes to the digest
+    /// recorded when it was first read.
+    pub fn matches(&self, index: u64, data: &[u8]) -> Result<bool> {
+        self.check(index, data.len())?;
+        Ok(self.get(index) == Some(chunk_digest(self.layout.algo, data)))
+    }
+
     /// Records the digest of chunk `index` (computed elsewhere).
     pub fn record(&self, index: u64, d: ChunkDigest) -> Result<()> {
         if self.map().insert(index, d).is_some() {

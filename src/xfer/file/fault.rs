@@ -19,8 +19,11 @@ retransmitting on hosts starved of CPU); nothing of this file is committed: send
 /// Test-only faults a sender injects (feature `test-hooks`; see `SendHooks`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Faults {
-    /// Flip a byte of this chunk (of the part being sent) after hashing it.
+    /// Flip a byte of this chunk (of the part being sent) after hashing it, every time it is
+    /// sent.
     pub(crate) corrupt: Option<u64>,
+    /// The same, the first time only (a repair round sends it right).
+    pub(crate) corrupt_once: Option<u64>,
     /// After posting this chunk (of the part being sent), post a zero-length RDMA
     /// WRITE_WITH_IMM repeating its immediate: what a faulty transport's retransmission may
     /// deliver (a chunk's completion twice).
@@ -28,13 +31,23 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    /// The hooks of `corrupt` and `replay` (chunks of the file) for the part that starts at
-    /// chunk `first` of the file.
-    pub(crate) fn for_part(corrupt: Option<u64>, replay: Option<u64>, first: u64) -> Faults {
+    /// The hooks of `corrupt`, `corrupt_once` and `replay` (chunks of the file) for the part
+    /// that starts at chunk `first` of the file.
+    pub(crate) fn for_part(
+        [corrupt, corrupt_once, replay]: [Option<u64>; 3],
+        first: u64,
+    ) -> Faults {
+        let own = |c: Option<u64>| c.and_then(|c| c.checked_sub(first));
         Faults {
-            corrupt: corrupt.and_then(|c| c.checked_sub(first)),
-            replay: replay.and_then(|c| c.checked_sub(first)),
+            corrupt: own(corrupt),
+            corrupt_once: own(corrupt_once),
+            replay: own(replay),
         }
+    }
+
+    /// Whether chunk `k` of the part is corrupted when sent (`again`: in a repair round).
+    pub(crate) fn corrupts(&self, k: u64, again: bool) -> bool {
+        self.corrupt == Some(k) || (!again && self.corrupt_once == Some(k))
     }
 }
 
@@ -126,8 +139,13 @@ mod tests {
             invalid_request(&label, Some(5), t).to_string(),
             "protocol error: x"
         );
-        let f = Faults::for_part(Some(70), Some(64), 64);
-        assert_eq!((f.corrupt, f.replay), (Some(6), Some(0)));
-        assert_eq!(Faults::for_part(Some(3), None, 64).corrupt, None);
+        let f = Faults::for_part([Some(70), Some(65), Some(64)], 64);
+        assert_eq!(
+            (f.corrupt, f.corrupt_once, f.replay),
+            (Some(6), Some(1), Some(0))
+        );
+        assert_eq!(Faults::for_part([Some(3), None, None], 64).corrupt, None);
+        assert!(f.corrupts(6, false) && f.corrupts(6, true));
+        assert!(f.corrupts(1, false) && !f.corrupts(1, true));
     }
 }

@@ -33,6 +33,8 @@ pub mod names;
 pub mod options;
 pub mod proto;
 pub mod recv;
+#[cfg(all(test, feature = "test-hooks"))]
+mod repair_tests;
 pub mod report;
 pub mod send;
 #[cfg(test)]

@@ -46,7 +46,10 @@ mod hooks {
     pub struct SendHooks {
         /// Flip a byte of this chunk (0-based, per file) after hashing it.
         pub corrupt_chunk: Option<u64>,
-        /// With `corrupt_chunk`, only the file of this name (as sent).
+        /// Flip a byte of this chunk (0-based, per file) after hashing it, in its first send
+        /// only: the receiver asks for it again (REPAIR) and the repair sends it right.
+        pub corrupt_once: Option<u64>,
+        /// With `corrupt_chunk` or `corrupt_once`, only the file of this name (as sent).
         pub corrupt_name: Option<String>,
         /// After posting this chunk (0-based, per file), post a zero-length RDMA
         /// WRITE_WITH_IMM repeating its immediate, as a faulty transport's retransmission may
@@ -66,6 +69,7 @@ mod hooks {
         #[cfg_attr(feature = "test-hooks", allow(dead_code))]
         pub(crate) const NONE: SendHooks = SendHooks {
             corrupt_chunk: None,
+            corrupt_once: None,
             corrupt_name: None,
             replay_chunk: None,
             hold_stripe: None,

@@ -85,6 +85,14 @@ pub struct FileReport {
     /// Details of a skip or a failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Chunks of a delivered file that arrived different from the sender's digest and were
+    /// sent again and verified (chunk repair; 0 otherwise).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub repaired: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The `result` of a skipped entry.
@@ -105,6 +113,7 @@ impl FileReport {
             verify: Some(format!("{}/{}", layout.algo, layout.chunk)),
             result: "ok".into(),
             message: None,
+            repaired: 0,
         }
     }
 
@@ -118,6 +127,7 @@ impl FileReport {
             verify: None,
             result: "ok".into(),
             message: None,
+            repaired: 0,
         }
     }
 
@@ -130,6 +140,7 @@ impl FileReport {
             verify: None,
             result: SKIPPED.into(),
             message: Some(clip(&names::printable(why))),
+            repaired: 0,
         }
     }
 
@@ -143,6 +154,7 @@ impl FileReport {
             result: reason.as_str().to_string(),
             // The reason is `result`: the message says the rest, without naming it again.
             message: Some(clip(&names::printable(reason.strip_label(&message)))),
+            repaired: 0,
         }
     }
 
@@ -160,7 +172,14 @@ impl FileReport {
             verify: None,
             result: WOULD_SEND.into(),
             message: Some(why.as_str().into()),
+            repaired: 0,
         }
+    }
+
+    /// The same with `n` chunks repaired.
+    pub(crate) fn with_repaired(mut self, n: u64) -> FileReport {
+        self.repaired = n;
+        self
     }
 
     /// True for an entry a dry run would send.
@@ -180,6 +199,7 @@ impl FileReport {
             message: Some(clip(&names::printable(
                 Reason::ReadError.strip_label(message),
             ))),
+            repaired: 0,
         }
     }
 
@@ -247,6 +267,8 @@ pub struct SessionReport {
     pub deleted_names: Vec<String>,
     /// Sender: directories in which nothing was deleted because an entry in them failed.
     pub delete_skipped: u64,
+    /// Chunks repaired in the files delivered (see [`FileReport::repaired`]).
+    pub repaired: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
@@ -260,6 +282,7 @@ pub struct SessionReport {
 impl SessionReport {
     /// Records a file: listed while there is room, else only counted.
     pub fn push(&mut self, f: FileReport) {
+        self.repaired += f.repaired;
         if f.is_skipped() {
             self.skipped += 1;
         } else if f.is_planned() {
@@ -305,6 +328,7 @@ impl SessionReport {
         self.vanished += o.vanished;
         self.deleted += o.deleted;
         self.delete_skipped += o.delete_skipped;
+        self.repaired += o.repaired;
         let room = MAX_REPORTED_FILES.saturating_sub(self.deleted_names.len());
         self.deleted_names
             .extend(o.deleted_names.into_iter().take(room));

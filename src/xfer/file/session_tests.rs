@@ -19,11 +19,11 @@ use super::{
 use crate::error::{Error, Result};
 
 /// What one session gave on each side.
-struct Ran {
-    sent: Result<()>,
-    report: SessionReport,
+pub(super) struct Ran {
+    pub(super) sent: Result<()>,
+    pub(super) report: SessionReport,
     /// Each connection the receiver served, in the order they came.
-    received: Vec<(Result<()>, SessionReport)>,
+    pub(super) received: Vec<(Result<()>, SessionReport)>,
 }
 
 /// Serves one connection as `rdmaxfer recv` does.
@@ -43,7 +43,7 @@ fn serve(
 }
 
 /// Sends `roots` to a receiver with `ro`, each stream over its own link in memory.
-fn session(
+pub(super) fn session(
     roots: &[PathBuf],
     so: &SenderOptions,
     ro: &ReceiverOptions,
@@ -102,7 +102,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 /// A tree under `root`: files of awkward sizes in nested directories, and a symlink.
-fn tree(root: &Path, sizes: &[usize]) -> PathBuf {
+pub(super) fn tree(root: &Path, sizes: &[usize]) -> PathBuf {
     let top = root.join("top");
     std::fs::create_dir_all(top.join("a/b/c")).unwrap();
     std::fs::create_dir_all(top.join("empty")).unwrap();
@@ -115,7 +115,7 @@ fn tree(root: &Path, sizes: &[usize]) -> PathBuf {
 }
 
 /// Every entry under `a` is under `b` with the same contents (or link target), and no more.
-fn assert_same_tree(a: &Path, b: &Path) {
+pub(super) fn assert_same_tree(a: &Path, b: &Path) {
     let list = |p: &Path| -> Vec<String> {
         let mut v: Vec<String> = walkdir(p)
             .into_iter()
@@ -160,7 +160,7 @@ fn walkdir(p: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+pub(super) fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let (src, out) = (t.path().join("src"), t.path().join("out"));
     std::fs::create_dir_all(&src).unwrap();
@@ -169,7 +169,7 @@ fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 /// Names under `out` that are not entries of a finished transfer (temporaries, partials).
-fn leftovers(out: &Path) -> Vec<PathBuf> {
+pub(super) fn leftovers(out: &Path) -> Vec<PathBuf> {
     walkdir(out)
         .into_iter()
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
@@ -224,14 +224,12 @@ fn a_big_file_goes_in_stripes_over_three_streams() {
     assert!(leftovers(&out).is_empty(), "{:?}", leftovers(&out));
 }
 
-#[test]
-fn an_interrupted_file_resumes_from_what_the_receiver_verified() {
-    let (_t, src, out) = dirs();
-    let size = 6usize << 20;
-    let top = tree(&src, &[size]);
+/// Sends `top` (one file, `top/f0`) with `--resume` on both sides in 256 KiB chunks to `out`,
+/// cancelled once 2 MiB were written; returns the receiver's options.
+pub(super) fn cancelled_at_2_mib(top: &Path, out: &Path) -> ReceiverOptions {
     let ro = ReceiverOptions {
         resume: true,
-        ..ReceiverOptions::new(&out)
+        ..ReceiverOptions::new(out)
     };
     let so = SenderOptions {
         resume: true,
@@ -239,14 +237,22 @@ fn an_interrupted_file_resumes_from_what_the_receiver_verified() {
         ..SenderOptions::default()
     };
     let cancel = so.cancel.clone();
-    let ran = session(std::slice::from_ref(&top), &so, &ro, &mut |p| {
+    let ran = session(&[top.to_path_buf()], &so, &ro, &mut |p| {
         if matches!(p, Progress::Bytes { file_done, .. } if file_done >= 2 << 20) {
             cancel.cancel();
         }
     });
     assert!(matches!(ran.sent, Err(Error::Cancelled)), "{:?}", ran.sent);
     assert!(!out.join("top/f0").exists(), "nothing committed");
+    ro
+}
 
+#[test]
+fn an_interrupted_file_resumes_from_what_the_receiver_verified() {
+    let (_t, src, out) = dirs();
+    let size = 6usize << 20;
+    let top = tree(&src, &[size]);
+    let ro = cancelled_at_2_mib(&top, &out);
     let so = SenderOptions {
         resume: true,
         chunk: 256 << 10,

@@ -105,6 +105,20 @@ fn a_corrupted_chunk_is_named() {
     );
     assert_eq!(ours.batch(10, 5).len(), 3, "13 chunks");
     assert_ne!(ours.finish().unwrap(), sequential(Algo::Blake3, 4096, &bad));
+    // Repair: the chunk received again replaces its digest; the sender checks a re-read.
+    let c3 = &bytes[3 * 4096..4 * 4096];
+    assert!(ours.matches(3, c3).unwrap());
+    assert!(!ours.matches(3, &bad[3 * 4096..4 * 4096]).unwrap());
+    ours.rehash(3, &bad[3 * 4096..4 * 4096]).unwrap();
+    assert_eq!(ours.first_mismatch(0, &theirs), None);
+    assert_eq!(ours.finish().unwrap(), sequential(Algo::Blake3, 4096, &bad));
+    let fresh = Chunks::new(layout);
+    assert!(fresh
+        .rehash(3, c3)
+        .unwrap_err()
+        .to_string()
+        .contains("before it was received"));
+    assert!(ours.rehash(3, &c3[1..]).is_err(), "wrong length");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //!
 //! Per concern: `hello` (HELLO and SKIP, the entry announcement and the "already there"
 //! answer), `imm` (the data-chunk immediate), `auth` (the challenge answer), `verify` (the
-//! verification algorithm and DIGESTS), `inline` (small files in DATA), `delete` (LIST, NAMES and DELETE: `send --delete`), `batch` (several messages in one SEND), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
+//! verification algorithm and DIGESTS), `inline` (small files in DATA), `delete` (LIST, NAMES and DELETE: `send --delete`), `repair` (REPAIR: chunks sent again), `batch` (several messages in one SEND), `reader` (field codecs); this file holds the header, the message enum and the dispatch.
 
 use crate::{Error, Result};
 
@@ -17,6 +17,7 @@ mod hello;
 mod imm;
 mod inline;
 mod reader;
+mod repair;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_chunk_imm, encode_chunk_imm, Imm, IMM_SLOTS};
 pub use inline::{Data, INLINE_MAX, MAX_IN_FLIGHT, PIECE_MAX};
 use reader::{put_reason_text, Reader};
+pub use repair::{Repair, MAX_REPAIR_CHUNKS, MAX_REPAIR_ROUNDS};
 pub use stream::{
     new_session_id, plan_stripes, striped_digest, Join, Open, Session, SessionId, Stripe,
     MAX_STREAMS, MAX_STRIPES, SESSION_ID_LEN,
@@ -41,7 +43,7 @@ pub use verify::{Algo, ChunkDigest, Digests, MAX_CHUNK_DIGEST, MAX_DIGESTS};
 pub const MAGIC: u32 = 0x5258_4652;
 /// The protocol version this build speaks (2: entry kinds, SKIP, existing-file policies,
 /// per-chunk verification; 3: small files inline, WANT and DATA, several entries in flight,
-/// deletion: LIST, NAMES, DELETE).
+/// deletion: LIST, NAMES, DELETE; chunk repair: REPAIR).
 pub const VERSION: u16 = 3;
 /// Header size: magic u32, version u16, type u16, body length u32.
 pub const HEADER_LEN: usize = 12;
@@ -81,6 +83,7 @@ const T_BATCH: u16 = 18;
 const T_LIST: u16 = 19;
 const T_NAMES: u16 = 20;
 const T_DELETE: u16 = 21;
+const T_REPAIR: u16 = 22;
 
 pub use crate::error::Reason;
 
@@ -186,6 +189,9 @@ pub enum Msg {
     /// Sender → receiver: remove this entry (recursively for a directory), which the sender
     /// does not have (answered ACK, or REFUSE).
     Delete(String),
+    /// Receiver → sender, answering FIN: write these chunks again, then FIN again (at most
+    /// [`MAX_REPAIR_ROUNDS`] per part).
+    Repair(Repair),
 }
 
 /// A parsed header (see [`header`]).
@@ -309,6 +315,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg> {
         T_LIST => Msg::List(delete::decode_name(&mut r)?),
         T_NAMES => Msg::Names(delete::decode_names(&mut r)?),
         T_DELETE => Msg::Delete(delete::decode_name(&mut r)?),
+        T_REPAIR => Msg::Repair(repair::decode_repair(&mut r)?),
         _ => Msg::Done, // T_DONE: kind_name already refused unknown types
     };
     r.finish()?;
@@ -338,6 +345,7 @@ fn kind_name(kind: u16) -> Option<&'static str> {
         T_LIST => "LIST",
         T_NAMES => "NAMES",
         T_DELETE => "DELETE",
+        T_REPAIR => "REPAIR",
         _ => return None,
     })
 }
@@ -439,6 +447,10 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
         Msg::Delete(name) => {
             delete::encode_name(&mut b, name);
             T_DELETE
+        }
+        Msg::Repair(x) => {
+            repair::encode_repair(&mut b, x);
+            T_REPAIR
         }
     };
     framed(kind, &b)

@@ -770,7 +770,7 @@ proptest! {
 
     /// Arbitrary bytes never panic; bytes behind a valid header reach the body decoders.
     #[test]
-    fn arbitrary_bytes_never_panic(kind in 0..22u16, body in prop::collection::vec(any::<u8>(), 0..200), raw in prop::collection::vec(any::<u8>(), 0..64)) {
+    fn arbitrary_bytes_never_panic(kind in 0..23u16, body in prop::collection::vec(any::<u8>(), 0..200), raw in prop::collection::vec(any::<u8>(), 0..64)) {
         let _ = decode(&raw);
         let mut b = hdr(kind, body.len() as u32);
         b.extend_from_slice(&body);

@@ -3,14 +3,14 @@
 
 use std::sync::Mutex;
 
-use super::core::{Arrival, PartReceiver, Tail};
+use super::core::{AfterFin, Arrival, Mismatch, PartReceiver, Tail};
 use super::ring_budget::{self, RingLease};
 use super::sink::Sink;
 use crate::error::{Error, Result};
 use crate::verbs::TRACE_TARGET;
 use crate::xfer::file::budget::Budget;
-use crate::xfer::file::ctl::{awaiting, decode_ctl, reason_of, recv_ctl};
-use crate::xfer::file::digest;
+use crate::xfer::file::ctl::{awaiting, decode_ctl, reason_of, recv_ctl, send_msg};
+use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::fault;
 use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::options::{ReceiverOptions, MAX_CHUNK, MAX_RING_BYTES, MIN_SLOT};
@@ -49,11 +49,22 @@ impl<R: StagingMem> StagingRing<R> {
 pub(super) trait ChunkTarget: Sync {
     /// Writes and hashes chunk `index`, from any thread, in any order.
     fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()>;
+    /// Writes chunk `index` again (sent again after a REPAIR) and replaces its digest.
+    fn rewrite_chunk_at(&self, index: u64, data: &[u8]) -> Result<()>;
+    /// The digests of what was written.
+    fn digests(&self) -> Result<&Chunks>;
 }
 
 impl ChunkTarget for Sink {
     fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
         Sink::write_chunk_at(self, index, data)
+    }
+    fn rewrite_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        Sink::rewrite_chunk_at(self, index, data)
+    }
+    fn digests(&self) -> Result<&Chunks> {
+        self.chunk_digests()
+            .ok_or_else(|| Error::InvalidArgument("the sink was not started".into()))
     }
 }
 
@@ -82,9 +93,9 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
 ) -> Result<(T, Option<Error>)> {
     let slot = u64::from(r.slot_size);
     let (held, size) = (part.received(), part.size());
-    let bufs = (size - held).div_ceil(slot).clamp(1, WRITE_BUFS as u64) as usize;
+    let bufs = part.due_chunks().clamp(1, WRITE_BUFS as u64) as usize;
     let failure: Mutex<Option<Error>> = Mutex::new(None);
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(bufs);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Arrival, Vec<u8>)>(bufs);
     let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     for _ in 0..bufs {
         free_tx
@@ -98,8 +109,13 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
             let (full_rx, free_tx) = (&full_rx, free_tx.clone());
             sc.spawn(move || loop {
                 let job = full_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok((k, buf, n)) = job else { return };
-                if let Err(e) = sink.write_chunk_at(k, &buf[..n]) {
+                let Ok((at, buf)) = job else { return };
+                let data = &buf[..at.len];
+                let written = match at.again {
+                    true => sink.rewrite_chunk_at(at.chunk, data),
+                    false => sink.write_chunk_at(at.chunk, data),
+                };
+                if let Err(e) = written {
                     failure
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -147,7 +163,7 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
                     Chunk::Ctl(m) => return Err(part.control_during_data(m)),
                 };
                 full_tx
-                    .send((at.chunk, buf, at.len))
+                    .send((at, buf))
                     .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
                 budget.progress(at.len as u64);
             }
@@ -181,13 +197,45 @@ pub(super) fn receive_digests<L: Link>(
         let next = awaiting("the sender's DIGESTS or FIN", budget.wait(ep, recv_ctl))?;
         match part.on_control(next, "HELLO")? {
             Tail::Digests { first, digests } => {
-                if let Some(i) = sink.check_digests(first, &digests)? {
+                sink.check_digests(first, &digests)?;
+                if let Some(i) = part.compare(ChunkTarget::digests(sink)?, first, &digests) {
                     tracing::debug!("chunk {i} differs from the sender's digest");
                 }
             }
             Tail::Fin(hash) => return Ok(hash),
         }
     }
+}
+
+/// After FIN (see [`PartReceiver::after_fin`]): while chunks differ from the sender's digests
+/// and the core allows, sends REPAIR, receives those chunks again into `target` and FIN again.
+/// Returns the target, a write failure (which ends the repair: the part fails with it), the
+/// chunk that still differs if any (the part fails naming it), and the bytes received again.
+/// `what` names the part for errors, as in [`PartReceiver::on_control`].
+pub(super) fn settle<T: ChunkTarget, L: Link>(
+    ep: &mut L,
+    r: &mut StagingRing<L::Ring>,
+    budget: &mut Budget,
+    target: T,
+    part: &mut PartReceiver,
+    (label, what): (&str, &str),
+    write_failure: Option<Error>,
+) -> Result<(T, Option<Error>, Option<Mismatch>, u64)> {
+    let (mut target, mut failure, mut again) = (target, write_failure, 0u64);
+    while failure.is_none() {
+        let msg = match part.after_fin(target.digests()?)? {
+            AfterFin::Commit => break,
+            AfterFin::Fail(m) => return Ok((target, None, Some(m), again)),
+            AfterFin::Repair(msg) => msg,
+        };
+        tracing::debug!("{label}: repair round {}: {msg:?}", part.rounds());
+        again += part.due_bytes();
+        send_msg(ep, &msg)?;
+        (target, failure) = receive_data(ep, r, budget, target, part, label)?;
+        // The core takes nothing but FIN (or the sender's ERR) after the chunks again.
+        part.on_control(budget.wait(ep, recv_ctl)?, what)?;
+    }
+    Ok((target, failure, None, again))
 }
 
 /// The connection's staging ring for a transfer of `size` bytes in chunks of at most

@@ -5,9 +5,10 @@ use super::answer::{
     admit, answer_refuse, answer_skip, file_failed, open_sink, receive_entry, Opened,
 };
 use super::core::PartReceiver;
-use super::data::{ensure_ring, receive_data, receive_digests, StagingRing};
+use super::data::{ensure_ring, receive_data, receive_digests, settle, StagingRing};
 use super::entry;
 use super::ring_budget::RingLease;
+use super::sink::mismatch_error;
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::{Budget, FILE_CREDIT};
 use crate::xfer::file::ctl::{reason_of, send_msg};
@@ -97,8 +98,30 @@ pub(super) fn receive_file<L: Link>(
         Ok(hash) => hash,
         Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
     };
+    // Chunks that differ from the sender's digests are asked for again (REPAIR).
+    let settled = settle(
+        ep,
+        r,
+        budget,
+        sink,
+        &mut part,
+        (&label, "HELLO"),
+        write_failure,
+    );
+    let (sink, write_failure, mismatch, again) = match settled {
+        Ok(x) => x,
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+    };
+    report.bytes += again;
     let bytes = size;
-    let result = match write_failure {
+    let failure = write_failure.or_else(|| {
+        let m = mismatch?;
+        let layout = sink.layout()?;
+        Some(mismatch_error(
+            &h.name, layout, m.chunk, m.ours, m.theirs, m.rounds,
+        ))
+    });
+    let result = match failure {
         Some(e) => {
             if let Err(e2) = sink.abort() {
                 tracing::warn!("removing the partial file: {e2}");
@@ -122,7 +145,9 @@ pub(super) fn receive_file<L: Link>(
     send_msg(ep, &Msg::Ack { status, message })?;
     let ok = result.is_ok();
     report.push(match result {
-        Ok((got, layout)) => FileReport::ok(&h.name, bytes, &got, &layout),
+        Ok((got, layout)) => {
+            FileReport::ok(&h.name, bytes, &got, &layout).with_repaired(part.repaired())
+        }
         Err(e) => FileReport::failed(&h.name, bytes, status, e.to_string()),
     });
     if ok {

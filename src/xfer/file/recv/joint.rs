@@ -236,6 +236,8 @@ pub(super) struct Assembly {
     pub(super) stripes: Vec<StripeState>,
     /// The first failure of a stripe (the file is then not committed).
     pub(super) failure: Option<StripeFailure>,
+    /// Chunks repaired in the stripes verified so far.
+    pub(super) repaired: u64,
     /// Bytes held per stripe from an earlier, abandoned attempt (resume).
     pub(super) held: Vec<(u64, u64, u64)>,
     keep: bool,
@@ -324,6 +326,7 @@ impl Joint {
             size,
             stripes: vec![StripeState::default(); usize::from(count)],
             failure: None,
+            repaired: 0,
             held,
             keep,
             partials: self.partials.clone(),

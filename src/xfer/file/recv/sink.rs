@@ -96,6 +96,36 @@ pub(crate) fn write_err(what: String, e: std::io::Error) -> Error {
     Error::refused(reason, format!("{what}: {e}"))
 }
 
+/// [`Error::Verification`] for chunk `i` of `file` (cut as `layout`), received as `ours` where
+/// the sender's digest is `theirs`, after `rounds` repair rounds.
+pub(crate) fn mismatch_error(
+    file: &str,
+    layout: &Layout,
+    i: u64,
+    ours: Option<ChunkDigest>,
+    theirs: ChunkDigest,
+    rounds: u16,
+) -> Error {
+    let (off, len) = layout.range(i).unwrap_or((0, 0));
+    let after = match rounds {
+        0 => String::new(),
+        1 => " (sent again once, still different)".into(),
+        n => format!(" (sent again {n} times, still different)"),
+    };
+    Error::Verification {
+        file: file.to_string(),
+        chunk: Some(i),
+        detail: format!(
+            "chunk {i} (bytes {off}..{}) differs{after}: received bytes hash to {}, the \
+             sender's {} is {}",
+            off + len as u64,
+            ours.map_or_else(|| "nothing".into(), |d| d.to_hex()),
+            layout.algo,
+            theirs.to_hex()
+        ),
+    }
+}
+
 impl Sink {
     /// Checks and starts receiving `rel` (of `size` bytes) below `out_dir`. Refuses, before
     /// creating anything, a size over `max_size` ([`Reason::TooLarge`]), an existing target
@@ -309,6 +339,17 @@ impl Sink {
     /// and hashes it. Chunks may come in any order and from several threads at once; each at
     /// most once (a held chunk counts as written).
     pub fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        self.put(index, data)?.hash(index, data).map(|_| ())
+    }
+
+    /// Chunk repair: writes chunk `index` again (it was received before and differed from
+    /// the sender's digest) and replaces its digest. From any thread.
+    pub fn rewrite_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        self.put(index, data)?.rehash(index, data).map(|_| ())
+    }
+
+    /// Writes chunk `index` (not one held) at its offset; returns the digests to record it in.
+    fn put(&self, index: u64, data: &[u8]) -> Result<&Chunks> {
         let chunks = self.started()?;
         let off = chunks.check(index, data.len())?;
         if off < self.held {
@@ -320,7 +361,12 @@ impl Sink {
         self.file
             .write_all_at(data, off)
             .map_err(|e| write_err(format!("write {}", self.temp_name), e))?;
-        chunks.hash(index, data).map(|_| ())
+        Ok(chunks)
+    }
+
+    /// The digests of the chunks written or held, once started.
+    pub fn chunk_digests(&self) -> Option<&Chunks> {
+        self.chunks.as_ref()
     }
 
     /// Compares the sender's digests of chunks `first ..` (DIGESTS, in order from chunk 0) with
@@ -443,20 +489,17 @@ impl Sink {
                 layout.chunks()
             )));
         }
-        if let Some((i, ours, theirs)) = self.bad {
-            let (off, len) = layout.range(i).expect("compared chunks exist");
-            return Err(Error::Verification {
-                file: self.final_name.to_string(),
-                chunk: Some(i),
-                detail: format!(
-                    "chunk {i} (bytes {off}..{}) differs: received bytes hash to {}, the \
-                     sender's {} is {}",
-                    off + len as u64,
-                    ours.map_or_else(|| "nothing".into(), |d| d.to_hex()),
-                    layout.algo,
-                    theirs.to_hex()
-                ),
-            });
+        // The first chunk that differed, unless received again since and now the same.
+        if let Some((i, _, theirs)) = self.bad.filter(|b| chunks.get(b.0) != Some(b.2)) {
+            let ours = chunks.get(i);
+            return Err(mismatch_error(
+                &self.final_name,
+                &layout,
+                i,
+                ours,
+                theirs,
+                0,
+            ));
         }
         if self.theirs != layout.chunks() {
             return Err(Error::Protocol(format!(
@@ -560,10 +603,23 @@ impl Sink {
 impl Sink {
     /// For a kept temporary file: cuts it to the chunks written without a gap (chunks arrive
     /// in any order, so a later one may be there without an earlier one: a resume trusts the
-    /// length), then syncs it.
+    /// length) and before the first that differs from the sender's digest, then syncs it.
     fn keep_prefix(&self) -> Result<()> {
+        // Not started: the file is as the last attempt left it, sealed or not.
+        let mut sealed = self.held_sealed;
         if let Some(chunks) = &self.chunks {
-            if let Some(i) = chunks.first_missing() {
+            sealed = true;
+            // Nor the first chunk that still differs from the sender's digest: kept, it would
+            // make the next resume's prefix differ.
+            let bad = self
+                .bad
+                .filter(|b| chunks.get(b.0) != Some(b.2))
+                .map(|b| b.0);
+            let cut = match (chunks.first_missing(), bad) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(i) = cut {
                 let keep = i.saturating_mul(chunks.layout().chunk);
                 let len = self
                     .file
@@ -578,9 +634,11 @@ impl Sink {
             }
         }
         // Sealed: whole up to its length (until a resume writes to it again).
-        self.file
-            .set_permissions(Permissions::from_mode(SEALED_MODE))
-            .map_err(|e| write_err(format!("chmod {}", self.temp_name), e))?;
+        if sealed {
+            self.file
+                .set_permissions(Permissions::from_mode(SEALED_MODE))
+                .map_err(|e| write_err(format!("chmod {}", self.temp_name), e))?;
+        }
         self.file
             .sync_all()
             .map_err(|e| write_err(format!("fsync {}", self.temp_name), e))

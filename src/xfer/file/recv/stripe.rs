@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::answer::{admit, answer_refuse, answer_skip, open_sink, tell_peer, Opened};
 use super::core::{PartReceiver, Tail};
-use super::data::{ensure_ring, receive_data, ChunkTarget};
+use super::data::{ensure_ring, receive_data, settle, ChunkTarget};
 use super::file::SessionState;
 use super::joint::{wait_others, Answer, FileState, Joint, StripeFailure};
 use super::ring_budget;
@@ -64,6 +64,19 @@ impl StripeWriter {
         })
     }
 
+    /// Writes chunk `index` (not one held) at its offset in the file.
+    fn put(&self, index: u64, data: &[u8]) -> Result<()> {
+        let off = self.chunks.check(index, data.len())?;
+        if off < self.held {
+            return Err(Error::Protocol(format!(
+                "stripe chunk {index} is held from an earlier attempt"
+            )));
+        }
+        self.file
+            .write_all_at(data, self.offset + off)
+            .map_err(|e| write_err("write a stripe of the temporary file".into(), e))
+    }
+
     /// Bytes from the stripe's start written (or held) without a gap.
     fn contiguous(chunks: &Chunks) -> u64 {
         let l = chunks.layout();
@@ -75,15 +88,7 @@ impl StripeWriter {
 
 impl ChunkTarget for StripeWriter {
     fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
-        let off = self.chunks.check(index, data.len())?;
-        if off < self.held {
-            return Err(Error::Protocol(format!(
-                "stripe chunk {index} is held from an earlier attempt"
-            )));
-        }
-        self.file
-            .write_all_at(data, self.offset + off)
-            .map_err(|e| write_err("write a stripe of the temporary file".into(), e))?;
+        self.put(index, data)?;
         self.chunks.hash(index, data)?;
         if let Some((state, every)) = &self.checkpoint {
             if (index + 1) % every == 0 {
@@ -93,6 +98,14 @@ impl ChunkTarget for StripeWriter {
             }
         }
         Ok(())
+    }
+    fn rewrite_chunk_at(&self, index: u64, data: &[u8]) -> Result<()> {
+        self.put(index, data)?;
+        self.chunks.rehash(index, data).map(|_| ())
+    }
+
+    fn digests(&self) -> Result<&Chunks> {
+        Ok(&self.chunks)
     }
 }
 
@@ -117,10 +130,11 @@ fn end_stripe(
     };
     let size = a.size;
     let verdict = a.end(s.index, result, written)?;
+    let repaired = a.repaired;
     *st = FileState::Ended;
     drop(st);
     report.push(match (&verdict, layout) {
-        (Ok(d), Some(l)) => FileReport::ok(name, size, d, l),
+        (Ok(d), Some(l)) => FileReport::ok(name, size, d, l).with_repaired(repaired),
         (Ok(_), None) => FileReport::failed(name, size, Reason::Internal, "no layout".into()),
         (Err(e), _) => FileReport::failed(name, size, reason_of(e), e.to_string()),
     });
@@ -284,37 +298,60 @@ pub(super) fn receive_stripe<L: Link>(
         }
     };
     report.bytes += s.len - held;
-    let mut bad = None;
     let fin = loop {
         let tail = budget
             .wait(ep, recv_ctl)
             .and_then(|m| part.on_control(m, "STRIPE"));
         match tail {
             Ok(Tail::Digests { first, digests }) => {
-                bad = bad.or_else(|| w.chunks.first_mismatch(first, &digests));
+                part.compare(&w.chunks, first, &digests);
             }
             Ok(Tail::Fin(hash)) => break Ok(hash),
             Err(e) => break Err(e),
         }
     };
-    let hash = match fin {
-        Ok(hash) => hash,
+    // Chunks that differ from the sender's digests are asked for again (REPAIR).
+    let settled = fin.and_then(|hash| {
+        settle(
+            ep,
+            r,
+            budget,
+            w,
+            &mut part,
+            (&label, "STRIPE"),
+            write_failure,
+        )
+        .map(|x| (hash, x))
+    });
+    let (hash, (w, write_failure, bad, again)) = match settled {
+        Ok(x) => x,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
             return Err(failed(ep, &file, &s, e, n, report, &h.name));
         }
     };
+    report.bytes += again;
+    if bad.is_none() {
+        if let FileState::Open(a) = &mut *lock(&file) {
+            a.repaired += part.repaired();
+        }
+    }
     let n = StripeWriter::contiguous(&chunks);
     let got = w.chunks.finish();
     let (result, n) = match (write_failure, got) {
         (Some(e), _) | (None, Err(e)) => (Err(StripeFailure::of(&e)), n),
         (None, Ok(got)) if got == hash && bad.is_none() => (Ok(chunks.stripe(s.offset, got)), n),
         (None, Ok(_)) if bad.is_some() => {
-            let i = bad.expect("checked");
+            let m = bad.expect("checked");
+            let i = m.chunk;
             let (off, len) = chunks.layout().range(i).unwrap_or((0, 0));
             let from = s.offset + off;
+            let again = match m.rounds {
+                0 => String::new(),
+                n => format!(" (sent again {n} times)"),
+            };
             let message = format!(
-                "chunk {i} of stripe {} of {} (bytes {from}..{}) differs from the sender's {}",
+                "chunk {i} of stripe {} of {} (bytes {from}..{}) differs from the sender's {}{again}",
                 s.index,
                 s.count,
                 from + len as u64,

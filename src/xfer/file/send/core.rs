@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::xfer::file::ctl::peer_err;
-use crate::xfer::file::proto::{self, Imm, Msg, Reason, RingGrant, SkipWhy};
+use crate::xfer::file::proto::{self, Imm, Msg, Reason, Repair, RingGrant, SkipWhy};
 
 /// The receiver's answer to a HELLO.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,13 +151,18 @@ impl Verdict {
 }
 
 /// Where the chunks of one part go: chunk `k` of the part is the `k − first`-th written, into
-/// slot `(k − first) mod slots`, with that count (mod 2^16) as its sequence number.
-#[derive(Clone, Copy, Debug)]
+/// slot `(k − first) mod slots`, with that count (mod 2^16) as its sequence number. A repair
+/// round's plan ([`again`](Self::again)) writes the chunks a REPAIR lists, continuing the count.
+#[derive(Clone, Debug)]
 pub struct ChunkPlan {
     slot_size: u64,
     slot_count: u32,
     first: u64,
     chunks: u64,
+    /// Writes of this part before this plan's.
+    base: u64,
+    /// A repair round: the chunks to write again, in order.
+    again: Option<Vec<u64>>,
 }
 
 /// One chunk's RDMA WRITE_WITH_IMM.
@@ -182,17 +187,60 @@ impl ChunkPlan {
             slot_count: grant.slot_count.max(1),
             first,
             chunks: len.div_ceil(slot_size),
+            base: 0,
+            again: None,
         }
     }
 
-    /// The chunks to write, in order.
+    /// The chunks of the part's first send, in order.
     pub fn chunks(&self) -> std::ops::Range<u64> {
         self.first..self.chunks.max(self.first)
     }
 
-    /// Chunk `k`'s write (`k` in [`chunks`](Self::chunks)).
+    /// Writes in this plan.
+    pub fn len(&self) -> u64 {
+        match &self.again {
+            Some(v) => v.len() as u64,
+            None => self.chunks.saturating_sub(self.first),
+        }
+    }
+
+    /// Whether it writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether it is a repair round's.
+    pub fn is_again(&self) -> bool {
+        self.again.is_some()
+    }
+
+    /// The chunk of the `i`-th write (`i` below [`len`](Self::len)).
+    pub fn chunk_at(&self, i: u64) -> u64 {
+        match &self.again {
+            Some(v) => v.get(i as usize).copied().unwrap_or(u64::MAX),
+            None => self.first + i,
+        }
+    }
+
+    /// The plan of a repair round after this one: `chunks` (checked by [`Repairs`]) again,
+    /// the sequence numbers and slots going on from this plan's last write.
+    pub fn again(&self, chunks: Vec<u64>) -> ChunkPlan {
+        ChunkPlan {
+            base: self.base + self.len(),
+            again: Some(chunks),
+            ..self.clone()
+        }
+    }
+
+    /// Chunk `k`'s write (`k` in [`chunks`](Self::chunks); first send only).
     pub fn write(&self, k: u64) -> ChunkWrite {
-        let n = k.saturating_sub(self.first);
+        self.write_at(k.saturating_sub(self.first))
+    }
+
+    /// The `i`-th write of this plan.
+    pub fn write_at(&self, i: u64) -> ChunkWrite {
+        let n = self.base + i;
         let slot = (n % u64::from(self.slot_count)) as u16;
         ChunkWrite {
             wr_id: n,
@@ -202,5 +250,68 @@ impl ChunkPlan {
                 seq: n as u16,
             }),
         }
+    }
+}
+
+/// What the receiver's answer to FIN asks of the sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AfterFin {
+    /// ACK: the part's verdict.
+    Verdict(Verdict),
+    /// REPAIR: write these chunks again (in this order), then FIN again.
+    Again(Vec<u64>),
+}
+
+/// The sender's side of chunk repair for one part: which REPAIRs it takes (the next round, at
+/// most [`proto::MAX_REPAIR_ROUNDS`], chunks it sent in this attempt) and what was repaired.
+#[derive(Clone, Debug)]
+pub struct Repairs {
+    /// The chunks sent in this attempt (those before were verified by the resume digest).
+    sent: std::ops::Range<u64>,
+    round: u16,
+    /// Chunks the first REPAIR asked for.
+    first_round: u64,
+}
+
+impl Repairs {
+    /// Repairs of the part `plan` sends.
+    pub fn new(plan: &ChunkPlan) -> Repairs {
+        Repairs {
+            sent: plan.chunks(),
+            round: 0,
+            first_round: 0,
+        }
+    }
+
+    /// `msg`, the receiver's answer to FIN: ACK, or a REPAIR of the next round listing chunks
+    /// sent in this attempt. An ERR or anything else is an error.
+    pub fn after_fin(&mut self, msg: Msg) -> Result<AfterFin> {
+        let Msg::Repair(Repair { round, chunks }) = msg else {
+            return Verdict::of(msg).map(AfterFin::Verdict);
+        };
+        if round != self.round + 1 {
+            return Err(Error::Protocol(format!(
+                "REPAIR round {round} after round {}",
+                self.round
+            )));
+        }
+        if let Some(k) = chunks.iter().find(|k| !self.sent.contains(k)) {
+            return Err(Error::Protocol(format!(
+                "REPAIR of chunk {k}, not among the chunks {}..{} sent",
+                self.sent.start, self.sent.end
+            )));
+        }
+        self.round = round;
+        if round == 1 {
+            self.first_round = chunks.len() as u64;
+        }
+        Ok(AfterFin::Again(chunks))
+    }
+
+    /// Chunks repaired once the part is delivered: those the first REPAIR asked for (later
+    /// rounds ask for some of them again).
+    pub fn repaired(&self) -> u64 {
+        self.first_round
     }
 }

@@ -41,6 +41,9 @@ pub(super) trait ChunkSource: Sync {
     fn first_chunk(&self) -> u64;
     /// Reads and hashes chunk `index` into `buf`; returns its length.
     fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize>;
+    /// Chunk repair: reads chunk `index` again into `buf` (a read error if it no longer
+    /// hashes as it did when first read); returns its length.
+    fn reread_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize>;
     /// The digest of all it covers, once every chunk was read.
     fn finish(&self) -> Result<Digest>;
 }
@@ -54,6 +57,9 @@ impl ChunkSource for Source {
     }
     fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
         Source::read_chunk_at(self, index, buf)
+    }
+    fn reread_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        Source::reread_chunk_at(self, index, buf)
     }
     fn finish(&self) -> Result<Digest> {
         Source::finish(self)
@@ -152,16 +158,14 @@ pub(super) fn send_data<S: ChunkSource, L: Link>(
     } = to;
     let (remote, faults, label) = (&*remote, *faults, *label);
     let slot = u64::from(r.slot_size);
-    let std::ops::Range {
-        start: first,
-        end: chunks,
-    } = plan.chunks();
+    let (plan, writes, again) = (&*plan, plan.len(), plan.is_again());
     let mut written = 0u64;
     tracing::trace!(
         target: TRACE_TARGET,
-        "{label}: sending on qpn={} chunks {first}..{chunks} into a ring of {slot}-byte slots \
-         bytes at {:#x}",
+        "{label}: sending on qpn={} {writes} chunks from chunk {} (again: {again}) into a ring \
+         of {slot}-byte slots at {:#x}",
         ep.trace_id(),
+        plan.chunk_at(0),
         remote.addr,
     );
     let threads = digest::threads(r.total);
@@ -173,28 +177,33 @@ pub(super) fn send_data<S: ChunkSource, L: Link>(
             let (job_rx, done_tx) = (&job_rx, done_tx.clone());
             sc.spawn(move || loop {
                 let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok((k, mut buf)) = job else { return };
-                let got = src.read_chunk_at(k, &mut buf).inspect(|&n| {
-                    if faults.corrupt == Some(k) && n > 0 {
+                let Ok((i, mut buf)) = job else { return };
+                let k = plan.chunk_at(i);
+                let got = match again {
+                    true => src.reread_chunk_at(k, &mut buf),
+                    false => src.read_chunk_at(k, &mut buf),
+                };
+                let got = got.inspect(|&n| {
+                    if faults.corrupts(k, again) && n > 0 {
                         buf[0] ^= 0xff;
                     }
                 });
-                if done_tx.send((k, got, buf)).is_err() {
+                if done_tx.send((i, got, buf)).is_err() {
                     return;
                 }
             });
         }
         drop(done_tx);
         let mut at_workers = 0usize;
-        let mut assigned = first;
+        let mut assigned = 0;
         let mut ready: BTreeMap<u64, (L::Buf, usize)> = BTreeMap::new();
         let mut in_flight = 0usize;
         let res: Result<()> = (|| {
-            let mut k = first;
-            while k < chunks {
+            let mut i = 0;
+            while i < writes {
                 cancel.check()?;
-                if let Some((buf, n)) = ready.remove(&k) {
-                    let w = plan.write(k);
+                if let Some((buf, n)) = ready.remove(&i) {
+                    let w = plan.write_at(i);
                     let target = match remote.slice(w.ring_offset, n as u64) {
                         Ok(t) => t,
                         Err(e) => {
@@ -215,15 +224,15 @@ pub(super) fn send_data<S: ChunkSource, L: Link>(
                         return Err(e);
                     }
                     in_flight += 1;
-                    if faults.replay == Some(k) {
+                    if faults.replay == Some(plan.chunk_at(i)) && !again {
                         replay(ep, remote, &w, session)?;
                         in_flight += 1;
                     }
-                    k += 1;
+                    i += 1;
                     written += n as u64;
                     moved(session, 1);
                     progress(written);
-                } else if assigned < chunks && !r.free.is_empty() {
+                } else if assigned < writes && !r.free.is_empty() {
                     let buf = r.free.pop().expect("not empty");
                     if let Err(e) = job_tx.send((assigned, buf)) {
                         r.free.push(e.0 .1);

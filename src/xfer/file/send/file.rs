@@ -4,7 +4,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use super::core::{check_grant, Answer, Asked, ChunkPlan, Verdict};
+use super::core::{check_grant, AfterFin, Answer, Asked, ChunkPlan, Repairs, Verdict};
 use super::data::{
     named_by_peer, send_data, send_digests, ChunkSource, DataTarget, Pacer, PHASE_TARGET as PHASE,
 };
@@ -114,6 +114,9 @@ impl ChunkSource for Reading {
     }
     fn read_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
         either!(self, s => ChunkSource::read_chunk_at(s, index, buf))
+    }
+    fn reread_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        either!(self, s => ChunkSource::reread_chunk_at(s, index, buf))
     }
     fn finish(&self) -> Result<Digest> {
         either!(self, s => ChunkSource::finish(s))
@@ -301,16 +304,15 @@ pub(super) fn send_file<L: Link>(
         remote,
         plan: ChunkPlan::new(&mr, reading.size(), reading.first_chunk()),
         // The test hooks name chunks of the file: a stripe's own chunks count from its offset.
-        faults: Faults::for_part(
-            opts.hooks().corrupt_chunk.filter(|_| {
-                opts.hooks()
-                    .corrupt_name
-                    .as_deref()
-                    .is_none_or(|n| n == name)
-            }),
-            opts.hooks().replay_chunk,
-            stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
-        ),
+        faults: {
+            let h = opts.hooks();
+            let named = h.corrupt_name.as_deref().is_none_or(|n| n == name);
+            let corrupt = [h.corrupt_chunk, h.corrupt_once].map(|c| c.filter(|_| named));
+            Faults::for_part(
+                [corrupt[0], corrupt[1], h.replay_chunk],
+                stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
+            )
+        },
         label: &label,
         pace: pace.as_mut(),
         cancel: &opts.cancel,
@@ -335,13 +337,7 @@ pub(super) fn send_file<L: Link>(
         }
         Err((err, n)) => {
             report.bytes += n;
-            let err = named_by_peer(ep, err);
-            if err.reason() == Some(Reason::ReadError) || matches!(err, Error::Cancelled) {
-                send_err(ep, reason_of(&err), &err);
-            }
-            let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
-            part.record(report, f, false, None);
-            return Err(err);
+            return Err(data_failed(ep, err, report, part, (name, size)));
         }
     };
     // The chunk digests go ahead of FIN (the receiver names the first bad chunk).
@@ -351,17 +347,34 @@ pub(super) fn send_file<L: Link>(
     };
     send_digests(ep, chunks, session)?;
     let layout = *chunks.layout();
-    wait_on(ep, session, |ep| {
-        send_msg(ep, &Msg::Fin { bytes: len, hash })
-    })?;
+    let fin = Msg::Fin { bytes: len, hash };
+    wait_on(ep, session, |ep| send_msg(ep, &fin))?;
     tracing::debug!(target: PHASE, "{shown} part {part_index}: data written, FIN sent");
-    let verdict = awaiting("the receiver's verdict", wait_on(ep, session, recv_ctl))?;
-    moved(session, 1);
+    // The receiver answers ACK, or REPAIR: those chunks again, then FIN again.
+    let mut repairs = Repairs::new(&to.plan);
+    let verdict = loop {
+        let answer = awaiting("the receiver's verdict", wait_on(ep, session, recv_ctl))?;
+        moved(session, 1);
+        let again = match repairs.after_fin(answer)? {
+            AfterFin::Verdict(v) => break v,
+            AfterFin::Again(chunks) => chunks,
+        };
+        tracing::debug!(target: PHASE, "{shown} part {part_index}: chunks {again:?} again");
+        to.plan = to.plan.again(again);
+        match send_data(ep, r, &reading, &mut to, &mut |_| {}, session) {
+            Ok((_, n)) => report.bytes += n,
+            Err((err, n)) => {
+                report.bytes += n;
+                return Err(data_failed(ep, err, report, part, (name, size)));
+            }
+        }
+        wait_on(ep, session, |ep| send_msg(ep, &fin))?;
+    };
     tracing::debug!(target: PHASE, "{shown} part {part_index}: verdict received");
     report.data_seconds += data_start.elapsed().as_secs_f64();
-    match Verdict::of(verdict)? {
+    match verdict {
         Verdict::Delivered => {
-            let f = FileReport::ok(name, size, &hash, &layout);
+            let f = FileReport::ok(name, size, &hash, &layout).with_repaired(repairs.repaired());
             let digests = stripe.map(|s| chunks.stripe(s.stripe.offset, hash));
             part.record(report, f, false, digests);
         }
@@ -376,4 +389,22 @@ pub(super) fn send_file<L: Link>(
         }
     }
     Ok(())
+}
+
+/// The data of a part failed (`err`, seen here): named by the receiver's last words if it sent
+/// any; a read error or a cancel is told to the receiver; the part is recorded as failed.
+fn data_failed<L: Link>(
+    ep: &mut L,
+    err: Error,
+    report: &mut SessionReport,
+    part: Part<'_>,
+    (name, size): (&str, u64),
+) -> Error {
+    let err = named_by_peer(ep, err);
+    if err.reason() == Some(Reason::ReadError) || matches!(err, Error::Cancelled) {
+        send_err(ep, reason_of(&err), &err);
+    }
+    let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
+    part.record(report, f, false, None);
+    err
 }

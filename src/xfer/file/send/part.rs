@@ -120,6 +120,7 @@ impl FileTrack {
             return Some((e.0.clone(), false));
         }
         let mut f = all[0].0.clone();
+        f.repaired = all.iter().map(|e| e.0.repaired).sum();
         if all.iter().any(|e| e.0.is_skipped()) {
             return Some((f, false));
         }
@@ -256,6 +257,24 @@ impl ChunkSource for RangeSource {
         chunks.hash(index, buf)?;
         Ok(len)
     }
+    fn reread_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        let chunks = self.chunks()?;
+        let len = chunks.layout().range(index).map_or(0, |r| r.1);
+        let buf = buf.get_mut(..len).ok_or_else(|| {
+            Error::InvalidArgument(format!("a buffer too small for a {len}-byte chunk"))
+        })?;
+        let off = self.stripe.offset + index * chunks.layout().chunk;
+        self.file
+            .read_exact_at(buf, off)
+            .map_err(|e| read_err(&self.path, e))?;
+        if !chunks.matches(index, buf)? {
+            return Err(read_err(
+                &self.path,
+                format_args!("chunk {index} of stripe {} changed", self.stripe.index),
+            ));
+        }
+        Ok(len)
+    }
     fn finish(&self) -> Result<Digest> {
         source::unchanged(&self.file, &self.path, self.size, self.mtime)?;
         self.chunks()?.finish()
@@ -275,6 +294,7 @@ mod tests {
             result: result.into(),
             message: None,
             verify: None,
+            repaired: 0,
         }
     }
 

@@ -353,19 +353,12 @@ pub struct Source {
 pub(crate) fn unchanged(file: &File, path: &Path, size: u64, mtime: (i64, u32)) -> Result<()> {
     let m = file.metadata().map_err(|e| read_err(path, e))?;
     let now = (m.mtime(), m.mtime_nsec().clamp(0, 999_999_999) as u32);
-    if m.len() != size {
-        return Err(read_err(
-            path,
-            format_args!("size changed from {size} to {} while being sent", m.len()),
-        ));
-    }
-    if now != mtime {
-        return Err(read_err(
-            path,
-            "changed while being sent (its modification time moved): not committed",
-        ));
-    }
-    Ok(())
+    let why = match (m.len(), now) {
+        (n, _) if n != size => format!("size changed from {size} to {n} while being sent"),
+        (_, t) if t != mtime => "changed while being sent (its mtime moved): not committed".into(),
+        _ => return Ok(()),
+    };
+    Err(read_err(path, why))
 }
 
 /// Whether `path` is gone now (it, or a directory above it): listed, then removed before its
@@ -480,6 +473,26 @@ impl Source {
             }
         })?;
         chunks.hash(index, buf)?;
+        Ok(len)
+    }
+
+    /// Chunk repair: reads chunk `index` again into the start of `buf`; a read error if it
+    /// no longer hashes as it did when first read (the file changed while being sent).
+    pub fn reread_chunk_at(&self, index: u64, buf: &mut [u8]) -> Result<usize> {
+        let chunks = self.chunks()?;
+        let len = chunks.layout().range(index).map_or(0, |r| r.1);
+        let buf = buf
+            .get_mut(..len)
+            .ok_or_else(|| invalid(format!("a buffer too small for a {len}-byte chunk")))?;
+        self.file
+            .read_exact_at(buf, index * chunks.layout().chunk)
+            .map_err(|e| read_err(&self.path, e))?;
+        if !chunks.matches(index, buf)? {
+            return Err(read_err(
+                &self.path,
+                format_args!("chunk {index} changed while being sent"),
+            ));
+        }
         Ok(len)
     }
 

@@ -374,3 +374,20 @@ fn a_file_left_by_a_killed_receiver_is_trusted_only_before_its_last_chunks() {
         crate::xfer::file::recv::ring_budget::COPY_BUFS
     );
 }
+
+#[test]
+fn a_file_kept_again_before_it_was_started_stays_as_unsealed_as_it_was() {
+    let out = tempfile::tempdir().unwrap();
+    let opts = SinkOptions {
+        resume: true,
+        ..Default::default()
+    };
+    let temp = out.path().join(".u.rdmaxfer-part");
+    std::fs::write(&temp, vec![1u8; 8192]).unwrap();
+    std::fs::set_permissions(&temp, Permissions::from_mode(0o600)).unwrap();
+    // Opened (e.g. then refused) and kept without a start: nothing says it is gapless.
+    drop(sink(out.path(), "u", 100_000, opts.clone()).unwrap());
+    assert_eq!(std::fs::metadata(&temp).unwrap().mode() & 0o777, 0o600);
+    let mut s = sink(out.path(), "u", 100_000, opts).unwrap();
+    assert_eq!(s.start(1024, ALGO).unwrap().0, 4 * 1024);
+}
