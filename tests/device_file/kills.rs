@@ -35,12 +35,23 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 /// Bytes of file data under `dir` that are on disk (allocated, at most each file's length):
-/// what the receiver had written when it stopped.
+/// what the receiver had written when it stopped. The receiver may rename or remove entries
+/// while this looks: those are passed over.
 fn on_disk(dir: &Path) -> u64 {
-    entries(dir)
-        .iter()
-        .filter(|(_, _, m)| m.is_file())
-        .map(|(_, _, m)| (m.blocks() * 512).min(m.len()))
+    let Ok(list) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    list.flatten()
+        .filter_map(|e| {
+            std::fs::symlink_metadata(e.path())
+                .ok()
+                .map(|m| (e.path(), m))
+        })
+        .map(|(p, m)| match m.is_dir() {
+            true => on_disk(&p),
+            false if m.is_file() => (m.blocks() * 512).min(m.len()),
+            false => 0,
+        })
         .sum()
 }
 
