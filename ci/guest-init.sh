@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci/guest-init.sh — runs INSIDE the guest: rxe0 on dummy netdev rx0 (198.18.0.1/24), verified ACTIVE;
-# then a second device rxe1 on rx1 (198.18.1.1/24) for the multi-rail tests (best effort: a
-# missing rxe1 is reported here and fails only the tests that need it).
+# then rxe1, rxe2, rxe3 on rx1, rx2, rx3 (198.18.N.1/24) for the multi-rail tests (best effort: a
+# missing one is reported here and fails only the tests that need it).
 set -euo pipefail
 
 missing() {
@@ -39,17 +39,22 @@ type1="$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/1 2>/dev/null ||
 echo "[guest-init] rxe0 ACTIVE on rx0 198.18.0.1/24; GID[1]=$gid1 ($type1); ulimit -l $(ulimit -l)"
 
 if [[ -z "${CI_GUEST_SKIP_RXE:-}" ]]; then
-  ip link show rx1 >/dev/null 2>&1 || ip link add rx1 type dummy
-  ip addr replace 198.18.1.1/24 dev rx1
-  ip link set rx1 up
-  rdma link show rxe1/1 >/dev/null 2>&1 || rdma link add rxe1 type rxe netdev rx1 || true
-  for _ in $(seq 1 100); do
-    rdma link show rxe1/1 2>/dev/null | grep -q 'state ACTIVE' && break
-    sleep 0.1
+  # rxe1: the second rail; rxe2, rxe3: rails the rail-loss tests take down (others never do).
+  for n in 1 2 3; do
+    ip link show "rx$n" >/dev/null 2>&1 || ip link add "rx$n" type dummy
+    ip addr replace "198.18.$n.1/24" dev "rx$n"
+    ip link set "rx$n" up
+    rdma link show "rxe$n/1" >/dev/null 2>&1 || rdma link add "rxe$n" type rxe netdev "rx$n" || true
   done
-  if rdma link show rxe1/1 2>/dev/null | grep -q 'state ACTIVE'; then
-    echo "[guest-init] rxe1 ACTIVE on rx1 198.18.1.1/24 (second rail)"
-  else
-    echo "[guest-init] WARNING: rxe1 is not ACTIVE: multi-rail tests will fail" >&2
-  fi
+  for n in 1 2 3; do
+    for _ in $(seq 1 100); do
+      rdma link show "rxe$n/1" 2>/dev/null | grep -q 'state ACTIVE' && break
+      sleep 0.1
+    done
+    if rdma link show "rxe$n/1" 2>/dev/null | grep -q 'state ACTIVE'; then
+      echo "[guest-init] rxe$n ACTIVE on rx$n 198.18.$n.1/24"
+    else
+      echo "[guest-init] WARNING: rxe$n is not ACTIVE: the multi-rail tests will fail" >&2
+    fi
+  done
 fi

@@ -323,6 +323,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
     (
         "xfer/endpoint",
         &[
+            "rail",
             "options",
             "conn",
             "setup",
@@ -341,8 +342,8 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
     (
         "xfer/file/send",
         &[
-            "filter", "source", "core", "data", "part", "file", "pipe", "delete", "session",
-            "streams",
+            "filter", "source", "core", "data", "part", "queue", "file", "pipe", "delete",
+            "session", "streams",
         ],
         "recv",
     ),
@@ -356,6 +357,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
             "partial",
             "sink",
             "ring_budget",
+            "claim",
             "joint",
             "core",
             "data",

@@ -284,6 +284,15 @@ impl Link for Recorder {
     fn peer_name(&self) -> String {
         self.inner.peer_name()
     }
+    fn device_name(&self) -> String {
+        self.inner.device_name()
+    }
+    fn rail_down(&self) -> bool {
+        self.inner.rail_down()
+    }
+    fn break_link(&mut self) -> Result<()> {
+        self.inner.break_link()
+    }
     fn close(self) -> Result<()> {
         self.inner.close()
     }

@@ -28,6 +28,8 @@ mod serve;
 mod signals;
 #[path = "rdmaxfer/ssh.rs"]
 mod ssh;
+#[path = "rdmaxfer/summary.rs"]
+mod summary;
 #[path = "rdmaxfer/token.rs"]
 mod token;
 

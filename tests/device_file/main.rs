@@ -15,6 +15,7 @@ mod harden;
 mod hostile;
 mod kills;
 mod peers;
+mod rails;
 mod recv_multi;
 mod repair;
 mod share;

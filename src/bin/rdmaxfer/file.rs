@@ -24,6 +24,7 @@ use crate::conn::ConnArgs;
 use crate::progress::{self, SendDisplay, Show};
 use crate::serve::{serve_concurrent, Limits};
 use crate::signals;
+use crate::summary::{print_dry_summary, print_summary, stats_text, summary};
 use crate::token::{parse_token, token, warn_without_token};
 
 /// Arguments of `rdmaxfer recv`.
@@ -217,134 +218,6 @@ pub struct SendArgs {
     pub(crate) conn: ConnArgs,
 }
 
-/// `--stats`: the figures of a session (sender) or connection (receiver), one per line, as one
-/// block (see [`summary`] for the JSON names). `streams`: the sender's; `verb`: "sent" or
-/// "received".
-fn stats_text(report: &SessionReport, secs: f64, streams: Option<u16>, verb: &str) -> String {
-    let rate = |b: u64, s: f64| {
-        if s > 0.0 {
-            b as f64 / (1 << 20) as f64 / s
-        } else {
-            0.0
-        }
-    };
-    let failed = report.failures();
-    let total = report.file_count();
-    let mut t = format!(
-        "Number of entries: {total} (delivered or made: {}, skipped: {}, failed: {failed})\n",
-        total - failed - report.skipped - report.planned,
-        report.skipped
-    );
-    t += &format!(
-        "Failed entries: {failed} (refused by the receiver: {}, vanished from the source: {})\n",
-        report.refused, report.vanished
-    );
-    if report.deleted + report.delete_skipped > 0 {
-        t += &format!(
-            "Deleted entries: {} (directories not cleaned after a failure: {})\n",
-            report.deleted, report.delete_skipped
-        );
-    }
-    if report.planned > 0 {
-        t += &format!(
-            "Dry run: {} entries would be sent ({} bytes)\n",
-            report.planned, report.planned_bytes
-        );
-    }
-    if report.repaired > 0 {
-        t += &format!("Repaired chunks: {} (sent again)\n", report.repaired);
-    }
-    t += &format!("File data {verb}: {} bytes\n", report.bytes);
-    if streams.is_some() {
-        // The sender times the data phase (first chunk to the receiver's verdict).
-        t += &format!(
-            "Data phase: {:.3} s ({:.1} MiB/s)\n",
-            report.data_seconds,
-            rate(report.bytes, report.data_seconds)
-        );
-    }
-    t += &format!(
-        "Total time: {secs:.3} s ({:.1} MiB/s)",
-        rate(report.bytes, secs)
-    );
-    if let Some(streams) = streams {
-        t += &format!("\nStreams: {streams}");
-    }
-    t
-}
-
-fn summary(report: &SessionReport, secs: f64, err: Option<&anyhow::Error>) -> serde_json::Value {
-    let mib_s = if secs > 0.0 {
-        report.bytes as f64 / (1 << 20) as f64 / secs
-    } else {
-        0.0
-    };
-    let mut v = serde_json::json!({
-        "files": report.files,
-        "files_elided": report.elided,
-        "files_failed": report.failures(),
-        "files_skipped": report.skipped,
-        "files_refused": report.refused,
-        "files_vanished": report.vanished,
-        "files_planned": report.planned,
-        "bytes_planned": report.planned_bytes,
-        "files_deleted": report.deleted,
-        "deleted": report.deleted_names,
-        "delete_skipped": report.delete_skipped,
-        "chunks_repaired": report.repaired,
-        "bytes": report.bytes,
-        "seconds": secs,
-        "mib_s": mib_s,
-        "result": if err.is_none() { "ok" } else { "error" },
-    });
-    if report.data_seconds > 0.0 {
-        // Sender only: the data phase (first chunk to the receiver's verdict), as perftest
-        // times its transfers (without connection set-up).
-        v["data_seconds"] = serde_json::json!(report.data_seconds);
-        v["data_mib_s"] =
-            serde_json::json!(report.bytes as f64 / (1 << 20) as f64 / report.data_seconds);
-    }
-    if let Some(e) = err {
-        let text = format!("{e:#}");
-        v["error"] = serde_json::Value::String(printable(&text).into_owned());
-    }
-    v
-}
-
-/// The summary line (the files' own lines were printed as each one ended).
-fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
-    let mib = report.bytes as f64 / (1 << 20) as f64;
-    let skipped = match (report.skipped, report.planned) {
-        (0, 0) => String::new(),
-        (n, 0) => format!(" ({n} skipped)"),
-        (n, p) => format!(" ({n} skipped, {p} asked about by a dry run)"),
-    };
-    let skipped = match report.deleted {
-        0 => skipped,
-        n => format!("{skipped} ({n} deleted)"),
-    };
-    let skipped = skipped + &progress::repaired(report.repaired, " (", ")");
-    println!(
-        "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
-        report.file_count() - report.failures() - report.skipped - report.planned,
-        report.file_count(),
-        report.bytes,
-        if secs > 0.0 { mib / secs } else { 0.0 }
-    );
-}
-
-/// A dry run's summary line: what would be sent, skipped and refused.
-fn print_dry_summary(report: &SessionReport) {
-    println!(
-        "dry run: {} of {} entries would be sent ({} bytes), {} skipped, {} failed or refused; nothing was sent or changed",
-        report.planned,
-        report.file_count(),
-        report.planned_bytes,
-        report.skipped,
-        report.failures()
-    );
-}
-
 /// `rdmaxfer recv`.
 pub fn recv(a: RecvArgs) -> Result<()> {
     recv_announcing(a, |_| Ok(()))
@@ -404,6 +277,7 @@ pub(crate) fn receiver_plan(a: &RecvArgs) -> Result<(ReceiverOptions, u64, u64)>
         #[cfg(feature = "test-hooks")]
         hooks: rdmaxfer::xfer::file::RecvHooks {
             hold_stripe: test_hook("RDMAXFER_TEST_RECV_HOLD_STRIPE"),
+            break_streams: test_pairs("RDMAXFER_TEST_RECV_BREAK_STREAMS"),
         },
     };
     if a.min_rate > 0 && a.rate_window == 0 {
@@ -629,6 +503,7 @@ pub(crate) fn send_plan(
             replay_chunk: test_hook("RDMAXFER_TEST_REPLAY_CHUNK"),
             hold_stripe: test_hook("RDMAXFER_TEST_HOLD_STRIPE"),
             lag_stream: test_hook("RDMAXFER_TEST_LAG_STREAM"),
+            break_streams: test_pairs("RDMAXFER_TEST_BREAK_STREAMS"),
         },
         streams,
         bwlimit: a.bwlimit,
@@ -698,6 +573,7 @@ pub(crate) fn send_to(
                         let (c, host, opts) = place(usize::from(i))?;
                         let to = format!("{host}:{}", c.port);
                         let dial = endpoint::resolve_host(&host, c.port)
+                            .and_then(|dst| rail_reaches(i, &c, dst).map(|()| dst))
                             .and_then(|dst| Endpoint::dial_cm(dst, &opts))
                             .with_context(|| format!("connecting to {to} (rdma_cm)"))?;
                         Ok((dial, to))
@@ -719,13 +595,37 @@ pub(crate) fn send_to(
                         dial.connect()
                             .with_context(|| format!("connecting to {to} (rdma_cm)"))
                     }),
-                None => place(usize::from(i)).and_then(|(c, host, opts)| c.connect(&host, &opts)),
+                None => place(usize::from(i)).and_then(|(c, host, opts)| {
+                    let dst = endpoint::resolve_host(&host, c.port)?;
+                    rail_reaches(i, &c, dst)?;
+                    c.connect(&host, &opts)
+                }),
             };
             ep.map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
         };
         tracing::debug!(target: file::PHASE_TARGET, "stream 0: connecting");
         send_over(&a, entries, sopts, || conn.connect(&host, &opts), &more)
     })
+}
+
+/// Stream `i`'s rail (`c.device`) can reach `dst`, as far as the routing table says; if not,
+/// the stream is dropped at once, with a message, instead of waiting out its connect request.
+fn rail_reaches(i: u16, c: &ConnArgs, dst: std::net::SocketAddr) -> rdmaxfer::Result<()> {
+    let Some(why) = c
+        .device
+        .as_deref()
+        .and_then(|d| endpoint::rail_cannot_reach(d, dst.ip()))
+    else {
+        return Ok(());
+    };
+    let dev = c.device.as_deref().unwrap_or_default();
+    eprintln!(
+        "rdmaxfer: stream {i} is not used: {why}; give one receiver address per device \
+         (HOST1,HOST2 with -d {dev},…) to use this rail"
+    );
+    Err(rdmaxfer::Error::Connection(format!(
+        "stream {i}: {dev} cannot reach {dst}: {why}"
+    )))
 }
 
 /// Sends `entries` on the endpoint `first` makes (stream 0, which opens the session) and those
@@ -795,4 +695,16 @@ pub(crate) fn send_over(
 #[cfg(feature = "test-hooks")]
 fn test_hook<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// A test hook's pairs of numbers, `A:B,C:D` (streams and chunks of `*_BREAK_STREAMS`).
+#[cfg(feature = "test-hooks")]
+fn test_pairs(name: &str) -> Vec<(u16, u64)> {
+    let v = std::env::var(name).unwrap_or_default();
+    v.split(',')
+        .filter_map(|p| {
+            let (a, b) = p.split_once(':')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
 }

@@ -103,6 +103,7 @@ mod messaging;
 mod nonblock;
 mod oob;
 mod options;
+mod rail;
 mod setup;
 mod wake;
 
@@ -117,5 +118,6 @@ pub use options::{
     EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport, ACK_TIMEOUT, DEFAULT_PORT,
     DEFAULT_TIMEOUT, RESERVED_WR_ID, RETRY_COUNT, RNR_RETRY,
 };
+pub use rail::rail_cannot_reach;
 pub use setup::resolve_host;
 pub use wake::ShutdownHandle;

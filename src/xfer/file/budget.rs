@@ -18,7 +18,7 @@
 
 use std::collections::HashSet;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,6 +93,33 @@ impl Default for Budgets {
     }
 }
 
+/// A stream's stop flag: raised when another stream takes over its part; the stream's waits
+/// then end ([`Stop::error`]) and it lets go of what it holds.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    /// Whether it was raised.
+    pub(crate) fn raised(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn raise(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// What a stopped stream's wait ends with (a lost connection: its part is let go, not
+    /// failed).
+    pub(crate) fn error() -> Error {
+        Error::Connection(
+            "another stream of this session took over its part: this one was lost".into(),
+        )
+    }
+}
+
+/// How often a stream with a stop flag looks at it while it waits.
+pub(crate) const STOP_SLICE: Duration = Duration::from_millis(250);
+
 /// A session's account against its [`Budgets`].
 pub(crate) struct Budget {
     b: Budgets,
@@ -107,6 +134,8 @@ pub(crate) struct Budget {
     /// Hashes of the names answered without data ([`answered`](Self::answered)).
     answered: HashSet<u64>,
     hasher: std::collections::hash_map::RandomState,
+    /// With several streams: this stream's stop flag (another stream took over its part).
+    stop: Option<Stop>,
 }
 
 impl Budget {
@@ -123,6 +152,7 @@ impl Budget {
             session: None,
             answered: HashSet::new(),
             hasher: std::collections::hash_map::RandomState::new(),
+            stop: None,
         }
     }
 
@@ -145,6 +175,53 @@ impl Budget {
     /// the others use the link; its idle budget counts only its own progress.
     pub(crate) fn share(&mut self, session: Arc<AtomicU64>) {
         self.session = Some(session);
+    }
+
+    /// The endpoint's step deadline.
+    pub(crate) fn step(&self) -> Duration {
+        self.step
+    }
+
+    /// This stream's stop flag, raised when another stream takes over its part: its waits
+    /// then end with [`Stop::error`] (looked at every [`STOP_SLICE`]).
+    pub(crate) fn stop_with(&mut self, stop: Stop) {
+        self.stop = Some(stop);
+    }
+
+    /// Runs `f` on `ep` with the deadline `left`: in slices of at most [`STOP_SLICE`] when
+    /// there is a stop flag, which ends the wait once raised.
+    fn step_once<T, L: Link>(
+        &self,
+        ep: &mut L,
+        left: Duration,
+        f: &mut impl FnMut(&mut L) -> Result<T>,
+    ) -> Result<T> {
+        let end = Instant::now() + left;
+        loop {
+            if self.stop.as_ref().is_some_and(Stop::raised) {
+                return Err(Stop::error());
+            }
+            let slice = match &self.stop {
+                Some(_) => end
+                    .saturating_duration_since(Instant::now())
+                    .min(STOP_SLICE),
+                None => left,
+            };
+            ep.set_timeout(slice.max(Duration::from_millis(1)));
+            let r = f(ep);
+            ep.set_timeout(self.step);
+            match r {
+                Err(Error::Timeout { what, .. }) if self.stop.is_some() && ep.rail_down() => {
+                    return Err(rail_down(what));
+                }
+                Err(e) if e.is_timeout() && self.stop.is_some() && Instant::now() < end => {}
+                // A sliced wait times out after all of `left`, as one wait would.
+                Err(Error::Timeout { what, .. }) if self.stop.is_some() => {
+                    return Err(Error::Timeout { what, after: left })
+                }
+                r => return r,
+            }
+        }
     }
 
     fn session_bytes(&self) -> u64 {
@@ -265,10 +342,7 @@ impl Budget {
                 d.saturating_duration_since(now).min(self.step)
             });
             let seen = self.session_bytes();
-            ep.set_timeout(left.max(Duration::from_millis(1)));
-            let r = f(ep);
-            ep.set_timeout(self.step);
-            match r {
+            match self.step_once(ep, left, &mut f) {
                 Err(e) if e.is_timeout() => {
                     let moved = self.session_bytes().saturating_sub(seen);
                     if moved > 0 {
@@ -292,20 +366,75 @@ impl Budget {
 /// whole for a step deadline (at most two after its last progress) times out. `f` must leave
 /// `ep` usable after a timeout (the endpoint's waits do) and do nothing before its wait that a
 /// second run would repeat. The receiver's equivalent is [`Budget::wait`].
-pub(crate) fn wait_on<E, T>(
+pub(crate) fn wait_on<E: Waits, T>(
     ep: &mut E,
     session: Option<&AtomicU64>,
     mut f: impl FnMut(&mut E) -> Result<T>,
 ) -> Result<T> {
     loop {
         let seen = session.map(|s| s.load(Ordering::Relaxed));
-        match f(ep) {
+        let r = match session {
+            Some(_) => sliced(ep, &mut f),
+            None => f(ep),
+        };
+        match r {
             Err(e) if e.is_timeout() && seen != session.map(|s| s.load(Ordering::Relaxed)) => {
                 tracing::debug!("waiting on while the session's other streams progress: {e}");
             }
             r => return r,
         }
     }
+}
+
+/// What [`wait_on`] needs of an endpoint: its step deadline, and whether its rail is down.
+pub(crate) trait Waits {
+    /// The deadline of each wait.
+    fn step(&self) -> Duration;
+    /// Sets it.
+    fn set_step(&mut self, t: Duration);
+    /// Whether this side's port is down.
+    fn rail_down(&self) -> bool;
+}
+
+impl<L: Link> Waits for L {
+    fn step(&self) -> Duration {
+        self.timeout()
+    }
+    fn set_step(&mut self, t: Duration) {
+        self.set_timeout(t);
+    }
+    fn rail_down(&self) -> bool {
+        Link::rail_down(self)
+    }
+}
+
+/// Runs `f` on `ep` for one step deadline in slices of at most [`STOP_SLICE`], looking at the
+/// port between them: a stream of several whose rail goes down is found out at once, not a
+/// step later (its peer, on the other side of that rail, may never answer).
+fn sliced<E: Waits, T>(ep: &mut E, f: &mut impl FnMut(&mut E) -> Result<T>) -> Result<T> {
+    let step = ep.step();
+    let end = Instant::now() + step;
+    loop {
+        let slice = end
+            .saturating_duration_since(Instant::now())
+            .min(STOP_SLICE);
+        ep.set_step(slice.max(Duration::from_millis(1)));
+        let r = f(ep);
+        ep.set_step(step);
+        match r {
+            Err(Error::Timeout { what, .. }) if ep.rail_down() => return Err(rail_down(what)),
+            Err(e) if e.is_timeout() && Instant::now() < end => {}
+            Err(Error::Timeout { what, .. }) => return Err(Error::Timeout { what, after: step }),
+            r => return r,
+        }
+    }
+}
+
+/// The error of a wait for `what` whose rail went down meanwhile.
+fn rail_down(what: &str) -> Error {
+    Error::Connection(format!(
+        "the port of its device went down (its rail is gone) while waiting for {what}"
+    ))
 }
 
 /// Counts `n` steps of progress of a session carried by several streams (see [`wait_on`]).
@@ -325,6 +454,16 @@ mod tests {
             min_rate: rate,
             rate_window: Duration::from_secs(window),
             max_refusals: Some(refusals),
+        }
+    }
+
+    impl Waits for u32 {
+        fn step(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn set_step(&mut self, _: Duration) {}
+        fn rail_down(&self) -> bool {
+            false
         }
     }
 
@@ -369,7 +508,7 @@ mod tests {
             }
         });
         assert_eq!((r.unwrap(), calls), (2, 2));
-        let r: Result<()> = wait_on(&mut 0, Some(&session), |_| {
+        let r: Result<()> = wait_on(&mut 0u32, Some(&session), |_| {
             moved(Some(&session), 1);
             Err(Error::Connection("gone".into()))
         });

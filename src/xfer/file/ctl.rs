@@ -14,6 +14,22 @@ pub(crate) fn reason_of(e: &Error) -> Reason {
     })
 }
 
+/// Whether `e` means the connection (its queue pair, its rail, or the peer's end of it) is
+/// gone, so that another stream of the same session may take over its work: a disconnect, a
+/// failed work request, a failed post, or no progress for a step deadline. Whatever the peer
+/// said (ERR, REFUSE), a protocol violation, a local file error and a cancel are not.
+pub(crate) fn is_lost(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Connection(_)
+            | Error::Completion { .. }
+            | Error::Verb { .. }
+            | Error::InvalidState { .. }
+            | Error::Timeout { .. }
+            | Error::Stalled { .. }
+    )
+}
+
 /// The text of an error without its reason (REFUSE and reports carry the reason apart): one
 /// clause per cause.
 pub(crate) fn detail(e: &Error) -> String {

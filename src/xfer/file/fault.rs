@@ -28,6 +28,9 @@ pub(crate) struct Faults {
     /// WRITE_WITH_IMM repeating its immediate: what a faulty transport's retransmission may
     /// deliver (a chunk's completion twice).
     pub(crate) replay: Option<u64>,
+    /// After posting this chunk (of the part being sent), break the link (the queue pair to
+    /// the error state), as a transport fault or a rail going down would.
+    pub(crate) brk: Option<u64>,
 }
 
 impl Faults {
@@ -42,6 +45,7 @@ impl Faults {
             corrupt: own(corrupt),
             corrupt_once: own(corrupt_once),
             replay: own(replay),
+            brk: None,
         }
     }
 

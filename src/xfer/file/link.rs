@@ -49,6 +49,13 @@ pub trait Link: Send {
     fn trace_id(&self) -> u32;
     /// The peer, as errors name it (its address, as known).
     fn peer_name(&self) -> String;
+    /// The device this side runs on (its rail), as reports name it.
+    fn device_name(&self) -> String;
+    /// Whether this side's port is down (its rail gone): a lost link, whatever the waits say.
+    fn rail_down(&self) -> bool;
+    /// For the test hooks: breaks the link as a transport fault does (the queue pair goes to
+    /// the error state; the peer hears nothing more).
+    fn break_link(&mut self) -> Result<()>;
     /// Closes the link in order (waits for what was sent to be taken).
     fn close(self) -> Result<()>
     where
@@ -136,6 +143,16 @@ impl Link for Endpoint {
             || format!("qpn {}", self.peer().qpn.unwrap_or(0)),
             |a| a.to_string(),
         )
+    }
+    fn device_name(&self) -> String {
+        self.local().device.clone()
+    }
+    fn rail_down(&self) -> bool {
+        let port = self.local().port;
+        self.context().query_port(port).is_ok_and(|a| !a.active)
+    }
+    fn break_link(&mut self) -> Result<()> {
+        self.qp().to_error()
     }
     fn close(self) -> Result<()> {
         Endpoint::close(self)

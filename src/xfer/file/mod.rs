@@ -29,6 +29,8 @@ mod ctl;
 pub mod digest;
 mod fault;
 pub mod link;
+#[cfg(all(test, feature = "test-hooks"))]
+mod lost_tests;
 pub mod names;
 pub mod options;
 pub mod proto;

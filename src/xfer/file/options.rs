@@ -35,7 +35,10 @@ pub(crate) use hooks::{RecvHooks, SendHooks};
 #[cfg(not(feature = "test-hooks"))]
 static NO_SEND_HOOKS: SendHooks = SendHooks::NONE;
 #[cfg(not(feature = "test-hooks"))]
-static NO_RECV_HOOKS: RecvHooks = RecvHooks { hold_stripe: None };
+static NO_RECV_HOOKS: RecvHooks = RecvHooks {
+    hold_stripe: None,
+    break_streams: Vec::new(),
+};
 
 /// Faults and holds that rdmaxfer's own tests put into a transfer: public only with the cargo
 /// feature `test-hooks` (which a build for use never has), set by the `rdmaxfer` tool from
@@ -62,6 +65,9 @@ mod hooks {
         /// (at most a minute), and the cap on striped files unfinished at once is off, so that
         /// half-sent files pile up at the receiver as a greedy peer's would.
         pub lag_stream: Option<u16>,
+        /// `(stream, k)` each: the stream of this index breaks its link (its queue pair to the
+        /// error state, as a rail going down does) after posting chunk k (0-based) of a stripe.
+        pub break_streams: Vec<(u16, u64)>,
     }
 
     impl SendHooks {
@@ -74,6 +80,7 @@ mod hooks {
             replay_chunk: None,
             hold_stripe: None,
             lag_stream: None,
+            break_streams: Vec::new(),
         };
     }
 
@@ -83,6 +90,9 @@ mod hooks {
         /// The stripe of this index (of every striped file) is answered (MR) only once every
         /// other stripe of its file has ended (the sender's stream waits for it).
         pub hold_stripe: Option<u16>,
+        /// `(stream, k)` each: the stream of this index breaks its link (its queue pair to the
+        /// error state) once chunk k (0-based) of a stripe has arrived.
+        pub break_streams: Vec<(u16, u64)>,
     }
 }
 

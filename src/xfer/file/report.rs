@@ -236,6 +236,22 @@ fn clip(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
+/// A stream lost during a session: its connection failed, and the other streams took over
+/// what it held.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct LostStream {
+    /// Its index in the session.
+    pub stream: u16,
+    /// The device it ran on (its rail).
+    pub device: String,
+    /// The peer's address it was connected to.
+    pub peer: String,
+    /// Why it was lost (one line).
+    pub error: String,
+    /// Jobs (entries or stripes) it handed back.
+    pub handed_back: u64,
+}
+
 /// What a session did, filled in as it goes (so it is there after an error too). Its size is
 /// bounded whatever the peer sends: at most [`MAX_REPORTED_FILES`] entries of at most
 /// [`MAX_REPORT_TEXT`]-byte texts.
@@ -271,6 +287,12 @@ pub struct SessionReport {
     pub repaired: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
+    /// Streams lost during the session whose work the others took over (sender; at most
+    /// [`MAX_STREAMS`](super::proto::MAX_STREAMS)).
+    pub lost: Vec<LostStream>,
+    /// Bytes sent again because a stream was lost: what a lost stream had sent of its parts
+    /// that the receiver had not kept when another stream took them over (sender).
+    pub resent: u64,
     /// Sender: seconds from each file's first data chunk to the receiver's verdict on it
     /// (ACK), summed: the data phase, without connection set-up and per-file handshakes.
     pub data_seconds: f64,
@@ -333,6 +355,8 @@ impl SessionReport {
         self.deleted_names
             .extend(o.deleted_names.into_iter().take(room));
         self.bytes += o.bytes;
+        self.lost.extend(o.lost);
+        self.resent += o.resent;
         self.data_seconds += o.data_seconds;
         if o.last.is_some() {
             self.last = o.last;

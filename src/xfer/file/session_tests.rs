@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::link::mem::MemLink;
 use super::link::Link;
@@ -52,12 +53,33 @@ pub(super) fn session(
     session_of(&walk(roots).expect("walk"), so, ro, progress)
 }
 
+/// [`session`] with a step deadline of `step` on every link (10 s otherwise).
+pub(super) fn session_step(
+    roots: &[PathBuf],
+    so: &SenderOptions,
+    ro: &ReceiverOptions,
+    step: Duration,
+) -> Ran {
+    let entries = walk(roots).expect("walk");
+    session_with(&entries, so, ro, &mut |_| {}, step)
+}
+
 /// Sends `entries` (as listed by a walk) as [`session`] does.
 fn session_of(
     entries: &[SourceEntry],
     so: &SenderOptions,
     ro: &ReceiverOptions,
     progress: &mut dyn FnMut(Progress<'_>),
+) -> Ran {
+    session_with(entries, so, ro, progress, Duration::from_secs(10))
+}
+
+fn session_with(
+    entries: &[SourceEntry],
+    so: &SenderOptions,
+    ro: &ReceiverOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+    step: Duration,
 ) -> Ran {
     let registry = StreamRegistry::new(8);
     std::thread::scope(|sc| {
@@ -75,7 +97,9 @@ fn session_of(
         });
         let tx = Mutex::new(tx);
         let dial = || -> Result<MemLink> {
-            let (near, far) = MemLink::pair(SENDER_RECV_DEPTH, ro.slots);
+            let (mut near, mut far) = MemLink::pair(SENDER_RECV_DEPTH, ro.slots);
+            near.set_timeout(step);
+            far.set_timeout(step);
             tx.lock()
                 .expect("dial")
                 .send(far)

@@ -30,6 +30,8 @@ struct End {
     writes_done: usize,
     done_bufs: Vec<Vec<u8>>,
     gone: bool,
+    /// Broken by [`Link::break_link`]: its own calls fail; the peer hears nothing more.
+    broken: bool,
 }
 
 /// A staging ring's memory, named by its rkey.
@@ -105,6 +107,9 @@ impl MemLink {
         let deadline = Instant::now() + self.timeout;
         let mut st = self.shared.lock();
         loop {
+            if st.ends[self.side].broken {
+                return Err(broken());
+            }
             if let Some(r) = ready(&mut st, self.side) {
                 return r;
             }
@@ -154,9 +159,18 @@ fn disconnected() -> Error {
     Error::Connection("the peer disconnected".into())
 }
 
+fn broken() -> Error {
+    Error::Connection("the link broke (test hook)".into())
+}
+
 impl Drop for MemLink {
     fn drop(&mut self) {
-        self.shared.lock().ends[self.side].gone = true;
+        let mut st = self.shared.lock();
+        // A broken end goes silently, as over a dead rail: the peer hears nothing more.
+        if !st.ends[self.side].broken {
+            st.ends[self.side].gone = true;
+        }
+        drop(st);
         self.shared.cv.notify_all();
     }
 }
@@ -260,6 +274,20 @@ impl Link for MemLink {
 
     fn peer_name(&self) -> String {
         format!("end {} in memory", self.peer())
+    }
+
+    fn device_name(&self) -> String {
+        "memory".into()
+    }
+
+    fn rail_down(&self) -> bool {
+        false
+    }
+
+    fn break_link(&mut self) -> Result<()> {
+        self.shared.lock().ends[self.side].broken = true;
+        self.shared.cv.notify_all();
+        Ok(())
     }
 
     fn close(mut self) -> Result<()> {

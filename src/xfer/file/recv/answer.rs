@@ -8,7 +8,7 @@ use super::policy::Decision;
 use super::sink::{check_size, Sink, SinkOptions};
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::Budget;
-use crate::xfer::file::ctl::{detail, reason_of, send_err, send_msg, PEER_REPORTS};
+use crate::xfer::file::ctl::{detail, is_lost, reason_of, send_err, send_msg, PEER_REPORTS};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::names::{self, DirCache, RelPath};
 use crate::xfer::file::options::{ReceiverOptions, MIN_CHUNK};
@@ -211,8 +211,14 @@ pub(super) fn file_failed<L: Link>(
     name: &str,
     size: u64,
     e: Error,
+    several: bool,
 ) -> Error {
     tell_peer(ep, &e);
+    // Of a session with several streams, a file whose stream was lost is sent again on
+    // another: it has no verdict here.
+    if several && is_lost(&e) {
+        return e;
+    }
     report.push(FileReport::failed(name, size, reason_of(&e), e.to_string()));
     e
 }

@@ -89,7 +89,7 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
     budget: &mut Budget,
     sink: T,
     part: &mut PartReceiver,
-    label: &str,
+    (label, brk): (&str, Option<u64>),
 ) -> Result<(T, Option<Error>)> {
     let slot = u64::from(r.slot_size);
     let (held, size) = (part.received(), part.size());
@@ -162,10 +162,15 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
                     Chunk::Data(at) => at,
                     Chunk::Ctl(m) => return Err(part.control_during_data(m)),
                 };
+                let (chunk, len) = (at.chunk, at.len as u64);
                 full_tx
                     .send((at, buf))
                     .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
-                budget.progress(at.len as u64);
+                budget.progress(len);
+                if brk == Some(chunk) {
+                    tracing::warn!("test hook: breaking the link of {label}");
+                    ep.break_link()?;
+                }
             }
             Ok(())
         })();
@@ -231,7 +236,7 @@ pub(super) fn settle<T: ChunkTarget, L: Link>(
         tracing::debug!("{label}: repair round {}: {msg:?}", part.rounds());
         again += part.due_bytes();
         send_msg(ep, &msg)?;
-        (target, failure) = receive_data(ep, r, budget, target, part, label)?;
+        (target, failure) = receive_data(ep, r, budget, target, part, (label, None))?;
         // The core takes nothing but FIN (or the sender's ERR) after the chunks again.
         part.on_control(budget.wait(ep, recv_ctl)?, what)?;
     }

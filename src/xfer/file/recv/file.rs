@@ -1,16 +1,19 @@
 //! One entry of a session over one stream: a directory or symlink made, or a whole file
 //! received, verified and committed.
 
+use std::sync::Arc;
+
 use super::answer::{
-    admit, answer_refuse, answer_skip, file_failed, open_sink, receive_entry, Opened,
+    admit, answer_refuse, answer_skip, file_failed, open_sink, receive_entry, tell_peer, Opened,
 };
 use super::core::PartReceiver;
 use super::data::{ensure_ring, receive_data, receive_digests, settle, StagingRing};
 use super::entry;
+use super::joint::Joint;
 use super::ring_budget::RingLease;
 use super::sink::mismatch_error;
 use crate::error::{Error, Result};
-use crate::xfer::file::budget::{Budget, FILE_CREDIT};
+use crate::xfer::file::budget::{Budget, Stop, FILE_CREDIT};
 use crate::xfer::file::ctl::{reason_of, send_msg};
 use crate::xfer::file::fault;
 use crate::xfer::file::link::Link;
@@ -25,6 +28,9 @@ pub(super) struct SessionState<'a, R> {
     pub(super) budget: &'a mut Budget,
     /// This connection's stream of a session with several (for errors).
     pub(super) stream: Option<u16>,
+    /// Of a session with several streams: the session, and this stream's stop flag (raised
+    /// when another stream takes over its part).
+    pub(super) joint: Option<(Arc<Joint>, Stop)>,
 }
 
 /// One entry (a file, directory or symlink) announced by `h`.
@@ -41,8 +47,28 @@ pub(super) fn receive_file<L: Link>(
         ring,
         budget,
         stream,
-        ..
+        joint,
     } = st;
+    // Of a session with several streams: this file, taken over from a stream that has it.
+    let _held = match (&*joint, h.kind) {
+        (Some((j, stop)), EntryKind::File) => {
+            match j
+                .claims
+                .take((h.name.clone(), None), stop, budget.step() * 2)
+            {
+                Ok(held) => Some(held),
+                Err(e) => {
+                    tell_peer(ep, &e);
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
+    let several = joint.is_some();
+    let file_failed = |ep: &mut L, report: &mut SessionReport, name: &str, size, e| {
+        file_failed(ep, report, name, size, e, several)
+    };
     let kind = h.kind;
     let opened = admit(opts, nonce, &h).and_then(|rel| {
         if kind == EntryKind::File {
@@ -88,10 +114,11 @@ pub(super) fn receive_file<L: Link>(
     send_msg(ep, &r.offer(held, held_hash))?;
 
     let label = fault::part_label(*stream, None, &h.name);
-    let (mut sink, write_failure) = match receive_data(ep, r, budget, sink, &mut part, &label) {
-        Ok(x) => x,
-        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
-    };
+    let (mut sink, write_failure) =
+        match receive_data(ep, r, budget, sink, &mut part, (&label, None)) {
+            Ok(x) => x,
+            Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+        };
     report.bytes += size - held;
 
     let hash = match receive_digests(ep, budget, &mut sink, &mut part) {

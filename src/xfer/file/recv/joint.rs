@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use super::claim::Claims;
 use super::delete::SentDirs;
 use super::partial;
 use super::sink::Sink;
@@ -77,6 +78,8 @@ impl StreamRegistry {
             progress: Arc::new(AtomicU64::new(0)),
             dirs: SentDirs::default(),
             unfinished: Arc::new(AtomicUsize::new(0)),
+            claims: Claims::default(),
+            live: AtomicUsize::new(0),
         });
         let mut s = lock(&self.sessions);
         s.retain(|_, w| w.strong_count() > 0);
@@ -135,6 +138,10 @@ pub(super) struct Joint {
     pub(super) dirs: SentDirs,
     /// Its striped files being assembled ([`Unfinished`] counts them).
     unfinished: Arc<AtomicUsize>,
+    /// The parts its streams are receiving (a part sent again takes over).
+    pub(super) claims: Claims,
+    /// Its streams being served.
+    live: AtomicUsize,
 }
 
 /// One of a session's striped files being assembled, counted while it lives (an [`Assembly`]
@@ -258,6 +265,16 @@ pub(super) struct StripeState {
 }
 
 impl Joint {
+    /// A stream of it is being served.
+    pub(super) fn enter(&self) {
+        self.live.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A stream of it has ended; returns how many are still served.
+    pub(super) fn leave(&self) -> usize {
+        self.live.fetch_sub(1, Ordering::AcqRel).saturating_sub(1)
+    }
+
     /// Counts one more unfinished striped file: refused (budget) when the session has as many
     /// as [`UNFINISHED_PER_STREAM`] per stream granted already.
     pub(super) fn start_file(&self) -> Result<Unfinished> {
@@ -343,6 +360,33 @@ impl Assembly {
             .get(usize::from(s.index))
             .filter(|h| (h.0, h.1) == (s.offset, s.len))
             .map_or(0, |h| h.2.min(s.len))
+    }
+
+    /// Stripe `s` was lost with its stream, `written` bytes from its start held: it is no
+    /// longer started, and another stream may send it again, from there.
+    pub(super) fn release(&mut self, s: &Stripe, written: u64) {
+        let i = usize::from(s.index);
+        let Some(st) = self.stripes.get_mut(i) else {
+            return;
+        };
+        if st.ended {
+            return;
+        }
+        st.range = None;
+        if self.held.len() < self.stripes.len() {
+            self.held.resize(self.stripes.len(), (0, 0, 0));
+        }
+        self.held[i] = (s.offset, s.len, written.min(s.len));
+        if let Some(l) = self.live.get_mut(i) {
+            *l = None;
+        }
+    }
+
+    /// Whether stripe `s` has ended in this session (verified or not).
+    pub(super) fn verified(&self, s: &Stripe) -> bool {
+        self.stripes
+            .get(usize::from(s.index))
+            .is_some_and(|st| st.ended && st.range == Some((s.offset, s.len)))
     }
 
     /// Checks `s` against the file and the stripes seen, and marks it started.

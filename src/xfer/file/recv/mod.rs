@@ -14,6 +14,7 @@
 //! arrival of a part (data chunk, DIGESTS, FIN) means.
 
 mod answer;
+mod claim;
 pub mod cleanup;
 pub mod core;
 mod data;

@@ -14,15 +14,15 @@ use super::replies::Replies;
 use super::ring_budget::RingLease;
 use super::stripe;
 use crate::error::{Error, Result};
-use crate::xfer::file::budget::Budget;
+use crate::xfer::file::budget::{Budget, Stop};
 use crate::xfer::file::ctl::{
-    awaiting, detail, peer_err, reason_of, recv_ctl, send_err, send_msg, stalled,
+    awaiting, detail, is_lost, peer_err, reason_of, recv_ctl, send_err, send_msg, stalled,
 };
 use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::names::DirCache;
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, EntryKind, Msg, Reason, Session, Stripe};
-use crate::xfer::file::report::{Progress, SessionReport};
+use crate::xfer::file::report::{LostStream, Progress, SessionReport};
 
 /// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
 /// `report` as they finish; refused or failed files make the result an error at the end (the
@@ -78,9 +78,34 @@ pub fn receive_streams<L: Link>(
         ring: &mut ring,
         budget: &mut budget,
         stream: None,
+        joint: None,
     };
     let r = receive_session(ep, opts, &mut s, role, report, progress)
         .map_err(|e| stalled(e, s.stream.unwrap_or(0), ep));
+    // A stream of several that is lost leaves its parts to the session's other streams (the
+    // sender sends them again there): the session's verdict is theirs.
+    // This stream has ended: the streams of its session still going.
+    let others = s.joint.as_ref().map_or(0, |(j, _)| j.leave());
+    let r = match r {
+        Err(e) if others > 0 && is_lost(&e) => {
+            let stream = s.stream.unwrap_or(0);
+            tracing::warn!(
+                "stream {stream} of the session ({} from {}) was lost, its parts are left to \
+                 the others: {e}",
+                ep.device_name(),
+                ep.peer_name()
+            );
+            report.lost.push(LostStream {
+                stream,
+                device: ep.device_name(),
+                peer: ep.peer_name(),
+                error: e.to_string(),
+                handed_back: 0,
+            });
+            Ok(())
+        }
+        r => r,
+    };
     if let Err(e) = &r {
         if e.reason() == Some(Reason::Budget) {
             tracing::warn!("ending the session: {}", e.to_string().escape_debug());
@@ -179,6 +204,12 @@ fn receive_session<L: Link>(
                     Some(reg) => {
                         let j = reg.open(o.streams);
                         st.budget.share(j.progress.clone());
+                        if j.granted > 1 {
+                            let stop = Stop::default();
+                            st.budget.stop_with(stop.clone());
+                            j.enter();
+                            st.joint = Some((j.clone(), stop));
+                        }
                         sent_dirs = j.dirs.clone();
                         let granted = (j.id, j.granted);
                         joint = Some(j);
@@ -204,6 +235,10 @@ fn receive_session<L: Link>(
                     .map_err(|e| refuse_session(ep, e))?;
                 let (id, streams, index) = (j.id, j.granted, jn.index);
                 st.budget.share(j.progress.clone());
+                let stop = Stop::default();
+                st.budget.stop_with(stop.clone());
+                j.enter();
+                st.joint = Some((j.clone(), stop));
                 st.stream = Some(index);
                 send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
                 sent_dirs = j.dirs.clone();
@@ -306,7 +341,13 @@ fn next_msg<L: Link>(
     if !replies.is_empty() && !ep.has_message()? {
         replies.flush(ep)?;
     }
-    match awaiting("the sender's next entry", st.budget.wait(ep, recv_ctl))? {
+    let mut next = st.budget.wait(ep, recv_ctl);
+    if st.joint.is_some() && next.as_ref().is_err_and(Error::is_timeout) {
+        // Between entries, a stream of several may wait for the sender to find out that
+        // another stream was lost (a step) and to send its parts again on this one.
+        next = st.budget.wait(ep, recv_ctl);
+    }
+    match awaiting("the sender's next entry", next)? {
         Msg::Batch(members) => {
             pending.extend(members);
             Ok(pending.pop_front().expect("a BATCH has members"))

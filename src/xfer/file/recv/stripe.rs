@@ -16,7 +16,7 @@ use super::ring_budget;
 use super::sink::write_err;
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::FILE_CREDIT;
-use crate::xfer::file::ctl::{detail, reason_of, recv_ctl, send_msg};
+use crate::xfer::file::ctl::{detail, is_lost, reason_of, recv_ctl, send_msg};
 use crate::xfer::file::digest::{Chunks, Layout, StripeDigests};
 use crate::xfer::file::fault;
 use crate::xfer::file::link::Link;
@@ -175,7 +175,7 @@ pub(super) fn receive_stripe<L: Link>(
         ring,
         budget,
         stream,
-        ..
+        joint: joint_stop,
     } = st;
     if h.kind != EntryKind::File || s.end() > h.size {
         let e = Error::Protocol(format!(
@@ -188,6 +188,22 @@ pub(super) fn receive_stripe<L: Link>(
         tell_peer(ep, &e);
         return Err(e);
     }
+    // A stripe sent again (its first stream lost) takes over from the stream that had it.
+    let stop = joint_stop
+        .as_ref()
+        .map(|(_, stop)| stop.clone())
+        .unwrap_or_default();
+    let within = budget.step() * 2;
+    let _held = match joint
+        .claims
+        .take((h.name.clone(), Some(s.index)), &stop, within)
+    {
+        Ok(held) => held,
+        Err(e) => {
+            tell_peer(ep, &e);
+            return Err(e);
+        }
+    };
     let file = joint.file(&h.name);
     let mut st = lock(&file);
     if matches!(*st, FileState::Undecided) {
@@ -231,6 +247,10 @@ pub(super) fn receive_stripe<L: Link>(
             reason: *reason,
             message: proto::truncate_text(message),
         }),
+        // Sent again by a stream taking over, though its first stream verified it (its ACK
+        // was lost with that stream), or the whole file has ended since.
+        FileState::Open(a) if a.verified(&s) => Started::Answer(again_answer(&s)),
+        FileState::Ended => Started::Answer(again_answer(&s)),
         FileState::Open(a) => match a.start(&s).and_then(|()| {
             let tmp = a.sink.as_ref().expect("open until ended").temp_file()?;
             Ok((a.held_of(&s), tmp))
@@ -238,7 +258,7 @@ pub(super) fn receive_stripe<L: Link>(
             Ok((held, tmp)) => Started::Go(held, tmp),
             Err(e) => Started::Fail(e),
         },
-        FileState::Ended | FileState::Undecided => Started::Fail(Error::Protocol(format!(
+        FileState::Undecided => Started::Fail(Error::Protocol(format!(
             "stripe {} of a file that has ended",
             s.index
         ))),
@@ -290,7 +310,9 @@ pub(super) fn receive_stripe<L: Link>(
     };
     send_msg(ep, &r.offer(held, held_digest))?;
     let label = fault::part_label(*stream, Some((s.index, s.count)), &h.name);
-    let (w, write_failure) = match receive_data(ep, r, budget, w, &mut part, &label) {
+    let mut hooked = opts.hooks().break_streams.iter();
+    let brk = hooked.find(|(i, _)| *stream == Some(*i)).map(|(_, k)| *k);
+    let (w, write_failure) = match receive_data(ep, r, budget, w, &mut part, (&label, brk)) {
         Ok(x) => x,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
@@ -408,6 +430,17 @@ pub(super) fn receive_stripe<L: Link>(
     }
 }
 
+/// The answer to a stripe sent again after it ended (see [`receive_stripe`]).
+fn again_answer(s: &Stripe) -> Msg {
+    Msg::Skip {
+        why: proto::SkipWhy::Identical,
+        message: format!(
+            "stripe {} of {} ended already in this session",
+            s.index, s.count
+        ),
+    }
+}
+
 /// A stripe that failed while being received: tells the sender why, ends the stripe (the file
 /// is then not committed; with `--resume` what it holds is kept) and returns the error.
 fn failed<L: Link>(
@@ -420,6 +453,14 @@ fn failed<L: Link>(
     name: &str,
 ) -> Error {
     tell_peer(ep, &e);
+    // Lost with its stream: another stream of the session may take it over, from what it
+    // holds (see `claim`).
+    if is_lost(&e) {
+        if let FileState::Open(a) = &mut *lock(file) {
+            a.release(s, written);
+            return e;
+        }
+    }
     end_stripe(
         file,
         s,

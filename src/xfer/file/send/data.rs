@@ -228,6 +228,10 @@ pub(super) fn send_data<S: ChunkSource, L: Link>(
                         replay(ep, remote, &w, session)?;
                         in_flight += 1;
                     }
+                    if faults.brk == Some(plan.chunk_at(i)) && !again {
+                        tracing::warn!("test hook: breaking the link of {label}");
+                        ep.break_link()?;
+                    }
                     i += 1;
                     written += n as u64;
                     moved(session, 1);

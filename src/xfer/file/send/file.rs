@@ -13,7 +13,9 @@ use super::source::{self, Source, SourceEntry};
 use crate::error::{Error, Result};
 use crate::verbs::RemoteRegion;
 use crate::xfer::file::budget::{moved, wait_on};
-use crate::xfer::file::ctl::{awaiting, peer_err, reason_of, recv_ctl, send_err, send_msg};
+use crate::xfer::file::ctl::{
+    awaiting, is_lost, peer_err, reason_of, recv_ctl, send_err, send_msg,
+};
 
 /// The stage of waiting for the answer to a HELLO.
 const ANSWER: &str = "the receiver's answer to a HELLO";
@@ -39,6 +41,17 @@ pub(super) struct StreamState<'a, B> {
     pub(super) session: Option<&'a AtomicU64>,
     /// This stream's share of `send --bwlimit`.
     pub(super) pace: Option<Pacer>,
+    /// Another stream takes over this one's work if it is lost (`send::streams`): a part
+    /// whose data fails with a lost connection is then not recorded as failed.
+    pub(super) retake: bool,
+    /// Bytes of the current part from its start that this stream had sent when its data
+    /// failed (for the bytes sent again by the stream that takes it over).
+    pub(super) sent_to: u64,
+    /// Of a part taken over from a lost stream: the bytes of it that stream had sent from
+    /// the part's start; what the receiver did not keep of them is sent again.
+    pub(super) again_from: Option<u64>,
+    /// Bytes sent again for parts taken over from lost streams.
+    pub(super) resent: u64,
 }
 
 impl<'a, B> StreamState<'a, B> {
@@ -50,6 +63,10 @@ impl<'a, B> StreamState<'a, B> {
             bufs: None,
             session: None,
             pace: opts.bwlimit.map(Pacer::new),
+            retake: false,
+            sent_to: 0,
+            again_from: None,
+            resent: 0,
         }
     }
 }
@@ -139,8 +156,16 @@ pub(super) fn send_file<L: Link>(
         bufs: ring,
         session,
         pace,
+        retake,
+        sent_to,
+        again_from,
+        resent,
     } = st;
     let (opts, session, stripe) = (*opts, *session, part.stripe());
+    // Taken over from a lost stream: what it had sent that the receiver did not keep is sent
+    // again (counted once the receiver's MR says what it kept).
+    let again = again_from.take();
+    *sent_to = 0;
     let name = e.name.as_str();
     let opened = Source::open(&e.path).and_then(|src| {
         let sum = match (stripe, opts.checksum) {
@@ -223,6 +248,9 @@ pub(super) fn send_file<L: Link>(
             ))
         }
     };
+    if let Some(a) = again {
+        *resent += a.saturating_sub(mr.resume_offset);
+    }
     if let Err(err) = check_grant(&mr, opts.chunk) {
         send_err(ep, Reason::Protocol, &err);
         return Err(err);
@@ -308,10 +336,15 @@ pub(super) fn send_file<L: Link>(
             let h = opts.hooks();
             let named = h.corrupt_name.as_deref().is_none_or(|n| n == name);
             let corrupt = [h.corrupt_chunk, h.corrupt_once].map(|c| c.filter(|_| named));
-            Faults::for_part(
+            let mut f = Faults::for_part(
                 [corrupt[0], corrupt[1], h.replay_chunk],
                 stripe.map_or(0, |s| s.stripe.offset / u64::from(mr.slot_size)),
-            )
+            );
+            f.brk = stripe.and_then(|s| {
+                let mut hooked = h.break_streams.iter();
+                hooked.find(|(i, _)| *i == s.stream).map(|(_, k)| *k)
+            });
+            f
         },
         label: &label,
         pace: pace.as_mut(),
@@ -337,7 +370,8 @@ pub(super) fn send_file<L: Link>(
         }
         Err((err, n)) => {
             report.bytes += n;
-            return Err(data_failed(ep, err, report, part, (name, size)));
+            *sent_to = mr.resume_offset + n;
+            return Err(data_failed(ep, err, report, part, (name, size), *retake));
         }
     };
     // The chunk digests go ahead of FIN (the receiver names the first bad chunk).
@@ -365,7 +399,8 @@ pub(super) fn send_file<L: Link>(
             Ok((_, n)) => report.bytes += n,
             Err((err, n)) => {
                 report.bytes += n;
-                return Err(data_failed(ep, err, report, part, (name, size)));
+                *sent_to = part_len;
+                return Err(data_failed(ep, err, report, part, (name, size), *retake));
             }
         }
         wait_on(ep, session, |ep| send_msg(ep, &fin))?;
@@ -392,17 +427,22 @@ pub(super) fn send_file<L: Link>(
 }
 
 /// The data of a part failed (`err`, seen here): named by the receiver's last words if it sent
-/// any; a read error or a cancel is told to the receiver; the part is recorded as failed.
+/// any; a read error or a cancel is told to the receiver; the part is recorded as failed,
+/// unless the connection was lost and another stream takes it over (`retake`).
 fn data_failed<L: Link>(
     ep: &mut L,
     err: Error,
     report: &mut SessionReport,
     part: Part<'_>,
     (name, size): (&str, u64),
+    retake: bool,
 ) -> Error {
     let err = named_by_peer(ep, err);
     if err.reason() == Some(Reason::ReadError) || matches!(err, Error::Cancelled) {
         send_err(ep, reason_of(&err), &err);
+    }
+    if retake && is_lost(&err) {
+        return err;
     }
     let f = FileReport::failed(name, size, reason_of(&err), err.to_string());
     part.record(report, f, false, None);

@@ -17,6 +17,7 @@ mod file;
 pub mod filter;
 mod part;
 mod pipe;
+mod queue;
 mod session;
 pub mod source;
 mod streams;

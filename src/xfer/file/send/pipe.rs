@@ -125,6 +125,35 @@ impl Pipe {
         self.first_unrecorded == self.next
     }
 
+    /// Whether entries are in flight or held (their verdicts not recorded yet).
+    pub(super) fn in_flight(&self) -> bool {
+        !self.is_empty()
+    }
+
+    /// Entries that went through the pipe so far (the next entry's number).
+    pub(super) fn count(&self) -> u64 {
+        self.next
+    }
+
+    /// The stream is lost: records the verdicts that came (out of their turn) and returns the
+    /// numbers of the entries still without one, to be sent again by another stream.
+    pub(super) fn abandon(&mut self, report: &mut SessionReport) -> Vec<u64> {
+        let mut unanswered = Vec::new();
+        for seq in self.first_unrecorded..self.next {
+            match self.held.remove(&seq) {
+                Some((f, true)) => report.push_refused(f),
+                Some((f, false)) => report.push(f),
+                None => unanswered.push(seq),
+            }
+        }
+        self.waiting.clear();
+        self.wanted.clear();
+        self.incoming.clear();
+        self.out = proto::Batch::default();
+        self.first_unrecorded = self.next;
+        unanswered
+    }
+
     /// Records entry `seq`'s verdict `f` once every earlier entry's is, telling `progress`.
     fn record(
         &mut self,

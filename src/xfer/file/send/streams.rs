@@ -4,9 +4,8 @@
 //! stripes (byte ranges, one per stream), each sent on whichever stream takes it next. See
 //! "Streams" in `docs/file-protocol.md`.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicU64;
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use super::data::{Pacer, PHASE_TARGET as PHASE};
@@ -14,14 +13,15 @@ use super::delete::delete_extras;
 use super::file::StreamState;
 use super::part::{FileTrack, Part, StripeJob};
 use super::pipe::Pipe;
+use super::queue::{Handback, Job, Next, Queue};
 use super::session::{challenge, drain, finish, send_done, send_entries, send_entry};
 use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg, stalled};
+use crate::xfer::file::ctl::{is_lost, peer_err, recv_ctl, send_msg, stalled};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
-use crate::xfer::file::report::{FileReport, Progress, SessionReport};
+use crate::xfer::file::report::{FileReport, LostStream, Progress, SessionReport};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
@@ -80,19 +80,6 @@ pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
     u16::try_from(n).unwrap_or(1).max(1)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A stream's unit of work.
-#[derive(Debug, Clone)]
-enum Job {
-    /// A whole entry (index into the entries).
-    Whole(usize),
-    /// One stripe of a file entry.
-    Part(usize, StripeJob),
-}
-
 /// The jobs of `entries` over `streams` streams: files of at least [`STRIPE_MIN`] bytes in
 /// stripes (one per stream, aligned to [`STRIPE_ALIGN`]), the rest whole, in order.
 fn plan(entries: &[SourceEntry], streams: u16, opts: &SenderOptions) -> Vec<Job> {
@@ -142,8 +129,10 @@ enum Event {
 
 /// Sends `entries` over up to `opts.streams` streams: `first` opens the session, `connect(i)`
 /// makes the connection of stream `i` (1..), which joins it. With one stream (asked or granted)
-/// this is [`send`](super::send). The result and `report` are as for `send`; a stream that
-/// fails ends the transfer with its error once the other streams have finished their jobs.
+/// this is [`send`](super::send). The result and `report` are as for `send`. A stream whose
+/// connection is lost hands its work to the others (`report.lost` names it); a stream that
+/// fails otherwise, or the last one lost, ends the transfer with its error once the other
+/// streams have finished their jobs.
 pub fn send_streams<L: Link>(
     first: &mut L,
     connect: &(dyn Fn(u16) -> Result<L> + Sync),
@@ -182,21 +171,8 @@ pub fn send_streams<L: Link>(
             .map_err(|e| stalled(e, 0, first));
     }
     let (tx, rx) = mpsc::channel::<Event>();
-    let queue = Queue {
-        jobs: Mutex::new(Jobs {
-            left: VecDeque::from(plan(entries, session.streams, opts)),
-            dead: Vec::new(),
-            settled: 1,
-            open: Vec::new(),
-        }),
-        settled: Condvar::new(),
-        streams: session.streams,
-        progress: AtomicU64::new(0),
-        lag: opts
-            .hooks()
-            .lag_stream
-            .map(|i| (i, std::time::Instant::now() + LAG_MAX)),
-    };
+    let jobs = plan(entries, session.streams, opts);
+    let queue = Queue::new(jobs, session.streams, opts.hooks().lag_stream);
     let results = std::thread::scope(|sc| {
         let mut workers = Vec::new();
         let (queue, first_nonce) = (&queue, nonce);
@@ -243,7 +219,9 @@ pub fn send_streams<L: Link>(
     });
     let mut first_err = None;
     let mut data = 0f64;
-    let first_ok = results.first().is_some_and(|(_, res)| res.is_ok());
+    let first_ok = results
+        .first()
+        .is_some_and(|(r, res)| res.is_ok() && r.lost.is_empty());
     for (r, res) in results {
         data = data.max(r.data_seconds);
         report.merge(r);
@@ -266,6 +244,23 @@ pub fn send_streams<L: Link>(
         send_done(first);
     }
     match first_err {
+        // Every stream was lost: name them all.
+        Some(e) if is_lost(&e) && report.lost.len() > 1 => {
+            let lost: Vec<String> = report
+                .lost
+                .iter()
+                .map(|l| {
+                    format!(
+                        "stream {} ({} to {}): {}",
+                        l.stream, l.device, l.peer, l.error
+                    )
+                })
+                .collect();
+            Err(Error::Connection(format!(
+                "every stream of the transfer was lost: {}",
+                lost.join("; ")
+            )))
+        }
         Some(e) => Err(e),
         None => report.result("delivered"),
     }
@@ -292,147 +287,10 @@ fn join<L: Link>(
     }
 }
 
-/// The streams' jobs: entries go to whichever stream is free; stripe *i* goes to stream
-/// *i* mod the streams (its home), so that each stream carries its share even while the others
-/// are still connecting, unless that stream could not join. At most as many striped files are
-/// unfinished at once as there are streams (the receiver ends a session with more than twice
-/// that: "Streams" in `docs/file-protocol.md`): a stream that would start another waits for
-/// one to finish, taking stripes of those already started meanwhile.
-struct Queue {
-    jobs: Mutex<Jobs>,
-    /// Signalled when a stream settles or fails, and when a stream recorded a verdict.
-    settled: Condvar,
-    streams: u16,
-    /// The session's progress, counted by every stream: a stream's waits go on while it moves
-    /// (a stream waiting its turn for the link or the receiver is not stalled; see
-    /// `budget::wait_on`).
-    progress: AtomicU64,
-    /// Test-only (`SendHooks::lag_stream`): the stream that starts late, and until when.
-    lag: Option<(u16, std::time::Instant)>,
-}
-
-/// The longest a lagging stream (`SendHooks::lag_stream`) waits.
-const LAG_MAX: Duration = Duration::from_secs(60);
-
-struct Jobs {
-    /// The jobs not taken yet.
-    left: VecDeque<Job>,
-    /// The streams that could not join, or failed.
-    dead: Vec<u16>,
-    /// The streams settled (joined or failed to; stream 0 is).
-    settled: u16,
-    /// The striped files started (a stripe taken): entry and tracker, until every stripe has
-    /// its verdict.
-    open: Vec<(usize, Arc<FileTrack>)>,
-}
-
-impl Queue {
-    /// Stream `i` has joined (`ok`) or given up.
-    fn settle(&self, i: u16, ok: bool) {
-        let mut g = lock(&self.jobs);
-        if !ok {
-            g.dead.push(i);
-        }
-        g.settled += 1;
-        drop(g);
-        self.settled.notify_all();
-    }
-
-    /// Stream `i` failed: the others take the stripes it has not taken.
-    fn fail(&self, i: u16) {
-        lock(&self.jobs).dead.push(i);
-        self.settled.notify_all();
-    }
-
-    /// A stream recorded a verdict: one waiting to start a striped file looks again.
-    fn recorded(&self) {
-        self.settled.notify_all();
-    }
-
-    /// The next job for stream `me`: an entry, or one of its stripes; once it has none left
-    /// (and every stream has settled, so that the session outlives every JOIN), the stripes of
-    /// streams that could not join. `None`: nothing left for it.
-    fn next(&self, me: u16) -> Option<Job> {
-        let mut g = lock(&self.jobs);
-        loop {
-            let lagging = self
-                .lag
-                .is_some_and(|(i, until)| i == me && std::time::Instant::now() < until);
-            match g.pick(me, self.streams, self.lag.is_none(), lagging) {
-                Pick::Job(j) => return Some(j),
-                Pick::Done => return None,
-                // Woken by `recorded`, `settle` or `fail`; a verdict recorded while a stream
-                // ends its session (no `recorded` after it) is seen at the next look.
-                Pick::Wait => {
-                    g = self
-                        .settled
-                        .wait_timeout(g, RECHECK)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-            }
-        }
-    }
-}
-
-/// What [`Jobs::pick`] found for a stream.
-#[derive(Debug)]
-enum Pick {
-    Job(Job),
-    /// Nothing it may take yet.
-    Wait,
-    /// Nothing left for it.
-    Done,
-}
-
-impl Jobs {
-    /// The next job for stream `me` of `streams` (see [`Queue::next`]): with `capped`, a
-    /// stripe of a file not started yet only while fewer than `streams` striped files are
-    /// unfinished; with `lagging` (test-only), nothing while jobs of other live streams (or
-    /// whole entries) are left.
-    fn pick(&mut self, me: u16, streams: u16, capped: bool, lagging: bool) -> Pick {
-        let Jobs {
-            left,
-            dead,
-            open,
-            settled,
-        } = self;
-        let home = |j: &Job| match j {
-            Job::Whole(_) => None,
-            Job::Part(_, s) => Some(s.stripe.index % streams),
-        };
-        let mine = |j: &Job| home(j).is_none_or(|h| h == me || dead.contains(&h));
-        open.retain(|(_, t)| !t.ended());
-        let full = capped && open.len() >= usize::from(streams);
-        let startable = |j: &Job| match j {
-            Job::Whole(_) => true,
-            Job::Part(i, _) => !full || open.iter().any(|(o, _)| o == i),
-        };
-        // Lagging: while a job of another stream still alive is left.
-        let others = |j: &Job| home(j).is_none_or(|h| h != me && !dead.contains(&h));
-        let found = match lagging && left.iter().any(others) {
-            true => None,
-            false => left.iter().position(|j| mine(j) && startable(j)),
-        };
-        if let Some(job) = found.and_then(|k| left.remove(k)) {
-            if let Job::Part(i, s) = &job {
-                if !open.iter().any(|(o, _)| o == i) {
-                    open.push((*i, s.track.clone()));
-                }
-            }
-            return Pick::Job(job);
-        }
-        if !left.iter().any(mine) && *settled >= streams {
-            return Pick::Done;
-        }
-        Pick::Wait
-    }
-}
-
-/// How often a stream waiting to start a striped file looks again without being woken.
-const RECHECK: Duration = Duration::from_millis(100);
-
-/// One stream: takes jobs until there are none, then DONE. Returns its report and result.
+/// One stream: takes jobs until there are none, then DONE. Returns its report and result. A
+/// stream whose connection is lost ([`is_lost`]) hands what it held back to the queue: its
+/// result is then `Ok` and its report names it among the lost, unless no stream is left to
+/// take its work.
 fn work<L: Link>(
     ep: &mut L,
     me: u16,
@@ -445,13 +303,36 @@ fn work<L: Link>(
     let mut report = SessionReport::default();
     let mut st = StreamState::new(opts, *nonce);
     st.session = Some(&queue.progress);
+    st.retake = true;
     // Each stream takes an even share of --bwlimit.
     st.pace = opts
         .bwlimit
         .map(|r| Pacer::new(r / u64::from(queue.streams.max(1))));
     let mut pipe = Pipe::new(ep);
+    // The entry of each number the pipe gave, and the job being sent.
+    let mut piped: Vec<usize> = Vec::new();
+    let mut current: Option<Job> = None;
+    let small = |p: Progress<'_>| {
+        let ev = match p {
+            Progress::Bytes {
+                name, file_done, ..
+            } => Event::Small(name.to_string(), file_done),
+            Progress::FileDone(f) => Event::Done(f.clone()),
+            _ => return,
+        };
+        let _ = tx.send(ev);
+    };
     let res = (|| {
-        while let Some(job) = queue.next(me) {
+        loop {
+            let (job, again) = match queue.next(me, pipe.in_flight()) {
+                Next::Job(job, again) => (job, again),
+                Next::Drain => {
+                    drain(ep, &st, &mut pipe, &mut report, &mut { small })?;
+                    continue;
+                }
+                Next::Done => break,
+            };
+            current = Some(job.clone());
             let (i, stripe) = match job {
                 Job::Whole(i) => (i, None),
                 Job::Part(i, s) => (i, Some(StripeJob { stream: me, ..s })),
@@ -472,6 +353,8 @@ fn work<L: Link>(
                 let _ = tx.send(ev);
             };
             let part = stripe.as_ref().map_or(Part::Whole, Part::Stripe);
+            let before = pipe.count();
+            (st.again_from, st.sent_to) = (again, 0);
             send_entry(
                 ep,
                 &mut st,
@@ -481,6 +364,10 @@ fn work<L: Link>(
                 &mut report,
                 &mut events,
             )?;
+            if pipe.count() > before {
+                piped.push(i);
+            }
+            current = None;
             queue.recorded();
         }
         // Stream 0 of a --delete ends the session later (`send_streams`).
@@ -488,23 +375,75 @@ fn work<L: Link>(
             true => drain,
             false => finish,
         };
-        end(ep, &st, &mut pipe, &mut report, &mut |p| {
-            let ev = match p {
-                Progress::Bytes {
-                    name, file_done, ..
-                } => Event::Small(name.to_string(), file_done),
-                Progress::FileDone(f) => Event::Done(f.clone()),
-                _ => return,
-            };
-            let _ = tx.send(ev);
-        })
+        end(ep, &st, &mut pipe, &mut report, &mut { small })
     })();
-    if res.is_err() {
-        // The other streams finish the queue; what this one held is not retried.
-        tracing::debug!("stream {me} ended early");
-        queue.fail(me);
-    }
-    (report, res.map_err(|e| stalled(e, me, ep)))
+    report.resent += st.resent;
+    let res = match res {
+        Err(e) if is_lost(&e) => {
+            let e = stalled(e, me, ep);
+            let mut back: Handback = current
+                .take()
+                .map(|j| (j, st.sent_to))
+                .into_iter()
+                .collect();
+            for seq in pipe.abandon(&mut report) {
+                if let Some(&i) = usize::try_from(seq).ok().and_then(|k| piped.get(k)) {
+                    back.push((Job::Whole(i), 0));
+                }
+            }
+            let handed = back.len() as u64;
+            let lost = LostStream {
+                stream: me,
+                device: ep.device_name(),
+                peer: ep.peer_name(),
+                error: e.to_string(),
+                handed_back: handed,
+            };
+            report.lost.push(lost);
+            match queue.lose(me, back) {
+                None => {
+                    tracing::warn!(
+                        "stream {me} ({} to {}) was lost, the other streams take over its {handed} \
+                         jobs: {e}",
+                        ep.device_name(),
+                        ep.peer_name()
+                    );
+                    Ok(())
+                }
+                // The last stream: what it held fails with it.
+                Some(back) => {
+                    for (k, (job, _)) in back.into_iter().enumerate() {
+                        let entry = match &job {
+                            Job::Whole(i) | Job::Part(i, _) => &entries[*i],
+                        };
+                        let why = match k < handed as usize {
+                            true => e.to_string(),
+                            false => "not sent: every stream of the transfer was lost".into(),
+                        };
+                        let kind = match entry.kind {
+                            SourceKind::Dir => proto::EntryKind::Dir,
+                            SourceKind::Symlink(_) => proto::EntryKind::Symlink,
+                            _ => proto::EntryKind::File,
+                        };
+                        let name = entry.name.as_str();
+                        let f = FileReport::failed(name, 0, Reason::Internal, why).of_kind(kind);
+                        match &job {
+                            Job::Part(_, s) => Part::Stripe(s).record(&mut report, f, false, None),
+                            Job::Whole(_) => report.push(f),
+                        }
+                    }
+                    Err(e)
+                }
+            }
+        }
+        Err(e) => {
+            tracing::debug!("stream {me} ended early");
+            queue.fail(me);
+            Err(stalled(e, me, ep))
+        }
+        Ok(()) => Ok(()),
+    };
+    (report, res)
 }
 
 /// Turns the streams' events into `progress` calls on this thread until every stream ended.
@@ -562,100 +501,6 @@ fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Jobs of `files` striped files of 2 stripes each, for 2 streams, all settled.
-    fn striped(files: usize) -> (Jobs, Vec<Arc<FileTrack>>) {
-        let stripes = proto::plan_stripes(16 << 20, 2, STRIPE_ALIGN);
-        let mut left = VecDeque::new();
-        let mut tracks = Vec::new();
-        for i in 0..files {
-            let track = Arc::new(FileTrack::new(16 << 20, None, stripes.clone()));
-            tracks.push(track.clone());
-            for &stripe in &stripes {
-                let (track, stream) = (track.clone(), stripe.index);
-                left.push_back(Job::Part(
-                    i,
-                    StripeJob {
-                        stripe,
-                        track,
-                        stream,
-                    },
-                ));
-            }
-        }
-        let jobs = Jobs {
-            left,
-            dead: Vec::new(),
-            settled: 2,
-            open: Vec::new(),
-        };
-        (jobs, tracks)
-    }
-
-    fn taken(p: Pick) -> (usize, u16) {
-        match p {
-            Pick::Job(Job::Part(i, s)) => (i, s.stripe.index),
-            p => panic!("expected a stripe, got {p:?}"),
-        }
-    }
-
-    fn end(t: &FileTrack, index: u16) {
-        let s = proto::plan_stripes(16 << 20, 2, STRIPE_ALIGN)[usize::from(index)];
-        t.end(
-            &s,
-            FileReport::failed("f", 0, Reason::Internal, "x".into()),
-            false,
-            None,
-        );
-    }
-
-    #[test]
-    fn a_stream_starts_no_more_striped_files_than_there_are_streams_unfinished() {
-        let (mut jobs, tracks) = striped(3);
-        // Stream 0 runs ahead: its stripes of files 0 and 1, then it must wait.
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (0, 0));
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (1, 0));
-        assert!(matches!(jobs.pick(0, 2, true, false), Pick::Wait));
-        // Stream 1 takes stripes of the files started (not a new one).
-        assert_eq!(taken(jobs.pick(1, 2, true, false)), (0, 1));
-        end(&tracks[0], 0);
-        assert!(
-            matches!(jobs.pick(0, 2, true, false), Pick::Wait),
-            "file 0 not ended"
-        );
-        end(&tracks[0], 1);
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (2, 0), "file 0 ended");
-        // Uncapped (the test-only greed), stream 0 would have gone on.
-        let (mut greedy, _) = striped(3);
-        for i in 0..3 {
-            assert_eq!(taken(greedy.pick(0, 2, false, false)), (i, 0));
-        }
-    }
-
-    #[test]
-    fn a_waiting_stream_takes_a_dead_streams_stripe_of_a_started_file() {
-        let (mut jobs, _tracks) = striped(3);
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (0, 0));
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (1, 0));
-        jobs.dead.push(1);
-        // Files 0 and 1 are unfinished: their stripes 1 (stream 1's, dead) come first.
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (0, 1));
-        assert_eq!(taken(jobs.pick(0, 2, true, false)), (1, 1));
-        assert!(matches!(jobs.pick(0, 2, true, false), Pick::Wait));
-    }
-
-    #[test]
-    fn a_lagging_stream_waits_while_others_have_jobs() {
-        let (mut jobs, _tracks) = striped(1);
-        assert!(matches!(jobs.pick(1, 2, false, true), Pick::Wait));
-        assert_eq!(
-            taken(jobs.pick(0, 2, false, false)),
-            (0, 0),
-            "the others do not lag"
-        );
-        assert_eq!(taken(jobs.pick(1, 2, false, true)), (0, 1));
-        assert!(matches!(jobs.pick(1, 2, false, true), Pick::Done));
-    }
 
     #[test]
     fn stripes_start_on_the_chunk_grid() {
