@@ -1,5 +1,5 @@
 //! Session parameters a client states when it connects, as perftest does: which test, message
-//! size, iterations and depth. They travel in the RDMA CM handshake ([`crate::xfer::wire::Hello`],
+//! size, iterations and depth. They travel in the RDMA CM handshake (`xfer::wire::Hello`,
 //! version 2), so a server sizes its buffers and queues for them before it accepts, and refuses
 //! a client over its [`Limits`] with a reason that names both values.
 //!

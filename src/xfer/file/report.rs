@@ -13,7 +13,7 @@ pub const MAX_REPORTED_FILES: usize = 1000;
 /// Bytes of a name or message a [`FileReport`] keeps.
 pub const MAX_REPORT_TEXT: usize = 256;
 
-/// What [`send`](fn@super::send) and [`receive_leased`](super::receive_leased) report as a session goes on (to draw progress).
+/// What [`send`](fn@super::send) and [`receive`](super::receive) report as a session goes on (to draw progress).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum Progress<'a> {

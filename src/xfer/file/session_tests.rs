@@ -11,11 +11,9 @@ use super::link::Link;
 use super::options::SENDER_RECV_DEPTH;
 use super::proto::{self, Msg, Reason};
 use super::recv::ring_budget::RingLease;
+use super::recv::{receive_streams, Role, StreamRegistry};
 use super::send::source::{walk, SourceEntry};
-use super::{
-    receive_streams, send_streams, Progress, ReceiverOptions, Role, SenderOptions, SessionReport,
-    StreamRegistry, STRIPE_MIN,
-};
+use super::{send_streams, Progress, ReceiverOptions, SenderOptions, SessionReport, STRIPE_MIN};
 use crate::error::{Error, Result};
 
 /// What one session gave on each side.

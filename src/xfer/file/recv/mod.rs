@@ -14,20 +14,20 @@
 //! arrival of a part (data chunk, DIGESTS, FIN) means.
 
 mod answer;
-pub mod cleanup;
-pub mod core;
+internal! { mod cleanup; }
+internal! { mod core; }
 mod data;
-pub mod delete;
-pub mod entry;
+internal! { mod delete; }
+internal! { mod entry; }
 mod file;
 mod inline;
 mod joint;
-pub mod partial;
+internal! { mod partial; }
 mod policy;
 mod replies;
-pub mod ring_budget;
+internal! { mod ring_budget; }
 mod session;
-pub mod sink;
+internal! { mod sink; }
 mod stripe;
 
 pub use joint::{StreamRegistry, DEFAULT_MAX_STREAMS};

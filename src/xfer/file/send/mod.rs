@@ -10,17 +10,18 @@
 //! not), `session`, `streams`. `core` is the
 //! protocol without I/O: what the receiver's answers mean and where each chunk goes.
 
-pub mod core;
+internal! { mod core; }
 mod data;
-pub mod delete;
+internal! { mod delete; }
 mod file;
-pub mod filter;
+internal! { mod filter; }
 mod part;
 mod pipe;
 mod session;
 pub mod source;
 mod streams;
 
+#[cfg(feature = "internals")]
 pub use data::PHASE_TARGET;
 pub use session::send;
 pub use streams::{

@@ -334,7 +334,7 @@ pub fn hash_file(path: &Path) -> Result<Digest> {
 const RESUME_THREADS: usize = 16;
 
 /// One file being read for sending: chunks at their offsets, in any order and from several
-/// threads, each hashed as it is read (see [`digest`]).
+/// threads, each hashed as it is read (see `digest`).
 #[derive(Debug)]
 pub struct Source {
     file: File,

@@ -59,7 +59,7 @@ pub const DEFAULT_STREAMS_PER_DEVICE: u16 = 2;
 /// The stream count `send` uses without `--streams`: 1 for a transfer too small to gain from
 /// more (no file of [`STRIPE_MIN`] or more, and fewer than 2 files or less than
 /// [`STRIPE_MIN`] in all through the staging ring: small files, of at most
-/// [`proto::INLINE_MAX`], travel pipelined in control messages and do not count), otherwise the machine's CPUs, at most
+/// `proto::INLINE_MAX`, travel pipelined in control messages and do not count), otherwise the machine's CPUs, at most
 /// [`DEFAULT_STREAMS_PER_DEVICE`] per device (`devices`, at least 1) and at most
 /// [`DEFAULT_STREAMS_CAP`]. The receiver may grant fewer (its `--max-streams`).
 pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
