@@ -33,6 +33,20 @@ macro_rules! internal {
     )*};
 }
 
+/// Builder-style setters of an options struct, one per field listed with its type: `fn field(mut
+/// self, value) -> Self` (an options struct is `#[non_exhaustive]`: built from its `Default` or
+/// `new` and these). `tests/api_model` expands it as rustc does.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {$(
+        #[doc = concat!("Sets `", stringify!($field), "` (see the field).")]
+        #[must_use]
+        pub fn $field(mut self, $field: $ty) -> Self {
+            self.$field = $field;
+            self
+        }
+    )*};
+}
+
 // The C API: reachable only through the C ABI (the `#[no_mangle]` exports of librdmaxfer.so,
 // built by the `librdmaxfer` package with this feature; a Rust dependent carries none).
 #[cfg(feature = "capi")]

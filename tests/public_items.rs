@@ -1,6 +1,6 @@
 //! The crate's public items, one line each, against the committed list `tests/public-items.txt`:
 //! any change to the surface (an item, a public field, an enum variant, a method of a public
-//! type) is a visible diff in review. "Public" is what `tests/public_api.rs` audits (reachable
+//! type, `#[non_exhaustive]` on a struct or enum) is a visible diff in review. "Public" is what `tests/public_api.rs` audits (reachable
 //! from outside the crate, followed through re-exports), with the features a user turns on
 //! ([`USER_FEATURES`]): not `internals` (rdmaxfer's own fuzzers, tests and tool), `test-hooks`,
 //! `cli` or `capi`, whose items are marked in the source. After a deliberate change, rewrite
@@ -51,7 +51,15 @@ fn public_items(read: &Reader<'_>) -> BTreeSet<String> {
             if !public(id) || !pub_mod {
                 continue;
             }
-            out.insert(format!("{kind} {}", here(id)));
+            // `#[non_exhaustive]` is part of the surface: whether users may build or match it.
+            let attrs: &[syn::Attribute] = match item {
+                syn::Item::Struct(i) => &i.attrs,
+                syn::Item::Enum(i) => &i.attrs,
+                _ => &[],
+            };
+            let open = attrs.iter().any(|a| a.path().is_ident("non_exhaustive"));
+            let mark = if open { " #[non_exhaustive]" } else { "" };
+            out.insert(format!("{kind} {}{mark}", here(id)));
             match item {
                 syn::Item::Struct(s) => {
                     for (i, f) in s.fields.iter().enumerate() {
@@ -150,7 +158,7 @@ fn a_new_public_item_is_listed_and_a_private_one_is_not() {
     let files = [(
         "lib.rs",
         "pub mod a { pub struct S { pub x: u8, y: u8 } impl S { pub fn f(&self) {} fn g() {} } \
-         pub(crate) fn h() {} pub enum E { V } }\nmod b { pub fn i() {} }\npub use b::i;\n\
+         pub(crate) fn h() {} #[non_exhaustive] pub enum E { V } }\nmod b { pub fn i() {} }\npub use b::i;\n\
          internal! { mod c; }\n#[cfg(feature = \"internals\")] pub mod d {}\n\
          #[cfg(not(feature = \"internals\"))] pub(crate) mod d {}\n\
          pub struct T { #[cfg(feature = \"test-hooks\")] pub hooks: u8, #[cfg(all(feature = \"tokio\", not(test)))] pub t: u8 }",
@@ -168,7 +176,7 @@ fn a_new_public_item_is_listed_and_a_private_one_is_not() {
     assert_eq!(
         got,
         [
-            "enum crate::a::E",
+            "enum crate::a::E #[non_exhaustive]",
             "field crate::T.t",
             "field crate::a::S.x",
             "fn crate::b::i",

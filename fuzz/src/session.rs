@@ -347,10 +347,7 @@ pub fn session_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             inner: near,
             script: script.clone(),
         };
-        let so = SenderOptions {
-            chunk,
-            ..SenderOptions::default()
-        };
+        let so = SenderOptions::default().chunk(chunk);
         let ro = ReceiverOptions::new(&dst.0);
         let entries = source::walk(&[top]).expect("walk");
         std::thread::scope(|sc| {

@@ -233,11 +233,9 @@ fn run(cli: Cli) -> Result<()> {
             size,
             json,
         } => {
-            let opts = LoopbackOptions {
-                device,
-                gid_index,
-                ..Default::default()
-            };
+            let opts = LoopbackOptions::default()
+                .device(device)
+                .gid_index(gid_index);
             let r =
                 loopback::round_trip(&opts, size).context("loopback RDMA WRITE/READ round trip")?;
             if json {

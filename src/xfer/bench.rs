@@ -83,6 +83,7 @@ impl BwReport {
 
 /// Parameters of [`run_initiator`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct BwParams {
     /// Operation.
     pub op: BenchOp,
@@ -98,6 +99,30 @@ pub struct BwParams {
     /// ([`Endpoint::send_shared_list`]) instead of one SEND per call from the endpoint's own
     /// send buffers ([`Endpoint::send_with`]).
     pub post_lists: bool,
+}
+
+impl BwParams {
+    /// `op` on 64 KiB messages, 1000 of them, 128 in flight, 10 s for each completion, SENDs
+    /// as post lists (the `rdmaxfer bench` defaults).
+    pub fn new(op: BenchOp) -> BwParams {
+        BwParams {
+            op,
+            size: 64 << 10,
+            iters: 1000,
+            tx_depth: 128,
+            timeout: Duration::from_secs(10),
+            post_lists: true,
+        }
+    }
+
+    setters! {
+        op: BenchOp,
+        size: usize,
+        iters: u64,
+        tx_depth: u32,
+        timeout: Duration,
+        post_lists: bool,
+    }
 }
 
 const MIB: f64 = 1048576.0;

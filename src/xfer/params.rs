@@ -121,6 +121,7 @@ impl SessionParams {
 
 /// What a server allows one client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Largest message size (`--max-size`).
     pub max_size: u64,
@@ -138,6 +139,11 @@ impl Default for Limits {
 }
 
 impl Limits {
+    setters! {
+        max_size: u64,
+        max_iters: u64,
+    }
+
     /// Checks a client's size and iterations; the refusal names the limit and what was asked
     /// for, in the options' own terms (e.g. "the server allows at most -s 8M; asked for -s 16M").
     pub fn check(&self, size: u64, iters: u64) -> std::result::Result<(), String> {

@@ -378,21 +378,52 @@ pub(crate) fn cfg_on(attrs: &[syn::Attribute], features: &[String]) -> bool {
     })
 }
 
+/// An item that may be a macro call: its macro and attributes.
+trait MacroCall {
+    fn call(&self) -> Option<(&syn::Macro, &[syn::Attribute])>;
+}
+
+impl MacroCall for syn::Item {
+    fn call(&self) -> Option<(&syn::Macro, &[syn::Attribute])> {
+        match self {
+            syn::Item::Macro(m) => Some((&m.mac, &m.attrs)),
+            _ => None,
+        }
+    }
+}
+
+impl MacroCall for syn::ImplItem {
+    fn call(&self) -> Option<(&syn::Macro, &[syn::Attribute])> {
+        match self {
+            syn::ImplItem::Macro(m) => Some((&m.mac, &m.attrs)),
+            _ => None,
+        }
+    }
+}
+
+/// Replaces each call of the macro `name` with what `f` expands it to; a call `f` cannot read
+/// (`None`) stays.
+fn expand<T: MacroCall>(
+    items: &mut Vec<T>,
+    name: &str,
+    f: impl Fn(&syn::Macro, &[syn::Attribute]) -> Option<Vec<T>>,
+) {
+    *items = std::mem::take(items)
+        .into_iter()
+        .flat_map(|i| {
+            let call = i.call().filter(|(m, _)| m.path.is_ident(name));
+            call.and_then(|(m, a)| f(m, a)).unwrap_or_else(|| vec![i])
+        })
+        .collect();
+}
+
 /// Expands the crate's `internal! { mod a; mod b; }` (`src/lib.rs`) as rustc does: each module
 /// twice, `pub` under `cfg(feature = "internals")` and `pub(crate)` under its `not`. A call it
 /// cannot read stays a macro call (which `tests/public_api.rs` reports).
 fn expand_internal(items: &mut Vec<syn::Item>) {
-    let mut out = Vec::with_capacity(items.len());
-    for item in items.drain(..) {
-        let syn::Item::Macro(m) = &item else {
-            out.push(item);
-            continue;
-        };
-        let parsed = syn::parse2::<syn::File>(m.mac.tokens.clone());
-        let Some(f) = parsed.ok().filter(|_| m.mac.path.is_ident("internal")) else {
-            out.push(item);
-            continue;
-        };
+    expand(items, "internal", |m, _| {
+        let f = syn::parse2::<syn::File>(m.tokens.clone()).ok()?;
+        let mut out = Vec::new();
         for i in f.items {
             let syn::Item::Mod(md) = i else { continue };
             let mut on = md.clone();
@@ -403,11 +434,27 @@ fn expand_internal(items: &mut Vec<syn::Item>) {
             off.vis = syn::parse_quote!(pub(crate));
             off.attrs
                 .push(syn::parse_quote!(#[cfg(not(feature = "internals"))]));
-            out.push(syn::Item::Mod(on));
-            out.push(syn::Item::Mod(off));
+            out.extend([syn::Item::Mod(on), syn::Item::Mod(off)]);
         }
-    }
-    *items = out;
+        Some(out)
+    });
+}
+
+/// Expands the crate's `setters! { field: Type, .. }` (`src/lib.rs`) in an impl block as rustc
+/// does: `pub fn field(mut self, field: Type) -> Self` each, under the call's attributes (its
+/// `cfg`). A call it cannot read stays.
+fn expand_setters(items: &mut Vec<syn::ImplItem>) {
+    expand(items, "setters", |m, attrs| {
+        let fields = syn::parse_str::<syn::FieldsNamed>(&format!("{{ {} }}", m.tokens)).ok()?;
+        let setter = |f: syn::Field| -> syn::ImplItem {
+            let (name, ty) = (f.ident, f.ty);
+            syn::parse_quote! {
+                #(#attrs)*
+                pub fn #name(mut self, #name: #ty) -> Self { self.#name = #name; self }
+            }
+        };
+        Some(fields.named.into_iter().map(setter).collect())
+    });
 }
 
 /// Leaves out of `items` (and of their fields, variants and impl and trait items) what a
@@ -447,12 +494,15 @@ fn strip_cfg(items: &mut Vec<syn::Item>, features: &[String]) {
                     .filter(|v| on(&v.attrs))
                     .collect();
             }
-            syn::Item::Impl(i) => i.items.retain(|ii| match ii {
-                syn::ImplItem::Fn(f) => on(&f.attrs),
-                syn::ImplItem::Const(c) => on(&c.attrs),
-                syn::ImplItem::Type(t) => on(&t.attrs),
-                _ => true,
-            }),
+            syn::Item::Impl(i) => {
+                expand_setters(&mut i.items);
+                i.items.retain(|ii| match ii {
+                    syn::ImplItem::Fn(f) => on(&f.attrs),
+                    syn::ImplItem::Const(c) => on(&c.attrs),
+                    syn::ImplItem::Type(t) => on(&t.attrs),
+                    _ => true,
+                })
+            }
             syn::Item::Trait(t) => t.items.retain(|ti| match ti {
                 syn::TraitItem::Fn(f) => on(&f.attrs),
                 syn::TraitItem::Const(c) => on(&c.attrs),

@@ -26,6 +26,7 @@ pub const RESERVED_WR_ID: u64 = 1 << 62;
 
 /// How an [`Endpoint`](crate::xfer::endpoint::Endpoint) is made and behaves.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct EndpointOptions {
     /// RDMA device; `None`: the first with an active port (OOB), or the one rdma_cm routes to (CM).
     pub device: Option<String>,
@@ -71,6 +72,20 @@ impl Default for EndpointOptions {
 }
 
 impl EndpointOptions {
+    setters! {
+        device: Option<String>,
+        gid_index: Option<u32>,
+        ib_port: Option<u8>,
+        mtu: Option<Mtu>,
+        wait: WaitMode,
+        timeout: Duration,
+        msg_size: usize,
+        recv_depth: u32,
+        send_depth: u32,
+        extra_send_wr: u32,
+        session: Option<SessionParams>,
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
         if self.msg_size == 0 || self.msg_size > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!(

@@ -76,6 +76,7 @@ impl Listed {
 
 /// How [`walk_with`] treats symlinks inside a tree, and which entries it lists.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct WalkOptions {
     /// Send what a symlink points to instead of the link (`send --copy-links`); a dangling
     /// link is skipped, a directory reached twice (a loop) is skipped.
@@ -87,6 +88,10 @@ pub struct WalkOptions {
 
 fn invalid(msg: String) -> Error {
     Error::InvalidArgument(msg)
+}
+
+impl WalkOptions {
+    setters! { copy_links: bool, filter: Filter }
 }
 
 /// [`walk_with`] with default options: symlinks inside a tree are sent as symlinks.
