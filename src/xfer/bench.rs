@@ -40,6 +40,7 @@ impl std::str::FromStr for BenchOp {
 
 /// One bandwidth result, in perftest's units (MB = 2^20 bytes).
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct BwReport {
     /// Operation.
     pub op: BenchOp,
@@ -129,6 +130,7 @@ const MIB: f64 = 1048576.0;
 
 /// CPU seconds used over a measurement.
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct CpuUsed {
     /// User + system.
     pub total: f64,
@@ -391,6 +393,7 @@ pub fn run_deadline(bytes: u64, step: Duration) -> Duration {
 
 /// What the server side of one bench run saw.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct ServedBench {
     /// Operation.
     pub op: BenchOp,

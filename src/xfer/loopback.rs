@@ -118,6 +118,7 @@ impl LoopbackPair {
 
 /// What [`round_trip`] moved.
 #[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
 pub struct RoundTrip {
     /// Device used.
     pub device: String,

@@ -235,6 +235,7 @@ pub fn recv_msg(ep: &mut Endpoint) -> Result<Msg> {
 
 /// What one peer did to an exposed buffer.
 #[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
 pub struct PeerReport {
     /// The peer's address.
     pub peer: Option<String>,

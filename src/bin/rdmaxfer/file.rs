@@ -765,7 +765,7 @@ pub(crate) fn send_over(
                 }
                 display.event(p)
             };
-            let r = file::send_streams(&mut ep, more, entries, sopts, &mut report, &mut events)
+            let r = file::send_streams_into(&mut ep, more, entries, sopts, &mut report, &mut events)
                 .map_err(anyhow::Error::from);
             display.finish();
             if let Err(e) = ep.close() {

@@ -137,6 +137,7 @@ pub enum PeerKind {
 
 /// What was negotiated about the peer.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct PeerInfo {
     /// Its address (the TCP peer for OOB).
     pub addr: Option<SocketAddr>,
@@ -158,6 +159,7 @@ pub struct PeerInfo {
 
 /// What this side of the connection uses.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct LocalInfo {
     /// CM or OOB.
     pub transport: Transport,

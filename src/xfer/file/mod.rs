@@ -58,15 +58,15 @@ pub use options::{RecvHooks, SendHooks};
 pub use recv::receive;
 #[cfg(feature = "internals")]
 pub use recv::{
-    cleanup, partial, receive_leased, receive_streams, ring_budget, sink, Role, StreamRegistry,
-    DEFAULT_MAX_STREAMS,
+    cleanup, partial, receive_into, receive_leased, receive_streams, ring_budget, sink, Role,
+    StreamRegistry, DEFAULT_MAX_STREAMS,
 };
 pub use report::{
-    FileReport, Progress, SessionReport, MAX_REPORTED_FILES, MAX_REPORT_TEXT, SKIPPED,
+    FileReport, Progress, SessionError, SessionReport, MAX_REPORTED_FILES, MAX_REPORT_TEXT, SKIPPED,
 };
-#[cfg(feature = "internals")]
-pub use send::PHASE_TARGET;
 pub use send::{
     default_streams, filter::Filter, send, send_streams, source, DEFAULT_STREAMS_CAP,
     DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
 };
+#[cfg(feature = "internals")]
+pub use send::{send_into, send_streams_into, PHASE_TARGET};

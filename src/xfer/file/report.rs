@@ -64,7 +64,8 @@ pub enum Progress<'a> {
 }
 
 /// What happened to one entry (a file, a directory or a symlink).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileReport {
     /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
     /// names, shortened).
@@ -236,10 +237,11 @@ fn clip(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
-/// What a session did, filled in as it goes (so it is there after an error too). Its size is
-/// bounded whatever the peer sends: at most [`MAX_REPORTED_FILES`] entries of at most
-/// [`MAX_REPORT_TEXT`]-byte texts.
+/// What a session did, filled in as it goes (so it is there after an error too: see
+/// [`SessionError`]). Its size is bounded whatever the peer sends: at most
+/// [`MAX_REPORTED_FILES`] entries of at most [`MAX_REPORT_TEXT`]-byte texts.
 #[derive(Clone, Debug, Default, Serialize)]
+#[non_exhaustive]
 pub struct SessionReport {
     /// The first [`MAX_REPORTED_FILES`] files announced, in order (see [`push`](Self::push)).
     pub files: Vec<FileReport>,
@@ -387,6 +389,36 @@ impl SessionReport {
                 what,
             }),
         }
+    }
+
+    /// The result of a session that ended with `r`: this report, or the error with it.
+    pub(crate) fn ended(self, r: Result<()>) -> std::result::Result<SessionReport, SessionError> {
+        match r {
+            Ok(()) => Ok(self),
+            Err(error) => Err(SessionError {
+                error,
+                report: Box::new(self),
+            }),
+        }
+    }
+}
+
+/// A file transfer that ended in an error, with what it did until then: which files were sent
+/// or received, and which were refused or failed (an [`Error::Incomplete`] session is one that
+/// ran to its end with some of them). `?` turns it into its [`Error`].
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+#[non_exhaustive]
+pub struct SessionError {
+    /// Why the session failed.
+    pub error: Error,
+    /// What it did before (boxed: an error stays small).
+    pub report: Box<SessionReport>,
+}
+
+impl From<SessionError> for Error {
+    fn from(e: SessionError) -> Error {
+        e.error
     }
 }
 

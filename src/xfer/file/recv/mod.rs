@@ -31,4 +31,4 @@ internal! { mod sink; }
 mod stripe;
 
 pub use joint::{StreamRegistry, DEFAULT_MAX_STREAMS};
-pub use session::{receive, receive_leased, receive_streams, Role};
+pub use session::{receive, receive_into, receive_leased, receive_streams, Role};

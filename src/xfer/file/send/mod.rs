@@ -23,7 +23,7 @@ mod streams;
 
 #[cfg(feature = "internals")]
 pub use data::PHASE_TARGET;
-pub use session::send;
+pub use session::{send, send_into};
 pub use streams::{
-    default_streams, send_streams, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
+    default_streams, send_streams, send_streams_into, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
 };

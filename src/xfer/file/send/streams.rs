@@ -21,7 +21,7 @@ use crate::xfer::file::ctl::{peer_err, recv_ctl, send_msg, stalled};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
-use crate::xfer::file::report::{FileReport, Progress, SessionReport};
+use crate::xfer::file::report::{FileReport, Progress, SessionError, SessionReport};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
@@ -142,9 +142,22 @@ enum Event {
 
 /// Sends `entries` over up to `opts.streams` streams: `first` opens the session, `connect(i)`
 /// makes the connection of stream `i` (1..), which joins it. With one stream (asked or granted)
-/// this is [`send`](super::send). The result and `report` are as for `send`; a stream that
-/// fails ends the transfer with its error once the other streams have finished their jobs.
+/// this is [`send`](super::send). The result is as for `send`; a stream that fails ends the
+/// transfer with its error once the other streams have finished their jobs.
 pub fn send_streams<L: Link>(
+    first: &mut L,
+    connect: &(dyn Fn(u16) -> Result<L> + Sync),
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> std::result::Result<SessionReport, SessionError> {
+    let mut report = SessionReport::default();
+    let r = send_streams_into(first, connect, entries, opts, &mut report, progress);
+    report.ended(r)
+}
+
+/// [`send_streams`], recording into `report` as it goes (the C API's and the tool's form).
+pub fn send_streams_into<L: Link>(
     first: &mut L,
     connect: &(dyn Fn(u16) -> Result<L> + Sync),
     entries: &[SourceEntry],
