@@ -7,10 +7,11 @@
 //! with `os` and `capi`, the only modules with `unsafe`) → [`xfer`] (connections and protocols, no
 //! `unsafe`) → `aio` (futures over `xfer`'s non-blocking calls), CLI, C API.
 //!
-//! The cargo feature `internals` makes the internal modules public (`os`, `xfer::wire`, and in
-//! `xfer::file` the wire codecs, the sender's and receiver's cores, sinks and digests): it is
-//! for rdmaxfer's own fuzzers, tests and tool, and carries no semver promise. Without it (a
-//! user's build) they are `pub(crate)`, and `tests/public-items.txt` lists what is public.
+//! The cargo feature `internals` makes the internal modules public (`os`, `xfer::wire`,
+//! `xfer::onesided::msg`, and in `xfer::file` the wire codecs, the sender's and receiver's
+//! cores, sinks and digests): it is for rdmaxfer's own fuzzers, tests and tool, and carries no
+//! semver promise. Without it (a user's build) they are `pub(crate)`, and
+//! `tests/public-items.txt` lists what is public.
 #![deny(unsafe_code)]
 #![warn(
     unsafe_op_in_unsafe_fn,

@@ -158,7 +158,8 @@ impl CpuMeter {
 }
 
 /// Computes the report from completion timestamps (one per message, in order).
-pub fn report(
+#[cfg(test)]
+pub(crate) fn report(
     op: BenchOp,
     size: usize,
     start: Instant,
@@ -176,11 +177,11 @@ pub fn report(
 
 /// A point of a run: how many messages had completed, and when (one per completion event, not
 /// per message: a completion that retires many messages is one mark).
-pub type Mark = (u64, Instant);
+pub(crate) type Mark = (u64, Instant);
 
 /// [`report`] from marks (in order): the peak is the best rate between two marks at least
 /// `window` messages apart (the closest such pair for each mark).
-pub fn report_marks(
+pub(crate) fn report_marks(
     op: BenchOp,
     size: usize,
     start: Instant,
@@ -375,7 +376,7 @@ mod tests {
 
 use crate::verbs::{ExposedRegion, RemoteAccess};
 use crate::xfer::endpoint::{Endpoint, EndpointOptions, RecvScratch};
-use crate::xfer::onesided::{recv_msg, send_msg, Msg, Purpose};
+use crate::xfer::onesided::msg::{recv_msg, send_msg, Msg, Purpose};
 use crate::xfer::params::{fmt_size, Limits, SessionKind, SessionParams};
 
 fn purpose(op: BenchOp) -> Purpose {
@@ -387,7 +388,7 @@ fn purpose(op: BenchOp) -> Purpose {
 }
 
 /// A generous deadline for a whole run of `bytes` (the emulated rxe moves ≈ 50 MB/s).
-pub fn run_deadline(bytes: u64, step: Duration) -> Duration {
+pub(crate) fn run_deadline(bytes: u64, step: Duration) -> Duration {
     step + Duration::from_secs_f64(bytes as f64 / 5e6)
 }
 

@@ -172,7 +172,7 @@ impl Limits {
 
 /// A byte count as the `-s` option takes it: `16M`, `64K`, `3G`, or plain bytes when it is not
 /// a whole number of KiB.
-pub fn fmt_size(n: u64) -> String {
+pub(crate) fn fmt_size(n: u64) -> String {
     for (shift, unit) in [(40, 'T'), (30, 'G'), (20, 'M'), (10, 'K')] {
         if n != 0 && n % (1u64 << shift) == 0 {
             return format!("{}{unit}", n >> shift);
