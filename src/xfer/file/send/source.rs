@@ -1,5 +1,5 @@
 //! The sender's side, independent of RDMA: listing the files to send ([`walk`]) and reading
-//! one in chunks at their offsets, from any thread, each chunk hashed ([`Source`]).
+//! one in chunks at their offsets, from any thread, each chunk hashed (`Source`, crate-private).
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
@@ -64,7 +64,7 @@ pub struct Listed {
 
 impl Listed {
     /// The fields of `m`.
-    pub fn of(m: &std::fs::Metadata) -> Listed {
+    pub(crate) fn of(m: &std::fs::Metadata) -> Listed {
         Listed {
             size: m.len(),
             mode: m.mode() & 0o7777,
@@ -328,7 +328,7 @@ impl Walker<'_> {
 }
 
 /// The BLAKE3 of the file at `path` (`send --checksum`).
-pub fn hash_file(path: &Path) -> Result<Digest> {
+pub(crate) fn hash_file(path: &Path) -> Result<Digest> {
     let mut f = File::open(path).map_err(|e| read_err(path, e))?;
     let mut h = blake3::Hasher::new();
     std::io::copy(&mut f, &mut h).map_err(|e| read_err(path, e))?;
@@ -341,7 +341,7 @@ const RESUME_THREADS: usize = 16;
 /// One file being read for sending: chunks at their offsets, in any order and from several
 /// threads, each hashed as it is read (see `digest`).
 #[derive(Debug)]
-pub struct Source {
+pub(crate) struct Source {
     file: File,
     path: PathBuf,
     size: u64,
