@@ -101,7 +101,7 @@ impl ChunkDigest {
     }
 
     /// Lower-case hexadecimal.
-    pub fn to_hex(&self) -> String {
+    pub fn to_hex(self) -> String {
         self.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
     }
 }
