@@ -34,7 +34,7 @@ mod token;
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory as _, Parser, Subcommand};
 use rdmaxfer::verbs::{self, DeviceInfo};
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 use rdmaxfer::xfer::loopback::{self, LoopbackOptions};
 
 /// The exit statuses: [`Exit`] and the signal watcher's (`signals.rs`), as `--help` shows them.

@@ -239,7 +239,7 @@ pub fn serve_admitting<T>(
             // Errors can quote what the peer sent: printed escaped.
             eprintln!(
                 "rdmaxfer: error: {}",
-                rdmaxfer::xfer::file::names::printable(&text)
+                rdmaxfer::xfer::file::printable(&text)
             );
             if server.is_broken() {
                 bail!("the listener failed; stopping");

@@ -10,7 +10,7 @@ use rdmaxfer::xfer::endpoint::{self, Dial, Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::budget::{
     Budgets, DEFAULT_IDLE, DEFAULT_MAX_REFUSALS, DEFAULT_MIN_RATE, DEFAULT_RATE_WINDOW,
 };
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 use rdmaxfer::xfer::file::ring_budget::{self, RingBudget, RingLease};
 use rdmaxfer::xfer::file::send::filter::Filter;
 use rdmaxfer::xfer::file::source;
@@ -61,7 +61,7 @@ pub struct RecvArgs {
     pub(crate) allow_delete: bool,
     /// Accept only this chunk verification (blake3 or xxh3); default: what the sender asks.
     #[arg(long)]
-    pub(crate) verify: Option<rdmaxfer::xfer::file::digest::Algo>,
+    pub(crate) verify: Option<rdmaxfer::xfer::file::Algo>,
     /// Staging ring slots (chunks the sender may have in flight).
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
     pub(crate) slots: u32,
@@ -198,8 +198,8 @@ pub struct SendArgs {
     pub(crate) checksum: bool,
     /// How each chunk is verified end to end: xxh3 (XXH3-128, fast, against corruption) or
     /// blake3 (BLAKE3-256, cryptographic). The receiver may insist on one (recv --verify).
-    #[arg(long, default_value_t = rdmaxfer::xfer::file::digest::Algo::DEFAULT)]
-    pub(crate) verify: rdmaxfer::xfer::file::digest::Algo,
+    #[arg(long, default_value_t = rdmaxfer::xfer::file::Algo::DEFAULT)]
+    pub(crate) verify: rdmaxfer::xfer::file::Algo,
     /// In a tree, send the files symlinks point to instead of the symlinks.
     #[arg(long)]
     pub(crate) copy_links: bool,

@@ -6,7 +6,7 @@ use std::io::IsTerminal as _;
 use std::io::Write as _;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 use rdmaxfer::xfer::file::{FileReport, Progress};
 
 /// How much to show.
