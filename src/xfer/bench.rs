@@ -15,6 +15,7 @@ use crate::xfer::rdma_rw::Initiator;
 /// Which operation to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum BenchOp {
     /// RDMA WRITE.
     Write,

@@ -19,6 +19,7 @@ pub const DEFAULT_MAX_ITERS: u64 = 1_000_000_000;
 
 /// Which test the client runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SessionKind {
     /// `rdmaxfer pingpong`.
     Pingpong,

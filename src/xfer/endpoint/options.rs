@@ -115,6 +115,7 @@ impl EndpointOptions {
 /// How the connection was set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Transport {
     /// RDMA connection manager.
     Cm,
@@ -125,6 +126,7 @@ pub enum Transport {
 /// What the other side is, as far as the connection set-up tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
+#[non_exhaustive]
 pub enum PeerKind {
     /// rdmaxfer, speaking handshake `version` (CM).
     Rdmaxfer {

@@ -13,6 +13,7 @@ use crate::{Error, Result};
 
 /// What an entry is on the sender.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SourceKind {
     /// A regular file: its data is sent.
     File,
