@@ -1,7 +1,8 @@
 //! Verified file transfer over a connected [`Endpoint`](crate::xfer::endpoint::Endpoint):
-//! [`send`](fn@send) and [`receive`] with their options ([`SenderOptions`], [`ReceiverOptions`]) and
-//! reports ([`SessionReport`], [`FileReport`]), what to send ([`source::walk`]) and how to stop
-//! it ([`Cancel`]). See `docs/file-protocol.md`.
+//! [`send`](fn@send) and [`receive`] with their options ([`SenderOptions`],
+//! [`ReceiverOptions`]) and reports ([`SessionReport`], [`FileReport`]; a failed session's in
+//! its [`SessionError`]), what to send ([`source::walk`]) and how to stop it ([`Cancel`]). See
+//! `docs/file-protocol.md`.
 //!
 //! Inside (public only with the cargo feature `internals`, for rdmaxfer's own fuzzers, tests
 //! and tool, with no semver promise): the receiver (`recv`) and the sender (`send`), which
