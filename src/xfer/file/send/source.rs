@@ -339,8 +339,7 @@ pub(crate) fn hash_file(path: &Path) -> Result<Digest> {
 /// Most threads hashing a resumed prefix.
 const RESUME_THREADS: usize = 16;
 
-/// One file being read for sending: chunks at their offsets, in any order and from several
-/// threads, each hashed as it is read (see `digest`).
+/// A file read for sending: chunks at any offset, from any thread, each hashed as read.
 #[derive(Debug)]
 pub(crate) struct Source {
     file: File,
