@@ -37,11 +37,7 @@ fn main() -> Result<()> {
 }
 
 async fn client(addr: SocketAddr, id: usize) -> Result<()> {
-    let opts = EndpointOptions {
-        msg_size: 4096,
-        recv_depth: 8,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(4096).recv_depth(8);
     let mut ep = AsyncEndpoint::connect(addr, &opts).await?;
     for round in 0..ROUNDS {
         let msg = format!("client {id} round {round}");

@@ -29,11 +29,7 @@ fn main() -> Result<()> {
 }
 
 async fn serve(addr: SocketAddr, limit: Option<usize>) -> Result<()> {
-    let opts = EndpointOptions {
-        msg_size: 4096,
-        recv_depth: 8,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(4096).recv_depth(8);
     let mut listener = AsyncListener::bind(addr, &opts)?;
     println!("listening on {}", listener.local_addr());
     let mut tasks = Vec::new();

@@ -90,20 +90,18 @@
 //! use rdmaxfer::xfer::file::{self, source, ReceiverOptions, SenderOptions, SessionReport};
 //!
 //! fn receive(addr: SocketAddr) -> rdmaxfer::Result<SessionReport> {
-//!     let opts = ReceiverOptions::new("/tmp/incoming");
+//!     let opts = ReceiverOptions::new("/tmp/incoming").resume(true);
 //!     let mut l = Listener::bind(addr, &opts.endpoint_options(&EndpointOptions::default()))?;
 //!     let mut ep = l.accept(None)?;
-//!     let mut report = SessionReport::default();
-//!     file::receive(&mut ep, &opts, &mut report)?;
-//!     Ok(report)
+//!     Ok(file::receive(&mut ep, &opts)?)
 //! }
 //!
 //! fn send(addr: SocketAddr, path: PathBuf) -> rdmaxfer::Result<SessionReport> {
-//!     let opts = SenderOptions::default();
+//!     let opts = SenderOptions::default().resume(true).streams(1);
 //!     let ep_opts = opts.endpoint_options(&EndpointOptions::default());
 //!     let mut ep = Endpoint::connect_cm(addr, &ep_opts)?;
-//!     let mut report = SessionReport::default();
-//!     file::send(&mut ep, &source::walk(&[path])?, &opts, &mut report, &mut |_| {})?;
+//!     // On failure, the error carries the report too (`SessionError::report`).
+//!     let report = file::send(&mut ep, &source::walk(&[path])?, &opts, &mut |_| {})?;
 //!     ep.close()?;
 //!     Ok(report)
 //! }

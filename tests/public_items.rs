@@ -1,8 +1,9 @@
 //! The crate's public items, one line each, against the committed list `tests/public-items.txt`:
 //! any change to the surface (an item, a public field, an enum variant, a method of a public
-//! type) is a visible diff in review. "Public" is what `tests/public_api.rs` audits (reachable
-//! from outside the crate, followed through re-exports), with every cargo feature (the
-//! feature-gated items are marked in the source, not here). After a deliberate change, rewrite
+//! type, `#[non_exhaustive]` on a struct or enum) is a visible diff in review. "Public" is what `tests/public_api.rs` audits (reachable
+//! from outside the crate, followed through re-exports), with the features a user turns on
+//! ([`USER_FEATURES`]): not `internals` (rdmaxfer's own fuzzers, tests and tool), `test-hooks`,
+//! `cli` or `capi`, whose items are marked in the source. After a deliberate change, rewrite
 //! the list with `RDMAXFER_BLESS=1 cargo test --all-features --test public_items`.
 
 use std::collections::BTreeSet;
@@ -14,9 +15,12 @@ use syn::visit::Visit;
 mod api_model;
 use api_model::{is_pub, show, Crate, Impls, Reader};
 
+/// The cargo features of a user's build (as `[package.metadata.docs.rs]` in Cargo.toml).
+const USER_FEATURES: &[&str] = &["tokio"];
+
 /// One line per public item of the crate `read` gives, sorted: `KIND crate::PATH`.
 fn public_items(read: &Reader<'_>) -> BTreeSet<String> {
-    let c = Crate::load(read);
+    let c = Crate::load(read, USER_FEATURES);
     let reach = c.reachable();
     let mut out = BTreeSet::new();
     for e in &c.load_errors {
@@ -42,10 +46,20 @@ fn public_items(read: &Reader<'_>) -> BTreeSet<String> {
                 syn::Item::Union(i) => ("union", &i.ident),
                 _ => continue,
             };
-            if !public(id) {
+            // (A module is never public through a function of its name: `send` and `send::send`.)
+            let pub_mod = !matches!(item, syn::Item::Mod(i) if !is_pub(&i.vis));
+            if !public(id) || !pub_mod {
                 continue;
             }
-            out.insert(format!("{kind} {}", here(id)));
+            // `#[non_exhaustive]` is part of the surface: whether users may build or match it.
+            let attrs: &[syn::Attribute] = match item {
+                syn::Item::Struct(i) => &i.attrs,
+                syn::Item::Enum(i) => &i.attrs,
+                _ => &[],
+            };
+            let open = attrs.iter().any(|a| a.path().is_ident("non_exhaustive"));
+            let mark = if open { " #[non_exhaustive]" } else { "" };
+            out.insert(format!("{kind} {}{mark}", here(id)));
             match item {
                 syn::Item::Struct(s) => {
                     for (i, f) in s.fields.iter().enumerate() {
@@ -144,7 +158,13 @@ fn a_new_public_item_is_listed_and_a_private_one_is_not() {
     let files = [(
         "lib.rs",
         "pub mod a { pub struct S { pub x: u8, y: u8 } impl S { pub fn f(&self) {} fn g() {} } \
-         pub(crate) fn h() {} pub enum E { V } }\nmod b { pub fn i() {} }\npub use b::i;",
+         pub(crate) fn h() {} #[non_exhaustive] pub enum E { V } }\nmod b { pub fn i() {} }\npub use b::i;\n\
+         internal! { mod c; }\n#[cfg(feature = \"internals\")] pub mod d {}\n\
+         #[cfg(not(feature = \"internals\"))] pub(crate) mod d {}\n\
+         pub struct T { #[cfg(feature = \"test-hooks\")] pub hooks: u8, #[cfg(all(feature = \"tokio\", not(test)))] pub t: u8 }",
+    ), (
+        "c.rs",
+        "pub fn internal() {}",
     )];
     let read = move |p: &Path| {
         files
@@ -156,11 +176,13 @@ fn a_new_public_item_is_listed_and_a_private_one_is_not() {
     assert_eq!(
         got,
         [
-            "enum crate::a::E",
+            "enum crate::a::E #[non_exhaustive]",
+            "field crate::T.t",
             "field crate::a::S.x",
             "fn crate::b::i",
             "method crate::a::S::f",
             "mod crate::a",
+            "struct crate::T",
             "struct crate::a::S",
             "variant crate::a::E::V",
         ]

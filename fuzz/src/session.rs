@@ -26,7 +26,9 @@ use rdmaxfer::xfer::file::link::mem::{MemLink, MemRing};
 use rdmaxfer::xfer::file::link::{Link, Registrar};
 use rdmaxfer::xfer::file::options::SENDER_RECV_DEPTH;
 use rdmaxfer::xfer::file::proto::{self, Msg};
-use rdmaxfer::xfer::file::{names, receive, send, source, ReceiverOptions, SenderOptions};
+use rdmaxfer::xfer::file::{
+    names, receive, receive_into, send, source, ReceiverOptions, SenderOptions,
+};
 use rdmaxfer::xfer::file::{SessionReport, DEFAULT_SLOTS};
 
 /// Each wait of either side when fuzzing: long enough for a file's fsync, short enough for a
@@ -195,7 +197,7 @@ fn run(data: &[u8], step: Duration) -> usize {
     let (ended, report) = std::thread::scope(|sc| {
         let receiver = sc.spawn(|| {
             let mut report = SessionReport::default();
-            let r = receive(&mut link, &ro, &mut report);
+            let r = receive_into(&mut link, &ro, &mut report);
             (r, report)
         });
         play(&mut peer, data);
@@ -356,22 +358,12 @@ pub fn session_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             inner: near,
             script: script.clone(),
         };
-        let so = SenderOptions {
-            chunk,
-            ..SenderOptions::default()
-        };
+        let so = SenderOptions::default().chunk(chunk);
         let ro = ReceiverOptions::new(&dst.0);
         let entries = source::walk(&[top]).expect("walk");
         std::thread::scope(|sc| {
-            let r = sc.spawn(|| receive(&mut far, &ro, &mut SessionReport::default()));
-            send(
-                &mut rec,
-                &entries,
-                &so,
-                &mut SessionReport::default(),
-                &mut |_| {},
-            )
-            .expect("the recorded session succeeds");
+            let r = sc.spawn(|| receive(&mut far, &ro));
+            send(&mut rec, &entries, &so, &mut |_| {}).expect("the recorded session succeeds");
             drop(rec);
             r.join().expect("receiver").expect("received");
         });

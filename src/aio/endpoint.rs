@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 
 use tokio::io::unix::AsyncFd;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::verbs::WaitMode;
-use crate::xfer::endpoint::{Connecting, Endpoint, EndpointOptions, Message};
+use crate::xfer::endpoint::{first_ipv4, Connecting, Endpoint, EndpointOptions, Message};
 
 use crate::cm::{CmChannel, CmId};
 use crate::verbs::CqChannel;
@@ -77,8 +77,19 @@ impl AsyncEndpoint {
     /// [`Endpoint::connect_cm`] does, without blocking the thread. Made in event mode, with
     /// at least 8 send-queue slots for one-sided operations. Address and route resolution are
     /// bounded by `opts.timeout`, the connection by the CM's own retries; wrap the call in
-    /// `tokio::time::timeout` for a shorter bound.
-    pub async fn connect(dst: SocketAddr, opts: &EndpointOptions) -> Result<AsyncEndpoint> {
+    /// `tokio::time::timeout` for a shorter bound. `dst` is a socket address or a host name
+    /// with its port (`"server:7471"`), looked up as tokio does (IPv4 preferred).
+    pub async fn connect(
+        dst: impl tokio::net::ToSocketAddrs,
+        opts: &EndpointOptions,
+    ) -> Result<AsyncEndpoint> {
+        let what = "the address to connect to";
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(dst)
+            .await
+            .map_err(|e| Error::io(format!("resolving {what}"), e))?
+            .collect();
+        let dst = first_ipv4(&addrs)
+            .ok_or_else(|| Error::InvalidArgument(format!("{what} resolves to no address")))?;
         let mut c = Connecting::start(dst, &async_options(opts))?;
         established(c.cm_handle(), || c.try_finish()).await
     }

@@ -1,12 +1,16 @@
 //! Verified file transfer from async code: the blocking session of
 //! [`file`](crate::xfer::file) on tokio's blocking pool.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::source::SourceEntry;
-use crate::xfer::file::{self, ReceiverOptions, SenderOptions, SessionReport};
+use crate::xfer::file::{self, ReceiverOptions, SenderOptions, SessionError, SessionReport};
 
 use super::AsyncEndpoint;
+
+/// What a file transfer of an [`AsyncEndpoint`] gives: the endpoint back with the session's
+/// report, or the error with the report (as the blocking calls).
+pub type FilesResult = std::result::Result<(AsyncEndpoint, SessionReport), SessionError>;
 
 impl AsyncEndpoint {
     /// Sends `entries` (from [`walk`](crate::xfer::file::source::walk)) as
@@ -16,13 +20,9 @@ impl AsyncEndpoint {
     ///
     /// The session runs on tokio's blocking pool (its steps keep their deadlines): dropping
     /// this future does not stop it; it runs to its end, then drops the endpoint.
-    pub async fn send_files(
-        self,
-        entries: Vec<SourceEntry>,
-        opts: SenderOptions,
-    ) -> Result<(AsyncEndpoint, SessionReport)> {
+    pub async fn send_files(self, entries: Vec<SourceEntry>, opts: SenderOptions) -> FilesResult {
         self.on_blocking_pool(move |ep, report| {
-            file::send(ep, &entries, &opts, report, &mut |_| {})
+            file::send::send_into(ep, &entries, &opts, report, &mut |_| {})
         })
         .await
     }
@@ -30,27 +30,33 @@ impl AsyncEndpoint {
     /// Receives what one sender sends, as [`file::receive`] does, and gives the endpoint
     /// back with the session's report. Accept with the options of
     /// [`ReceiverOptions::endpoint_options`]. Runs as [`send_files`](Self::send_files) does.
-    pub async fn receive_files(
-        self,
-        opts: ReceiverOptions,
-    ) -> Result<(AsyncEndpoint, SessionReport)> {
-        self.on_blocking_pool(move |ep, report| file::receive(ep, &opts, report))
+    pub async fn receive_files(self, opts: ReceiverOptions) -> FilesResult {
+        self.on_blocking_pool(move |ep, report| file::recv::receive_into(ep, &opts, report))
             .await
     }
 
     async fn on_blocking_pool(
         self,
-        f: impl FnOnce(&mut Endpoint, &mut SessionReport) -> Result<()> + Send + 'static,
-    ) -> Result<(AsyncEndpoint, SessionReport)> {
+        f: impl FnOnce(&mut Endpoint, &mut SessionReport) -> crate::Result<()> + Send + 'static,
+    ) -> FilesResult {
         let mut ep = self.into_inner();
-        let (ep, r, report) = tokio::task::spawn_blocking(move || {
+        let joined = tokio::task::spawn_blocking(move || {
             let mut report = SessionReport::default();
             let r = f(&mut ep, &mut report);
             (ep, r, report)
         })
-        .await
-        .map_err(|e| Error::Connection(format!("the file transfer task failed: {e}")))?;
-        r?;
-        Ok((AsyncEndpoint::new(ep)?, report))
+        .await;
+        let (ep, r, report) = joined.map_err(|e| SessionError {
+            error: Error::Connection(format!("the file transfer task failed: {e}")),
+            report: Box::default(),
+        })?;
+        let report = report.ended(r)?;
+        match AsyncEndpoint::new(ep) {
+            Ok(ep) => Ok((ep, report)),
+            Err(error) => Err(SessionError {
+                error,
+                report: Box::new(report),
+            }),
+        }
     }
 }

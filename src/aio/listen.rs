@@ -1,6 +1,6 @@
 //! [`AsyncListener`]: accepting RDMA CM connections without blocking the thread.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 
 use tokio::io::unix::AsyncFd;
 
@@ -32,7 +32,7 @@ impl AsyncListener {
     /// Binds and listens like [`Listener::bind`]; connections are made in event mode with at
     /// least 8 send-queue slots for one-sided operations. Must be called from inside a tokio
     /// runtime with I/O enabled.
-    pub fn bind(addr: SocketAddr, opts: &EndpointOptions) -> Result<AsyncListener> {
+    pub fn bind(addr: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<AsyncListener> {
         let l = Listener::bind(addr, &async_options(opts))?;
         Ok(AsyncListener {
             fd: l.cm_handle().register().map_err(reg_err)?,

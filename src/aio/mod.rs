@@ -57,6 +57,7 @@ use crate::error::{Error, Result};
 use crate::xfer::endpoint::Endpoint;
 
 pub use endpoint::AsyncEndpoint;
+pub use file::FilesResult;
 pub use listen::{AsyncListener, AsyncPending};
 
 /// What registering a channel with the reactor fails with.

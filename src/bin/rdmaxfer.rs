@@ -36,7 +36,7 @@ mod token;
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory as _, Parser, Subcommand};
 use rdmaxfer::verbs::{self, DeviceInfo};
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 use rdmaxfer::xfer::loopback::{self, LoopbackOptions};
 
 /// The exit statuses: [`Exit`] and the signal watcher's (`signals.rs`), as `--help` shows them.
@@ -235,11 +235,9 @@ fn run(cli: Cli) -> Result<()> {
             size,
             json,
         } => {
-            let opts = LoopbackOptions {
-                device,
-                gid_index,
-                ..Default::default()
-            };
+            let opts = LoopbackOptions::default()
+                .device(device)
+                .gid_index(gid_index);
             let r =
                 loopback::round_trip(&opts, size).context("loopback RDMA WRITE/READ round trip")?;
             if json {

@@ -110,7 +110,7 @@ pub extern "C" fn rdmaxfer_send_file(
             session::connect(host, *port, cfg.oob, &cfg.stream_options(i))
         };
         let ep = c.rdmaxfer_peer()?;
-        file::send_streams(ep, &connect, &entries, &opts, &mut report, &mut tick)
+        file::send::send_streams_into(ep, &connect, &entries, &opts, &mut report, &mut tick)
             .map_err(|e| with_files(e, &report))
     })
 }
@@ -189,7 +189,7 @@ pub extern "C" fn rdmaxfer_recv_file(
             ..ReceiverOptions::new(dir)
         };
         let mut report = SessionReport::default();
-        file::receive(c.rdmaxfer_peer()?, &opts, &mut report)
+        file::recv::receive_into(c.rdmaxfer_peer()?, &opts, &mut report)
             .map_err(|e| with_files(e, &report))?;
         o.set(rdmaxfer_recv_summary {
             struct_size: 0,

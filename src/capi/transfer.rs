@@ -389,7 +389,7 @@ pub extern "C" fn rdmaxfer_send_files(
         };
         let ep = c.rdmaxfer_peer()?;
         let mut session_report = SessionReport::default();
-        let r = file::send_streams(
+        let r = file::send::send_streams_into(
             ep,
             &connect,
             &entries,
@@ -563,7 +563,7 @@ pub extern "C" fn rdmaxfer_recv_files(
             ropts.budgets.min_rate = rate;
         }
         let mut session_report = SessionReport::default();
-        let r = file::receive(c.rdmaxfer_peer()?, &ropts, &mut session_report);
+        let r = file::recv::receive_into(c.rdmaxfer_peer()?, &ropts, &mut session_report);
         report.fill(session_report);
         r.map_err(Fail::from)
     })

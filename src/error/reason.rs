@@ -7,6 +7,7 @@ use std::fmt;
 /// Why something was refused or failed; the code carried by REFUSE, ACK and ERR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
+#[non_exhaustive]
 pub enum Reason {
     /// Success (only valid in ACK).
     Ok = 0,

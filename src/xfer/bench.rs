@@ -15,6 +15,7 @@ use crate::xfer::rdma_rw::Initiator;
 /// Which operation to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum BenchOp {
     /// RDMA WRITE.
     Write,
@@ -40,6 +41,7 @@ impl std::str::FromStr for BenchOp {
 
 /// One bandwidth result, in perftest's units (MB = 2^20 bytes).
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct BwReport {
     /// Operation.
     pub op: BenchOp,
@@ -83,6 +85,7 @@ impl BwReport {
 
 /// Parameters of [`run_initiator`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct BwParams {
     /// Operation.
     pub op: BenchOp,
@@ -100,10 +103,35 @@ pub struct BwParams {
     pub post_lists: bool,
 }
 
+impl BwParams {
+    /// `op` on 64 KiB messages, 1000 of them, 128 in flight, 10 s for each completion, SENDs
+    /// as post lists (the `rdmaxfer bench` defaults).
+    pub fn new(op: BenchOp) -> BwParams {
+        BwParams {
+            op,
+            size: 64 << 10,
+            iters: 1000,
+            tx_depth: 128,
+            timeout: Duration::from_secs(10),
+            post_lists: true,
+        }
+    }
+
+    setters! {
+        op: BenchOp,
+        size: usize,
+        iters: u64,
+        tx_depth: u32,
+        timeout: Duration,
+        post_lists: bool,
+    }
+}
+
 const MIB: f64 = 1048576.0;
 
 /// CPU seconds used over a measurement.
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct CpuUsed {
     /// User + system.
     pub total: f64,
@@ -131,7 +159,8 @@ impl CpuMeter {
 }
 
 /// Computes the report from completion timestamps (one per message, in order).
-pub fn report(
+#[cfg(test)]
+pub(crate) fn report(
     op: BenchOp,
     size: usize,
     start: Instant,
@@ -149,11 +178,11 @@ pub fn report(
 
 /// A point of a run: how many messages had completed, and when (one per completion event, not
 /// per message: a completion that retires many messages is one mark).
-pub type Mark = (u64, Instant);
+pub(crate) type Mark = (u64, Instant);
 
 /// [`report`] from marks (in order): the peak is the best rate between two marks at least
 /// `window` messages apart (the closest such pair for each mark).
-pub fn report_marks(
+pub(crate) fn report_marks(
     op: BenchOp,
     size: usize,
     start: Instant,
@@ -348,7 +377,7 @@ mod tests {
 
 use crate::verbs::{ExposedRegion, RemoteAccess};
 use crate::xfer::endpoint::{Endpoint, EndpointOptions, RecvScratch};
-use crate::xfer::onesided::{recv_msg, send_msg, Msg, Purpose};
+use crate::xfer::onesided::msg::{recv_msg, send_msg, Msg, Purpose};
 use crate::xfer::params::{fmt_size, Limits, SessionKind, SessionParams};
 
 fn purpose(op: BenchOp) -> Purpose {
@@ -360,12 +389,13 @@ fn purpose(op: BenchOp) -> Purpose {
 }
 
 /// A generous deadline for a whole run of `bytes` (the emulated rxe moves ≈ 50 MB/s).
-pub fn run_deadline(bytes: u64, step: Duration) -> Duration {
+pub(crate) fn run_deadline(bytes: u64, step: Duration) -> Duration {
     step + Duration::from_secs_f64(bytes as f64 / 5e6)
 }
 
 /// What the server side of one bench run saw.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct ServedBench {
     /// Operation.
     pub op: BenchOp,

@@ -11,6 +11,7 @@ use crate::verbs::{
 
 /// Options for [`LoopbackPair::new`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct LoopbackOptions {
     /// Device name; `None` picks the first with an active port.
     pub device: Option<String>,
@@ -22,6 +23,16 @@ pub struct LoopbackOptions {
     pub mode: WaitMode,
     /// Path MTU; `None` uses the port's active MTU.
     pub mtu: Option<Mtu>,
+}
+
+impl LoopbackOptions {
+    setters! {
+        device: Option<String>,
+        gid_index: Option<u32>,
+        caps: QpCaps,
+        mode: WaitMode,
+        mtu: Option<Mtu>,
+    }
 }
 
 impl Default for LoopbackOptions {
@@ -107,6 +118,7 @@ impl LoopbackPair {
 
 /// What [`round_trip`] moved.
 #[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
 pub struct RoundTrip {
     /// Device used.
     pub device: String,

@@ -10,4 +10,4 @@ pub mod params;
 pub mod pingpong;
 pub mod rdma_rw;
 pub mod session;
-pub mod wire;
+internal! { mod wire; }

@@ -1,5 +1,5 @@
 //! Session parameters a client states when it connects, as perftest does: which test, message
-//! size, iterations and depth. They travel in the RDMA CM handshake ([`crate::xfer::wire::Hello`],
+//! size, iterations and depth. They travel in the RDMA CM handshake (`xfer::wire::Hello`,
 //! version 2), so a server sizes its buffers and queues for them before it accepts, and refuses
 //! a client over its [`Limits`] with a reason that names both values.
 //!
@@ -19,6 +19,7 @@ pub const DEFAULT_MAX_ITERS: u64 = 1_000_000_000;
 
 /// Which test the client runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SessionKind {
     /// `rdmaxfer pingpong`.
     Pingpong,
@@ -121,6 +122,7 @@ impl SessionParams {
 
 /// What a server allows one client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Largest message size (`--max-size`).
     pub max_size: u64,
@@ -138,6 +140,11 @@ impl Default for Limits {
 }
 
 impl Limits {
+    setters! {
+        max_size: u64,
+        max_iters: u64,
+    }
+
     /// Checks a client's size and iterations; the refusal names the limit and what was asked
     /// for, in the options' own terms (e.g. "the server allows at most -s 8M; asked for -s 16M").
     pub fn check(&self, size: u64, iters: u64) -> std::result::Result<(), String> {
@@ -166,7 +173,7 @@ impl Limits {
 
 /// A byte count as the `-s` option takes it: `16M`, `64K`, `3G`, or plain bytes when it is not
 /// a whole number of KiB.
-pub fn fmt_size(n: u64) -> String {
+pub(crate) fn fmt_size(n: u64) -> String {
     for (shift, unit) in [(40, 'T'), (30, 'G'), (20, 'M'), (10, 'K')] {
         if n != 0 && n % (1u64 << shift) == 0 {
             return format!("{}{unit}", n >> shift);

@@ -279,6 +279,7 @@ pub enum Role {
 
 /// The results of one run; serialises to the `--json` object.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Client or server.
     pub role: Role,

@@ -114,7 +114,7 @@ impl Initiator for RawQp<'_> {
 }
 
 /// Splits `[offset, offset+len)` into `(offset, len)` pieces of at most `max` bytes.
-pub fn split(offset: u64, len: u64, max: u64) -> Vec<(u64, u64)> {
+pub(crate) fn split(offset: u64, len: u64, max: u64) -> Vec<(u64, u64)> {
     let max = max.max(1);
     let mut out = Vec::new();
     let mut done = 0;
@@ -139,7 +139,7 @@ pub fn check_bounds(remote: &RemoteRegion, offset: u64, len: u64) -> Result<()> 
 }
 
 /// Checks `[buf_offset, buf_offset+len)` lies in a local buffer of `buf_len` bytes.
-pub fn check_local(buf_len: usize, buf_offset: usize, len: u64) -> Result<()> {
+pub(crate) fn check_local(buf_len: usize, buf_offset: usize, len: u64) -> Result<()> {
     let ok = usize::try_from(len)
         .ok()
         .and_then(|l| buf_offset.checked_add(l))
@@ -206,7 +206,7 @@ fn round(
 }
 
 /// The buffer a READ's or WRITE's completion hands back, or its error (with the buffer).
-pub fn buf_back(dir: Direction, c: Completion) -> Result<LocalBuf, BufError> {
+pub(crate) fn buf_back(dir: Direction, c: Completion) -> Result<LocalBuf, BufError> {
     let error = (!c.is_success()).then(|| c.to_error());
     let buf = c.into_local_bufs().pop();
     match (error, buf) {
@@ -254,12 +254,12 @@ pub fn transfer_buf(
 }
 
 /// One work request of a transfer: the remote slice, the local offset and the length.
-pub type Piece = (RemoteSlice, usize, usize);
+pub(crate) type Piece = (RemoteSlice, usize, usize);
 
 /// The work requests of a transfer of `len` bytes between `buf[buf_offset..]` and `remote` at
 /// `offset`, each at most `max` bytes: the remote slice, the local offset and the length of
 /// each, with the buffer. Both ranges are checked first (a refusal gives the buffer back).
-pub fn pieces(
+pub(crate) fn pieces(
     remote: &RemoteRegion,
     offset: u64,
     buf: LocalBuf,

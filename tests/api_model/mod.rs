@@ -26,6 +26,10 @@ pub(crate) struct UseBinding {
 pub(crate) type Reader<'a> = dyn Fn(&Path) -> Option<String> + 'a;
 
 pub(crate) struct Crate {
+    /// The cargo features the crate is seen with: an item under `#[cfg(..)]` that is false for
+    /// them (`feature = "x"`, `not`, `all`, `any`; `test` is false, any other predicate true)
+    /// is left out, as rustc leaves it out.
+    features: Vec<String>,
     pub(crate) modules: Vec<Module>,
     by_path: HashMap<Vec<String>, usize>,
     /// Errors found while loading (unreadable files, unscannable macros).
@@ -68,9 +72,10 @@ pub(crate) fn show(path: &[String]) -> String {
 }
 
 impl Crate {
-    /// Loads the crate from `lib.rs`, following `mod` declarations.
-    pub(crate) fn load(read: &Reader<'_>) -> Crate {
+    /// Loads the crate from `lib.rs`, following `mod` declarations, as built with `features`.
+    pub(crate) fn load(read: &Reader<'_>, features: &[&str]) -> Crate {
         let mut c = Crate {
+            features: features.iter().map(|f| f.to_string()).collect(),
             modules: Vec::new(),
             by_path: HashMap::new(),
             load_errors: Vec::new(),
@@ -91,8 +96,10 @@ impl Crate {
         read: &Reader<'_>,
         path: Vec<String>,
         dir: PathBuf,
-        items: Vec<syn::Item>,
+        mut items: Vec<syn::Item>,
     ) {
+        expand_internal(&mut items);
+        strip_cfg(&mut items, &self.features);
         let mut children = Vec::new();
         for item in &items {
             let syn::Item::Mod(m) = item else { continue };
@@ -308,11 +315,12 @@ impl Crate {
             let Some(m) = self.module(&mpath) else {
                 continue;
             };
-            // A public child module: all its public items.
+            // A public child module: all its public items. (Not a crate-private one that shares
+            // its name with a re-exported function, as `send` and `send::send`.)
             let mut child = mpath.clone();
             child.push(name.clone());
             if let Some(cm) = self.module(&child) {
-                if item_names(&m.items).iter().any(|(n, _)| *n == name) {
+                if item_names(&m.items).iter().any(|(n, p)| *n == name && *p) {
                     open_module(cm, &mut work);
                 }
             }
@@ -327,6 +335,181 @@ impl Crate {
             }
         }
         seen
+    }
+}
+
+/// Whether the `#[cfg(..)]` attributes among `attrs` hold with `features` on.
+pub(crate) fn cfg_on(attrs: &[syn::Attribute], features: &[String]) -> bool {
+    fn eval(m: &syn::Meta, features: &[String]) -> bool {
+        match m {
+            syn::Meta::Path(p) => !p.is_ident("test"),
+            syn::Meta::NameValue(nv) if nv.path.is_ident("feature") => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => features.contains(&s.value()),
+                _ => true,
+            },
+            syn::Meta::NameValue(_) => true,
+            syn::Meta::List(l) => {
+                let args = l
+                    .parse_args_with(
+                        syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+                    )
+                    .map(|p| p.into_iter().collect::<Vec<_>>())
+                    .unwrap_or_default();
+                if l.path.is_ident("not") {
+                    !args.first().is_some_and(|a| eval(a, features))
+                } else if l.path.is_ident("all") {
+                    args.iter().all(|a| eval(a, features))
+                } else if l.path.is_ident("any") {
+                    args.iter().any(|a| eval(a, features))
+                } else {
+                    true
+                }
+            }
+        }
+    }
+    attrs.iter().all(|a| {
+        !a.path().is_ident("cfg")
+            || a.parse_args::<syn::Meta>()
+                .map(|m| eval(&m, features))
+                .unwrap_or(true)
+    })
+}
+
+/// An item that may be a macro call: its macro and attributes.
+trait MacroCall {
+    fn call(&self) -> Option<(&syn::Macro, &[syn::Attribute])>;
+}
+
+impl MacroCall for syn::Item {
+    fn call(&self) -> Option<(&syn::Macro, &[syn::Attribute])> {
+        match self {
+            syn::Item::Macro(m) => Some((&m.mac, &m.attrs)),
+            _ => None,
+        }
+    }
+}
+
+impl MacroCall for syn::ImplItem {
+    fn call(&self) -> Option<(&syn::Macro, &[syn::Attribute])> {
+        match self {
+            syn::ImplItem::Macro(m) => Some((&m.mac, &m.attrs)),
+            _ => None,
+        }
+    }
+}
+
+/// Replaces each call of the macro `name` with what `f` expands it to; a call `f` cannot read
+/// (`None`) stays.
+fn expand<T: MacroCall>(
+    items: &mut Vec<T>,
+    name: &str,
+    f: impl Fn(&syn::Macro, &[syn::Attribute]) -> Option<Vec<T>>,
+) {
+    *items = std::mem::take(items)
+        .into_iter()
+        .flat_map(|i| {
+            let call = i.call().filter(|(m, _)| m.path.is_ident(name));
+            call.and_then(|(m, a)| f(m, a)).unwrap_or_else(|| vec![i])
+        })
+        .collect();
+}
+
+/// Expands the crate's `internal! { mod a; mod b; }` (`src/lib.rs`) as rustc does: each module
+/// twice, `pub` under `cfg(feature = "internals")` and `pub(crate)` under its `not`. A call it
+/// cannot read stays a macro call (which `tests/public_api.rs` reports).
+fn expand_internal(items: &mut Vec<syn::Item>) {
+    expand(items, "internal", |m, _| {
+        let f = syn::parse2::<syn::File>(m.tokens.clone()).ok()?;
+        let mut out = Vec::new();
+        for i in f.items {
+            let syn::Item::Mod(md) = i else { continue };
+            let mut on = md.clone();
+            on.vis = syn::parse_quote!(pub);
+            on.attrs
+                .push(syn::parse_quote!(#[cfg(feature = "internals")]));
+            let mut off = md;
+            off.vis = syn::parse_quote!(pub(crate));
+            off.attrs
+                .push(syn::parse_quote!(#[cfg(not(feature = "internals"))]));
+            out.extend([syn::Item::Mod(on), syn::Item::Mod(off)]);
+        }
+        Some(out)
+    });
+}
+
+/// Expands the crate's `setters! { field: Type, .. }` (`src/lib.rs`) in an impl block as rustc
+/// does: `pub fn field(mut self, field: Type) -> Self` each, under the call's attributes (its
+/// `cfg`). A call it cannot read stays.
+fn expand_setters(items: &mut Vec<syn::ImplItem>) {
+    expand(items, "setters", |m, attrs| {
+        let fields = syn::parse_str::<syn::FieldsNamed>(&format!("{{ {} }}", m.tokens)).ok()?;
+        let setter = |f: syn::Field| -> syn::ImplItem {
+            let (name, ty) = (f.ident, f.ty);
+            syn::parse_quote! {
+                #(#attrs)*
+                pub fn #name(mut self, #name: #ty) -> Self { self.#name = #name; self }
+            }
+        };
+        Some(fields.named.into_iter().map(setter).collect())
+    });
+}
+
+/// Leaves out of `items` (and of their fields, variants and impl and trait items) what a
+/// `#[cfg(..)]` turns off with `features`. Inline modules are stripped when they are loaded.
+fn strip_cfg(items: &mut Vec<syn::Item>, features: &[String]) {
+    fn attrs(item: &syn::Item) -> &[syn::Attribute] {
+        match item {
+            syn::Item::Const(i) => &i.attrs,
+            syn::Item::Enum(i) => &i.attrs,
+            syn::Item::Fn(i) => &i.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Mod(i) => &i.attrs,
+            syn::Item::Static(i) => &i.attrs,
+            syn::Item::Struct(i) => &i.attrs,
+            syn::Item::Trait(i) => &i.attrs,
+            syn::Item::Type(i) => &i.attrs,
+            syn::Item::Union(i) => &i.attrs,
+            syn::Item::Use(i) => &i.attrs,
+            _ => &[],
+        }
+    }
+    let on = |a: &[syn::Attribute]| cfg_on(a, features);
+    items.retain(|i| on(attrs(i)));
+    for item in items.iter_mut() {
+        match item {
+            syn::Item::Struct(s) => {
+                if let syn::Fields::Named(f) = &mut s.fields {
+                    f.named = std::mem::take(&mut f.named)
+                        .into_iter()
+                        .filter(|f| on(&f.attrs))
+                        .collect();
+                }
+            }
+            syn::Item::Enum(e) => {
+                e.variants = std::mem::take(&mut e.variants)
+                    .into_iter()
+                    .filter(|v| on(&v.attrs))
+                    .collect();
+            }
+            syn::Item::Impl(i) => {
+                expand_setters(&mut i.items);
+                i.items.retain(|ii| match ii {
+                    syn::ImplItem::Fn(f) => on(&f.attrs),
+                    syn::ImplItem::Const(c) => on(&c.attrs),
+                    syn::ImplItem::Type(t) => on(&t.attrs),
+                    _ => true,
+                })
+            }
+            syn::Item::Trait(t) => t.items.retain(|ti| match ti {
+                syn::TraitItem::Fn(f) => on(&f.attrs),
+                syn::TraitItem::Const(c) => on(&c.attrs),
+                _ => true,
+            }),
+            _ => {}
+        }
     }
 }
 

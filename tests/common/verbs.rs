@@ -14,26 +14,24 @@ pub const WR_FLUSH_ERR: u32 = 5;
 
 /// A loopback QP pair on rxe0 with the default capacities, its completions waited for in `mode`.
 pub fn loopback(mode: WaitMode) -> LoopbackPair {
-    LoopbackPair::new(&LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode,
-        ..Default::default()
-    })
+    LoopbackPair::new(
+        &LoopbackOptions::default()
+            .device(Some("rxe0".into()))
+            .mode(mode),
+    )
     .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
 }
 
 /// A busy-polled loopback QP pair on rxe0 with `send_depth` send slots and 16 receives a side.
 pub fn loopback_pair(send_depth: u32) -> LoopbackPair {
-    let opts = LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode: WaitMode::Poll,
-        caps: QpCaps {
+    let opts = LoopbackOptions::default()
+        .device(Some("rxe0".into()))
+        .mode(WaitMode::Poll)
+        .caps(QpCaps {
             max_send_wr: send_depth,
             max_recv_wr: 16,
             ..QpCaps::default()
-        },
-        ..Default::default()
-    };
+        });
     LoopbackPair::new(&opts)
         .expect("rxe0 must exist: these tests run in the rxe guest (ci/test.sh)")
 }

@@ -277,8 +277,7 @@ fn a_receiver_that_never_answers_ends_the_sender_at_its_deadline_with_exit_30() 
     let (_tmp, tree, out) = tree_of(&[("a.txt", b"never sent\n".to_vec())]);
     let port = common::port();
     let opts = ReceiverOptions::new(&out).endpoint_options(&EndpointOptions::default());
-    let addr = format!("{IP}:{port}").parse().unwrap();
-    let mut l = Listener::bind(addr, &opts).expect("bind");
+    let mut l = Listener::bind(format!("{IP}:{port}"), &opts).expect("bind");
     // Accepts, then says nothing (no CHALLENGE) until the sender has given up.
     let silent = std::thread::spawn(move || l.accept(Some(FILE_T)).expect("accept"));
     let d = send_text(port, &[&tree], &["--timeout", "2"]).finish(FILE_T);

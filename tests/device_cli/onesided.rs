@@ -238,11 +238,9 @@ fn reading_a_write_only_exposure_is_a_remote_access_error() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn access_after_revoke_fails_without_hanging() {
     need_rxe0();
-    let opts = EndpointOptions {
-        device: Some("rxe0".into()),
-        extra_send_wr: 8,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .device(Some("rxe0".into()))
+        .extra_send_wr(8);
     let port = common::port();
     let mut server = Server::bind(IP, port, false, &opts).unwrap();
     let t = std::thread::spawn(move || {
@@ -385,11 +383,9 @@ fn busy_while_another_is_served(oob: bool) {
     // peer's outlast the second peer's whole run, whose own step deadline is CLIENT_T.
     const CLIENT_T: Duration = Duration::from_secs(100);
     let mut s = expose(port, oob, &["--size", "4096", "--timeout", "300"]);
-    let opts = EndpointOptions {
-        extra_send_wr: 16,
-        timeout: Duration::from_secs(300),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .extra_send_wr(16)
+        .timeout(Duration::from_secs(300));
     let mut held = session::connect(IP, port, oob, &opts).expect("connect");
     onesided::open_session(&mut held).expect("the first peer's session");
     let p = port.to_string();

@@ -46,12 +46,10 @@ fn message(c: usize, r: usize) -> Vec<u8> {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn sixteen_async_clients_ping_pong_against_one_current_thread_server() {
     need_rxe0();
-    let opts = EndpointOptions {
-        msg_size: 512,
-        recv_depth: 4,
-        send_depth: 2,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(512)
+        .recv_depth(4)
+        .send_depth(2);
     let port = common::port();
     runtime().block_on(async {
         let mut l = AsyncListener::bind(addr(port), &opts).expect("bind");
@@ -129,11 +127,7 @@ const CANARY_SEED: u64 = 0xc0ffee;
 fn futures_dropped_mid_transfer_neither_lose_data_nor_free_buffers_early_nor_leak() {
     need_rxe0();
     let before = counts();
-    let opts = EndpointOptions {
-        msg_size: 256,
-        recv_depth: 4,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(256).recv_depth(4);
     let canary = pseudo_random(REGION, CANARY_SEED);
     let port = common::port();
     runtime().block_on(async {
@@ -249,10 +243,7 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
     std::fs::write(src.path().join("b.txt"), b"small").unwrap();
     let base = EndpointOptions::default();
     let ropts = ReceiverOptions::new(out.path());
-    let sopts = SenderOptions {
-        chunk: 1 << 20,
-        ..Default::default()
-    };
+    let sopts = SenderOptions::default().chunk(1 << 20);
     let port = common::port();
     runtime().block_on(async {
         let mut l = AsyncListener::bind(addr(port), &ropts.endpoint_options(&base)).expect("bind");

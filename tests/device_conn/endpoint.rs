@@ -27,12 +27,10 @@ const T: Duration = Duration::from_secs(10);
 
 /// Small messages and windows: cheap connections, for tests that make many.
 fn small_options() -> EndpointOptions {
-    EndpointOptions {
-        msg_size: 64,
-        recv_depth: 4,
-        send_depth: 2,
-        ..Default::default()
-    }
+    EndpointOptions::default()
+        .msg_size(64)
+        .recv_depth(4)
+        .send_depth(2)
 }
 
 #[test]
@@ -201,13 +199,11 @@ fn a_dialed_connection_reaches_the_server_only_when_it_connects() {
 fn credits_flow_back_without_piggy_backing() {
     need_rxe0();
     for wait in [WaitMode::Poll, WaitMode::Event] {
-        let opts = EndpointOptions {
-            msg_size: 64,
-            recv_depth: 3,
-            send_depth: 2,
-            wait,
-            ..Default::default()
-        };
+        let opts = EndpointOptions::default()
+            .msg_size(64)
+            .recv_depth(3)
+            .send_depth(2)
+            .wait(wait);
         let port = common::port();
         let mut l = Listener::bind(addr(port), &opts).unwrap();
         let s = thread::spawn(move || l.accept(Some(T)).unwrap());
@@ -233,10 +229,7 @@ fn credits_flow_back_without_piggy_backing() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn oob_endpoints_exchange_messages_in_turn() {
     need_rxe0();
-    let opts = EndpointOptions {
-        msg_size: 256,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(256);
     let port = common::port();
     let l = OobListener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || {
@@ -282,10 +275,7 @@ fn corrupting_echo(l: OobListener, bad: u64, done: std::sync::mpsc::Receiver<()>
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_corrupted_pong_fails_the_client_at_its_sequence_number() {
     need_rxe0();
-    let opts = EndpointOptions {
-        msg_size: 4096,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(4096);
     // Pong 7 is checked after ping 8 is posted (off the round trip); the last pong at once.
     for (port, bad) in [(common::port(), 7u64), (common::port(), 19)] {
         let l = OobListener::bind(addr(port), &opts).unwrap();
@@ -309,10 +299,7 @@ fn a_corrupted_pong_fails_the_client_at_its_sequence_number() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn write_with_imm_and_read_through_an_endpoint() {
     need_rxe0();
-    let opts = EndpointOptions {
-        msg_size: 64,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(64);
     let port = common::port();
     let mut l = Listener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || {
@@ -372,11 +359,7 @@ fn write_with_imm_and_read_through_an_endpoint() {
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn an_unsignaled_write_is_retired_by_our_send_and_handed_back_once() {
     need_rxe0();
-    let opts = EndpointOptions {
-        msg_size: 64,
-        send_depth: 4,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default().msg_size(64).send_depth(4);
     let port = common::port();
     let mut l = Listener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || {
@@ -530,10 +513,7 @@ fn a_wait_times_out_on_time_and_a_disconnect_ends_it_early() {
         (common::port(), WaitMode::Event),
         (common::port(), WaitMode::Poll),
     ] {
-        let opts = EndpointOptions {
-            wait,
-            ..small_options()
-        };
+        let opts = small_options().wait(wait);
         let mut l = Listener::bind(addr(port), &opts).unwrap();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let server = thread::spawn(move || {

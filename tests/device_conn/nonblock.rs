@@ -39,12 +39,10 @@ fn drive<R>(ep: &mut Endpoint, mut op: impl FnMut(&mut Endpoint) -> Result<R>) -
 #[ignore = "needs rxe0: run via ci/test.sh"]
 fn a_connection_driven_by_try_calls_and_poll() {
     need_rxe0();
-    let opts = EndpointOptions {
-        wait: WaitMode::Event,
-        msg_size: 256,
-        recv_depth: 4,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .wait(WaitMode::Event)
+        .msg_size(256)
+        .recv_depth(4);
     let port = common::port();
     let mut l = Listener::bind(addr(port), &opts).expect("bind");
     let first = l.try_take().map(drop);
@@ -176,12 +174,10 @@ fn every_descriptor_handed_out_is_readiness_only() {
     );
     drop(dev);
 
-    let opts = EndpointOptions {
-        wait: WaitMode::Event,
-        msg_size: 256,
-        recv_depth: 4,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .wait(WaitMode::Event)
+        .msg_size(256)
+        .recv_depth(4);
     let id = CmId::new().expect("CmId::new");
     assert_readiness_only(id.fd().expect("CmId::fd"), "CmId::fd");
     let ctx = Context::open(Some("rxe0")).expect("open rxe0");

@@ -190,11 +190,9 @@ fn raw_hello(version: u16, name: &[u8], auth: Option<proto::Digest>) -> Vec<u8> 
 
 /// Connects like a sender, answers the challenge with `msg(nonce)` and returns the reply.
 fn hostile(port: u16, msg: impl FnOnce(&proto::Digest) -> Vec<u8>) -> Msg {
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(10),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(10));
     let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
     let nonce = match proto::decode(&ep.recv().expect("challenge")).expect("decode challenge") {
         Msg::Challenge { nonce, .. } => nonce,
@@ -558,11 +556,9 @@ fn receiver_leaving_right_after_the_last_ack_is_not_a_failure() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("empty.bin");
     std::fs::write(&src, b"").unwrap();
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(10),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(10));
     let mut server = session::Server::bind(IP, port, false, &opts).expect("bind");
     let s = send(port, &[&src], &[]);
     let mut ep = server.accept(Some(T)).expect("accept the sender");

@@ -69,11 +69,9 @@ fn control_characters_from_a_sender_are_refused_and_never_printed_raw() {
     let mut r = spawn("recv", &args.iter().map(String::as_str).collect::<Vec<_>>());
     r.wait_for("listening on", T);
 
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(10),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(10));
     let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
     match proto::decode(&ep.recv().expect("challenge")).expect("decode") {
         Msg::Challenge { .. } => {}

@@ -28,11 +28,9 @@ pub(crate) fn connect(port: u16) -> (Endpoint, proto::Digest) {
 
 /// [`connect`] with step deadline `timeout`.
 fn connect_within(port: u16, timeout: Duration) -> (Endpoint, proto::Digest) {
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(timeout);
     let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
     match proto::decode(&ep.recv().expect("challenge")).expect("decode challenge") {
         Msg::Challenge { nonce, .. } => (ep, nonce),

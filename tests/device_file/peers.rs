@@ -147,12 +147,10 @@ fn stalled_handshakes_of_one_peer_leave_the_others_theirs_and_the_rest_hear_busy
 
 /// Connects from [`PEER2`] (`gid` its GID index) and reads the receiver's first message.
 pub(crate) fn connect_from_peer2(port: u16, gid: u32) -> (Endpoint, Msg) {
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(30),
-        gid_index: Some(gid),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(30))
+        .gid_index(Some(gid));
     let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
     let m = crate::hostile::next(&mut ep);
     (ep, m)
@@ -308,11 +306,9 @@ fn an_oob_connection_over_its_peers_share_hears_busy_and_retry() {
     assert!(err.contains("busy") && err.contains("retry"), "{}", d.err);
     // A library caller can tell busy from other failures without reading text.
     let dst = addr(port);
-    let opts = EndpointOptions {
-        device: Some("rxe0".into()),
-        msg_size: proto::MAX_MSG_LEN,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .device(Some("rxe0".into()))
+        .msg_size(proto::MAX_MSG_LEN);
     match Endpoint::connect_oob(dst, &opts) {
         Err(rdmaxfer::Error::Refused {
             reason: Reason::Busy,

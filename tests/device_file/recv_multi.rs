@@ -27,11 +27,9 @@ fn recv_patient(port: u16, out: &Path, extra: &[&str]) -> Proc {
 
 /// A sender that connects and takes the CHALLENGE, then does nothing until dropped.
 fn hold(port: u16) -> Endpoint {
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(60),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(60));
     let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
     match proto::decode(&ep.recv().expect("challenge")).expect("decode challenge") {
         Msg::Challenge { .. } => ep,

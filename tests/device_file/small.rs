@@ -223,11 +223,9 @@ fn a_sender_announcing_inline_files_without_their_data_is_ended_with_memory_boun
     let mut r = recv(port, &out, &[]);
     let pid = r.pid();
     let before = rss_kib(pid);
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(30),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(30));
     let mut ep: Endpoint = session::connect(IP, port, false, &opts).expect("connect to recv");
     match proto::decode(&ep.recv().expect("challenge")).expect("decode") {
         Msg::Challenge { .. } => {}

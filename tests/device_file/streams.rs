@@ -214,11 +214,9 @@ fn join_with_an_unknown_session_id_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = dir_with(tmp.path(), "out");
     let mut r = common::recv(port, &out, &["--once", "--token", "s3cret"]);
-    let opts = EndpointOptions {
-        msg_size: proto::MAX_MSG_LEN,
-        timeout: Duration::from_secs(60),
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(proto::MAX_MSG_LEN)
+        .timeout(Duration::from_secs(60));
     let mut ep = session::connect(IP, port, false, &opts).expect("connect to recv");
     let nonce = match proto::decode(&ep.recv().expect("challenge")).unwrap() {
         Msg::Challenge { nonce, .. } => nonce,

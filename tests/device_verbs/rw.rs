@@ -88,14 +88,12 @@ fn bandwidth_engine_write_and_read() {
             for (size, iters) in [(4096usize, 400u64), (1 << 20, 12)] {
                 let p = loopback(mode);
                 let region = ExposedRegion::new(&p.pd, size, RemoteAccess::ReadWrite).unwrap();
-                let params = BwParams {
-                    op,
-                    size,
-                    iters,
-                    tx_depth: 32,
-                    timeout: Duration::from_secs(10),
-                    post_lists: false,
-                };
+                let params = BwParams::new(op)
+                    .size(size)
+                    .iters(iters)
+                    .tx_depth(32)
+                    .timeout(Duration::from_secs(10))
+                    .post_lists(false);
                 let r = run_initiator(&mut ops(&p, 8 << 20), Some(&region.descriptor()), &params)
                     .unwrap();
                 assert_eq!((r.iters, r.size), (iters, size));

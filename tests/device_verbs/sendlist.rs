@@ -20,14 +20,12 @@ const LEN: usize = 4096;
 /// `recv_depth` receives a side.
 fn endpoints(recv_depth: u32, send_depth: u32, wait: WaitMode) -> (Endpoint, Endpoint) {
     let port = common::port();
-    let opts = EndpointOptions {
-        msg_size: LEN,
-        recv_depth,
-        send_depth,
-        wait,
-        timeout: T,
-        ..Default::default()
-    };
+    let opts = EndpointOptions::default()
+        .msg_size(LEN)
+        .recv_depth(recv_depth)
+        .send_depth(send_depth)
+        .wait(wait)
+        .timeout(T);
     let mut l = Listener::bind(addr(port), &opts).unwrap();
     let s = thread::spawn(move || l.accept(Some(T)).unwrap());
     let c = Endpoint::connect_cm(addr(port), &opts).unwrap();

@@ -20,11 +20,9 @@ const T: Duration = Duration::from_secs(10);
 const SIZES: &[usize] = &[1, 4096, 65536, 1 << 20, 8 << 20];
 
 fn opts(mode: WaitMode) -> LoopbackOptions {
-    LoopbackOptions {
-        device: Some("rxe0".into()),
-        mode,
-        ..Default::default()
-    }
+    LoopbackOptions::default()
+        .device(Some("rxe0".into()))
+        .mode(mode)
 }
 
 fn filled(pd: &ProtectionDomain, data: &[u8]) -> LocalBuf {

@@ -100,10 +100,9 @@ pub struct LimitArgs {
 impl LimitArgs {
     /// The library's form.
     pub fn limits(&self) -> Limits {
-        Limits {
-            max_size: self.max_size,
-            max_iters: self.max_iters,
-        }
+        Limits::default()
+            .max_size(self.max_size)
+            .max_iters(self.max_iters)
     }
 }
 

@@ -106,14 +106,12 @@ pub fn run(a: Args) -> Result<()> {
             )
         }
         (None, Some(host), Some(op)) => {
-            let p = BwParams {
-                op,
-                size: a.size,
-                iters: a.iters,
-                tx_depth: a.tx_depth,
-                timeout: base.timeout,
-                post_lists: !a.per_message,
-            };
+            let p = BwParams::new(op)
+                .size(a.size)
+                .iters(a.iters)
+                .tx_depth(a.tx_depth)
+                .timeout(base.timeout)
+                .post_lists(!a.per_message);
             let mut opts = bench::endpoint_options(&base, op, a.size, a.tx_depth);
             opts.session = Some(bench::session_params(&p));
             let mut ep = a.conn.connect(host, &opts)?;

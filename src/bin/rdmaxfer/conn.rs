@@ -103,19 +103,17 @@ impl ConnArgs {
         if mtu.is_some() && !self.oob {
             usage!("-m sets the path MTU of the --oob exchange; with rdma_cm the MTU follows the route");
         }
-        Ok(EndpointOptions {
-            device: self.device.clone(),
-            gid_index: self.gid_index,
-            mtu,
-            wait: self.wait_mode(default),
-            timeout: Duration::from_secs_f64(self.timeout),
-            msg_size,
-            recv_depth: depth,
-            send_depth: depth,
-            extra_send_wr: extra,
-            ib_port: self.ib_port,
-            session: None,
-        })
+        Ok(EndpointOptions::default()
+            .device(self.device.clone())
+            .gid_index(self.gid_index)
+            .mtu(mtu)
+            .wait(self.wait_mode(default))
+            .timeout(Duration::from_secs_f64(self.timeout))
+            .msg_size(msg_size)
+            .recv_depth(depth)
+            .send_depth(depth)
+            .extra_send_wr(extra)
+            .ib_port(self.ib_port))
     }
 
     /// Connects to `host` (over OOB switched to rdmaxfer's credit flow: the peer must be an
@@ -241,7 +239,7 @@ pub fn serve_admitting<T>(
             // Errors can quote what the peer sent: printed escaped.
             eprintln!(
                 "rdmaxfer: error: {}",
-                rdmaxfer::xfer::file::names::printable(&text)
+                rdmaxfer::xfer::file::printable(&text)
             );
             if server.is_broken() {
                 bail!("the listener failed; stopping");

@@ -10,7 +10,7 @@ use rdmaxfer::xfer::endpoint::{self, Dial, Endpoint, EndpointOptions};
 use rdmaxfer::xfer::file::budget::{
     Budgets, DEFAULT_IDLE, DEFAULT_MAX_REFUSALS, DEFAULT_MIN_RATE, DEFAULT_RATE_WINDOW,
 };
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 use rdmaxfer::xfer::file::ring_budget::{self, RingBudget, RingLease};
 use rdmaxfer::xfer::file::send::filter::Filter;
 use rdmaxfer::xfer::file::source;
@@ -62,7 +62,7 @@ pub struct RecvArgs {
     pub(crate) allow_delete: bool,
     /// Accept only this chunk verification (blake3 or xxh3); default: what the sender asks.
     #[arg(long)]
-    pub(crate) verify: Option<rdmaxfer::xfer::file::digest::Algo>,
+    pub(crate) verify: Option<rdmaxfer::xfer::file::Algo>,
     /// Staging ring slots (chunks the sender may have in flight).
     #[arg(long, default_value_t = DEFAULT_SLOTS)]
     pub(crate) slots: u32,
@@ -199,8 +199,8 @@ pub struct SendArgs {
     pub(crate) checksum: bool,
     /// How each chunk is verified end to end: xxh3 (XXH3-128, fast, against corruption) or
     /// blake3 (BLAKE3-256, cryptographic). The receiver may insist on one (recv --verify).
-    #[arg(long, default_value_t = rdmaxfer::xfer::file::digest::Algo::DEFAULT)]
-    pub(crate) verify: rdmaxfer::xfer::file::digest::Algo,
+    #[arg(long, default_value_t = rdmaxfer::xfer::file::Algo::DEFAULT)]
+    pub(crate) verify: rdmaxfer::xfer::file::Algo,
     /// In a tree, send the files symlinks point to instead of the symlinks.
     #[arg(long)]
     pub(crate) copy_links: bool,
@@ -258,28 +258,30 @@ pub(crate) fn receiver_plan(a: &RecvArgs) -> Result<(ReceiverOptions, u64, u64)>
     if a.slots == 0 || a.slots > file::MAX_SLOTS {
         usage!("--slots must be 1..={}", file::MAX_SLOTS);
     }
-    let ropts = ReceiverOptions {
-        out_dir: a.out.clone(),
-        token: token(&a.token, &a.token_file)?,
-        max_size: a.max_size,
-        force: a.force,
-        resume: a.resume,
-        allow_delete: a.allow_delete,
-        slots: a.slots,
-        verify: a.verify,
-        budgets: Budgets {
-            idle: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
-            min_rate: a.min_rate,
-            rate_window: Duration::from_secs(a.rate_window),
-            max_refusals: Some(a.max_refusals),
-        },
-        // Test-only hold: this stripe is answered after the others have ended.
-        #[cfg(feature = "test-hooks")]
-        hooks: rdmaxfer::xfer::file::RecvHooks {
+    #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
+    let mut ropts = ReceiverOptions::new(a.out.clone())
+        .token(token(&a.token, &a.token_file)?)
+        .max_size(a.max_size)
+        .force(a.force)
+        .resume(a.resume)
+        .allow_delete(a.allow_delete)
+        .slots(a.slots)
+        .verify(a.verify)
+        .budgets(
+            Budgets::default()
+                .idle((a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)))
+                .min_rate(a.min_rate)
+                .rate_window(Duration::from_secs(a.rate_window))
+                .max_refusals(Some(a.max_refusals)),
+        );
+    // Test-only hold: this stripe is answered after the others have ended.
+    #[cfg(feature = "test-hooks")]
+    {
+        ropts.hooks = rdmaxfer::xfer::file::RecvHooks {
             hold_stripe: test_hook("RDMAXFER_TEST_RECV_HOLD_STRIPE"),
             break_streams: test_pairs("RDMAXFER_TEST_RECV_BREAK_STREAMS"),
-        },
-    };
+        };
+    }
     if a.min_rate > 0 && a.rate_window == 0 {
         usage!("--rate-window must be positive with --min-rate");
     }
@@ -462,10 +464,9 @@ pub(crate) fn send_plan(
         usage!("give PATH... before HOST (or --files-from FILE)");
     }
     let filter = filter_rules(&a.include, &a.exclude)?;
-    let walk = source::WalkOptions {
-        copy_links: a.copy_links,
-        filter: filter.clone(),
-    };
+    let walk = source::WalkOptions::default()
+        .copy_links(a.copy_links)
+        .filter(filter.clone());
     let entries = source::walk_with(&roots, walk).context("listing the files to send")?;
     let chunk = u32::try_from(a.chunk)
         .ok()
@@ -484,19 +485,27 @@ pub(crate) fn send_plan(
     let streams = a
         .streams
         .unwrap_or_else(|| file::default_streams(&entries, devices));
-    let sopts = SenderOptions {
-        token: token(&a.token, &a.token_file)?,
-        chunk,
-        slots: a.slots,
-        resume: a.resume,
-        force: a.force,
-        ignore_existing: a.ignore_existing,
-        update: a.update,
-        checksum: a.checksum,
-        verify: a.verify,
-        // Test-only (feature `test-hooks`): faults, a held stripe, a stream that starts late.
-        #[cfg(feature = "test-hooks")]
-        hooks: rdmaxfer::xfer::file::SendHooks {
+    #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
+    let mut sopts = SenderOptions::default()
+        .token(token(&a.token, &a.token_file)?)
+        .chunk(chunk)
+        .slots(a.slots)
+        .resume(a.resume)
+        .force(a.force)
+        .ignore_existing(a.ignore_existing)
+        .update(a.update)
+        .checksum(a.checksum)
+        .verify(a.verify)
+        .streams(streams)
+        .bwlimit(a.bwlimit)
+        .dry_run(a.dry_run)
+        .delete(a.delete)
+        .filter(filter)
+        .require_receiver_proof(a.require_receiver_token);
+    // Test-only (feature `test-hooks`): faults, a held stripe, a stream that starts late.
+    #[cfg(feature = "test-hooks")]
+    {
+        sopts.hooks = rdmaxfer::xfer::file::SendHooks {
             corrupt_chunk: test_hook("RDMAXFER_TEST_CORRUPT_CHUNK"),
             corrupt_once: test_hook("RDMAXFER_TEST_CORRUPT_ONCE"),
             corrupt_name: test_hook("RDMAXFER_TEST_CORRUPT_NAME"),
@@ -504,15 +513,8 @@ pub(crate) fn send_plan(
             hold_stripe: test_hook("RDMAXFER_TEST_HOLD_STRIPE"),
             lag_stream: test_hook("RDMAXFER_TEST_LAG_STREAM"),
             break_streams: test_pairs("RDMAXFER_TEST_BREAK_STREAMS"),
-        },
-        streams,
-        bwlimit: a.bwlimit,
-        dry_run: a.dry_run,
-        delete: a.delete,
-        filter,
-        require_receiver_proof: a.require_receiver_token,
-        cancel: Default::default(),
-    };
+        };
+    }
     if a.bwlimit == Some(0) {
         usage!("--bwlimit must be at least 1 byte per second");
     }
@@ -663,7 +665,7 @@ pub(crate) fn send_over(
                 }
                 display.event(p)
             };
-            let r = file::send_streams(&mut ep, more, entries, sopts, &mut report, &mut events)
+            let r = file::send_streams_into(&mut ep, more, entries, sopts, &mut report, &mut events)
                 .map_err(anyhow::Error::from);
             display.finish();
             if let Err(e) = ep.close() {

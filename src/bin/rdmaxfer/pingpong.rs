@@ -75,6 +75,7 @@ fn print_addresses(json: bool, local: &LocalInfo, peer: &PeerInfo) {
         match local.transport {
             endpoint::Transport::Cm => "rdma_cm",
             endpoint::Transport::Oob => "oob",
+            _ => "?",
         }
     );
     let r = format!(

@@ -6,7 +6,7 @@ use std::io::IsTerminal as _;
 use std::io::Write as _;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 use rdmaxfer::xfer::file::{FileReport, Progress};
 
 /// How much to show.
@@ -315,16 +315,13 @@ mod tests {
     use super::*;
 
     fn report(result: &str, message: Option<&str>) -> FileReport {
-        FileReport {
-            name: "d/f\n".into(),
-            kind: "file",
-            bytes: 5,
-            hash: None,
-            verify: None,
-            result: result.into(),
-            message: message.map(String::from),
-            repaired: 0,
-        }
+        let mut r = FileReport::default();
+        r.name = "d/f\n".into();
+        r.kind = "file";
+        r.bytes = 5;
+        r.result = result.into();
+        r.message = message.map(String::from);
+        r
     }
 
     #[test]
@@ -344,13 +341,12 @@ mod tests {
             "FAILED  d/f\\u{a} (too large): d/f: 5 bytes exceeds the limit of 1"
         );
         assert_eq!(file_line(&report("busy", None)), "FAILED  d/f\\u{a} (busy)");
-        let ok = FileReport {
-            hash: Some("ab".into()),
-            verify: Some("blake3/4096".into()),
-            ..report("ok", None)
-        };
+        let mut ok = report("ok", None);
+        ok.hash = Some("ab".into());
+        ok.verify = Some("blake3/4096".into());
         assert_eq!(file_line(&ok), "ok      d/f\\u{a} (5 bytes, blake3 ab)");
-        let repaired = FileReport { repaired: 1, ..ok };
+        let mut repaired = ok;
+        repaired.repaired = 1;
         assert_eq!(
             file_line(&repaired),
             "ok      d/f\\u{a} (5 bytes, blake3 ab, 1 chunk repaired)"
@@ -361,10 +357,11 @@ mod tests {
     fn files_in_flight_at_once_never_overshoot_the_total() {
         let (a, b) = (8u64 << 20, 2u64 << 20);
         let mut d = SendDisplay::new(Show::Quiet, 2, a + b);
-        let done = |name: &str, bytes: u64| FileReport {
-            name: name.into(),
-            bytes,
-            ..report("ok", None)
+        let done = |name: &str, bytes: u64| {
+            let mut r = report("ok", None);
+            r.name = name.into();
+            r.bytes = bytes;
+            r
         };
         let bytes = |name, n| Progress::Bytes {
             name,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use rdmaxfer::xfer::file::names::printable;
+use rdmaxfer::xfer::file::printable;
 
 use crate::args::{usage, usage_of};
 

@@ -1,7 +1,7 @@
 //! Connection set-up over RDMA CM: the client ([`Endpoint::connect_cm`]) and the
 //! [`Listener`] (its accept is in [`super::accept`]).
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,13 +11,16 @@ use crate::xfer::wire::{Hello, Reject};
 
 use super::conn::Endpoint;
 use super::options::{EndpointOptions, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY};
-use super::setup::{check_cm_device, check_msg_size, choose, gid_source, rd_atomic, Parts};
+use super::setup::{
+    check_cm_device, check_msg_size, choose, gid_source, rd_atomic, resolve, Parts,
+};
 use super::wake::{ShutdownHandle, Wake};
 
 impl Endpoint {
     /// Connects to an rdmaxfer [`Listener`] with RDMA CM: resolve address and route, create
-    /// the QP, connect with the handshake as private data, wait for ESTABLISHED.
-    pub fn connect_cm(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
+    /// the QP, connect with the handshake as private data, wait for ESTABLISHED. `dst` is a
+    /// socket address or a host name with its port (`"server:7471"`, `("server", 7471)`).
+    pub fn connect_cm(dst: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<Endpoint> {
         Endpoint::dial_cm(dst, opts)?.connect()
     }
 
@@ -25,7 +28,8 @@ impl Endpoint {
     /// the address and the route, creates the QP and posts the receives. [`Dial::connect`]
     /// sends the connect request later (e.g. once another connection has opened the session
     /// this one is to join), each step within `opts.timeout`.
-    pub fn dial_cm(dst: SocketAddr, opts: &EndpointOptions) -> Result<Dial> {
+    pub fn dial_cm(dst: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<Dial> {
+        let dst = resolve(dst, "the address to connect to")?;
         let t = opts.timeout;
         let id = start_connect(dst, opts)?;
         id.expect_event(EventKind::AddrResolved, t, "resolving the server's address")?;
@@ -185,7 +189,9 @@ impl std::fmt::Debug for Listener {
 impl Listener {
     /// Binds and listens (`rdma_bind_addr` + `rdma_listen`). With an unspecified address and a
     /// device or GID index given, listens on that GID's IPv4 address. Options are checked now.
-    pub fn bind(addr: SocketAddr, opts: &EndpointOptions) -> Result<Listener> {
+    /// `addr` is a socket address or a host name with its port (`"0.0.0.0:7471"`).
+    pub fn bind(addr: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<Listener> {
+        let addr = resolve(addr, "the address to listen on")?;
         if opts.mtu.is_some() {
             return Err(Error::InvalidArgument(
                 "the path MTU cannot be set with rdma_cm (it follows the route's netdev MTU); use --oob to set it".into(),

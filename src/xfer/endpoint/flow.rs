@@ -22,7 +22,7 @@ impl Endpoint {
     /// Switches an out-of-band endpoint from ibv_rc_pingpong's one-message-at-a-time flow to
     /// credit flow control (a no-op over CM, which has credits from the start). Both sides must
     /// call it, the connecting side with `initiator`; so it is for rdmaxfer ↔ rdmaxfer only.
-    /// Each side sends one [`wire::Hello`] with its receive depth and message size.
+    /// Each side sends one `wire::Hello` with its receive depth and message size.
     pub fn enable_credits(&mut self, initiator: bool) -> Result<()> {
         if !matches!(self.flow, Flow::Implicit { .. }) {
             return Ok(());

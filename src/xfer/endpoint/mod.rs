@@ -8,7 +8,7 @@
 //! happen, and `rnr_retry` is small and finite.
 //! - **Credits** (CM; both ends are rdmaxfer): each side posts `recv_depth + 2` receives and
 //!   grants `recv_depth` credits in the handshake. A message costs one credit. Credits come back
-//!   in the immediate word of every SEND_WITH_IMM ([`wire::encode_imm`]); when half our window
+//!   in the immediate word of every SEND_WITH_IMM (`wire::encode_imm`); when half our window
 //!   is owed and nothing is being sent, a zero-length credit message returns it. Credit messages
 //!   take no credit: at most two are ever unread, which the two spare receives absorb. Neither
 //!   side may wait for a credit with the peer's messages unread (the peer may be waiting for
@@ -90,8 +90,6 @@
 //! `accept` (accepting in two steps), `flow` (the credit engine and the waits) and `messaging`
 //! (send, receive, the caller's own work requests), `batch` (those as a post list), `bulk` (messages taken in bulk), then `nonblock` (descriptors and `try_*`
 //! calls for event loops). Each imports only the ones listed before it.
-//!
-//! [`wire::encode_imm`]: crate::xfer::wire::encode_imm
 
 mod accept;
 mod batch;
@@ -119,5 +117,7 @@ pub use options::{
     DEFAULT_TIMEOUT, RESERVED_WR_ID, RETRY_COUNT, RNR_RETRY,
 };
 pub use rail::rail_cannot_reach;
+#[cfg(feature = "tokio")]
+pub(crate) use setup::first_ipv4;
 pub use setup::resolve_host;
 pub use wake::ShutdownHandle;

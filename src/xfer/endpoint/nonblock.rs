@@ -1,7 +1,7 @@
 //! Non-blocking use for event loops: descriptors and `try_*` calls (documented in the
 //! [endpoint module](crate::xfer::endpoint#non-blocking-use)).
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use super::cm::{connected, send_connect, start_connect, Listener};
 use super::conn::Endpoint;
 use super::oob::OobHandshake;
 use super::options::EndpointOptions;
-use super::setup::Parts;
+use super::setup::{resolve, Parts};
 
 impl Endpoint {
     /// A descriptor readable while the completion channel is, or `None` for an endpoint made
@@ -397,8 +397,9 @@ impl std::fmt::Debug for Connecting {
 
 impl Connecting {
     /// Checks the options and starts resolving `dst` (as [`Endpoint::connect_cm`] does, without
-    /// waiting).
-    pub fn start(dst: SocketAddr, opts: &EndpointOptions) -> Result<Connecting> {
+    /// waiting). A host name in `dst` is looked up first, blocking.
+    pub fn start(dst: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<Connecting> {
+        let dst = resolve(dst, "the address to connect to")?;
         Ok(Connecting {
             dst,
             opts: opts.clone(),

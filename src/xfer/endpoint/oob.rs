@@ -2,7 +2,7 @@
 //! ([`Endpoint::connect_oob`]), the QP's side of it and the [`OobListener`].
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,13 +15,15 @@ use super::conn::{Endpoint, Flow};
 use super::options::{
     EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport, ACK_TIMEOUT, RETRY_COUNT, RNR_RETRY,
 };
-use super::setup::{choose, rd_atomic, Choice, Parts};
+use super::setup::{choose, rd_atomic, resolve, Choice, Parts};
 use super::wake::{ShutdownHandle, Wake};
 
 impl Endpoint {
     /// Connects to `dst` with ibv_rc_pingpong's out-of-band exchange (the peer may be
-    /// `ibv_rc_pingpong` itself, or an [`OobListener`]).
-    pub fn connect_oob(dst: SocketAddr, opts: &EndpointOptions) -> Result<Endpoint> {
+    /// `ibv_rc_pingpong` itself, or an [`OobListener`]). `dst` is a socket address or a host
+    /// name with its port.
+    pub fn connect_oob(dst: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<Endpoint> {
+        let dst = resolve(dst, "the address to connect to")?;
         let c = choose(opts)?;
         let t = opts.timeout;
         let side = OobSide::new(c, opts)?;
@@ -51,7 +53,7 @@ impl Endpoint {
     /// Waits (at most `wait`, `None`: forever) for one OOB client on `addr` and connects it.
     /// For several clients use an [`OobListener`].
     pub fn accept_oob(
-        addr: SocketAddr,
+        addr: impl ToSocketAddrs,
         opts: &EndpointOptions,
         wait: Option<Duration>,
     ) -> Result<Endpoint> {
@@ -468,8 +470,10 @@ impl std::fmt::Debug for OobListener {
 }
 
 impl OobListener {
-    /// Checks the options (device, GID index, message size, MTU) and listens on TCP `addr`.
-    pub fn bind(addr: SocketAddr, opts: &EndpointOptions) -> Result<OobListener> {
+    /// Checks the options (device, GID index, message size, MTU) and listens on TCP `addr` (a
+    /// socket address or a host name with its port).
+    pub fn bind(addr: impl ToSocketAddrs, opts: &EndpointOptions) -> Result<OobListener> {
+        let addr = resolve(addr, "the address to listen on")?;
         let c = choose(opts)?;
         if let (Some(m), Some(active)) = (opts.mtu, c.port.active_mtu) {
             if m > active {

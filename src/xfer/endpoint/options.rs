@@ -26,6 +26,7 @@ pub const RESERVED_WR_ID: u64 = 1 << 62;
 
 /// How an [`Endpoint`](crate::xfer::endpoint::Endpoint) is made and behaves.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct EndpointOptions {
     /// RDMA device; `None`: the first with an active port (OOB), or the one rdma_cm routes to (CM).
     pub device: Option<String>,
@@ -71,6 +72,20 @@ impl Default for EndpointOptions {
 }
 
 impl EndpointOptions {
+    setters! {
+        device: Option<String>,
+        gid_index: Option<u32>,
+        ib_port: Option<u8>,
+        mtu: Option<Mtu>,
+        wait: WaitMode,
+        timeout: Duration,
+        msg_size: usize,
+        recv_depth: u32,
+        send_depth: u32,
+        extra_send_wr: u32,
+        session: Option<SessionParams>,
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
         if self.msg_size == 0 || self.msg_size > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!(
@@ -100,6 +115,7 @@ impl EndpointOptions {
 /// How the connection was set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Transport {
     /// RDMA connection manager.
     Cm,
@@ -110,6 +126,7 @@ pub enum Transport {
 /// What the other side is, as far as the connection set-up tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
+#[non_exhaustive]
 pub enum PeerKind {
     /// rdmaxfer, speaking handshake `version` (CM).
     Rdmaxfer {
@@ -122,6 +139,7 @@ pub enum PeerKind {
 
 /// What was negotiated about the peer.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct PeerInfo {
     /// Its address (the TCP peer for OOB).
     pub addr: Option<SocketAddr>,
@@ -143,6 +161,7 @@ pub struct PeerInfo {
 
 /// What this side of the connection uses.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct LocalInfo {
     /// CM or OOB.
     pub transport: Transport,

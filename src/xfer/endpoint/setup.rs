@@ -31,16 +31,28 @@ pub(super) struct Parts {
 
 /// Resolves `host:port` to one socket address (IPv4 preferred, as rdma_cm on RoCE needs).
 pub fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
-    let addrs: Vec<SocketAddr> = (host, port)
+    resolve((host, port), &format!("{host:?}"))
+}
+
+/// The one socket address `addr` names (a `SocketAddr`, `"host:port"`, `(host, port)`, ...:
+/// a host name is looked up by the system's resolver), IPv4 preferred as for
+/// [`resolve_host`]; `what` names it in the error.
+pub(crate) fn resolve(addr: impl ToSocketAddrs, what: &str) -> Result<SocketAddr> {
+    let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
-        .map_err(|e| Error::io(format!("resolving {host:?}"), e))?
+        .map_err(|e| Error::io(format!("resolving {what}"), e))?
         .collect();
+    first_ipv4(&addrs)
+        .ok_or_else(|| Error::InvalidArgument(format!("{what} resolves to no address")))
+}
+
+/// The first IPv4 address of `addrs`, else the first.
+pub(crate) fn first_ipv4(addrs: &[SocketAddr]) -> Option<SocketAddr> {
     addrs
         .iter()
         .find(|a| a.is_ipv4())
-        .or_else(|| addrs.first())
+        .or(addrs.first())
         .copied()
-        .ok_or_else(|| Error::InvalidArgument(format!("{host:?} resolves to no address")))
 }
 
 pub(super) fn check_msg_size(opts: &EndpointOptions, ctx: &Context, port: &PortAttr) -> Result<()> {
@@ -325,5 +337,26 @@ mod tests {
             "127.0.0.1:5".parse().unwrap()
         );
         assert!(resolve_host("[::1]", 5).is_err() || resolve_host("::1", 5).is_ok());
+    }
+
+    #[test]
+    fn an_address_may_be_a_host_name_and_a_bad_one_says_which_it_was() {
+        let want: SocketAddr = "127.0.0.1:7471".parse().unwrap();
+        assert_eq!(resolve(want, "x").unwrap(), want);
+        assert_eq!(resolve("127.0.0.1:7471", "x").unwrap(), want);
+        assert_eq!(resolve(("localhost", 7471), "x").unwrap().port(), 7471);
+        // No port: refused before any lookup.
+        let e = resolve("server", "the address to connect to").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("resolving the address to connect to: "),
+            "{e}"
+        );
+        let none: &[SocketAddr] = &[];
+        let e = resolve(none, "the address to listen on").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: the address to listen on resolves to no address"
+        );
     }
 }

@@ -71,6 +71,7 @@ impl std::ops::Add<Duration> for Instant {
 
 /// The limits; `None` (or a rate of 0) switches one off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Budgets {
     /// End a session without progress for this long.
     pub idle: Option<Duration>,
@@ -80,6 +81,15 @@ pub struct Budgets {
     pub rate_window: Duration,
     /// End a session after more than this many refused or failed files.
     pub max_refusals: Option<u32>,
+}
+
+impl Budgets {
+    setters! {
+        idle: Option<Duration>,
+        min_rate: u64,
+        rate_window: Duration,
+        max_refusals: Option<u32>,
+    }
 }
 
 impl Default for Budgets {

@@ -1,12 +1,17 @@
-//! Verified file transfer over a connected [`Endpoint`](crate::xfer::endpoint::Endpoint), or
-//! any other [`link::Link`]: the receiver ([`recv`](mod@recv)) and the sender
-//! ([`send`](mod@send)), which never import each other, over what both use: the connection as
-//! the protocol sees it ([`link`]; [`link::mem::MemLink`] runs whole sessions in memory), the
-//! wire format ([`proto`]), names ([`names`]), digests ([`digest`]), control messages (`ctl`),
-//! deadlines and budgets ([`budget`]), the test hooks (`fault`), the options ([`options`]) and
-//! the reports ([`report`]). See `docs/file-protocol.md`.
+//! Verified file transfer over a connected [`Endpoint`](crate::xfer::endpoint::Endpoint):
+//! [`send`](fn@send) and [`receive`] with their options ([`SenderOptions`],
+//! [`ReceiverOptions`]) and reports ([`SessionReport`], [`FileReport`]; a failed session's in
+//! its [`SessionError`]), what to send ([`source::walk`]) and how to stop it ([`Cancel`]). See
+//! `docs/file-protocol.md`.
 //!
-//! Control messages are SENDs ([`proto`]); file data is RDMA WRITE_WITH_IMM
+//! Inside (public only with the cargo feature `internals`, for rdmaxfer's own fuzzers, tests
+//! and tool, with no semver promise): the receiver (`recv`) and the sender (`send`), which
+//! never import each other, over what both use: the connection as the protocol sees it (`link`;
+//! `link::mem::MemLink` runs whole sessions in memory), the wire format (`proto`), names
+//! (`names`), digests (`digest`), control messages (`ctl`), deadlines and budgets (`budget`),
+//! the test hooks (`fault`), the options (`options`) and the reports (`report`).
+//!
+//! Control messages are SENDs (`proto`); file data is RDMA WRITE_WITH_IMM
 //! into the receiver's staging ring, one chunk per slot.
 //!
 //! # Ring flow control
@@ -22,40 +27,50 @@
 //! Memory is bounded by the ring on both sides: `slots × slot size` registered bytes (plus one
 //! slot-sized copy buffer on the receiver), whatever the file size.
 
-pub mod budget;
+internal! { mod budget; }
 #[cfg(test)]
 mod core_tests;
 mod ctl;
-pub mod digest;
+internal! { mod digest; }
 mod fault;
-pub mod link;
+internal! { mod link; }
 #[cfg(all(test, feature = "test-hooks"))]
 mod lost_tests;
-pub mod names;
-pub mod options;
-pub mod proto;
-pub mod recv;
+internal! { mod names; }
+internal! { mod options; }
+internal! { mod proto; }
+internal! { mod recv; }
 #[cfg(all(test, feature = "test-hooks"))]
 mod repair_tests;
-pub mod report;
-pub mod send;
+internal! { mod report; }
+internal! { mod send; }
 #[cfg(test)]
 mod session_tests;
 
+// What a user of the library needs, at `xfer::file::*`; the modules above are internals
+// (public only with the cargo feature `internals`: rdmaxfer's own fuzzers, tests and tool).
+pub use budget::Budgets;
+pub use digest::Algo;
+pub use names::printable;
 pub use options::{
     Cancel, ReceiverOptions, SenderOptions, DEFAULT_CHUNK, DEFAULT_SLOTS, MAX_CHUNK,
     MAX_RING_BYTES, MAX_SLOTS, MIN_CHUNK,
 };
 #[cfg(feature = "test-hooks")]
 pub use options::{RecvHooks, SendHooks};
+pub use recv::receive;
+#[cfg(feature = "internals")]
 pub use recv::{
-    cleanup, partial, receive, receive_leased, receive_streams, ring_budget, sink, Role,
+    cleanup, partial, receive_into, receive_leased, receive_streams, ring_budget, sink, Role,
     StreamRegistry, DEFAULT_MAX_STREAMS,
 };
 pub use report::{
-    FileReport, Progress, SessionReport, MAX_REPORTED_FILES, MAX_REPORT_TEXT, SKIPPED,
+    FileReport, LostStream, Progress, SessionError, SessionReport, MAX_REPORTED_FILES,
+    MAX_REPORT_TEXT, SKIPPED,
 };
 pub use send::{
-    default_streams, send, send_streams, source, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE,
-    PHASE_TARGET, STRIPE_MIN,
+    default_streams, filter::Filter, send, send_streams, source, DEFAULT_STREAMS_CAP,
+    DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
 };
+#[cfg(feature = "internals")]
+pub use send::{send_into, send_streams_into, PHASE_TARGET};

@@ -98,6 +98,7 @@ mod hooks {
 
 /// The receiver's policy.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ReceiverOptions {
     /// Where files go (must exist).
     pub out_dir: PathBuf,
@@ -132,6 +133,18 @@ impl ReceiverOptions {
         return &self.hooks;
         #[cfg(not(feature = "test-hooks"))]
         return &NO_RECV_HOOKS;
+    }
+
+    setters! {
+        out_dir: PathBuf,
+        token: Option<Vec<u8>>,
+        max_size: Option<u64>,
+        force: bool,
+        resume: bool,
+        slots: u32,
+        budgets: Budgets,
+        verify: Option<Algo>,
+        allow_delete: bool,
     }
 
     /// Receives into `out_dir` with defaults.
@@ -202,6 +215,7 @@ impl Cancel {
 
 /// The sender's settings.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SenderOptions {
     /// Shared secret answering the receiver's challenge.
     pub token: Option<Vec<u8>>,
@@ -274,6 +288,25 @@ impl Default for SenderOptions {
 }
 
 impl SenderOptions {
+    setters! {
+        token: Option<Vec<u8>>,
+        chunk: u32,
+        slots: u32,
+        resume: bool,
+        force: bool,
+        ignore_existing: bool,
+        update: bool,
+        checksum: bool,
+        verify: Algo,
+        streams: u16,
+        bwlimit: Option<u64>,
+        dry_run: bool,
+        delete: bool,
+        filter: Filter,
+        require_receiver_proof: bool,
+        cancel: Cancel,
+    }
+
     /// The test hooks asked for (none without feature `test-hooks`).
     pub(crate) fn hooks(&self) -> &SendHooks {
         #[cfg(feature = "test-hooks")]

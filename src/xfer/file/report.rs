@@ -13,7 +13,7 @@ pub const MAX_REPORTED_FILES: usize = 1000;
 /// Bytes of a name or message a [`FileReport`] keeps.
 pub const MAX_REPORT_TEXT: usize = 256;
 
-/// What [`send`](fn@super::send) and [`receive_leased`](super::receive_leased) report as a session goes on (to draw progress).
+/// What [`send`](fn@super::send) and [`receive`](super::receive) report as a session goes on (to draw progress).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum Progress<'a> {
@@ -64,7 +64,8 @@ pub enum Progress<'a> {
 }
 
 /// What happened to one entry (a file, a directory or a symlink).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileReport {
     /// Relative name (as sent, control characters escaped by `names::printable`; for hostile
     /// names, shortened).
@@ -239,6 +240,7 @@ fn clip(s: &str) -> String {
 /// A stream lost during a session: its connection failed, and the other streams took over
 /// what it held.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LostStream {
     /// Its index in the session.
     pub stream: u16,
@@ -252,10 +254,11 @@ pub struct LostStream {
     pub handed_back: u64,
 }
 
-/// What a session did, filled in as it goes (so it is there after an error too). Its size is
-/// bounded whatever the peer sends: at most [`MAX_REPORTED_FILES`] entries of at most
-/// [`MAX_REPORT_TEXT`]-byte texts.
+/// What a session did, filled in as it goes (so it is there after an error too: see
+/// [`SessionError`]). Its size is bounded whatever the peer sends: at most
+/// [`MAX_REPORTED_FILES`] entries of at most [`MAX_REPORT_TEXT`]-byte texts.
 #[derive(Clone, Debug, Default, Serialize)]
+#[non_exhaustive]
 pub struct SessionReport {
     /// The first [`MAX_REPORTED_FILES`] files announced, in order (see [`push`](Self::push)).
     pub files: Vec<FileReport>,
@@ -411,6 +414,36 @@ impl SessionReport {
                 what,
             }),
         }
+    }
+
+    /// The result of a session that ended with `r`: this report, or the error with it.
+    pub(crate) fn ended(self, r: Result<()>) -> std::result::Result<SessionReport, SessionError> {
+        match r {
+            Ok(()) => Ok(self),
+            Err(error) => Err(SessionError {
+                error,
+                report: Box::new(self),
+            }),
+        }
+    }
+}
+
+/// A file transfer that ended in an error, with what it did until then: which files were sent
+/// or received, and which were refused or failed (an [`Error::Incomplete`] session is one that
+/// ran to its end with some of them). `?` turns it into its [`Error`].
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+#[non_exhaustive]
+pub struct SessionError {
+    /// Why the session failed.
+    pub error: Error,
+    /// What it did before (boxed: an error stays small).
+    pub report: Box<SessionReport>,
+}
+
+impl From<SessionError> for Error {
+    fn from(e: SessionError) -> Error {
+        e.error
     }
 }
 

@@ -12,11 +12,10 @@ use super::link::Link;
 use super::options::SENDER_RECV_DEPTH;
 use super::proto::{self, Msg, Reason};
 use super::recv::ring_budget::RingLease;
+use super::recv::{receive_streams, Role, StreamRegistry};
 use super::send::source::{walk, SourceEntry};
-use super::{
-    receive_streams, send_streams, Progress, ReceiverOptions, Role, SenderOptions, SessionReport,
-    StreamRegistry, STRIPE_MIN,
-};
+use super::send::{send_into, send_streams_into};
+use super::{Progress, ReceiverOptions, SenderOptions, SessionReport, STRIPE_MIN};
 use crate::error::{Error, Result};
 
 /// What one session gave on each side.
@@ -108,7 +107,7 @@ fn session_with(
         };
         let mut first = dial().expect("first link");
         let mut report = SessionReport::default();
-        let sent = send_streams(&mut first, &|_| dial(), entries, so, &mut report, progress);
+        let sent = send_streams_into(&mut first, &|_| dial(), entries, so, &mut report, progress);
         drop(first);
         drop(tx);
         Ran {
@@ -482,7 +481,7 @@ fn a_sender_whose_receiver_goes_quiet_names_the_stage_the_stream_and_the_peer() 
     // A file alone: its HELLO waits for an answer (a tree's directory goes first, in flight).
     let entries = walk(&[top.join("f0")]).unwrap();
     let mut report = SessionReport::default();
-    let r = super::send(
+    let r = send_into(
         &mut near,
         &entries,
         &SenderOptions::default(),

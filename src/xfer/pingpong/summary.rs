@@ -4,6 +4,7 @@ use serde::Serialize;
 
 /// min / p50 / mean / p99 / p99.9 / max, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Summary {
     /// Smallest.
     pub min: f64,

@@ -10,6 +10,7 @@ pub const MAX_CHUNK_DIGEST: usize = 32;
 /// How chunks are hashed (`--verify`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
+#[non_exhaustive]
 pub enum Algo {
     /// BLAKE3-256: cryptographic; resists deliberate collisions.
     Blake3 = 1,
@@ -101,7 +102,7 @@ impl ChunkDigest {
     }
 
     /// Lower-case hexadecimal.
-    pub fn to_hex(&self) -> String {
+    pub fn to_hex(self) -> String {
         self.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
     }
 }

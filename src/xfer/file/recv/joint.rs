@@ -553,7 +553,7 @@ mod tests {
     use super::*;
     use crate::xfer::file::digest::{digest_of, Algo, Chunks, Layout};
     use crate::xfer::file::names::sanitize;
-    use crate::xfer::file::sink::SinkOptions;
+    use crate::xfer::file::recv::sink::SinkOptions;
     use std::os::unix::fs::FileExt;
 
     fn stripe(index: u16, offset: u64, len: u64) -> Stripe {

@@ -15,21 +15,21 @@
 
 mod answer;
 mod claim;
-pub mod cleanup;
-pub mod core;
+internal! { mod cleanup; }
+internal! { mod core; }
 mod data;
-pub mod delete;
-pub mod entry;
+internal! { mod delete; }
+internal! { mod entry; }
 mod file;
 mod inline;
 mod joint;
-pub mod partial;
+internal! { mod partial; }
 mod policy;
 mod replies;
-pub mod ring_budget;
+internal! { mod ring_budget; }
 mod session;
-pub mod sink;
+internal! { mod sink; }
 mod stripe;
 
 pub use joint::{StreamRegistry, DEFAULT_MAX_STREAMS};
-pub use session::{receive, receive_leased, receive_streams, Role};
+pub use session::{receive, receive_into, receive_leased, receive_streams, Role};

@@ -22,14 +22,25 @@ use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::names::DirCache;
 use crate::xfer::file::options::ReceiverOptions;
 use crate::xfer::file::proto::{self, EntryKind, Msg, Reason, Session, Stripe};
-use crate::xfer::file::report::{LostStream, Progress, SessionReport};
+use crate::xfer::file::report::{LostStream, Progress, SessionError, SessionReport};
 
-/// Serves one sender on `ep` until DONE (or a HELLO flagged `last`). Files are recorded in
-/// `report` as they finish; refused or failed files make the result an error at the end (the
+/// Serves one sender on `ep` until DONE (or a HELLO flagged `last`) and returns the session's
+/// report: each file's verdict. Refused or failed files make the result an error at the end
+/// ([`Error::Incomplete`](crate::Error::Incomplete), in a [`SessionError`] with the report; the
 /// session itself continues past them). A protocol violation, a failed authentication, an
 /// unsupported version, a spent budget (`opts.budgets`: ERR(budget) tells the sender which) or
 /// a lost connection ends the session at once. The ring is revoked before returning.
 pub fn receive<L: Link>(
+    ep: &mut L,
+    opts: &ReceiverOptions,
+) -> std::result::Result<SessionReport, SessionError> {
+    let mut report = SessionReport::default();
+    let r = receive_into(ep, opts, &mut report);
+    report.ended(r)
+}
+
+/// [`receive`], recording into `report` as it goes (the C API's and the tool's form).
+pub fn receive_into<L: Link>(
     ep: &mut L,
     opts: &ReceiverOptions,
     report: &mut SessionReport,
@@ -342,9 +353,13 @@ fn next_msg<L: Link>(
         replies.flush(ep)?;
     }
     let mut next = st.budget.wait(ep, recv_ctl);
-    if st.joint.is_some() && next.as_ref().is_err_and(Error::is_timeout) {
-        // Between entries, a stream of several may wait for the sender to find out that
-        // another stream was lost (a step) and to send its parts again on this one.
+    // Between entries, a stream of several may wait for the sender to find out that another
+    // stream was lost (up to two steps after the session stopped moving) and to send its parts
+    // again on this one.
+    for _ in 0..2 {
+        if st.joint.is_none() || !next.as_ref().is_err_and(Error::is_timeout) {
+            break;
+        }
         next = st.budget.wait(ep, recv_ctl);
     }
     match awaiting("the sender's next entry", next)? {

@@ -10,11 +10,11 @@
 //! not), `session`, `streams`. `core` is the
 //! protocol without I/O: what the receiver's answers mean and where each chunk goes.
 
-pub mod core;
+internal! { mod core; }
 mod data;
-pub mod delete;
+internal! { mod delete; }
 mod file;
-pub mod filter;
+internal! { mod filter; }
 mod part;
 mod pipe;
 mod queue;
@@ -22,8 +22,9 @@ mod session;
 pub mod source;
 mod streams;
 
+#[cfg(feature = "internals")]
 pub use data::PHASE_TARGET;
-pub use session::send;
+pub use session::{send, send_into};
 pub use streams::{
-    default_streams, send_streams, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
+    default_streams, send_streams, send_streams_into, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
 };

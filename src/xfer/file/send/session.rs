@@ -12,14 +12,28 @@ use crate::xfer::file::ctl::{awaiting, peer_err, recv_ctl, send_err, send_msg, s
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Msg, Reason};
-use crate::xfer::file::report::{FileReport, Progress, SessionReport};
+use crate::xfer::file::report::{FileReport, Progress, SessionError, SessionReport};
 
 /// Sends `entries` (from [`source::walk`](crate::xfer::file::source::walk)) on `ep`, one after
-/// another, then DONE. Each file's verdict (the receiver's ACK) is recorded in `report`; refused or
-/// failed files make the result an error at the end, but later files are still sent. A lost
-/// connection, an ERR from the receiver or a failed authentication ends the session at once.
-/// `progress` hears of each file's start, its bytes as they are written and its verdict.
+/// another, then DONE, and returns the session's report: each file's verdict (the receiver's
+/// ACK). Refused or failed files make the result an error at the end ([`Error::Incomplete`](
+/// crate::Error::Incomplete), in a [`SessionError`] with the report), but later files are still
+/// sent. A lost connection, an ERR from the receiver or a failed authentication ends the
+/// session at once. `progress` hears of each file's start, its bytes as they are written and
+/// its verdict.
 pub fn send<L: Link>(
+    ep: &mut L,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> std::result::Result<SessionReport, SessionError> {
+    let mut report = SessionReport::default();
+    let r = send_into(ep, entries, opts, &mut report, progress);
+    report.ended(r)
+}
+
+/// [`send`], recording into `report` as it goes (the C API's and the tool's form).
+pub fn send_into<L: Link>(
     ep: &mut L,
     entries: &[SourceEntry],
     opts: &SenderOptions,

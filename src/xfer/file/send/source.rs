@@ -1,5 +1,5 @@
 //! The sender's side, independent of RDMA: listing the files to send ([`walk`]) and reading
-//! one in chunks at their offsets, from any thread, each chunk hashed ([`Source`]).
+//! one in chunks at their offsets, from any thread, each chunk hashed (`Source`, crate-private).
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
@@ -13,6 +13,7 @@ use crate::{Error, Result};
 
 /// What an entry is on the sender.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SourceKind {
     /// A regular file: its data is sent.
     File,
@@ -64,7 +65,7 @@ pub struct Listed {
 
 impl Listed {
     /// The fields of `m`.
-    pub fn of(m: &std::fs::Metadata) -> Listed {
+    pub(crate) fn of(m: &std::fs::Metadata) -> Listed {
         Listed {
             size: m.len(),
             mode: m.mode() & 0o7777,
@@ -76,6 +77,7 @@ impl Listed {
 
 /// How [`walk_with`] treats symlinks inside a tree, and which entries it lists.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct WalkOptions {
     /// Send what a symlink points to instead of the link (`send --copy-links`); a dangling
     /// link is skipped, a directory reached twice (a loop) is skipped.
@@ -87,6 +89,10 @@ pub struct WalkOptions {
 
 fn invalid(msg: String) -> Error {
     Error::InvalidArgument(msg)
+}
+
+impl WalkOptions {
+    setters! { copy_links: bool, filter: Filter }
 }
 
 /// [`walk_with`] with default options: symlinks inside a tree are sent as symlinks.
@@ -323,7 +329,7 @@ impl Walker<'_> {
 }
 
 /// The BLAKE3 of the file at `path` (`send --checksum`).
-pub fn hash_file(path: &Path) -> Result<Digest> {
+pub(crate) fn hash_file(path: &Path) -> Result<Digest> {
     let mut f = File::open(path).map_err(|e| read_err(path, e))?;
     let mut h = blake3::Hasher::new();
     std::io::copy(&mut f, &mut h).map_err(|e| read_err(path, e))?;
@@ -333,10 +339,9 @@ pub fn hash_file(path: &Path) -> Result<Digest> {
 /// Most threads hashing a resumed prefix.
 const RESUME_THREADS: usize = 16;
 
-/// One file being read for sending: chunks at their offsets, in any order and from several
-/// threads, each hashed as it is read (see [`digest`]).
+/// A file read for sending: chunks at any offset, from any thread, each hashed as read.
 #[derive(Debug)]
-pub struct Source {
+pub(crate) struct Source {
     file: File,
     path: PathBuf,
     size: u64,

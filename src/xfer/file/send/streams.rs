@@ -21,7 +21,7 @@ use crate::xfer::file::ctl::{is_lost, peer_err, recv_ctl, send_msg, stalled};
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
-use crate::xfer::file::report::{FileReport, LostStream, Progress, SessionReport};
+use crate::xfer::file::report::{FileReport, LostStream, Progress, SessionError, SessionReport};
 
 /// Files at least this large are striped over the streams (smaller ones go whole).
 pub const STRIPE_MIN: u64 = 8 << 20;
@@ -59,7 +59,7 @@ pub const DEFAULT_STREAMS_PER_DEVICE: u16 = 2;
 /// The stream count `send` uses without `--streams`: 1 for a transfer too small to gain from
 /// more (no file of [`STRIPE_MIN`] or more, and fewer than 2 files or less than
 /// [`STRIPE_MIN`] in all through the staging ring: small files, of at most
-/// [`proto::INLINE_MAX`], travel pipelined in control messages and do not count), otherwise the machine's CPUs, at most
+/// `proto::INLINE_MAX`, travel pipelined in control messages and do not count), otherwise the machine's CPUs, at most
 /// [`DEFAULT_STREAMS_PER_DEVICE`] per device (`devices`, at least 1) and at most
 /// [`DEFAULT_STREAMS_CAP`]. The receiver may grant fewer (its `--max-streams`).
 pub fn default_streams(entries: &[SourceEntry], devices: usize) -> u16 {
@@ -129,11 +129,24 @@ enum Event {
 
 /// Sends `entries` over up to `opts.streams` streams: `first` opens the session, `connect(i)`
 /// makes the connection of stream `i` (1..), which joins it. With one stream (asked or granted)
-/// this is [`send`](super::send). The result and `report` are as for `send`. A stream whose
-/// connection is lost hands its work to the others (`report.lost` names it); a stream that
-/// fails otherwise, or the last one lost, ends the transfer with its error once the other
-/// streams have finished their jobs.
+/// this is [`send`](super::send). The result is as for `send`. A stream whose connection is
+/// lost hands its work to the others (the report's `lost` names it); a stream that fails
+/// otherwise, or the last one lost, ends the transfer with its error once the other streams
+/// have finished their jobs.
 pub fn send_streams<L: Link>(
+    first: &mut L,
+    connect: &(dyn Fn(u16) -> Result<L> + Sync),
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> std::result::Result<SessionReport, SessionError> {
+    let mut report = SessionReport::default();
+    let r = send_streams_into(first, connect, entries, opts, &mut report, progress);
+    report.ended(r)
+}
+
+/// [`send_streams`], recording into `report` as it goes (the C API's and the tool's form).
+pub fn send_streams_into<L: Link>(
     first: &mut L,
     connect: &(dyn Fn(u16) -> Result<L> + Sync),
     entries: &[SourceEntry],
