@@ -31,15 +31,16 @@ pub(super) fn async_options(opts: &EndpointOptions) -> EndpointOptions {
 
 /// A connected endpoint whose operations are futures (see the [module docs](super) for cancel
 /// safety). Each operation takes `&mut self`: one at a time per connection; serve many
-/// connections with one task each.
+/// connections with one task each, or [`split`](Self::split) one into a half that sends and
+/// a half that receives for two tasks.
 pub struct AsyncEndpoint {
     // Each holds a handle of its channel's owner (CQ, CM id). Declared before `ep`: dropped
     // first, so the endpoint's own teardown order (QP, CQ, ..., CM id) is unchanged.
-    cq: AsyncFd<CqChannel>,
-    cm: Option<AsyncFd<CmChannel>>,
+    pub(super) cq: AsyncFd<CqChannel>,
+    pub(super) cm: Option<AsyncFd<CmChannel>>,
     pub(super) ep: Endpoint,
     /// The wr_id of the next one-sided operation.
-    next_wr: u64,
+    pub(super) next_wr: u64,
 }
 
 impl std::fmt::Debug for AsyncEndpoint {

@@ -19,6 +19,9 @@
 //! - [`AsyncEndpoint::send`] and [`AsyncEndpoint::recv`] either do their whole step or
 //!   nothing: dropped before completing, no message was sent or taken (cancel-safe in
 //!   `tokio::select!`).
+//! - The halves of a [split](crate::aio::AsyncEndpoint::split) endpoint
+//!   ([`SendHalf`](crate::aio::SendHalf), [`RecvHalf`](crate::aio::RecvHalf)) are
+//!   as cancel-safe as the endpoint's own calls: one task may send while another receives.
 //! - [`AsyncEndpoint::write`] / [`AsyncEndpoint::read`] take the registered buffer **by
 //!   value**: while the future lives it cannot be touched (a borrow would end with the future
 //!   and let the device write into memory the program uses again). Dropped after the post, the
@@ -47,6 +50,7 @@ mod endpoint;
 mod file;
 mod listen;
 mod rw;
+mod split;
 
 use std::os::fd::AsRawFd;
 
@@ -59,6 +63,7 @@ use crate::xfer::endpoint::Endpoint;
 pub use endpoint::AsyncEndpoint;
 pub use file::FilesResult;
 pub use listen::{AsyncListener, AsyncPending};
+pub use split::{RecvHalf, SendHalf};
 
 /// What registering a channel with the reactor fails with.
 pub(crate) fn reg_err(e: std::io::Error) -> Error {

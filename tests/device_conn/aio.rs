@@ -270,3 +270,79 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
     assert_eq!(std::fs::read(out.path().join("a.bin")).unwrap(), data);
     assert_eq!(std::fs::read(out.path().join("b.txt")).unwrap(), b"small");
 }
+
+/// Message `i` of the side named `who`: its number, then bytes of its own.
+fn numbered(who: u8, i: u32) -> Vec<u8> {
+    let mut m = vec![who];
+    m.extend(i.to_be_bytes());
+    m.extend(pseudo_random(
+        24 + (i % 40) as usize,
+        u64::from(i) * 2 + u64::from(who),
+    ));
+    m
+}
+
+/// Sends `n` numbered messages on `tx` while receiving `n` of the peer's on `rx`, in two tasks;
+/// every message received is checked; returns both halves.
+async fn both_ways(
+    mut tx: rdmaxfer::aio::SendHalf,
+    mut rx: rdmaxfer::aio::RecvHalf,
+    (me, peer): (u8, u8),
+    n: u32,
+) -> (rdmaxfer::aio::SendHalf, rdmaxfer::aio::RecvHalf) {
+    let sending = tokio::spawn(async move {
+        for i in 0..n {
+            tx.send(&numbered(me, i)).await.expect("send");
+        }
+        tx.flush().await.expect("flush");
+        tx
+    });
+    let receiving = tokio::spawn(async move {
+        for i in 0..n {
+            let m = rx.recv().await.expect("recv");
+            assert!(m == numbered(peer, i), "message {i} of {peer}: {m:?}");
+        }
+        rx
+    });
+    let (tx, rx) = tokio::join!(sending, receiving);
+    (tx.expect("sending task"), rx.expect("receiving task"))
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn a_split_endpoint_sends_and_receives_ten_thousand_messages_each_way_from_two_tasks() {
+    need_rxe0();
+    const N: u32 = 10_000;
+    let opts = EndpointOptions::default()
+        .msg_size(128)
+        .recv_depth(16)
+        .send_depth(8);
+    let port = common::port();
+    runtime().block_on(async {
+        let mut l = AsyncListener::bind(addr(port), &opts).expect("bind");
+        let server = tokio::spawn(async move {
+            let ep = l
+                .take()
+                .await
+                .expect("take")
+                .finish()
+                .await
+                .expect("finish");
+            let (tx, rx) = ep.split();
+            let (tx, rx) = both_ways(tx, rx, (b's', b'c'), N).await;
+            tx.reunite(rx).expect("the halves of one endpoint")
+        });
+        let ep = AsyncEndpoint::connect(addr(port), &opts)
+            .await
+            .expect("connect");
+        let (tx, rx) = ep.split();
+        let (tx, rx) = both_ways(tx, rx, (b'c', b's'), N).await;
+        let ep = tx.reunite(rx).expect("the halves of one endpoint");
+        let served = tokio::time::timeout(LIMIT, server)
+            .await
+            .expect("server done in time")
+            .expect("server task");
+        ep.close().await.expect("client close");
+        served.close().await.expect("server close");
+    });
+}

@@ -290,8 +290,8 @@ pub struct SessionReport {
     pub repaired: u64,
     /// Bytes moved by RDMA WRITE in this session.
     pub bytes: u64,
-    /// Streams lost during the session whose work the others took over (sender; at most
-    /// [`MAX_STREAMS`](super::proto::MAX_STREAMS)).
+    /// Streams lost during the session whose work the others took over: the sender's, or
+    /// this connection's on the receiver (at most 64).
     pub lost: Vec<LostStream>,
     /// Bytes sent again because a stream was lost: what a lost stream had sent of its parts
     /// that the receiver had not kept when another stream took them over (sender).

@@ -53,6 +53,7 @@ pub(super) fn session(
 }
 
 /// [`session`] with a step deadline of `step` on every link (10 s otherwise).
+#[cfg(feature = "test-hooks")]
 pub(super) fn session_step(
     roots: &[PathBuf],
     so: &SenderOptions,
