@@ -1,10 +1,13 @@
 //! Verified file transfer from async code: the blocking session of
-//! [`file`](crate::xfer::file) on tokio's blocking pool.
+//! [`file`](crate::xfer::file) on tokio's blocking pool, stopped (its options' `cancel`
+//! raised) when its future is dropped.
 
 use crate::error::Error;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::source::SourceEntry;
-use crate::xfer::file::{self, ReceiverOptions, SenderOptions, SessionError, SessionReport};
+use crate::xfer::file::{
+    self, Cancel, ReceiverOptions, SenderOptions, SessionError, SessionReport,
+};
 
 use super::AsyncEndpoint;
 
@@ -18,21 +21,33 @@ impl AsyncEndpoint {
     /// `rdmaxfer recv`), and gives the endpoint back with the session's report. Connect with
     /// the options of [`SenderOptions::endpoint_options`].
     ///
-    /// The session runs on tokio's blocking pool (its steps keep their deadlines): dropping
-    /// this future does not stop it; it runs to its end, then drops the endpoint.
+    /// The session runs on tokio's blocking pool (its steps keep their deadlines). Dropping
+    /// this future stops it as [`SenderOptions::cancel`] does: at its next entry or chunk the
+    /// sender tells the receiver, which commits nothing it has not verified whole; the
+    /// endpoint is dropped when the session has ended.
     pub async fn send_files(self, entries: Vec<SourceEntry>, opts: SenderOptions) -> FilesResult {
-        self.on_blocking_pool(move |ep, report| {
-            file::send::send_into(ep, &entries, &opts, report, &mut |_| {})
-        })
-        .await
+        let stop = CancelOnDrop(Some(opts.cancel.clone()));
+        let r = self
+            .on_blocking_pool(move |ep, report| {
+                file::send::send_into(ep, &entries, &opts, report, &mut |_| {})
+            })
+            .await;
+        stop.disarm();
+        r
     }
 
     /// Receives what one sender sends, as [`file::receive`] does, and gives the endpoint
     /// back with the session's report. Accept with the options of
-    /// [`ReceiverOptions::endpoint_options`]. Runs as [`send_files`](Self::send_files) does.
+    /// [`ReceiverOptions::endpoint_options`]. Runs as [`send_files`](Self::send_files) does;
+    /// dropping this future stops the session as [`ReceiverOptions::cancel`] does (within
+    /// 250 ms): nothing that was not verified whole is committed.
     pub async fn receive_files(self, opts: ReceiverOptions) -> FilesResult {
-        self.on_blocking_pool(move |ep, report| file::recv::receive_into(ep, &opts, report))
-            .await
+        let stop = CancelOnDrop(Some(opts.cancel.clone()));
+        let r = self
+            .on_blocking_pool(move |ep, report| file::recv::receive_into(ep, &opts, report))
+            .await;
+        stop.disarm();
+        r
     }
 
     async fn on_blocking_pool(
@@ -57,6 +72,23 @@ impl AsyncEndpoint {
                 error,
                 report: Box::new(report),
             }),
+        }
+    }
+}
+
+/// Raises a transfer's cancel flag when dropped, unless disarmed (the transfer ended).
+struct CancelOnDrop(Option<Cancel>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.cancel();
         }
     }
 }

@@ -30,8 +30,9 @@
 //! - Accepting or connecting futures dropped half-way abandon the peer; the CM id, QP and
 //!   buffers are torn down in the usual order.
 //! - [`AsyncEndpoint::send_files`] / [`AsyncEndpoint::receive_files`] run the blocking
-//!   transfer on tokio's blocking pool: dropping their future does not stop it; the transfer
-//!   ends at its own deadlines and then drops the endpoint.
+//!   transfer on tokio's blocking pool: dropping their future raises the transfer's cancel
+//!   flag, and it stops (the sender at its next entry or chunk, the receiver within 250 ms)
+//!   with nothing committed that was not verified whole, then drops the endpoint.
 //!
 //! Dropping an endpoint (any endpoint) moves its queue pair to the error state and destroys it
 //! (`ibv_destroy_qp(3)`: the device is then done with every posted buffer) before the buffers go

@@ -346,3 +346,53 @@ fn a_split_endpoint_sends_and_receives_ten_thousand_messages_each_way_from_two_t
         served.close().await.expect("server close");
     });
 }
+
+/// Bytes in the files under `dir` (a transfer's temporary files among them).
+fn bytes_in(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn an_async_receive_dropped_mid_file_commits_nothing_and_frees_its_device_resources() {
+    need_rxe0();
+    use rdmaxfer::xfer::file::ReceiverOptions;
+    let src = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let file = src.path().join("big.bin");
+    std::fs::write(&file, pseudo_random(64 << 20, 5)).unwrap();
+    let ropts = ReceiverOptions::new(out.path());
+    let port = common::port();
+    let before = counts();
+    let rt = runtime();
+    let sender = rt.block_on(async {
+        let opts = ropts.endpoint_options(&EndpointOptions::default());
+        let mut l = AsyncListener::bind(addr(port), &opts).expect("bind");
+        // The tool sends, slowed down (8 MiB/s) so that the file is half-way for seconds.
+        let to = format!("{}:{port}", common::IP);
+        let args = ["send", file.to_str().unwrap(), &to, "--bwlimit", "8M"];
+        let sender = common::spawn("send", &args);
+        let ep = l.accept().await.expect("accept");
+        let mut receiving = pin!(ep.receive_files(ropts));
+        // Driven until 4 MiB of the file are in its temporary file, then dropped.
+        while bytes_in(out.path()) < 4 << 20 {
+            tokio::select! {
+                r = &mut receiving => panic!("the transfer ended first: {:?}", r.err()),
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+        sender
+    });
+    // Dropping the runtime waits for its blocking pool: the transfer has ended.
+    drop(rt);
+    let d = sender.finish(LIMIT);
+    d.failed("send to a receiver whose future was dropped");
+    let left: Vec<_> = std::fs::read_dir(out.path()).unwrap().flatten().collect();
+    assert!(left.is_empty(), "nothing committed, nothing left: {left:?}");
+    assert_eq!(counts(), before, "the receiver's QP, CQ and MRs are gone");
+}

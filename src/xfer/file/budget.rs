@@ -146,6 +146,8 @@ pub(crate) struct Budget {
     hasher: std::collections::hash_map::RandomState,
     /// With several streams: this stream's stop flag (another stream took over its part).
     stop: Option<Stop>,
+    /// The receiver's cancel flag (`ReceiverOptions::cancel`).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Budget {
@@ -163,6 +165,7 @@ impl Budget {
             answered: HashSet::new(),
             hasher: std::collections::hash_map::RandomState::new(),
             stop: None,
+            cancel: None,
         }
     }
 
@@ -198,8 +201,14 @@ impl Budget {
         self.stop = Some(stop);
     }
 
+    /// A cancel flag: once raised, waits end with [`Error::Cancelled`] (looked at every
+    /// [`STOP_SLICE`]).
+    pub(crate) fn cancel_with(&mut self, cancel: Arc<AtomicBool>) {
+        self.cancel = Some(cancel);
+    }
+
     /// Runs `f` on `ep` with the deadline `left`: in slices of at most [`STOP_SLICE`] when
-    /// there is a stop flag, which ends the wait once raised.
+    /// there is a stop or cancel flag, which ends the wait once raised.
     fn step_once<T, L: Link>(
         &self,
         ep: &mut L,
@@ -207,15 +216,19 @@ impl Budget {
         f: &mut impl FnMut(&mut L) -> Result<T>,
     ) -> Result<T> {
         let end = Instant::now() + left;
+        let sliced = self.stop.is_some() || self.cancel.is_some();
         loop {
             if self.stop.as_ref().is_some_and(Stop::raised) {
                 return Err(Stop::error());
             }
-            let slice = match &self.stop {
-                Some(_) => end
+            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire)) {
+                return Err(Error::Cancelled);
+            }
+            let slice = match sliced {
+                true => end
                     .saturating_duration_since(Instant::now())
                     .min(STOP_SLICE),
-                None => left,
+                false => left,
             };
             ep.set_timeout(slice.max(Duration::from_millis(1)));
             let r = f(ep);
@@ -224,9 +237,9 @@ impl Budget {
                 Err(Error::Timeout { what, .. }) if self.stop.is_some() && ep.rail_down() => {
                     return Err(rail_down(what));
                 }
-                Err(e) if e.is_timeout() && self.stop.is_some() && Instant::now() < end => {}
+                Err(e) if e.is_timeout() && sliced && Instant::now() < end => {}
                 // A sliced wait times out after all of `left`, as one wait would.
-                Err(Error::Timeout { what, .. }) if self.stop.is_some() => {
+                Err(Error::Timeout { what, .. }) if sliced => {
                     return Err(Error::Timeout { what, after: left })
                 }
                 r => return r,

@@ -124,6 +124,10 @@ pub struct ReceiverOptions {
     /// does not have there (`recv --allow-delete`, for `send --delete`); without it LIST and
     /// DELETE are refused (`not allowed`).
     pub allow_delete: bool,
+    /// Stops the session when raised (looked at every 250 ms while it waits): the receiver
+    /// commits nothing it has not verified whole, tells the sender (ERR) and ends with
+    /// [`Error::Cancelled`].
+    pub cancel: Cancel,
 }
 
 impl ReceiverOptions {
@@ -145,6 +149,7 @@ impl ReceiverOptions {
         budgets: Budgets,
         verify: Option<Algo>,
         allow_delete: bool,
+        cancel: Cancel,
     }
 
     /// Receives into `out_dir` with defaults.
@@ -161,6 +166,7 @@ impl ReceiverOptions {
             #[cfg(feature = "test-hooks")]
             hooks: RecvHooks::default(),
             allow_delete: false,
+            cancel: Cancel::new(),
         }
     }
 
@@ -201,6 +207,11 @@ impl Cancel {
     /// Whether [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Acquire)
+    }
+
+    /// The flag itself (for waits that look at it).
+    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
     }
 
     /// [`Error::Cancelled`] once raised.

@@ -84,6 +84,7 @@ pub fn receive_streams<L: Link>(
 ) -> Result<()> {
     let mut ring: Option<StagingRing<L::Ring>> = None;
     let mut budget = Budget::new(opts.budgets, ep.timeout());
+    budget.cancel_with(opts.cancel.flag());
     let mut s = SessionState {
         lease,
         ring: &mut ring,
