@@ -176,7 +176,8 @@ pub fn check_file_part(data: &[u8]) {
                     rounds += 1;
                     assert_eq!(r.round, rounds);
                     for &k in &r.chunks {
-                        assert!(k >= held / slot && k < next_chunk, "chunk {k} not sent");
+                        let sent = held.div_ceil(slot)..next_chunk;
+                        assert!(sent.contains(&k), "chunk {k} not sent");
                         assert_ne!(ours.get(k), theirs.get(&k).copied(), "chunk {k} matches");
                     }
                     again = r.chunks.into();

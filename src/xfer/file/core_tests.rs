@@ -702,3 +702,37 @@ fn a_chunk_held_from_an_earlier_attempt_is_never_asked_for_again() {
     };
     assert_eq!((m.chunk, m.theirs), (0, chunk_digest(Algo::Xxh3, b"lie")));
 }
+
+#[test]
+fn the_last_short_chunk_of_a_part_held_whole_is_never_asked_for_again() {
+    // Found by the fuzz target file_part: 20000 bytes in 7712-byte slots, all held; the short
+    // chunk 2 was counted as not held, and a lying DIGESTS got it into a REPAIR.
+    let (slot, size) = (7712u64, 20_000u64);
+    let mut rx = PartReceiver::new(slot as u32, 3, size, size, Algo::Xxh3).unwrap();
+    let ours = Chunks::new(Layout::new(Algo::Xxh3, slot, size).unwrap());
+    for k in 0..3 {
+        let len = if k < 2 { slot } else { size - 2 * slot } as usize;
+        ours.hash(k, &vec![k as u8; len]).unwrap();
+    }
+    let theirs: Vec<_> = (0..3).map(|k| ours.get(k).unwrap()).collect();
+    let mut lied = theirs.clone();
+    lied[2] = chunk_digest(Algo::Xxh3, b"lie");
+    let d = Msg::Digests(Digests {
+        algo: Algo::Xxh3,
+        first: 0,
+        digests: lied,
+    });
+    let Tail::Digests { first, digests } = rx.on_control(d, "HELLO").unwrap() else {
+        panic!("DIGESTS")
+    };
+    rx.compare(&ours, first, &digests);
+    let fin = Msg::Fin {
+        bytes: size,
+        hash: [0; 32],
+    };
+    rx.on_control(fin, "HELLO").unwrap();
+    let AfterFin::Fail(m) = rx.after_fin(&ours).unwrap() else {
+        panic!("a held chunk is not repaired")
+    };
+    assert_eq!(m.chunk, 2);
+}

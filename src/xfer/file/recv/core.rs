@@ -163,7 +163,8 @@ impl PartReceiver {
             algo,
             digests_next: 0,
             phase: Phase::Data,
-            held_chunks: held / slot,
+            // All of a part held whole counts its last, shorter chunk too.
+            held_chunks: held.div_ceil(slot),
             bad: BTreeMap::new(),
             round: 0,
             again: Vec::new(),
