@@ -239,7 +239,10 @@ pub extern "C" fn rdmaxfer_config_set_device(
 /// `rdmaxfer send --streams N -d dev1,dev2` does), and every other use of the configuration
 /// (`rdmaxfer_connect`, whose connection is stream 0; `rdmaxfer_listen`) uses `names[0]`.
 /// With RDMA CM each device must route to the address its streams connect to: give each rail's
-/// receiver address with `rdmaxfer_config_set_stream_hosts`. With `rdmaxfer_config_set_streams`
+/// receiver address with `rdmaxfer_config_set_stream_hosts`. A stream whose device cannot reach
+/// its address (the routing table names another device's interface) is not used: it is dropped
+/// before its connect request, and the others carry the transfer. A stream lost during a
+/// transfer (its rail down, its connection broken) hands its work to the others. With `rdmaxfer_config_set_streams`
 /// 0 the automatic stream count allows 2 per device. `n` 0 (`names` may then be NULL):
 /// automatic, as `rdmaxfer_config_set_device(cfg, NULL)`. `names` NULL with `n` > 0, or a NULL
 /// entry: `RDMAXFER_ERR_NULL_ARGUMENT`; more than `RDMAXFER_MAX_STREAMS` names, an empty one or

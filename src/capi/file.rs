@@ -107,7 +107,11 @@ pub extern "C" fn rdmaxfer_send_file(
             })?;
             // Placed as `rdmaxfer send` places them: device and address i mod those given.
             let host = cfg.stream_host(i, host);
-            session::connect(host, *port, cfg.oob, &cfg.stream_options(i))
+            let opts = cfg.stream_options(i);
+            // A rail that cannot reach the address is dropped before its connect request.
+            let dst = crate::xfer::endpoint::resolve_host(host, *port)?;
+            crate::xfer::endpoint::check_rail(opts.device.as_deref(), dst)?;
+            session::connect(host, *port, cfg.oob, &opts)
         };
         let ep = c.rdmaxfer_peer()?;
         file::send::send_streams_into(ep, &connect, &entries, &opts, &mut report, &mut tick)

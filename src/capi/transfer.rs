@@ -380,12 +380,11 @@ pub extern "C" fn rdmaxfer_send_files(
             let (cfg, host, port) = dial.as_ref().ok_or_else(|| {
                 crate::Error::InvalidArgument(format!("stream {i}: an accepted connection"))
             })?;
-            session::connect(
-                cfg.stream_host(i, host),
-                *port,
-                cfg.oob,
-                &cfg.stream_options(i),
-            )
+            let (host, opts) = (cfg.stream_host(i, host), cfg.stream_options(i));
+            // A rail that cannot reach the address is dropped before its connect request.
+            let dst = crate::xfer::endpoint::resolve_host(host, *port)?;
+            crate::xfer::endpoint::check_rail(opts.device.as_deref(), dst)?;
+            session::connect(host, *port, cfg.oob, &opts)
         };
         let ep = c.rdmaxfer_peer()?;
         let mut session_report = SessionReport::default();

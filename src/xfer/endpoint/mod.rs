@@ -116,7 +116,7 @@ pub use options::{
     EndpointOptions, LocalInfo, PeerInfo, PeerKind, Transport, ACK_TIMEOUT, DEFAULT_PORT,
     DEFAULT_TIMEOUT, RESERVED_WR_ID, RETRY_COUNT, RNR_RETRY,
 };
-pub use rail::rail_cannot_reach;
+pub use rail::{check_rail, rail_cannot_reach};
 #[cfg(feature = "tokio")]
 pub(crate) use setup::first_ipv4;
 pub use setup::resolve_host;

@@ -8,6 +8,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
+use crate::error::{Error, Result};
+
 /// Why `device` cannot reach `addr`, if the routing table says another RDMA device's interface
 /// reaches it; `None` when it can, or when nothing says (IPv6, a route through an interface of
 /// no RDMA device, no sysfs).
@@ -31,6 +33,16 @@ pub fn rail_cannot_reach(device: &str, addr: IpAddr) -> Option<String> {
         other.file_name().to_string_lossy(),
         mine.join(", ")
     ))
+}
+
+/// [`rail_cannot_reach`] as an error for a stream on `device` (if one is given) to `dst`:
+/// [`Error::Connection`] naming both and why, so that the stream is dropped before its connect
+/// request.
+pub fn check_rail(device: Option<&str>, dst: std::net::SocketAddr) -> Result<()> {
+    match device.and_then(|d| rail_cannot_reach(d, dst.ip()).map(|why| (d, why))) {
+        Some((d, why)) => Err(Error::Connection(format!("{d} cannot reach {dst}: {why}"))),
+        None => Ok(()),
+    }
 }
 
 /// The interfaces of an RDMA device (its ports' GID table entries).
