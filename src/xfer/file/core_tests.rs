@@ -662,17 +662,24 @@ fn a_chunk_bad_after_every_round_or_too_many_chunks_fail_the_part() {
 /// The verdict on an XXH3 part of `n` 4096-byte chunks (chunk `k` all bytes `k`) whose data
 /// has arrived, with the sender's digests of chunks `bad` differing.
 fn xxh3_verdict(rx: &mut PartReceiver, n: u64, bad: &[u64]) -> AfterFin {
-    let ours = Chunks::new(Layout::new(Algo::Xxh3, 4096, n * 4096).unwrap());
-    let theirs: Vec<_> = (0..n)
+    verdict_of(rx, Layout::new(Algo::Xxh3, 4096, n * 4096).unwrap(), bad)
+}
+
+/// The verdict on a part cut as `layout` (chunk `k` all bytes `k`) whose data has arrived,
+/// with the sender's digests of chunks `bad` differing.
+fn verdict_of(rx: &mut PartReceiver, layout: Layout, bad: &[u64]) -> AfterFin {
+    let ours = Chunks::new(layout);
+    let theirs: Vec<_> = (0..layout.chunks())
         .map(|k| {
-            ours.hash(k, &[k as u8; 4096]).unwrap();
+            let len = layout.range(k).unwrap().1;
+            ours.hash(k, &vec![k as u8; len]).unwrap();
             let lie = bad.contains(&k).then_some(&b"lie"[..]);
-            chunk_digest(Algo::Xxh3, lie.unwrap_or(&[k as u8; 4096]))
+            chunk_digest(layout.algo, lie.unwrap_or(&vec![k as u8; len]))
         })
         .collect();
     for (i, batch) in theirs.chunks(MAX_DIGESTS).enumerate() {
         let d = Msg::Digests(Digests {
-            algo: Algo::Xxh3,
+            algo: layout.algo,
             first: (i * MAX_DIGESTS) as u64,
             digests: batch.to_vec(),
         });
@@ -682,7 +689,7 @@ fn xxh3_verdict(rx: &mut PartReceiver, n: u64, bad: &[u64]) -> AfterFin {
         rx.compare(&ours, first, &digests);
     }
     let fin = Msg::Fin {
-        bytes: n * 4096,
+        bytes: layout.size,
         hash: [0; 32],
     };
     rx.on_control(fin, "HELLO").unwrap();
@@ -709,29 +716,8 @@ fn the_last_short_chunk_of_a_part_held_whole_is_never_asked_for_again() {
     // chunk 2 was counted as not held, and a lying DIGESTS got it into a REPAIR.
     let (slot, size) = (7712u64, 20_000u64);
     let mut rx = PartReceiver::new(slot as u32, 3, size, size, Algo::Xxh3).unwrap();
-    let ours = Chunks::new(Layout::new(Algo::Xxh3, slot, size).unwrap());
-    for k in 0..3 {
-        let len = if k < 2 { slot } else { size - 2 * slot } as usize;
-        ours.hash(k, &vec![k as u8; len]).unwrap();
-    }
-    let theirs: Vec<_> = (0..3).map(|k| ours.get(k).unwrap()).collect();
-    let mut lied = theirs.clone();
-    lied[2] = chunk_digest(Algo::Xxh3, b"lie");
-    let d = Msg::Digests(Digests {
-        algo: Algo::Xxh3,
-        first: 0,
-        digests: lied,
-    });
-    let Tail::Digests { first, digests } = rx.on_control(d, "HELLO").unwrap() else {
-        panic!("DIGESTS")
-    };
-    rx.compare(&ours, first, &digests);
-    let fin = Msg::Fin {
-        bytes: size,
-        hash: [0; 32],
-    };
-    rx.on_control(fin, "HELLO").unwrap();
-    let AfterFin::Fail(m) = rx.after_fin(&ours).unwrap() else {
+    let layout = Layout::new(Algo::Xxh3, slot, size).unwrap();
+    let AfterFin::Fail(m) = verdict_of(&mut rx, layout, &[2]) else {
         panic!("a held chunk is not repaired")
     };
     assert_eq!(m.chunk, 2);
