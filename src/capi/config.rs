@@ -8,9 +8,12 @@ use super::boundary::{self, out, CResult, Fail};
 use super::handle::{free_handle, handle, impl_handle, into_handle, Slot};
 use super::status::rdmaxfer_status;
 use crate::verbs::{Mtu, WaitMode};
-use crate::xfer::endpoint::{EndpointOptions, DEFAULT_PORT, DEFAULT_TIMEOUT};
+use crate::xfer::endpoint::{
+    check_rail, resolve_host, Endpoint, EndpointOptions, DEFAULT_PORT, DEFAULT_TIMEOUT,
+};
 use crate::xfer::file::proto::MAX_MSG_LEN;
 use crate::xfer::file::DEFAULT_SLOTS;
+use crate::xfer::session;
 
 /// Set up connections with RDMA CM (the default).
 pub const RDMAXFER_TRANSPORT_CM: u32 = 0;
@@ -122,6 +125,16 @@ impl Config {
             o.device = Some(self.rails[usize::from(i) % self.rails.len()].clone());
         }
         o
+    }
+
+    /// Connects stream `i` of a file transfer to `host`'s receiver (placed by
+    /// [`stream_host`](Self::stream_host) and [`stream_options`](Self::stream_options)) on
+    /// `port`. A rail that cannot reach the address is dropped before its connect request.
+    pub fn connect_stream(&self, i: u16, host: &str, port: u16) -> crate::Result<Endpoint> {
+        let (host, opts) = (self.stream_host(i, host), self.stream_options(i));
+        let dst = resolve_host(host, port)?;
+        check_rail(opts.device.as_deref(), dst)?;
+        session::connect(host, port, self.oob, &opts)
     }
 
     /// The receiver address stream `i` connects to: `stream_hosts[i % len]`, else `host` (as

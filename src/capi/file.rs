@@ -11,7 +11,6 @@ use super::status::rdmaxfer_status;
 use crate::xfer::endpoint::Endpoint;
 use crate::xfer::file::source;
 use crate::xfer::file::{self, Progress, ReceiverOptions, SenderOptions, SessionReport};
-use crate::xfer::session;
 
 /// `rdmaxfer_recv_file`: allow a sender to replace existing files that differ (it asks with
 /// `rdmaxfer send --force` or `--update`). Identical files are skipped either way.
@@ -106,12 +105,7 @@ pub extern "C" fn rdmaxfer_send_file(
                 crate::Error::InvalidArgument(format!("stream {i}: an accepted connection"))
             })?;
             // Placed as `rdmaxfer send` places them: device and address i mod those given.
-            let host = cfg.stream_host(i, host);
-            let opts = cfg.stream_options(i);
-            // A rail that cannot reach the address is dropped before its connect request.
-            let dst = crate::xfer::endpoint::resolve_host(host, *port)?;
-            crate::xfer::endpoint::check_rail(opts.device.as_deref(), dst)?;
-            session::connect(host, *port, cfg.oob, &opts)
+            cfg.connect_stream(i, host, *port)
         };
         let ep = c.rdmaxfer_peer()?;
         file::send::send_streams_into(ep, &connect, &entries, &opts, &mut report, &mut tick)

@@ -17,7 +17,6 @@ use crate::xfer::file::digest::Algo;
 use crate::xfer::file::send::filter::Filter;
 use crate::xfer::file::source::{self, WalkOptions};
 use crate::xfer::file::{self, Cancel, Progress, ReceiverOptions, SenderOptions, SessionReport};
-use crate::xfer::session;
 
 /// `rdmaxfer_send_options_set_flags`: replace entries that exist and differ (`send --force`;
 /// the receiver must allow it).
@@ -380,11 +379,7 @@ pub extern "C" fn rdmaxfer_send_files(
             let (cfg, host, port) = dial.as_ref().ok_or_else(|| {
                 crate::Error::InvalidArgument(format!("stream {i}: an accepted connection"))
             })?;
-            let (host, opts) = (cfg.stream_host(i, host), cfg.stream_options(i));
-            // A rail that cannot reach the address is dropped before its connect request.
-            let dst = crate::xfer::endpoint::resolve_host(host, *port)?;
-            crate::xfer::endpoint::check_rail(opts.device.as_deref(), dst)?;
-            session::connect(host, *port, cfg.oob, &opts)
+            cfg.connect_stream(i, host, *port)
         };
         let ep = c.rdmaxfer_peer()?;
         let mut session_report = SessionReport::default();
