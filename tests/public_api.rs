@@ -347,7 +347,7 @@ const LAYERS: &[(&str, &[&str], &str)] = &[
     (
         "xfer/file/send",
         &[
-            "filter", "source", "core", "data", "part", "queue", "file", "pipe", "delete",
+            "filter", "source", "core", "data", "part", "queue", "file", "small", "pipe", "delete",
             "session", "streams",
         ],
         "recv",

@@ -398,7 +398,7 @@ fn push(
     sopts.token = Some(ready.token.into_bytes());
     sopts.require_receiver_proof = true;
     sa.token = None;
-    let r = crate::file::send_to(sa, &hosts, &entries, &sopts);
+    let r = crate::file::send_to(sa, &hosts, &entries, &sopts, None);
     let st = remote.finish(a.start_wait());
     combined(host, r, st)
 }

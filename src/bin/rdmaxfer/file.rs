@@ -446,8 +446,37 @@ pub fn send(a: SendArgs) -> Result<()> {
         .split(',')
         .map(|h| split_host(h, a.conn.port))
         .collect::<Result<Vec<_>>>()?;
+    let early = dial_early(&a, &hosts);
     let (entries, sopts) = send_plan(&a, paths)?;
-    send_to(a, &hosts, &entries, &sopts)
+    send_to(a, &hosts, &entries, &sopts, early)
+}
+
+/// Stream 0's connection made ready up to its connect request (route, QP: `Dial`) on a thread
+/// of its own while the files are listed, so that a tree's walk and the set-up overlap; with
+/// the options it was made with (`Debug`), used only if the stream's turn out the same.
+pub(crate) struct EarlyDial(std::thread::JoinHandle<(String, Result<Dial>)>);
+
+/// [`EarlyDial`] for `send` over rdma_cm (`None` over OOB).
+fn dial_early(a: &SendArgs, hosts: &[(String, u16)]) -> Option<EarlyDial> {
+    let (host, port) = hosts.first()?.clone();
+    let device = a.conn.devices().into_iter().next();
+    let c = ConnArgs {
+        device: device.or_else(|| a.conn.device.clone()),
+        port,
+        ..a.conn.clone()
+    };
+    let base = c.options_waiting(WaitMode::Event, 4096, 16, 0).ok()?;
+    let opts = SenderOptions::default()
+        .slots(a.slots)
+        .endpoint_options(&base);
+    (!a.conn.oob).then(|| {
+        EarlyDial(std::thread::spawn(move || {
+            let dial = endpoint::resolve_host(&host, port)
+                .and_then(|dst| Endpoint::dial_cm(dst, &opts))
+                .with_context(|| format!("connecting to {host}:{port} (rdma_cm)"));
+            (format!("{opts:?}"), dial)
+        }))
+    })
 }
 
 /// What `send` (and `cp`'s sending side) sends, and how: the walk of `paths` (and
@@ -536,6 +565,7 @@ pub(crate) fn send_to(
     hosts: &[(String, u16)],
     entries: &[source::SourceEntry],
     sopts: &SenderOptions,
+    early: Option<EarlyDial>,
 ) -> Result<()> {
     let streams = sopts.streams;
     // Stream i goes over device i mod the devices given, to receiver address i mod those given.
@@ -606,7 +636,20 @@ pub(crate) fn send_to(
             ep.map_err(|e| rdmaxfer::Error::Connection(format!("stream {i}: {e:#}")))
         };
         tracing::debug!(target: file::PHASE_TARGET, "stream 0: connecting");
-        send_over(&a, entries, sopts, || conn.connect(&host, &opts), &more)
+        let first = || -> Result<Endpoint> {
+            if let Some(EarlyDial(h)) = early {
+                let (made_with, dial) = h
+                    .join()
+                    .unwrap_or_else(|_| (String::new(), Err(anyhow::anyhow!("panicked"))));
+                if made_with == format!("{opts:?}") {
+                    return dial?
+                        .connect()
+                        .with_context(|| format!("connecting to {host}:{} (rdma_cm)", conn.port));
+                }
+            }
+            conn.connect(&host, &opts)
+        };
+        send_over(&a, entries, sopts, first, &more)
     })
 }
 

@@ -15,6 +15,7 @@ use std::fmt;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
@@ -76,8 +77,14 @@ impl RelPath {
 
     fn hidden(&self, suffix: &str) -> String {
         let name = self.file_name();
-        if 1 + name.len() + suffix.len() <= MAX_COMPONENT_LEN {
-            format!(".{name}{suffix}")
+        let len = 1 + name.len() + suffix.len();
+        if len <= MAX_COMPONENT_LEN {
+            // Not `format!`: one of these per file of a tree.
+            let mut s = String::with_capacity(len);
+            s.push('.');
+            s.push_str(name);
+            s.push_str(suffix);
+            s
         } else {
             let hex = blake3::hash(name.as_bytes()).to_hex();
             format!(".{}{suffix}", &hex[..32])
@@ -187,8 +194,10 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
 /// never follow a symlink in the last component.
 #[derive(Debug)]
 pub struct ConfinedDir {
-    fd: OwnedFd,
-    path: PathBuf,
+    /// Shared by the handles [`try_clone`](ConfinedDir::try_clone) makes: a file's sink, its
+    /// clean-up entry and the directory cache hold one descriptor, not one each.
+    fd: Arc<OwnedFd>,
+    path: Arc<Path>,
 }
 
 fn io_err(op: String, e: Errno) -> Error {
@@ -205,8 +214,8 @@ impl ConfinedDir {
         )
         .map_err(|e| io_err(format!("open output directory {}", dir.display()), e))?;
         Ok(ConfinedDir {
-            fd,
-            path: dir.to_path_buf(),
+            fd: Arc::new(fd),
+            path: dir.into(),
         })
     }
 
@@ -225,8 +234,8 @@ impl ConfinedDir {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())?;
         Ok(ConfinedDir {
-            fd,
-            path: self.path.join(name),
+            fd: Arc::new(fd),
+            path: self.path.join(name).into(),
         })
     }
 
@@ -288,7 +297,7 @@ impl ConfinedDir {
     /// `create`: create it exclusively (fails if it exists); else it must exist.
     pub fn open_file(&self, name: &str, create: bool) -> Result<File> {
         if create {
-            return self.create_new(name)?.ok_or_else(|| {
+            return self.create_new(name, 0o600)?.ok_or_else(|| {
                 io_err(
                     format!("open {}", self.path.join(name).display()),
                     Errno::EXIST,
@@ -311,12 +320,13 @@ impl ConfinedDir {
         Ok(file)
     }
 
-    /// Creates regular file `name` (mode 0600) for reading and writing; `None` when something
-    /// of that name exists (`O_EXCL`: never through a symlink, and what it opens is new).
-    pub fn create_new(&self, name: &str) -> Result<Option<File>> {
+    /// Creates regular file `name` with `mode` (less the umask) for reading and writing; `None`
+    /// when something of that name exists (`O_EXCL`: never through a symlink, and what it
+    /// opens is new).
+    pub fn create_new(&self, name: &str, mode: u32) -> Result<Option<File>> {
         let flags =
             OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::CREATE | OFlags::EXCL;
-        match rustix::fs::openat(&self.fd, name, flags, Mode::from_bits_truncate(0o600)) {
+        match rustix::fs::openat(&self.fd, name, flags, Mode::from_bits_truncate(mode & 0o777)) {
             Ok(fd) => Ok(Some(File::from(fd))),
             Err(Errno::EXIST) => Ok(None),
             Err(e) => Err(io_err(
@@ -368,15 +378,12 @@ impl ConfinedDir {
             .map_err(|e| io_err(format!("fsync directory {}", self.path.display()), e))
     }
 
-    /// Another handle on the same directory (a duplicated descriptor).
+    /// Another handle on the same directory (the descriptor is shared, not duplicated: a
+    /// small file's commit costs no `dup` and no extra `close`).
     pub fn try_clone(&self) -> Result<ConfinedDir> {
-        let fd = self
-            .fd
-            .try_clone()
-            .map_err(|e| Error::io(format!("dup {}", self.path.display()), e))?;
         Ok(ConfinedDir {
-            fd,
-            path: self.path.clone(),
+            fd: Arc::clone(&self.fd),
+            path: Arc::clone(&self.path),
         })
     }
 
@@ -385,7 +392,7 @@ impl ConfinedDir {
     /// and still the directory reached (through `..`) from the one below it. Stops at the first
     /// that cannot be removed, e.g. because another file arrived in it. Best effort.
     pub fn remove_created(&self, created: &[String]) {
-        let Ok(mut cur) = self.fd.try_clone() else {
+        let Ok(mut cur) = self.fd.as_fd().try_clone_to_owned() else {
             return;
         };
         for name in created.iter().rev() {
@@ -417,7 +424,7 @@ impl ConfinedDir {
 
 /// The parent directory of the entry walked to last ([`walk_existing`]), kept so that entries
 /// of one directory one after another (a tree of small files) walk the path once: a handle on
-/// it costs a `dup` where a walk costs an `open` per component. For one session: the receiver
+/// it costs no system call where a walk costs an `open` per component. For one session: the receiver
 /// never removes or renames a directory, and the handle goes with the session.
 #[derive(Debug, Default)]
 pub struct DirCache {

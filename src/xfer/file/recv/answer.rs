@@ -80,7 +80,7 @@ pub(super) fn open_sink(opts: &ReceiverOptions, rel: &RelPath, h: &Hello) -> Res
     match plan_file(opts, dirs, rel, h)? {
         Planned::Write { replace } => {
             let resume = opts.resume && h.flags.resume;
-            let mut sink = make_sink(opts, dirs, rel, h, replace, resume)?;
+            let mut sink = make_sink(opts, dirs, rel, h, replace, resume, false)?;
             sink.set_keep_on_abort(opts.resume);
             Ok(Opened::Sink(Box::new(sink)))
         }
@@ -129,6 +129,7 @@ pub(super) fn make_sink(
     h: &Hello,
     replace: bool,
     resume: bool,
+    at_once: bool,
 ) -> Result<Sink> {
     let mtime = (h.mtime_sec >= 0)
         .then(|| SystemTime::UNIX_EPOCH + Duration::new(h.mtime_sec as u64, h.mtime_nsec));
@@ -143,6 +144,8 @@ pub(super) fn make_sink(
             max_size: opts.max_size,
             mode: Some(h.mode),
             mtime,
+            planned: true,
+            at_once,
         },
     )
 }

@@ -184,7 +184,7 @@ fn commit<L: Link>(
 ) -> Result<()> {
     let Whole { w, data, hash } = whole;
     let h = &w.hello;
-    let result = make_sink(opts, dirs, &w.rel, h, w.replace, false).and_then(|mut sink| {
+    let result = make_sink(opts, dirs, &w.rel, h, w.replace, false, true).and_then(|mut sink| {
         sink.start(h.chunk_size, h.verify)?;
         if !data.is_empty() {
             sink.write_chunk_at(0, data)?;

@@ -8,6 +8,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use super::cleanup::{self, Leftovers, Registered};
 use crate::xfer::file::digest::{self, Algo, ChunkDigest, Chunks, Layout};
@@ -42,6 +44,14 @@ pub struct SinkOptions {
     pub mode: Option<u32>,
     /// Modification time for the committed file.
     pub mtime: Option<SystemTime>,
+    /// The caller has just looked at what the final name holds (`answer::plan_file`) and
+    /// decided to write, replacing it if `force`: the sink does not look again (without `force`
+    /// the rename still refuses a file that appeared since).
+    pub planned: bool,
+    /// Written whole right after it is made and committed at once, never kept (an inline
+    /// file): the temporary file is made with the final mode when the umask leaves that mode
+    /// whole, and the commit then needs no chmod.
+    pub at_once: bool,
 }
 
 /// The mode of a kept temporary file cut to the chunks written without a gap (by a clean
@@ -61,6 +71,12 @@ pub struct Sink {
     temp_name: String,
     /// Where a striped file's resume state is kept ([`super::partial`]).
     stripes_name: String,
+    /// Whether a resume state may be kept under that name: one an earlier attempt left with
+    /// the temporary file continued here, or one saved by this sink. Unset, the commit does not
+    /// look for one (two `unlink`s a small file would pay for nothing).
+    stripe_state: AtomicBool,
+    /// Whether the temporary file was made with the committed file's mode.
+    mode_set: bool,
     /// Whether the commit fsyncs the directory (not for [`commit_small`](Sink::commit_small)).
     sync_dir: bool,
     file: File,
@@ -80,6 +96,17 @@ pub struct Sink {
     finished: bool,
     /// The temporary file and the directories made for it, for [`cleanup::interrupt`].
     leftovers: Registered,
+}
+
+/// The process's file mode creation mask, read once (`Umask:` in `/proc/self/status`, Linux
+/// 4.7 and later; `umask(2)` cannot read it without setting it). `None` if unreadable.
+fn umask() -> Option<u32> {
+    static UMASK: OnceLock<Option<u32>> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(line.trim(), 8).ok()
+    })
 }
 
 /// Below this many bytes to write, the free space is not asked for before the temporary file
@@ -150,7 +177,11 @@ impl Sink {
         let temp_name = rel.temp_name();
         let mut previous = None;
         if missing.is_empty() {
-            if let Some(kind) = dir.kind(&final_name) {
+            let kind = match opts.planned {
+                true => None,
+                false => dir.kind(&final_name),
+            };
+            if let Some(kind) = kind {
                 let target = dir.path().join(&final_name);
                 if kind == rustix::fs::FileType::Directory {
                     return Err(Error::refused(
@@ -206,32 +237,40 @@ impl Sink {
         }
         // Directories and temporary file are made and registered in one critical section of the
         // clean-up registry: an interrupt removes all of them or finds none.
+        let continued = previous.is_some();
+        // The final mode at once, when nothing can keep the file half-written under it.
+        let mode_at_once = opts
+            .mode
+            .map(|m| m & 0o777)
+            .filter(|&m| opts.at_once && !opts.resume && m != SEALED_MODE)
+            .filter(|&m| umask().is_some_and(|u| m & u == 0));
+        let create_mode = mode_at_once.unwrap_or(0o600);
         let creating = cleanup::begin()?;
         let (dir, created) = names::create_dirs(dir, rel, &missing)?;
         let made = dir.try_clone().and_then(|reg_dir| {
-            let file = match previous {
-                Some(file) => file,
+            let (file, mode_set) = match previous {
+                Some(file) => (file, false),
                 None => {
                     // Without resume, a new temporary file at once when none is there (then
-                    // no striped file's state can describe it: the commit removes any).
+                    // no striped file's state can describe it).
                     let fresh = match opts.resume {
                         true => None,
-                        false => dir.create_new(&temp_name)?,
+                        false => dir.create_new(&temp_name, create_mode)?,
                     };
                     match fresh {
-                        Some(file) => file,
+                        Some(file) => (file, mode_at_once.is_some()),
                         None => {
                             dir.remove(&temp_name)?;
                             // A striped file's state describes the temporary file just removed.
                             dir.remove(&rel.stripes_name())?;
-                            dir.open_file(&temp_name, true)?
+                            (dir.open_file(&temp_name, true)?, false)
                         }
                     }
                 }
             };
-            Ok((reg_dir, file))
+            Ok((reg_dir, file, mode_set))
         });
-        let (reg_dir, file) = match made {
+        let (reg_dir, file, mode_set) = match made {
             Ok(x) => x,
             Err(e) => {
                 dir.remove_created(&created);
@@ -249,6 +288,8 @@ impl Sink {
             final_name,
             temp_name,
             stripes_name: rel.stripes_name(),
+            stripe_state: AtomicBool::new(continued),
+            mode_set,
             sync_dir: true,
             file,
             size,
@@ -528,9 +569,11 @@ impl Sink {
     fn install(&mut self) -> Result<()> {
         let mode = self.opts.mode.map_or(0o600, |m| m & 0o777);
         let werr = |what: &str, e| write_err(format!("{what} {}", self.temp_name), e);
-        self.file
-            .set_permissions(Permissions::from_mode(mode))
-            .map_err(|e| werr("chmod", e))?;
+        if !self.mode_set {
+            self.file
+                .set_permissions(Permissions::from_mode(mode))
+                .map_err(|e| werr("chmod", e))?;
+        }
         if let Some(t) = self.opts.mtime {
             self.file
                 .set_modified(t)
@@ -539,8 +582,10 @@ impl Sink {
         self.file.sync_all().map_err(|e| werr("fsync", e))?;
         self.dir
             .rename(&self.temp_name, &self.final_name, self.opts.force)?;
-        self.dir.remove(&self.stripes_name)?;
-        self.dir.remove(&self.next_stripes_name())?;
+        if self.stripe_state.load(Ordering::Relaxed) {
+            self.dir.remove(&self.stripes_name)?;
+            self.dir.remove(&self.next_stripes_name())?;
+        }
         match self.sync_dir {
             true => self.dir.sync(),
             false => Ok(()),
@@ -552,6 +597,7 @@ impl Sink {
     pub fn save_stripe_state(&self, encoded: &[u8]) -> Result<()> {
         // Written aside, then renamed over the last one: a receiver killed at any moment
         // leaves the old state or the new, never none or half of one.
+        self.stripe_state.store(true, Ordering::Relaxed);
         let next = self.next_stripes_name();
         self.dir.remove(&next)?;
         let mut f = self.dir.open_file(&next, true)?;

@@ -5,7 +5,7 @@
 //! receiver (`super::recv`).
 //!
 //! The files, in the order each imports only those before it: `filter` (`--exclude`,
-//! `--include`), `source`, `core`, `data`, `part`, `file`, `pipe` (directories, symlinks and
+//! `--include`), `source`, `core`, `data`, `part`, `file`, `small` (reading a small file whole), `pipe` (directories, symlinks and
 //! small files in flight), `delete` (`--delete`: what the receiver has and the sender does
 //! not), `session`, `streams`. `core` is the
 //! protocol without I/O: what the receiver's answers mean and where each chunk goes.
@@ -19,6 +19,7 @@ mod part;
 mod pipe;
 mod queue;
 mod session;
+mod small;
 pub mod source;
 mod streams;
 

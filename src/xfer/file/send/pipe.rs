@@ -10,11 +10,10 @@
 //! its answer (what the receiver would do).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::File;
-use std::io::Read;
 
 use super::core::{Answer, Asked, Verdict};
 use super::file::StreamState;
+use super::small::SmallReader;
 use super::source::{self, read_err, Listed, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::file::budget::{moved, wait_on};
@@ -43,6 +42,8 @@ pub(super) struct Pipe {
     out: proto::Batch,
     /// Answers read in a BATCH and not taken yet.
     incoming: VecDeque<Msg>,
+    /// Reads the wanted inline files.
+    reader: SmallReader,
 }
 
 /// What an outstanding answer is for.
@@ -117,6 +118,7 @@ impl Pipe {
             held: BTreeMap::new(),
             out: proto::Batch::default(),
             incoming: VecDeque::new(),
+            reader: SmallReader::default(),
         }
     }
 
@@ -524,9 +526,10 @@ impl Pipe {
     ) -> Result<()> {
         let opts = st.opts;
         let Small { name, path, size } = small;
-        let mut data = Vec::with_capacity(size as usize);
-        let read = File::open(&path)
-            .and_then(|f| f.take(size + 1).read_to_end(&mut data))
+        let mut data = Vec::new();
+        let read = self
+            .reader
+            .read(&path, size, &mut data)
             .map_err(|e| read_err(&path, e))
             .and_then(|n| {
                 if n as u64 == size {

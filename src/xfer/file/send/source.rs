@@ -1,7 +1,7 @@
 //! The sender's side, independent of RDMA: listing the files to send ([`walk`]) and reading
 //! one in chunks at their offsets, from any thread, each chunk hashed (`Source`, crate-private).
 
-use std::fs::File;
+use std::fs::{File, FileType, Metadata as Meta};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -130,12 +130,14 @@ pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry
             w.dir(root, "")?;
             continue;
         };
-        let base = utf8(base, root)?;
+        let base = base
+            .to_str()
+            .ok_or_else(|| invalid(format!("{}: name is not UTF-8", root.display())))?;
         if !opts.filter.allows(base, meta.is_dir()) {
             continue;
         }
         if meta.is_file() {
-            out.push(entry(base.to_string(), root.clone(), SourceKind::File)?);
+            out.push(entry(base.to_string(), root.clone(), SourceKind::File, Some(meta))?);
         } else if meta.is_dir() {
             let mut w = Walker {
                 opts: &opts,
@@ -143,7 +145,7 @@ pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry
                 out: &mut out,
             };
             if w.dir(root, base)? == 0 {
-                out.push(entry(base.to_string(), root.clone(), SourceKind::Dir)?);
+                out.push(entry(base.to_string(), root.clone(), SourceKind::Dir, None)?);
             }
         } else {
             return Err(invalid(format!(
@@ -164,18 +166,13 @@ pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry
     Ok(out)
 }
 
-fn utf8<'a>(s: &'a std::ffi::OsStr, path: &Path) -> Result<&'a str> {
-    s.to_str()
-        .ok_or_else(|| invalid(format!("{}: name is not UTF-8", path.display())))
-}
-
-fn entry(name: String, path: PathBuf, kind: SourceKind) -> Result<SourceEntry> {
+fn entry(name: String, path: PathBuf, kind: SourceKind, meta: Option<Meta>) -> Result<SourceEntry> {
     let name =
         sanitize(&name).map_err(|e| invalid(format!("{}: cannot be sent: {e}", path.display())))?;
     let listed = match kind {
-        // One stat per file (following a symlink, as opening it does).
-        SourceKind::File => std::fs::metadata(&path)
-            .ok()
+        // One stat per file: the walk's, else one following a symlink as opening does.
+        SourceKind::File => meta
+            .or_else(|| std::fs::metadata(&path).ok())
             .filter(|m| m.is_file())
             .map(|m| Listed::of(&m)),
         _ => None,
@@ -224,6 +221,7 @@ fn unsendable(
             shown,
             why: why.to_string(),
         },
+        None,
     )
 }
 
@@ -279,12 +277,13 @@ impl Walker<'_> {
                     .push(unsendable(prefix, &de.file_name(), path, &why)?);
                 continue;
             }
-            self.one(path, name, ft)?;
+            let meta = ft.is_file().then(|| de.metadata().ok()).flatten();
+            self.one(path, name, ft, meta)?;
         }
         Ok(self.out.len() - before)
     }
 
-    fn one(&mut self, path: PathBuf, name: String, ft: std::fs::FileType) -> Result<()> {
+    fn one(&mut self, path: PathBuf, name: String, ft: FileType, meta: Option<Meta>) -> Result<()> {
         let kind = if ft.is_dir() {
             let meta = std::fs::metadata(&path)
                 .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
@@ -304,7 +303,7 @@ impl Walker<'_> {
             SourceKind::File
         } else if ft.is_symlink() && self.opts.copy_links {
             match std::fs::metadata(&path) {
-                Ok(m) => return self.one(path, name, m.file_type()),
+                Ok(m) => return self.one(path, name, m.file_type(), None),
                 Err(e) => SourceKind::Skipped(format!(
                     "a symlink that cannot be followed ({e}): not sent"
                 )),
@@ -323,7 +322,7 @@ impl Walker<'_> {
         } else {
             SourceKind::Skipped(special(&ft).into())
         };
-        self.out.push(entry(name, path, kind)?);
+        self.out.push(entry(name, path, kind, meta)?);
         Ok(())
     }
 }

@@ -391,3 +391,33 @@ fn a_file_kept_again_before_it_was_started_stays_as_unsealed_as_it_was() {
     let mut s = sink(out.path(), "u", 100_000, opts).unwrap();
     assert_eq!(s.start(1024, ALGO).unwrap().0, 4 * 1024);
 }
+
+/// A file written at once (an inline file) ends with exactly the mode asked for, whether the
+/// temporary file could be made with it (the umask leaves it whole) or needed a chmod (it
+/// does not, or it is the mode that marks a kept file), and never leaves the temporary file
+/// under a mode that marks a kept file.
+#[test]
+fn a_file_written_at_once_gets_its_mode() {
+    let out = tempfile::tempdir().unwrap();
+    for (i, mode) in [0o640, 0o600, 0o666, 0o777, SEALED_MODE, 0o4755]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("f{i}");
+        let opts = SinkOptions {
+            mode: Some(mode),
+            at_once: true,
+            planned: true,
+            ..Default::default()
+        };
+        let mut s = sink(out.path(), &name, 2, opts).unwrap();
+        let temp = s.temp_file().unwrap().metadata().unwrap().mode() & 0o777;
+        assert_ne!(temp, SEALED_MODE, "{mode:o}: made with the mode of a kept file");
+        s.start(8, ALGO).unwrap();
+        s.write_chunk_at(0, b"hi").unwrap();
+        s.commit_small(&expected(b"hi", 8)).unwrap();
+        let got = std::fs::metadata(out.path().join(&name)).unwrap().mode() & 0o7777;
+        assert_eq!(got, mode & 0o777, "asked for {mode:o}");
+    }
+    assert_eq!(entries(out.path()), ["f0", "f1", "f2", "f3", "f4", "f5"]);
+}
