@@ -246,6 +246,9 @@ impl Sink {
             .filter(|&m| umask().is_some_and(|u| m & u == 0));
         let create_mode = mode_at_once.unwrap_or(0o600);
         let creating = cleanup::begin()?;
+        if !missing.is_empty() {
+            dirs.forget();
+        }
         let (dir, created) = names::create_dirs(dir, rel, &missing)?;
         let made = dir.try_clone().and_then(|reg_dir| {
             let (file, mode_set) = match previous {
