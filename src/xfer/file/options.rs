@@ -184,7 +184,7 @@ impl ReceiverOptions {
 
 /// Receives a sending endpoint keeps posted: a window of entries in flight one smaller
 /// ([`proto::MAX_IN_FLIGHT`] at most).
-pub const SENDER_RECV_DEPTH: u32 = 32;
+pub const SENDER_RECV_DEPTH: u32 = 65;
 
 /// Stops a file transfer from elsewhere (another thread, or a progress callback): the sender
 /// looks at it before each entry and each chunk, tells the receiver (ERR) and ends with

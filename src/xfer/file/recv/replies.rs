@@ -9,9 +9,9 @@ use crate::xfer::file::link::Link;
 use crate::xfer::file::names::ConfinedDir;
 use crate::xfer::file::proto::{self, Batch, Msg};
 
-/// Answers gathered before they are sent at once: the sender's window is 31 entries (its
-/// posted receives less one), so at half of it the sender has answers to act on before it
-/// runs dry.
+/// Answers gathered before they are sent at once: the sender's window is 64 entries (its
+/// posted receives less one, at most `MAX_IN_FLIGHT`), so at a quarter of it the sender has
+/// answers to act on well before it runs dry.
 pub(super) const FLUSH_AT: usize = 16;
 
 /// Answers not sent yet, and the directories whose fsync they wait for.
