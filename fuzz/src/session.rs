@@ -280,6 +280,9 @@ impl Link for Recorder {
     fn recv_depth(&self) -> u32 {
         self.inner.recv_depth()
     }
+    fn max_msg_size(&self) -> usize {
+        self.inner.max_msg_size()
+    }
     fn trace_id(&self) -> u32 {
         self.inner.trace_id()
     }

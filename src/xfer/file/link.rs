@@ -45,6 +45,8 @@ pub trait Link: Send {
     fn set_timeout(&mut self, t: Duration);
     /// The receives this side keeps posted (the credits it grants the peer).
     fn recv_depth(&self) -> u32;
+    /// The longest message either side takes (what both ends agreed at connect).
+    fn max_msg_size(&self) -> usize;
     /// A number naming this side of the link in traces (the QP number).
     fn trace_id(&self) -> u32;
     /// The peer, as errors name it (its address, as known).
@@ -134,6 +136,9 @@ impl Link for Endpoint {
     }
     fn recv_depth(&self) -> u32 {
         Endpoint::recv_depth(self)
+    }
+    fn max_msg_size(&self) -> usize {
+        Endpoint::max_msg_size(self)
     }
     fn trace_id(&self) -> u32 {
         self.local().qpn

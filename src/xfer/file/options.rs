@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::budget::Budgets;
 use super::digest::Algo;
-use super::proto::{self, HelloFlags};
+use super::proto::HelloFlags;
 use super::send::filter::Filter;
 use crate::error::{Error, Result};
 use crate::xfer::endpoint::EndpointOptions;
@@ -173,7 +173,7 @@ impl ReceiverOptions {
     /// `base` adjusted for a receiving endpoint: control-message size, and `slots` receives.
     pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
         EndpointOptions {
-            msg_size: proto::MAX_MSG_LEN,
+            msg_size: FILE_MSG_LEN,
             recv_depth: self.slots.clamp(1, MAX_SLOTS),
             send_depth: 4,
             extra_send_wr: 0,
@@ -182,8 +182,13 @@ impl ReceiverOptions {
     }
 }
 
+/// The control-message size of file-transfer endpoints: a BATCH of this many bytes carries
+/// three 4 KiB files' DATA where [`MAX_MSG_LEN`](super::proto::MAX_MSG_LEN) carries one (an older peer's
+/// endpoint asks for that: the two agree on the smaller).
+pub const FILE_MSG_LEN: usize = 16 * 1024;
+
 /// Receives a sending endpoint keeps posted: a window of entries in flight one smaller
-/// ([`proto::MAX_IN_FLIGHT`] at most).
+/// ([`MAX_IN_FLIGHT`](super::proto::MAX_IN_FLIGHT) at most).
 pub const SENDER_RECV_DEPTH: u32 = 65;
 
 /// Stops a file transfer from elsewhere (another thread, or a progress callback): the sender
@@ -330,7 +335,7 @@ impl SenderOptions {
     /// `slots` RDMA WRITEs.
     pub fn endpoint_options(&self, base: &EndpointOptions) -> EndpointOptions {
         EndpointOptions {
-            msg_size: proto::MAX_MSG_LEN,
+            msg_size: FILE_MSG_LEN,
             // The answers of the entries in flight (send::pipe) never wait for a credit.
             recv_depth: SENDER_RECV_DEPTH,
             send_depth: 4,

@@ -12,7 +12,7 @@ use super::{withdrawn, Link, Registrar, StagingMem};
 use crate::error::{Error, Result};
 use crate::verbs::{RemoteRegion, RemoteSlice};
 use crate::xfer::endpoint::Message;
-use crate::xfer::file::proto;
+use crate::xfer::file::options::FILE_MSG_LEN;
 
 /// What arrives at one end.
 enum Arrival {
@@ -89,7 +89,8 @@ impl MemLink {
             side,
             depth: depth.max(1),
             timeout: Duration::from_secs(10),
-            max_msg: proto::MAX_MSG_LEN,
+            // As two rdmaxfer endpoints agree (`options::FILE_MSG_LEN`).
+            max_msg: FILE_MSG_LEN,
         };
         (end(0, depth_a), end(1, depth_b))
     }
@@ -266,6 +267,9 @@ impl Link for MemLink {
 
     fn recv_depth(&self) -> u32 {
         self.depth
+    }
+    fn max_msg_size(&self) -> usize {
+        self.max_msg
     }
 
     fn trace_id(&self) -> u32 {

@@ -1,7 +1,8 @@
 //! BATCH (version 3): several pipelined messages in one SEND. A tree of small files costs a
 //! HELLO and an answer per file, and a SEND costs each side a work request, a completion and a
 //! wake-up whatever its size; a BATCH carries as many HELLOs, DATA pieces and answers as fit
-//! one control message ([`MAX_MSG_LEN`]).
+//! one control message: [`MAX_MSG_LEN`], or up to [`MAX_BATCH_LEN`] where both endpoints' message
+//! size takes it.
 //!
 //! Body: the member count (u16, at least 1), then per member its length (u16) and the member,
 //! a whole message with its own header. Members are the messages that travel pipelined: HELLO,
@@ -9,7 +10,7 @@
 //! Reading a BATCH is reading its members one after another, in order.
 
 use super::reader::Reader;
-use super::{decode, header, malformed, Msg, HEADER_LEN, MAX_MSG_LEN};
+use super::{decode, header, malformed, Msg, HEADER_LEN, MAX_BATCH_LEN, MAX_MSG_LEN};
 use super::{T_ACK, T_DATA, T_HELLO, T_REFUSE, T_SKIP, T_WANT};
 use crate::Result;
 
@@ -34,14 +35,33 @@ pub fn batchable(msg: &Msg) -> bool {
 
 /// Encoded messages gathered for one SEND: what [`push`](Batch::push) takes fits one control
 /// message, as one message alone or as a BATCH of them all.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Batch {
     members: Vec<Vec<u8>>,
     /// The BATCH's length with the members so far.
     len: usize,
+    /// The longest SEND: the link's message size, within `MAX_MSG_LEN ..= MAX_BATCH_LEN`.
+    limit: usize,
+}
+
+impl Default for Batch {
+    /// Batches of at most [`MAX_MSG_LEN`] bytes.
+    fn default() -> Batch {
+        Batch::with_limit(MAX_MSG_LEN)
+    }
 }
 
 impl Batch {
+    /// Batches of at most `msg_size` bytes (a link's message size), within [`MAX_MSG_LEN`] ..=
+    /// [`MAX_BATCH_LEN`].
+    pub fn with_limit(msg_size: usize) -> Batch {
+        Batch {
+            members: Vec::new(),
+            len: 0,
+            limit: msg_size.clamp(MAX_MSG_LEN, MAX_BATCH_LEN),
+        }
+    }
+
     /// Whether nothing is gathered.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
@@ -54,7 +74,7 @@ impl Batch {
 
     /// Whether `encoded` (one encoded message) still fits with what is gathered.
     pub fn fits(&self, encoded: &[u8]) -> bool {
-        self.is_empty() || self.len + PER_MEMBER + encoded.len() <= MAX_MSG_LEN
+        self.is_empty() || self.len + PER_MEMBER + encoded.len() <= self.limit
     }
 
     /// Adds one encoded batchable message. The caller checks [`fits`](Batch::fits) first
@@ -108,7 +128,7 @@ pub(super) fn decode_batch(r: &mut Reader<'_>) -> Result<Vec<Msg>> {
         return Err(malformed("BATCH of no messages"));
     }
     // Each member takes at least its length and a header: the count is bounded by the input.
-    let mut out = Vec::with_capacity(usize::from(n).min(MAX_MSG_LEN / (PER_MEMBER + HEADER_LEN)));
+    let mut out = Vec::with_capacity(usize::from(n).min(MAX_BATCH_LEN / (PER_MEMBER + HEADER_LEN)));
     for i in 0..n {
         let len = usize::from(r.u16()?);
         let bytes = r.take(len)?;
@@ -236,5 +256,46 @@ mod tests {
             decode(&batch(1, &[want])).unwrap(),
             Msg::Batch(vec![Msg::Want])
         );
+    }
+
+    #[test]
+    fn a_batch_is_as_long_as_the_link_takes_and_no_longer() {
+        let piece = encode(&Msg::Data(Data {
+            offset: 0,
+            hash: Some([7; 32]),
+            abandon: false,
+            vanished: false,
+            bytes: vec![1; 4096],
+        }));
+        for (limit, per_send) in [(0, 1), (16 * 1024, 3), (1 << 20, 15)] {
+            let mut b = Batch::with_limit(limit);
+            let mut sent = Vec::new();
+            for _ in 0..30 {
+                if !b.fits(&piece) {
+                    sent.push(b.take().unwrap());
+                }
+                b.push(piece.clone());
+            }
+            sent.extend(b.take());
+            let len = limit.clamp(MAX_MSG_LEN, MAX_BATCH_LEN);
+            assert!(sent.iter().all(|m| m.len() <= len), "{limit}");
+            let first = match decode(&sent[0]).unwrap() {
+                Msg::Batch(v) => v.len(),
+                _ => 1,
+            };
+            assert_eq!(first, per_send, "{limit}");
+        }
+        // Longer than MAX_BATCH_LEN, or another message longer than MAX_MSG_LEN: refused.
+        let mut b = Batch::with_limit(MAX_BATCH_LEN);
+        while b.fits(&piece) {
+            b.push(piece.clone());
+        }
+        let mut long = b.take().unwrap();
+        assert!(decode(&long).is_ok());
+        long.extend_from_slice(&[0; MAX_BATCH_LEN]);
+        assert!(err(&long).contains("exceeds the maximum of 65536"));
+        let mut data = piece.clone();
+        data.extend_from_slice(&[0; MAX_MSG_LEN]);
+        assert!(err(&data).contains("exceeds the maximum of 8192"));
     }
 }

@@ -49,6 +49,10 @@ pub const VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 12;
 /// Largest whole control message (header + body), in bytes. Receive buffers of this size suffice.
 pub const MAX_MSG_LEN: usize = 8192;
+/// Largest BATCH, in bytes: a BATCH may be as long as both ends' control-message size (what
+/// their endpoints agreed at connect, [`MAX_MSG_LEN`] at least), up to this. Its members are
+/// each at most [`MAX_MSG_LEN`].
+pub const MAX_BATCH_LEN: usize = 64 * 1024;
 /// Longest file name in a HELLO, in bytes.
 pub const MAX_NAME_LEN: usize = 4096;
 /// Longest symlink target in a HELLO, in bytes (a HELLO with the longest name, the longest
@@ -229,13 +233,24 @@ pub fn header(buf: &[u8]) -> Result<Header> {
 
 /// Decodes one whole control message; `buf` must hold exactly one message.
 pub fn decode(buf: &[u8]) -> Result<Msg> {
-    if buf.len() > MAX_MSG_LEN {
+    let too_long = |max| buf.len() > max;
+    if too_long(MAX_BATCH_LEN) {
         return Err(malformed(format!(
-            "control message of {} bytes exceeds the maximum of {MAX_MSG_LEN}",
+            "control message of {} bytes exceeds the maximum of {MAX_BATCH_LEN}",
             buf.len()
         )));
     }
     let h = header(buf)?;
+    let max = match h.kind {
+        T_BATCH => MAX_BATCH_LEN,
+        _ => MAX_MSG_LEN,
+    };
+    if too_long(max) {
+        return Err(malformed(format!(
+            "control message of {} bytes exceeds the maximum of {max}",
+            buf.len()
+        )));
+    }
     if h.version != VERSION {
         return Err(Error::Version {
             what: "file protocol",

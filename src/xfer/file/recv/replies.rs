@@ -15,13 +15,20 @@ use crate::xfer::file::proto::{self, Batch, Msg};
 pub(super) const FLUSH_AT: usize = 16;
 
 /// Answers not sent yet, and the directories whose fsync they wait for.
-#[derive(Default)]
 pub(super) struct Replies {
     out: Batch,
     dirty: Vec<ConfinedDir>,
 }
 
 impl Replies {
+    /// Answers to send on `ep`, gathered in BATCHes as long as it takes.
+    pub(super) fn new<L: Link>(ep: &L) -> Replies {
+        Replies {
+            out: Batch::with_limit(ep.max_msg_size()),
+            dirty: Vec::new(),
+        }
+    }
+
     /// Whether nothing waits to be sent.
     pub(super) fn is_empty(&self) -> bool {
         self.out.is_empty() && self.dirty.is_empty()

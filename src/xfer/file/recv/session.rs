@@ -156,7 +156,7 @@ fn receive_session<L: Link>(
     let mut joint: Option<Arc<Joint>> = None;
     let mut stripe: Option<Stripe> = None;
     let mut inline = Inline::default();
-    let mut replies = Replies::default();
+    let mut replies = Replies::new(ep);
     let mut pending = VecDeque::new();
     let mut dry_dirs = DirCache::default();
     let mut sent_dirs = SentDirs::default();

@@ -116,7 +116,7 @@ impl Pipe {
             next: 0,
             first_unrecorded: 0,
             held: BTreeMap::new(),
-            out: proto::Batch::default(),
+            out: proto::Batch::with_limit(ep.max_msg_size()),
             incoming: VecDeque::new(),
             reader: SmallReader::default(),
         }
@@ -151,7 +151,7 @@ impl Pipe {
         self.waiting.clear();
         self.wanted.clear();
         self.incoming.clear();
-        self.out = proto::Batch::default();
+        drop(self.out.take());
         self.first_unrecorded = self.next;
         unanswered
     }
