@@ -163,8 +163,26 @@ impl Sink {
         Sink::create_in(&mut DirCache::default(), out_dir, rel, size, opts)
     }
 
-    /// [`create`](Sink::create), walking through `dirs`.
+    /// [`create`](Sink::create), walking through `dirs`. A directory `dirs` kept that is gone
+    /// since (one made for a file that failed is removed with it while empty) is walked to, and
+    /// made, again.
     pub fn create_in(
+        dirs: &mut DirCache,
+        out_dir: &Path,
+        rel: &RelPath,
+        size: u64,
+        opts: SinkOptions,
+    ) -> Result<Sink> {
+        match Sink::create_once(dirs, out_dir, rel, size, opts.clone()) {
+            Err(e) if e.errno() == Some(libc::ENOENT) => {
+                dirs.forget();
+                Sink::create_once(dirs, out_dir, rel, size, opts)
+            }
+            r => r,
+        }
+    }
+
+    fn create_once(
         dirs: &mut DirCache,
         out_dir: &Path,
         rel: &RelPath,

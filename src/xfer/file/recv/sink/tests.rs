@@ -421,3 +421,30 @@ fn a_file_written_at_once_gets_its_mode() {
     }
     assert_eq!(entries(out.path()), ["f0", "f1", "f2", "f3", "f4", "f5"]);
 }
+
+/// A directory the cache kept and that is gone since (made for a file that failed, and removed
+/// with it while empty) is made again for the next file, not reached through the stale handle.
+#[test]
+fn a_kept_directory_removed_since_is_made_again() {
+    let out = tempfile::tempdir().unwrap();
+    let mut dirs = DirCache::default();
+    let opts = || SinkOptions {
+        planned: true,
+        ..Default::default()
+    };
+    // The first file of d/ makes it; a later file's plan keeps a handle on it.
+    let a = sanitize("d/a").unwrap();
+    let first = Sink::create_in(&mut dirs, out.path(), &a, 1, opts()).unwrap();
+    dirs.forget();
+    let b = sanitize("d/b").unwrap();
+    dirs.visit(out.path(), &b, |_, missing| assert!(missing.is_empty()))
+        .unwrap();
+    // The first file fails: its temporary file and d/, made for it, are removed.
+    drop(first);
+    assert!(!out.path().join("d").exists());
+    let mut s = Sink::create_in(&mut dirs, out.path(), &b, 2, opts()).unwrap();
+    s.start(8, ALGO).unwrap();
+    s.write_chunk_at(0, b"hi").unwrap();
+    s.commit_small(&expected(b"hi", 8)).unwrap();
+    assert_eq!(std::fs::read(out.path().join("d/b")).unwrap(), b"hi");
+}
