@@ -189,15 +189,20 @@ mod tests {
         assert_eq!(b.take().unwrap(), done);
     }
 
-    #[test]
-    fn a_batch_never_outgrows_one_message() {
-        let piece = encode(&Msg::Data(Data {
+    /// An encoded last DATA piece of `len` bytes.
+    fn data_piece(len: usize) -> Vec<u8> {
+        encode(&Msg::Data(Data {
             offset: 0,
             hash: Some([7; 32]),
             abandon: false,
             vanished: false,
-            bytes: vec![1; 3000],
-        }));
+            bytes: vec![1; len],
+        }))
+    }
+
+    #[test]
+    fn a_batch_never_outgrows_one_message() {
+        let piece = data_piece(3000);
         let mut b = Batch::default();
         let mut sent = Vec::new();
         for _ in 0..10 {
@@ -260,13 +265,7 @@ mod tests {
 
     #[test]
     fn a_batch_is_as_long_as_the_link_takes_and_no_longer() {
-        let piece = encode(&Msg::Data(Data {
-            offset: 0,
-            hash: Some([7; 32]),
-            abandon: false,
-            vanished: false,
-            bytes: vec![1; 4096],
-        }));
+        let piece = data_piece(4096);
         for (limit, per_send) in [(0, 1), (16 * 1024, 3), (1 << 20, 15)] {
             let mut b = Batch::with_limit(limit);
             let mut sent = Vec::new();
