@@ -11,11 +11,24 @@
 
 #include <rdmaxfer.h>
 
-/* Prints what failed, the status text and the library's detail, and exits 1. */
+/* Prints what failed, the status text and the library's detail, then the causes a program can
+ * act on when the failure had them: the OS error number and the work-completion status. */
+static inline void report(const char *what, enum rdmaxfer_status st)
+{
+    fprintf(stderr, "error: %s: %s (status %d): %s", what, rdmaxfer_strerror(st), (int)st,
+            rdmaxfer_last_error_message());
+    int os = rdmaxfer_last_os_error(), wc = rdmaxfer_last_wc_status();
+    if (os != 0)
+        fprintf(stderr, " [OS error %d: %s]", os, strerror(os));
+    if (wc >= 0)
+        fprintf(stderr, " [work completion status %d]", wc);
+    fputc('\n', stderr);
+}
+
+/* report(), then exits 1. */
 static inline void die(const char *what, enum rdmaxfer_status st)
 {
-    fprintf(stderr, "error: %s: %s (status %d): %s\n", what, rdmaxfer_strerror(st), (int)st,
-            rdmaxfer_last_error_message());
+    report(what, st);
     exit(1);
 }
 

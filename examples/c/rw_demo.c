@@ -36,39 +36,60 @@ static int serve(const struct rdmaxfer_config *cfg, const char *addr, uint16_t p
     return rep.ok ? 0 : 1;
 }
 
+/* Calls `call`; on a failure, reports it (with its OS error and completion status) and goes to
+ * `out`, where everything made so far is freed. */
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        enum rdmaxfer_status st_ = (call);                                                         \
+        if (st_ != RDMAXFER_OK) {                                                                  \
+            report(#call, st_);                                                                    \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
 static int client(const struct rdmaxfer_config *cfg, const char *host, const char *msg, uint64_t offset)
 {
     size_t n = strlen(msg);
+    int rc = 1, same = 0;
     struct rdmaxfer_conn *conn = NULL;
     struct rdmaxfer_remote *remote = NULL;
     struct rdmaxfer_buf *buf = NULL;
-    CHECK(rdmaxfer_connect(cfg, host, 0, &conn));
-    CHECK(rdmaxfer_remote_open(conn, &remote));
-    printf("peer exposes %llu bytes (access %u)\n", (unsigned long long)rdmaxfer_remote_len(remote),
-           rdmaxfer_remote_access(remote));
-    CHECK(rdmaxfer_buf_new(conn, n, &buf));
-    CHECK(rdmaxfer_buf_write(buf, 0, msg, n));
-    CHECK(rdmaxfer_rdma_write(conn, remote, offset, buf, 0, n));
-    printf("wrote %zu bytes at offset %llu\n", n, (unsigned long long)offset);
-
     char *zero = calloc(n, 1), *back = malloc(n);
     if (!zero || !back) {
         fprintf(stderr, "error: out of memory\n");
-        return 1;
+        goto out;
     }
-    CHECK(rdmaxfer_buf_write(buf, 0, zero, n));
-    CHECK(rdmaxfer_rdma_read(conn, remote, offset, buf, 0, n));
-    CHECK(rdmaxfer_buf_read(buf, 0, back, n));
-    int same = memcmp(back, msg, n) == 0;
-    printf("read back %zu bytes: %s\n", n, same ? "verified" : "MISMATCH");
-    free(zero);
-    free(back);
+    TRY(rdmaxfer_connect(cfg, host, 0, &conn));
+    TRY(rdmaxfer_remote_open(conn, &remote));
+    printf("peer exposes %llu bytes (access %u)\n", (unsigned long long)rdmaxfer_remote_len(remote),
+           rdmaxfer_remote_access(remote));
+    TRY(rdmaxfer_buf_new(conn, n, &buf));
+    TRY(rdmaxfer_buf_write(buf, 0, msg, n));
+    TRY(rdmaxfer_rdma_write(conn, remote, offset, buf, 0, n));
+    printf("wrote %zu bytes at offset %llu\n", n, (unsigned long long)offset);
 
-    CHECK(rdmaxfer_remote_close(conn, remote));
+    TRY(rdmaxfer_buf_write(buf, 0, zero, n));
+    TRY(rdmaxfer_rdma_read(conn, remote, offset, buf, 0, n));
+    TRY(rdmaxfer_buf_read(buf, 0, back, n));
+    same = memcmp(back, msg, n) == 0;
+    printf("read back %zu bytes: %s\n", n, same ? "verified" : "MISMATCH");
+
+    TRY(rdmaxfer_remote_close(conn, remote));
+    enum rdmaxfer_status st = rdmaxfer_conn_close(conn);
+    conn = NULL; /* rdmaxfer_conn_close frees it, also when it fails */
+    if (st != RDMAXFER_OK) {
+        report("rdmaxfer_conn_close(conn)", st);
+        goto out;
+    }
+    rc = same ? 0 : 1;
+out:
+    /* Each free takes NULL; freeing a conn that was not closed drops the connection. */
     rdmaxfer_remote_free(remote);
     rdmaxfer_buf_free(buf);
-    CHECK(rdmaxfer_conn_close(conn));
-    return same ? 0 : 1;
+    rdmaxfer_conn_free(conn);
+    free(zero);
+    free(back);
+    return rc;
 }
 
 int main(int argc, char **argv)

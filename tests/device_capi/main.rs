@@ -11,4 +11,5 @@ mod common;
 mod accept_limits;
 mod capi;
 mod capi_poll;
+mod causes;
 mod transfer;
