@@ -4,7 +4,7 @@
 //! with its own completion. Needs rxe0: `#[ignore]`d on the host, run in the guest by ci/test.sh.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rdmaxfer::verbs::{
@@ -98,6 +98,8 @@ fn shared_cq_matches_completions_to_their_buffers_under_two_polling_threads() {
     // Each receive i gets send i (a receive queue completes in order); its buffer must come
     // back with completion i, whichever thread polls it.
     let stops = AtomicUsize::new(0);
+    // Receive completions the pollers have taken.
+    let polled = AtomicU64::new(0);
     let per_thread = std::thread::scope(|s| {
         let pollers: Vec<_> = (0..2)
             .map(|_| {
@@ -120,6 +122,7 @@ fn shared_cq_matches_completions_to_their_buffers_under_two_polling_threads() {
                             let buf = c.into_local_bufs().remove(0);
                             let ok = buf[..] == pattern(LEN, id)[..];
                             assert!(seen.insert(id, ok).is_none(), "completion {id} twice");
+                            polled.fetch_add(1, Ordering::Release);
                         }
                         std::thread::yield_now();
                     }
@@ -129,6 +132,18 @@ fn shared_cq_matches_completions_to_their_buffers_under_two_polling_threads() {
             .collect();
         let mut posted = 0;
         while posted < N {
+            // Completions nobody polled stay in cq_b, and a CQ that overflows breaks its QP: a
+            // window waits until at most one window of them is unpolled, however the pollers
+            // are scheduled.
+            let deadline = Instant::now() + T;
+            while posted - polled.load(Ordering::Acquire) > window {
+                assert!(
+                    Instant::now() < deadline,
+                    "the pollers took {} of {posted} receive completions",
+                    polled.load(Ordering::Acquire)
+                );
+                std::thread::yield_now();
+            }
             let n = window.min(N - posted);
             for i in posted..posted + n {
                 p.b.post_recv(i, [Sge::new(LocalBuf::new(&p.pd, LEN).unwrap())])
@@ -140,7 +155,14 @@ fn shared_cq_matches_completions_to_their_buffers_under_two_polling_threads() {
             }
             let mut done = 0;
             while done < n {
-                for c in p.cq_a.wait(16, T).unwrap() {
+                let got = p.cq_a.wait(16, T).unwrap_or_else(|e| {
+                    panic!(
+                        "{e}: {done} of sends {posted}..{} completed, the pollers took {} receive completions",
+                        posted + n,
+                        polled.load(Ordering::Acquire)
+                    )
+                });
+                for c in got {
                     c.result().unwrap();
                     done += 1;
                 }
