@@ -1,5 +1,6 @@
 # ci/rig-guest.sh — sourced by every command ci/rig.sh runs INSIDE a rig guest (never run on its own).
-# Gives: BIN (rdmaxfer), W (guest-local tmpfs work dir), NIC (from the agent) and small helpers.
+# Gives: BIN (rdmaxfer), W (guest-local tmpfs work dir), NIC and NIC2 (the two wires' interfaces,
+# from the agent) and small helpers.
 
 W=/tmp/rig
 mkdir -p "$W"
@@ -39,15 +40,29 @@ wait_size() {
   return 1
 }
 
-# rxe_active SECS — poll until rxe0's port is ACTIVE and GID index 1 is back (after link down).
+# rxe_active SECS [DEV] — poll until DEV's (rxe0's) port is ACTIVE and GID index 1 is back
+# (after link down).
 rxe_active() {
-  local end=$((SECONDS + $1))
+  local end=$((SECONDS + $1)) dev="${2:-rxe0}"
   while ((SECONDS < end)); do
-    rdma link show rxe0/1 | grep -q 'state ACTIVE' &&
-      grep -q ffff "/sys/class/infiniband/rxe0/ports/1/gids/1" && return 0
+    rdma link show "$dev/1" | grep -q 'state ACTIVE' &&
+      grep -q ffff "/sys/class/infiniband/$dev/ports/1/gids/1" && return 0
     sleep 0.1
   done
-  echo "rxe_active: rxe0 not ACTIVE with its IPv4 GID after $1 s: $(rdma link show rxe0/1)"
+  echo "rxe_active: $dev not ACTIVE with its IPv4 GID after $1 s: $(rdma link show "$dev/1")"
+  return 1
+}
+
+# wait_pkts DEV N SECS — poll until DEV's port has sent N packets more than when called (a
+# stream moves data on that rail); fails after SECS.
+wait_pkts() {
+  local f="/sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts" end=$((SECONDS + $3)) base
+  base="$(cat "$f")" || return 1
+  while ((SECONDS < end)); do
+    (($(cat "$f") >= base + $2)) && { echo "wait_pkts: $1 sent $(($(cat "$f") - base)) packets"; return 0; }
+    sleep 0.05
+  done
+  echo "wait_pkts: $1 sent $(($(cat "$f") - base)) of $2 packets in $3 s"
   return 1
 }
 

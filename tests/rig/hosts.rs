@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 pub const IP_A: &str = "198.18.0.1";
 pub const IP_B: &str = "198.18.0.2";
+/// The addresses on the second wire (rxe1 in both guests).
+pub const IP2_A: &str = "198.18.1.1";
+pub const IP2_B: &str = "198.18.1.2";
 
 /// One of the two hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,10 +27,23 @@ impl Node {
             Node::B => IP_B,
         }
     }
+    /// The address on the second wire.
+    pub fn ip2(self) -> &'static str {
+        match self {
+            Node::A => IP2_A,
+            Node::B => IP2_B,
+        }
+    }
     fn mac(self) -> &'static str {
         match self {
             Node::A => "52:54:00:12:34:01",
             Node::B => "52:54:00:12:34:02",
+        }
+    }
+    fn mac2(self) -> &'static str {
+        match self {
+            Node::A => "52:54:00:12:35:01",
+            Node::B => "52:54:00:12:35:02",
         }
     }
     fn i(self) -> usize {
@@ -82,13 +98,15 @@ struct Guest {
     qemu: Option<u32>,
 }
 
-/// The rig: two guests joined by a qemu socket netdev on 127.0.0.1.
+/// The rig: two guests joined by two qemu socket netdevs on 127.0.0.1 (two wires: rxe0 on the
+/// first, rxe1 on the second).
 pub struct Rig {
     pub root: PathBuf,
     pub run: PathBuf,
     /// The rdmaxfer under test (each agent copies it when its guest boots).
     bin: PathBuf,
-    wire_port: u16,
+    /// The wires' TCP ports on 127.0.0.1.
+    wire_ports: [u16; 2],
     boots: u32,
     guests: [Guest; 2],
 }
@@ -110,29 +128,34 @@ fn tick() {
 
 impl Rig {
     pub fn new(root: PathBuf, run: PathBuf, bin: PathBuf) -> Rig {
-        // A free TCP port on 127.0.0.1 for the wire (A's qemu listens, B's connects).
-        let wire_port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port for the wire");
+        // Free TCP ports on 127.0.0.1 for the wires (A's qemu listens, B's connects), both
+        // bound at once so that they differ.
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").expect("a free port for a wire");
+        let (l0, l1) = (free(), free());
+        let port = |l: &std::net::TcpListener| l.local_addr().expect("its address").port();
+        let wire_ports = [port(&l0), port(&l1)];
+        drop((l0, l1));
         log(format!(
-            "run dir {}; wire 127.0.0.1:{wire_port}",
-            run.display()
+            "run dir {}; wires 127.0.0.1:{} and :{}",
+            run.display(),
+            wire_ports[0],
+            wire_ports[1]
         ));
         Rig {
             root,
             run,
             bin,
-            wire_port,
+            wire_ports,
             boots: 0,
             guests: Default::default(),
         }
     }
 
-    fn netdev(&self, node: Node) -> String {
+    /// `node`'s end of wire `w` (0 or 1) as a qemu socket netdev.
+    fn netdev(&self, node: Node, w: usize) -> String {
         match node {
-            Node::A => format!("listen=127.0.0.1:{}", self.wire_port),
-            Node::B => format!("connect=127.0.0.1:{}", self.wire_port),
+            Node::A => format!("listen=127.0.0.1:{}", self.wire_ports[w]),
+            Node::B => format!("connect=127.0.0.1:{}", self.wire_ports[w]),
         }
     }
 
@@ -141,7 +164,7 @@ impl Rig {
         self.boots += 1;
         let dir = self.run.join(format!("{node}{}", self.boots));
         std::fs::create_dir_all(dir.join("cmd")).expect("agent dir");
-        let netdev = self.netdev(node);
+        let netdev = self.netdev(node, 0);
         log(format!(
             "booting {node} ({}, {netdev}), agent dir {}",
             node.ip(),
@@ -151,6 +174,7 @@ impl Rig {
             .arg(self.root.join("ci/rig-boot.sh"))
             .args([&node.to_string(), node.ip(), node.mac(), &netdev])
             .arg(&dir)
+            .args([node.ip2(), node.mac2(), &self.netdev(node, 1)])
             .current_dir(&self.root)
             .env("RIG_BIN", &self.bin)
             .stdin(Stdio::null())
@@ -194,7 +218,7 @@ impl Rig {
             }
             return false;
         }
-        let needle = format!("id=s0,{} ", self.netdev(node));
+        let needle = format!("id=s0,{} ", self.netdev(node, 0));
         self.guests[node.i()].qemu = qemu_pid(&needle);
         log(format!(
             "{node} ready: {}, qemu pid {:?}",
@@ -207,21 +231,23 @@ impl Rig {
         true
     }
 
+    /// Whether both wires' sockets are in `state` ("listen", "established").
     fn wire_state(&self, state: &str) -> bool {
-        let filter = format!("sport = :{}", self.wire_port);
-        let mut c = Command::new("ss");
-        c.arg("-Htn");
-        if state == "listen" {
-            c.arg("-l");
-        } else {
-            c.args(["state", state]);
-        }
-        c.arg(filter)
-            .output()
-            .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+        self.wire_ports.iter().all(|p| {
+            let mut c = Command::new("ss");
+            c.arg("-Htn");
+            if state == "listen" {
+                c.arg("-l");
+            } else {
+                c.args(["state", state]);
+            }
+            c.arg(format!("sport = :{p}"))
+                .output()
+                .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+        })
     }
 
-    /// Waits until A's qemu listens on the wire port (B's qemu connects once only).
+    /// Waits until A's qemu listens on both wires' ports (B's qemu connects once only).
     pub fn wire_listening(&mut self, secs: u64) -> bool {
         let end = Instant::now() + Duration::from_secs(secs);
         while Instant::now() < end && self.alive(Node::A) {
@@ -231,26 +257,28 @@ impl Rig {
             tick();
         }
         log(format!(
-            "A's qemu never listened on 127.0.0.1:{}",
-            self.wire_port
+            "A's qemu never listened on 127.0.0.1:{} and :{}",
+            self.wire_ports[0], self.wire_ports[1]
         ));
         false
     }
 
-    /// The qemu socket is connected and B reaches A over it.
+    /// Both qemu sockets are connected and B reaches A over each wire.
     pub fn wire_up(&mut self) -> bool {
         if !self.wire_state("listen") || !self.wire_state("established") {
             log(format!(
-                "the wire 127.0.0.1:{} is not connected",
-                self.wire_port
+                "the wires 127.0.0.1:{} and :{} are not both connected",
+                self.wire_ports[0], self.wire_ports[1]
             ));
             return false;
         }
         // No ping in the guest: a TCP connect to a closed port of A is answered by A's RST.
-        let probe = format!(
-            "timeout 10 bash -c 'exec 3<>/dev/tcp/{IP_A}/9' 2>&1 | grep -q 'Connection refused' && echo 'B reaches A over the wire (RST from A)'"
-        );
-        self.run(Node::B, 30, &probe).1.ok()
+        [IP_A, IP2_A].iter().all(|ip| {
+            let probe = format!(
+                "timeout 10 bash -c 'exec 3<>/dev/tcp/{ip}/9' 2>&1 | grep -q 'Connection refused' && echo 'B reaches A at {ip} (RST from A)'"
+            );
+            self.run(Node::B, 30, &probe).1.ok()
+        })
     }
 
     /// Host death: SIGKILL `node`'s qemu, then wait (bounded) for its boot script to end.

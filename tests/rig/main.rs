@@ -1,6 +1,7 @@
 //! The two-host rig (docs/rig.md): guests A (198.18.0.1) and B (198.18.0.2), each with rxe0 on
-//! its own virtio-net NIC, joined by a qemu socket netdev on 127.0.0.1; the two-host tests, the
-//! fault campaign and the two-host benchmark, ending with "test result: … N passed; M failed".
+//! its own virtio-net NIC, joined by a qemu socket netdev on 127.0.0.1, and rxe1 on a second NIC
+//! and wire (198.18.1.1, 198.18.1.2); the two-host tests, the fault campaign and the two-host
+//! benchmark, ending with "test result: … N passed; M failed".
 //!
 //! `ci/rig.sh [TEST...]` runs it: `cargo test --test rig -- --ignored [TEST...]` after building
 //! the release binary. Without `--ignored` (as `cargo test` runs every test target) it runs only
@@ -15,6 +16,7 @@
 mod bench;
 mod check;
 mod hosts;
+mod rails;
 mod sessions;
 mod transfer;
 
@@ -65,6 +67,7 @@ const TESTS: &[(&str, TestFn)] = &[
     ("striped_loss", transfer::striped_loss),
     ("delay_reorder", transfer::delay_reorder),
     ("link_down", transfer::link_down),
+    ("rail_cut", rails::rail_cut),
     ("wrong_token", transfer::wrong_token),
     ("wrong_gid", transfer::wrong_gid),
     ("mtu_mismatch", transfer::mtu_mismatch),

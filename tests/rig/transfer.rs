@@ -267,18 +267,7 @@ pub fn link_down(cx: &mut Ctx) -> (bool, String) {
         format!("both sides agree (sender rc {src}, receiver rc {rrc})"),
         (src.ok() && rrc.ok()) || (src.failed() && rrc.failed()),
     );
-    let (ls, _) = cx.rig.run(
-        Node::A,
-        30,
-        &format!("ls -A out-{p}; sha256sum out-{p}/f64.bin 2>/dev/null || echo 'no final file'"),
-    );
-    let listing = cx.rig.log_of(ls);
-    let hr = sha(&listing);
-    t.expect(
-        "no temporary file left",
-        !listing.lines().any(|l| l.starts_with(".f64")),
-    );
-    let hs = sha(&cx.rig.output(Node::B, 60, "sha256sum f64.bin"));
+    let (hr, hs) = final_and_source(cx, &mut t, p, "f64.bin");
     if src.ok() && rrc.ok() {
         t.expect(
             "recovered: received file == sent file",
@@ -309,6 +298,23 @@ pub fn link_down(cx: &mut Ctx) -> (bool, String) {
         t.step(ok);
     }
     t.end()
+}
+
+/// A's `out-PORT` after a transfer of B's `name`: checks that no temporary file of it is left,
+/// and returns the sha256 of the final file there ("" if there is none) and of B's source.
+pub fn final_and_source(cx: &mut Ctx, t: &mut Test, p: u16, name: &str) -> (String, String) {
+    let (ls, _) = cx.rig.run(
+        Node::A,
+        30,
+        &format!("ls -A out-{p}; sha256sum out-{p}/{name} 2>/dev/null || echo 'no final file'"),
+    );
+    let listing = cx.rig.log_of(ls);
+    t.expect(
+        "no temporary file left",
+        !listing.lines().any(|l| l.starts_with(&format!(".{name}"))),
+    );
+    let source = sha(&cx.rig.output(Node::B, 60, &format!("sha256sum {name}")));
+    (sha(&listing), source)
 }
 
 /// The transfer fails: both exit non-zero within `secs`, the sender's error names `what`
