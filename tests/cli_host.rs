@@ -1,5 +1,6 @@
 //! Host tests of the CLI, no RDMA device needed: `rdmaxfer devices` never reports an empty
-//! success, and arguments are checked (and refused with a usage error) before connecting.
+//! success, arguments are checked (and refused with a usage error) before connecting, and a
+//! standard output that fails is no panic.
 
 use std::process::Command;
 
@@ -436,4 +437,51 @@ fn verbosity_and_the_environment_are_in_the_help() {
     assert!(p.contains("verbose: 2"), "{p}");
     let p = parsed(&["devices", "-v"]).unwrap();
     assert!(p.contains("verbose: 1"), "{p}");
+}
+
+/// Standard output whose reader is gone (`rdmaxfer … | head -1`): the write end of a pipe
+/// whose read end was closed, made by a `true` that exited without reading.
+fn broken_pipe() -> std::process::Stdio {
+    let mut reader = Command::new("true")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let write_end = reader.stdin.take().unwrap();
+    assert!(reader.wait().unwrap().success());
+    write_end.into()
+}
+
+#[test]
+fn a_reader_gone_from_standard_output_is_no_panic_and_no_failure() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .args(["completions", "bash"])
+        .stdout(broken_pipe())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn another_write_error_on_standard_output_is_said_and_fails_the_command() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .args(["completions", "bash"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr
+            .matches("rdmaxfer: writing to standard output: ")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
 }

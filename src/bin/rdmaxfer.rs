@@ -3,6 +3,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `println!` that never panics (`println!` does when standard output is gone, as in
+/// `rdmaxfer devices | head -1`): see [`out_line`].
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::out_line(format_args!($($t)*))
+    };
+}
 
 #[path = "rdmaxfer/args.rs"]
 mod args;
@@ -193,21 +202,30 @@ enum Command {
 
 fn print_devices(devs: &[DeviceInfo]) {
     for d in devs {
-        println!(
+        outln!(
             "{}: node_guid {}, {} ({}), fw {}",
-            d.name, d.node_guid, d.node_type, d.transport, d.attr.fw_ver
+            d.name,
+            d.node_guid,
+            d.node_type,
+            d.transport,
+            d.attr.fw_ver
         );
         for p in &d.ports {
             let a = &p.attr;
             let mtu = a
                 .active_mtu
                 .map_or("-".to_string(), |m| m.bytes().to_string());
-            println!(
+            outln!(
                 "  port {}: {}, active_mtu {}, link_layer {}, lid {}, max_msg_sz {:#x}",
-                a.port, a.state, mtu, a.link_layer, a.lid, a.max_msg_sz
+                a.port,
+                a.state,
+                mtu,
+                a.link_layer,
+                a.lid,
+                a.max_msg_sz
             );
             for g in &p.gids {
-                println!(
+                outln!(
                     "    GID[{:>3}] {}  {:<8} {}",
                     g.index,
                     g.gid,
@@ -224,7 +242,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Devices { json } => {
             let devs = verbs::devices().context("listing RDMA devices")?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&devs)?);
+                outln!("{}", serde_json::to_string_pretty(&devs)?);
             } else {
                 print_devices(&devs);
             }
@@ -241,18 +259,22 @@ fn run(cli: Cli) -> Result<()> {
             let r =
                 loopback::round_trip(&opts, size).context("loopback RDMA WRITE/READ round trip")?;
             if json {
-                println!("{}", serde_json::to_string(&r)?);
+                outln!("{}", serde_json::to_string(&r)?);
             } else {
-                println!("device {} GID index {}", r.device, r.gid_index);
-                println!(
+                outln!("device {} GID index {}", r.device, r.gid_index);
+                outln!(
                     "RDMA WRITE {} bytes in {:.1} us, blake3 {}",
-                    r.bytes, r.write_us, r.written_hash
+                    r.bytes,
+                    r.write_us,
+                    r.written_hash
                 );
-                println!(
+                outln!(
                     "RDMA READ  {} bytes in {:.1} us, blake3 {}",
-                    r.bytes, r.read_us, r.read_hash
+                    r.bytes,
+                    r.read_us,
+                    r.read_hash
                 );
-                println!(
+                outln!(
                     "verified: the {} bytes read back match the bytes written",
                     r.bytes
                 );
@@ -267,16 +289,38 @@ fn run(cli: Cli) -> Result<()> {
         Command::Recv(a) => file::recv(a)?,
         Command::Cp(a) => cp::run(a)?,
         Command::CpRemote(a) => remote::run(a)?,
-        Command::Completions { shell } => clap_complete::generate(
-            shell,
-            &mut Cli::command(),
-            "rdmaxfer",
-            &mut std::io::stdout(),
-        ),
+        Command::Completions { shell } => {
+            // Generated whole first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "rdmaxfer", &mut script);
+            let text = String::from_utf8_lossy(&script);
+            outln!("{}", text.trim_end_matches('\n'));
+        }
         Command::Man { dir } => clap_mangen::generate_to(Cli::command(), &dir)
             .with_context(|| format!("writing manual pages to {}", dir.display()))?,
     }
     Ok(())
+}
+
+/// Set when a line could not be written to standard output for another reason than a broken
+/// pipe: the command then exits 1 (its output is lost), as `ls > /dev/full` does.
+static OUT_LOST: AtomicBool = AtomicBool::new(false);
+
+/// Writes one line to standard output. A reader that went away (a broken pipe) is not this
+/// command's failure: the line is dropped and the command goes on, so that a receiver serving
+/// other sessions, or a transfer near its end, is not cut short by it. Any other error (a full
+/// disk behind a redirection) is said once on standard error, and the command goes on to its
+/// end but exits 1.
+fn out_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{args}") {
+        if e.kind() != std::io::ErrorKind::BrokenPipe && !OUT_LOST.swap(true, Ordering::Relaxed) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "rdmaxfer: writing to standard output: {e}"
+            );
+        }
+    }
 }
 
 /// Set (to anything): parse the command line, print the result and exit (host tests).
@@ -304,10 +348,11 @@ fn main() -> ExitCode {
         .init();
     if std::env::var_os(PARSE_ONLY_ENV).is_some() {
         // Tests of the option spelling: print what was parsed, touch no device.
-        println!("{cli:?}");
+        outln!("{cli:?}");
         return ExitCode::SUCCESS;
     }
     let exit = match run(cli) {
+        Ok(()) if OUT_LOST.load(Ordering::Relaxed) => Exit::Failure,
         Ok(()) => Exit::Success,
         Err(e) => {
             if let Some(usage) = e.downcast_ref::<clap::Error>() {

@@ -58,10 +58,10 @@ fn print(a: &Args, r: &BwReport) -> Result<()> {
             "seconds": r.seconds, "tx_depth": a.tx_depth, "post_lists": !a.per_message,
             "event": a.conn.event, "transport": if a.conn.oob { "oob" } else { "rdma_cm" },
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!("{}", BwReport::HEADER);
-        println!("{}", r.line());
+        outln!("{}", BwReport::HEADER);
+        outln!("{}", r.line());
     }
     Ok(())
 }

@@ -342,14 +342,14 @@ fn serve_sessions(
             if let Some(p) = ep.peer().addr {
                 v["peer"] = p.to_string().into();
             }
-            // One line per session: println! holds stdout for the whole line.
-            println!("{v}");
+            // One line per session: outln! holds stdout for the whole line.
+            outln!("{v}");
         } else if show != Show::Quiet && (r.is_ok() || report.file_count() > 0) {
             // A session that failed before any file has nothing to say about files.
             print_summary(&report, secs, "received");
             if a.stats {
                 // One block per connection (sessions served at once do not interleave).
-                println!("{}", stats_text(&report, secs, None, "received"));
+                outln!("{}", stats_text(&report, secs, None, "received"));
             }
         }
         r
@@ -721,7 +721,7 @@ pub(crate) fn send_over(
     if a.json {
         let mut j = summary(&report, secs, r.as_ref().err());
         j["streams"] = serde_json::json!(used);
-        println!("{j}");
+        outln!("{j}");
     } else if show != Show::Quiet && connected {
         // Without a connection there is nothing to say about files: the error says it all.
         if a.dry_run {
@@ -730,7 +730,7 @@ pub(crate) fn send_over(
             print_summary(&report, secs, "sent");
         }
         if a.stats {
-            println!("{}", stats_text(&report, secs, Some(used), "sent"));
+            outln!("{}", stats_text(&report, secs, Some(used), "sent"));
         }
     }
     r

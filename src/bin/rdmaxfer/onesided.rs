@@ -114,7 +114,7 @@ pub fn expose(a: ExposeArgs) -> Result<()> {
     serve(&mut server, count, |ep| {
         let r = onesided::serve_session(ep, &mut content, access)?;
         if a.json {
-            println!("{}", serde_json::to_string(&r)?);
+            outln!("{}", serde_json::to_string(&r)?);
         } else {
             let who = r.peer.as_deref().unwrap_or("?");
             let status = match (&r.error, r.ok) {
@@ -122,22 +122,23 @@ pub fn expose(a: ExposeArgs) -> Result<()> {
                 (None, true) => "done".into(),
                 (None, false) => "reported a failure".into(),
             };
-            println!(
+            outln!(
                 "peer {who}: wrote {} bytes, read {} bytes, {status}",
-                r.written, r.read
+                r.written,
+                r.read
             );
             if r.changed.is_empty() {
-                println!("  buffer unchanged");
+                outln!("  buffer unchanged");
             }
             for &(s, e) in r.changed.iter().take(8) {
-                println!(
+                outln!(
                     "  changed [{s}, {e}) ({} bytes): {}",
                     e - s,
                     preview(&content[s..e], 64)
                 );
             }
             if r.changed.len() > 8 {
-                println!("  … and {} more changed ranges", r.changed.len() - 8);
+                outln!("  … and {} more changed ranges", r.changed.len() - 8);
             }
         }
         std::io::stdout().flush()?;

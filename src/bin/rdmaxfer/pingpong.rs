@@ -88,15 +88,15 @@ fn print_addresses(json: bool, local: &LocalInfo, peer: &PeerInfo) {
     if json {
         eprintln!("{l}\n{r}");
     } else {
-        println!("{l}\n{r}");
+        outln!("{l}\n{r}");
     }
 }
 
 fn report(json: bool, s: &Stats) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string(s)?);
+        outln!("{}", serde_json::to_string(s)?);
     } else {
-        println!("{}", s.text());
+        outln!("{}", s.text());
     }
     Ok(())
 }

@@ -108,7 +108,7 @@ impl Remote {
                         match Ready::parse(&line) {
                             Some(r) => drop(tx.send(Some(r))),
                             // A remote sender's lines and summary (a pull).
-                            None => println!("{line}"),
+                            None => outln!("{line}"),
                         }
                     }
                     drop(tx.send(None));

@@ -124,7 +124,7 @@ pub(crate) fn print_summary(report: &SessionReport, secs: f64, verb: &str) {
     };
     let skipped = skipped + &progress::repaired(report.repaired, " (", ")");
     let skipped = skipped + &lost_text(report);
-    println!(
+    outln!(
         "{verb} {} of {} files{skipped}, {} bytes in {secs:.3} s ({:.1} MiB/s)",
         report.file_count() - report.failures() - report.skipped - report.planned,
         report.file_count(),
@@ -153,7 +153,7 @@ fn lost_text(report: &SessionReport) -> String {
 
 /// A dry run's summary line: what would be sent, skipped and refused.
 pub(crate) fn print_dry_summary(report: &SessionReport) {
-    println!(
+    outln!(
         "dry run: {} of {} entries would be sent ({} bytes), {} skipped, {} failed or refused; nothing was sent or changed",
         report.planned,
         report.file_count(),
