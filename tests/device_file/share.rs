@@ -84,8 +84,13 @@ fn half_sent_striped_files_are_capped_and_a_good_sender_is_served_beside() {
         peak <= before + 3 * 16,
         "the receiver's descriptors rose from {before} to {peak}"
     );
-    // And a default ring (20 MiB) each, with room for the writers' buffers.
-    assert!(rss1 <= rss0 + 3 * (24 << 10), "RSS {rss0} KiB → {rss1} KiB");
+    // And a default ring (20 MiB) each, with room for the writers' buffers, plus what glibc
+    // keeps of buffers freed by parts that ended (they are made per part): two CI runs peaked
+    // 12 and 18 MiB above the three sessions' 72 (a fixed mmap threshold takes ~6 MiB off).
+    assert!(
+        rss1 <= rss0 + 3 * (24 << 10) + (24 << 10),
+        "RSS {rss0} KiB → {rss1} KiB"
+    );
     // The ended session's temporary files go with it, and the receiver serves on.
     wait_until("the greedy session's temporary files removed", T, || {
         !has_temp(&out)
