@@ -3,7 +3,7 @@
 
 use crate::check::json_lines;
 use crate::hosts::{show, Node, IP2_A, IP_A};
-use crate::transfer::final_and_source;
+use crate::transfer::{final_and_source, recv_everywhere};
 use crate::Ctx;
 
 /// The streams a `--json` summary line names as lost: (stream, device).
@@ -32,18 +32,9 @@ pub fn rail_cut(cx: &mut Ctx) -> (bool, String) {
     let mut t = cx.begin("rail_cut");
     let p = cx.port;
     // The receiver listens on every address: A's end of both wires.
-    let rid = cx.rig.cmd(
-        Node::A,
-        &format!(
-            "rm -rf out-{p}; mkdir out-{p}; exec $BIN recv $EV --out out-{p} -p {p} --json --once"
-        ),
-    );
-    let ok = cx
-        .rig
-        .wait_log(rid, "'listening on'", 30, |l| l.contains("listening on"));
-    if !t.step(ok) {
+    let Some(rid) = recv_everywhere(cx, &mut t, Node::A, "--once") else {
         return t.end();
-    }
+    };
     let sid = cx.rig.cmd(
         Node::B,
         &format!("mkrand f64.bin 64 && exec $BIN send $EV f64.bin {IP_A}:{p},{IP2_A}:{p} --streams 2 -d rxe0,rxe1 --json"),

@@ -14,11 +14,20 @@ pub const REORDER_NETEM: &str = "delay 5ms 2ms rate 1gbit reorder 25% 50%";
 
 /// Starts `rdmaxfer recv` on `node` into `$W/out-PORT` and waits until it listens.
 pub fn recv_on(cx: &mut Ctx, t: &mut Test, node: Node, extra: &str) -> Option<Cmd> {
+    let listen = format!("--listen {}", node.ip());
+    recv_with(cx, t, node, &listen, extra)
+}
+
+/// [`recv_on`] listening on every address of `node` (both wires).
+pub fn recv_everywhere(cx: &mut Ctx, t: &mut Test, node: Node, extra: &str) -> Option<Cmd> {
+    recv_with(cx, t, node, "", extra)
+}
+
+fn recv_with(cx: &mut Ctx, t: &mut Test, node: Node, listen: &str, extra: &str) -> Option<Cmd> {
     let p = cx.port;
-    let ip = node.ip();
     let c = cx.rig.cmd(
         node,
-        &format!("rm -rf out-{p}; mkdir out-{p}; exec $BIN recv $EV --out out-{p} --listen {ip} -p {p} --json {extra}"),
+        &format!("rm -rf out-{p}; mkdir out-{p}; exec $BIN recv $EV --out out-{p} {listen} -p {p} --json {extra}"),
     );
     let ok = cx
         .rig
