@@ -117,12 +117,13 @@ fn re_sent_hellos_of_an_existing_directory_keep_no_session_alive() {
     std::fs::write(src.join("good.bin"), &data).unwrap();
     let port = common::port();
     // Two session slots: the peer (198.18.0.2) may hold one, its share; the good sender
-    // (198.18.0.1) is served in the other beside it.
+    // (198.18.0.1) is served in the other beside it. Budgets of 10 s: under a loaded CI guest
+    // the good sender's connect alone once took 7 s, and its session has the same budgets.
     let args = [
         "--idle-timeout",
-        "5",
+        "10",
         "--rate-window",
-        "5",
+        "10",
         "--max-sessions",
         "2",
     ];
@@ -145,7 +146,7 @@ fn re_sent_hellos_of_an_existing_directory_keep_no_session_alive() {
     let mut skips = 0;
     let end = loop {
         assert!(
-            t0.elapsed() < Duration::from_secs(40),
+            t0.elapsed() < Duration::from_secs(50),
             "still answered after {skips} SKIPs in {:?}",
             t0.elapsed()
         );
@@ -174,14 +175,14 @@ fn re_sent_hellos_of_an_existing_directory_keep_no_session_alive() {
         ),
         m => panic!("expected ERR(budget) after {skips} SKIPs, got {m:?}"),
     }
-    // The idle budget (5 s) from the first answer, and a step of the receiver's loop.
+    // The idle budget (10 s) from the first answer, and a step of the receiver's loop.
     assert!(
-        took < Duration::from_secs(5 + 10),
+        took < Duration::from_secs(10 + 10),
         "ended after {took:?} ({skips} SKIPs)"
     );
     let d = good.join().unwrap();
     d.ok("the good sender beside the peer");
-    assert!(d.elapsed < Duration::from_secs(20), "took {:?}", d.elapsed);
+    assert!(d.elapsed < Duration::from_secs(30), "took {:?}", d.elapsed);
     assert!(std::fs::read(out.join("good.bin")).unwrap() == data);
     // 2 slots at most, 16 descriptors and a default ring (20 MiB) each.
     assert!(fds1 <= fds0 + 2 * 16, "descriptors {fds0} → {fds1}");

@@ -148,6 +148,9 @@ pub(crate) struct Budget {
     stop: Option<Stop>,
     /// The receiver's cancel flag (`ReceiverOptions::cancel`).
     cancel: Option<Arc<AtomicBool>>,
+    /// A wait found the budget spent and took what had arrived instead ([`wait`](Self::wait));
+    /// cleared by progress.
+    late: bool,
 }
 
 impl Budget {
@@ -166,6 +169,7 @@ impl Budget {
             hasher: std::collections::hash_map::RandomState::new(),
             stop: None,
             cancel: None,
+            late: false,
         }
     }
 
@@ -285,6 +289,7 @@ impl Budget {
     /// Counts `bytes` of this stream's own progress.
     fn credit(&mut self, bytes: u64) {
         self.last_progress = Instant::now();
+        self.late = false;
         self.credit_session(bytes);
     }
 
@@ -353,6 +358,11 @@ impl Budget {
     /// progress is run again (that progress counted toward the rate floor): only a session that
     /// stalls as a whole for a step deadline times out, and a stream idle for its idle budget
     /// is ended, whatever the others move.
+    ///
+    /// A budget found spent when the wait starts is this side's lateness as much as the
+    /// peer's (a registration, a commit or a starved CPU outlasted it while the peer's next
+    /// message waited): what has arrived is taken, once until the next progress; a wait that
+    /// finds nothing is the budget's error.
     pub(crate) fn wait<T, L: Link>(
         &mut self,
         ep: &mut L,
@@ -360,7 +370,15 @@ impl Budget {
     ) -> Result<T> {
         loop {
             let now = Instant::now();
-            self.check(now)?;
+            if let Err(spent) = self.check(now) {
+                if std::mem::replace(&mut self.late, true) {
+                    return Err(spent);
+                }
+                return match self.step_once(ep, Duration::ZERO, &mut f) {
+                    Err(e) if e.is_timeout() => Err(spent),
+                    r => r,
+                };
+            }
             let left = self.deadline().map_or(self.step, |d| {
                 d.saturating_duration_since(now).min(self.step)
             });
@@ -536,6 +554,40 @@ mod tests {
             Err(Error::Connection("gone".into()))
         });
         assert!(!r.unwrap_err().is_timeout());
+    }
+
+    #[test]
+    fn a_spent_budget_takes_what_had_arrived_once_until_the_next_progress() {
+        use crate::xfer::file::link::{mem::MemLink, Link};
+        let (mut peer, mut ep) = MemLink::pair(8, 8);
+        let mut b = Budget::new(budgets(10, 0, 30, 5), Duration::from_secs(10));
+        let late = |b: &mut Budget| {
+            b.last_progress = Instant(Instant::now().0.saturating_sub(Duration::from_secs(11)));
+        };
+        let next = |b: &mut Budget, ep: &mut MemLink| {
+            b.wait(ep, |ep| ep.recv_with(|m| m.data.to_vec()))
+        };
+        // This side was busy past its idle budget while the peer's messages arrived.
+        late(&mut b);
+        for m in [&b"one"[..], b"two", b"three"] {
+            peer.send(m).unwrap();
+        }
+        assert_eq!(next(&mut b, &mut ep).unwrap(), b"one");
+        // Once: without progress since, the next wait is the budget's, though a message waits.
+        let e = next(&mut b, &mut ep).unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::Budget), "{e}");
+        // Progress renews it.
+        b.progress(1);
+        late(&mut b);
+        assert_eq!(next(&mut b, &mut ep).unwrap(), b"two");
+        b.progress(1);
+        assert_eq!(next(&mut b, &mut ep).unwrap(), b"three");
+        // Nothing waiting: the budget's error, without a step's wait (10 s).
+        late(&mut b);
+        let t = std::time::Instant::now();
+        let e = next(&mut b, &mut ep).unwrap_err();
+        assert_eq!(e.reason(), Some(Reason::Budget), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     }
 
     #[test]
