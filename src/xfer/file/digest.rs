@@ -358,7 +358,7 @@ pub fn par_for(
     if !spawned {
         return Err(Error::refused(
             Reason::Internal,
-            "a hashing thread panicked",
+            "a worker thread (hashing or listing) panicked",
         ));
     }
     match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
