@@ -2,11 +2,13 @@
 //! [`file`](crate::xfer::file) on tokio's blocking pool, stopped (its options' `cancel`
 //! raised) when its future is dropped.
 
+use std::net::SocketAddr;
+
 use crate::error::Error;
-use crate::xfer::endpoint::Endpoint;
+use crate::xfer::endpoint::{Endpoint, EndpointOptions};
 use crate::xfer::file::source::SourceEntry;
 use crate::xfer::file::{
-    self, Cancel, ReceiverOptions, SenderOptions, SessionError, SessionReport,
+    self, Cancel, Progress, ReceiverOptions, SenderOptions, SessionError, SessionReport,
 };
 
 use super::AsyncEndpoint;
@@ -26,14 +28,50 @@ impl AsyncEndpoint {
     /// sender tells the receiver, which commits nothing it has not verified whole; the
     /// endpoint is dropped when the session has ended.
     pub async fn send_files(self, entries: Vec<SourceEntry>, opts: SenderOptions) -> FilesResult {
-        let stop = CancelOnDrop(Some(opts.cancel.clone()));
-        let r = self
-            .on_blocking_pool(move |ep, report| {
-                file::send::send_into(ep, &entries, &opts, report, &mut |_| {})
-            })
-            .await;
-        stop.disarm();
-        r
+        self.send_files_with(entries, opts, |_| {}).await
+    }
+
+    /// [`send_files`](Self::send_files), telling `progress` of each file's start, its bytes as
+    /// they are written and its verdict, as [`file::send`](fn@file::send) does. `progress`
+    /// runs on the session's thread: keep it short (hand what it hears to a channel to reach a
+    /// task). Dropping this future stops the session as `send_files` says.
+    pub async fn send_files_with(
+        self,
+        entries: Vec<SourceEntry>,
+        opts: SenderOptions,
+        mut progress: impl FnMut(Progress<'_>) + Send + 'static,
+    ) -> FilesResult {
+        let cancel = opts.cancel.clone();
+        self.on_blocking_pool(cancel, move |ep, report| {
+            file::send::send_into(ep, &entries, &opts, report, &mut progress)
+        })
+        .await
+    }
+
+    /// [`send_files_with`](Self::send_files_with) over up to [`SenderOptions::streams`]
+    /// streams, as [`file::send_streams`](fn@file::send_streams) does: this endpoint opens the
+    /// session, and each further stream the receiver grants is connected to `to` (over
+    /// rdma_cm) with `ep_opts` (those this endpoint was connected with) and joins it. Large
+    /// files are striped over the streams, and a stream whose connection is lost hands its
+    /// work to the others (the report's `lost` names it). The receiver is one that takes
+    /// sessions of several streams (`rdmaxfer recv`). Dropping this future stops the session as
+    /// [`send_files`](Self::send_files) says; the further streams' connections are closed
+    /// with it.
+    pub async fn send_files_streams(
+        self,
+        to: SocketAddr,
+        ep_opts: &EndpointOptions,
+        entries: Vec<SourceEntry>,
+        opts: SenderOptions,
+        mut progress: impl FnMut(Progress<'_>) + Send + 'static,
+    ) -> FilesResult {
+        let ep_opts = ep_opts.clone();
+        let cancel = opts.cancel.clone();
+        self.on_blocking_pool(cancel, move |ep, report| {
+            let connect = |_: u16| Endpoint::connect_cm(to, &ep_opts);
+            file::send::send_streams_into(ep, &connect, &entries, &opts, report, &mut progress)
+        })
+        .await
     }
 
     /// Receives what one sender sends, as [`file::receive`] does, and gives the endpoint
@@ -42,18 +80,32 @@ impl AsyncEndpoint {
     /// dropping this future stops the session as [`ReceiverOptions::cancel`] does (within
     /// 250 ms): nothing that was not verified whole is committed.
     pub async fn receive_files(self, opts: ReceiverOptions) -> FilesResult {
-        let stop = CancelOnDrop(Some(opts.cancel.clone()));
-        let r = self
-            .on_blocking_pool(move |ep, report| file::recv::receive_into(ep, &opts, report))
-            .await;
-        stop.disarm();
-        r
+        self.receive_files_with(opts, |_| {}).await
     }
 
+    /// [`receive_files`](Self::receive_files), telling `progress` of each file's verdict as it
+    /// is recorded ([`Progress::FileDone`]). `progress` runs on the session's thread, as for
+    /// [`send_files_with`](Self::send_files_with).
+    pub async fn receive_files_with(
+        self,
+        opts: ReceiverOptions,
+        mut progress: impl FnMut(Progress<'_>) + Send + 'static,
+    ) -> FilesResult {
+        let cancel = opts.cancel.clone();
+        self.on_blocking_pool(cancel, move |ep, report| {
+            let mut lease = file::recv::ring_budget::RingLease::unlimited();
+            file::recv::receive_leased(ep, &opts, &mut lease, report, &mut progress)
+        })
+        .await
+    }
+
+    /// Runs the session `f` on tokio's blocking pool; dropping this future raises `cancel`.
     async fn on_blocking_pool(
         self,
+        cancel: Cancel,
         f: impl FnOnce(&mut Endpoint, &mut SessionReport) -> crate::Result<()> + Send + 'static,
     ) -> FilesResult {
+        let stop = CancelOnDrop(Some(cancel));
         let mut ep = self.into_inner();
         let joined = tokio::task::spawn_blocking(move || {
             let mut report = SessionReport::default();
@@ -61,6 +113,7 @@ impl AsyncEndpoint {
             (ep, r, report)
         })
         .await;
+        stop.disarm();
         let (ep, r, report) = joined.map_err(|e| SessionError {
             error: Error::Connection(format!("the file transfer task failed: {e}")),
             report: Box::default(),

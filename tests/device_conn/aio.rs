@@ -249,8 +249,20 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
         let mut l = AsyncListener::bind(addr(port), &ropts.endpoint_options(&base)).expect("bind");
         let receiver = tokio::spawn(async move {
             let ep = l.accept().await.expect("accept");
-            let (ep, report) = ep.receive_files(ropts).await.expect("receive");
+            // Each file's verdict, heard as it is recorded.
+            let (tx, heard) = std::sync::mpsc::channel();
+            let (ep, report) = ep
+                .receive_files_with(ropts, move |p| {
+                    if let rdmaxfer::xfer::file::Progress::FileDone(f) = p {
+                        let _ = tx.send(f.name.clone());
+                    }
+                })
+                .await
+                .expect("receive");
             ep.close().await.expect("receiver close");
+            let mut heard: Vec<String> = heard.try_iter().collect();
+            heard.sort();
+            assert_eq!(heard, ["a.bin", "b.txt"]);
             report
         });
         let entries =
@@ -269,6 +281,73 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
     });
     assert_eq!(std::fs::read(out.path().join("a.bin")).unwrap(), data);
     assert_eq!(std::fs::read(out.path().join("b.txt")).unwrap(), b"small");
+}
+
+#[test]
+#[ignore = "needs rxe0: run via ci/test.sh"]
+fn async_file_send_over_two_streams_to_rdmaxfer_recv_tells_its_progress() {
+    need_rxe0();
+    use rdmaxfer::xfer::file::{source, Progress, SenderOptions};
+    let src = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let big = pseudo_random(8 << 20, 43);
+    std::fs::write(src.path().join("big.bin"), &big).unwrap();
+    std::fs::write(src.path().join("small.txt"), b"small").unwrap();
+    let port = common::port();
+    let mut r = common::recv(port, out.path(), &[]);
+    let sopts = SenderOptions::default().chunk(1 << 20).streams(2);
+    let epo = sopts.endpoint_options(&EndpointOptions::default());
+    let entries =
+        source::walk(&[src.path().join("big.bin"), src.path().join("small.txt")]).expect("walk");
+    // What progress said: streams granted, the last byte count, the verdicts.
+    #[derive(Default)]
+    struct Heard {
+        granted: Option<u16>,
+        bytes: u64,
+        done: Vec<(String, String)>,
+    }
+    let heard = Arc::new(std::sync::Mutex::new(Heard::default()));
+    let h = heard.clone();
+    let sent = runtime().block_on(async {
+        let ep = AsyncEndpoint::connect(addr(port), &epo)
+            .await
+            .expect("connect");
+        let (ep, sent) = ep
+            .send_files_streams(addr(port), &epo, entries, sopts, move |p| {
+                let mut h = h.lock().unwrap();
+                match p {
+                    Progress::Streams { granted, .. } => h.granted = Some(granted),
+                    Progress::Bytes { total_done, .. } => h.bytes = h.bytes.max(total_done),
+                    Progress::FileDone(f) => h.done.push((f.name.clone(), f.result.clone())),
+                    _ => {}
+                }
+            })
+            .await
+            .expect("send");
+        ep.close().await.expect("sender close");
+        sent
+    });
+    assert_eq!((sent.file_count(), sent.failures()), (2, 0));
+    assert!(sent.lost.is_empty(), "{:?}", sent.lost);
+    let h = heard.lock().unwrap();
+    assert_eq!(h.granted, Some(2), "the receiver granted both streams");
+    assert_eq!(h.bytes, (8 << 20) + 5);
+    let mut done = h.done.clone();
+    done.sort();
+    assert_eq!(
+        done,
+        [
+            ("big.bin".to_string(), "ok".to_string()),
+            ("small.txt".to_string(), "ok".to_string())
+        ]
+    );
+    assert!(std::fs::read(out.path().join("big.bin")).unwrap() == big);
+    assert_eq!(
+        std::fs::read(out.path().join("small.txt")).unwrap(),
+        b"small"
+    );
+    r.kill();
+    drop(r.finish(LIMIT));
 }
 
 /// Message `i` of the side named `who`: its number, then bytes of its own.
