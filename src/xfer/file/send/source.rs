@@ -228,13 +228,14 @@ fn special(ft: &std::fs::FileType) -> &'static str {
     }
 }
 
-/// Threads that list a tree's top directories at once (a walk is a stat per file: on a cold
-/// cache or a network file system, mostly waiting).
+/// Most threads that list a tree's top directories at once (as many as CPUs up to this): a
+/// walk is a stat per file, on a network file system mostly waiting (see "Trees of small
+/// files" in `docs/benchmarks.md`: 1.7 times as fast over 9p on two threads as on one).
 const WALK_THREADS: usize = 4;
 
-/// Lists directory `root` (of `id`) as `prefix/…` into `out`: its own entries here, then each
-/// of its subdirectories on one of [`WALK_THREADS`] threads. Returns the number of entries
-/// listed below it.
+/// Lists directory `root` (of `id`) as `prefix/…` into `out`: its own entries here, then its
+/// subdirectories on up to [`WALK_THREADS`] threads. Returns the number of entries listed
+/// below it.
 fn walk_tree(
     opts: &WalkOptions,
     root: &Path,
