@@ -1,5 +1,7 @@
 //! Verified file transfer from async code (feature `tokio`): the session runs on tokio's
-//! blocking pool while the runtime thread stays free for other connections.
+//! blocking pool while the runtime thread stays free for other connections. The sender asks
+//! for two streams (`rdmaxfer recv` grants them; this example's `recv` grants one) and shows
+//! its progress from a task.
 //!
 //! ```text
 //! cargo run --features tokio --example async_file -- recv 198.18.0.1:7504 /tmp/incoming
@@ -13,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use rdmaxfer::aio::{AsyncEndpoint, AsyncListener};
 use rdmaxfer::xfer::endpoint::EndpointOptions;
 use rdmaxfer::xfer::file::source;
-use rdmaxfer::xfer::file::{ReceiverOptions, SenderOptions};
+use rdmaxfer::xfer::file::{Progress, ReceiverOptions, SenderOptions};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,10 +42,28 @@ fn main() -> Result<()> {
             "send" => {
                 let paths: Vec<PathBuf> = rest.iter().map(PathBuf::from).collect();
                 let entries = source::walk(&paths)?;
-                let opts = SenderOptions::default();
-                let ep = AsyncEndpoint::connect(addr, &opts.endpoint_options(&base)).await?;
-                let (ep, report) = ep.send_files(entries, opts).await?;
+                let opts = SenderOptions::default().streams(2);
+                let ep_opts = opts.endpoint_options(&base);
+                let ep = AsyncEndpoint::connect(addr, &ep_opts).await?;
+                // The callback runs on the session's thread: what it hears reaches a task
+                // through a channel.
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let shown = tokio::spawn(async move {
+                    while let Some(done) = rx.recv().await {
+                        eprint!("\r{done} bytes sent");
+                    }
+                    eprintln!();
+                });
+                let progress = move |p: Progress<'_>| {
+                    if let Progress::Bytes { total_done, .. } = p {
+                        let _ = tx.send(total_done);
+                    }
+                };
+                let (ep, report) = ep
+                    .send_files_streams(addr, &ep_opts, entries, opts, progress)
+                    .await?;
                 ep.close().await?;
+                shown.await?;
                 report
             }
             other => bail!("unknown role {other:?}: recv or send"),
