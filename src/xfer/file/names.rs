@@ -110,7 +110,8 @@ fn is_unprintable(c: char) -> bool {
 /// becomes a `\u{…}` escape, so a peer cannot forge output lines or terminal escapes. Other text,
 /// backslashes included, is unchanged, so applying it twice changes nothing more.
 pub fn printable(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(is_unprintable) {
+    // Printable ASCII (most names) in one pass over the bytes, without decoding characters.
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(is_unprintable) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
@@ -147,13 +148,20 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
             format_args!("{} bytes, the maximum is {MAX_NAME_LEN}", name.len()),
         ));
     }
-    if name.contains('\0') {
+    // Byte searches: NUL and the backslash are single bytes in UTF-8, and an ASCII name's
+    // control characters are its bytes below 0x20 and 0x7f.
+    let bytes = name.as_bytes();
+    if bytes.contains(&0) {
         return Err(bad_name(name, "contains a NUL byte"));
     }
-    if name.contains('\\') {
+    if bytes.contains(&b'\\') {
         return Err(bad_name(name, "contains a backslash"));
     }
-    if let Some(c) = name.chars().find(|c| c.is_control()) {
+    let control = match name.is_ascii() {
+        true => bytes.iter().find(|b| b.is_ascii_control()).map(|&b| char::from(b)),
+        false => name.chars().find(|c| c.is_control()),
+    };
+    if let Some(c) = control {
         return Err(bad_name(
             name,
             format_args!("contains a control character (U+{:04X})", u32::from(c)),

@@ -77,6 +77,23 @@ proptest::proptest! {
     }
 
     #[test]
+    fn the_byte_searches_agree_with_the_character_rules(
+        s in "[\\x00-\\x7f]{1,40}|\\PC{0,20}[\\p{Cc}\\u{202a}]\\PC{0,20}"
+    ) {
+        // printable borrows exactly when no character needs escaping.
+        let borrowed = matches!(printable(&s), Cow::Borrowed(_));
+        proptest::prop_assert_eq!(borrowed, !s.chars().any(is_unprintable));
+        // sanitize names the first control character, when NUL and backslash are not there.
+        if let Some(c) = s.chars().find(|c| c.is_control()) {
+            let e = sanitize(&s).unwrap_err().to_string();
+            if !s.contains('\0') && !s.contains('\\') {
+                let want = format!("U+{:04X}", u32::from(c));
+                proptest::prop_assert!(e.contains(&want), "{} lacks {}", e, want);
+            }
+        }
+    }
+
+    #[test]
     fn accepted_names_have_no_control_characters(s in "\\PC{1,40}") {
         if let Ok(r) = sanitize(&s) {
             proptest::prop_assert!(!r.as_str().chars().any(|c| c.is_control()));
