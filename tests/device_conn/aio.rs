@@ -288,17 +288,15 @@ fn async_file_send_and_receive_on_one_runtime_thread() {
 fn async_file_send_over_two_streams_to_rdmaxfer_recv_tells_its_progress() {
     need_rxe0();
     use rdmaxfer::xfer::file::{source, Progress, SenderOptions};
-    let src = tempfile::tempdir().unwrap();
-    let out = tempfile::tempdir().unwrap();
+    let (_tmp, src, out) = common::dirs();
     let big = pseudo_random(8 << 20, 43);
-    std::fs::write(src.path().join("big.bin"), &big).unwrap();
-    std::fs::write(src.path().join("small.txt"), b"small").unwrap();
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    std::fs::write(src.join("small.txt"), b"small").unwrap();
     let port = common::port();
-    let mut r = common::recv(port, out.path(), &[]);
+    let mut r = common::recv(port, &out, &[]);
     let sopts = SenderOptions::default().chunk(1 << 20).streams(2);
     let epo = sopts.endpoint_options(&EndpointOptions::default());
-    let entries =
-        source::walk(&[src.path().join("big.bin"), src.path().join("small.txt")]).expect("walk");
+    let entries = source::walk(&[src.join("big.bin"), src.join("small.txt")]).expect("walk");
     // What progress said: streams granted, the last byte count, the verdicts.
     #[derive(Default)]
     struct Heard {
@@ -341,11 +339,8 @@ fn async_file_send_over_two_streams_to_rdmaxfer_recv_tells_its_progress() {
             ("small.txt".to_string(), "ok".to_string())
         ]
     );
-    assert!(std::fs::read(out.path().join("big.bin")).unwrap() == big);
-    assert_eq!(
-        std::fs::read(out.path().join("small.txt")).unwrap(),
-        b"small"
-    );
+    assert!(std::fs::read(out.join("big.bin")).unwrap() == big);
+    assert_eq!(std::fs::read(out.join("small.txt")).unwrap(), b"small");
     r.kill();
     drop(r.finish(LIMIT));
 }
