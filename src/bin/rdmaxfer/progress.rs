@@ -257,7 +257,6 @@ impl SendDisplay {
         let size = flying.as_ref().map_or(0, |x| x.size);
         self.ended_bytes = self.ended_bytes.saturating_add(size.max(f.bytes));
         self.ended += 1;
-        let line = file_line(f);
         match &mut self.bars {
             Some(b) => {
                 if let Some(bar) = flying.and_then(|x| x.bar) {
@@ -276,9 +275,10 @@ impl SendDisplay {
                 if let Some(t) = &b.total {
                     t.set_message(total_message(self.ended, self.files));
                 }
-                b.multi.suspend(|| print_line(&line));
+                b.multi.suspend(|| print_line(&file_line(f)));
             }
-            None if self.show == Show::Lines => print_line(&line),
+            // The line is made only where it is shown (not for -q or --json).
+            None if self.show == Show::Lines => print_line(&file_line(f)),
             None => {}
         }
         self.show_total();

@@ -71,13 +71,13 @@ pub(crate) fn decode_ctl(data: &[u8]) -> Result<Msg> {
 
 /// Waits for the next control message (a data chunk here is a protocol error).
 pub(crate) fn recv_ctl<L: Link>(ep: &mut L) -> Result<Msg> {
-    let data = ep.recv_with(|m| match m.rdma_write_len {
+    // Decoded where it lies: the receive buffer goes back to the queue after.
+    ep.recv_with(|m| match m.rdma_write_len {
         Some(_) => Err(Error::Protocol(
             "a data chunk arrived where a control message was expected".into(),
         )),
-        None => Ok(m.data.to_vec()),
-    })??;
-    decode_ctl(&data)
+        None => decode_ctl(m.data),
+    })?
 }
 
 /// `r`, a wait's result, with a timeout naming `what` was awaited (the protocol's stage, where

@@ -54,8 +54,8 @@ impl RelPath {
 
     /// The directories leading to the file (all components but the last).
     pub fn parents(&self) -> impl Iterator<Item = &str> {
-        let n = self.0.split('/').count() - 1;
-        self.0.split('/').take(n)
+        let dir = self.0.rsplit_once('/').map(|(dir, _)| dir);
+        dir.into_iter().flat_map(|d| d.split('/'))
     }
 
     /// The last component.
@@ -139,6 +139,12 @@ fn bad_name(name: &str, why: impl fmt::Display) -> Error {
 
 /// Checks a peer-supplied name against the rules in the module docs.
 pub fn sanitize(name: &str) -> Result<RelPath> {
+    check_name(name)?;
+    Ok(RelPath(name.to_string()))
+}
+
+/// The checks of [`sanitize`], for a name that needs no [`RelPath`] (the sender's walk).
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(bad_name(name, "empty name"));
     }
@@ -170,11 +176,11 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
     if name.starts_with('/') {
         return Err(bad_name(name, "absolute path"));
     }
-    for c in name.split('/') {
+    for c in bytes.split(|&b| b == b'/') {
         match c {
-            "" => return Err(bad_name(name, "empty component (`//` or trailing `/`)")),
-            "." => return Err(bad_name(name, "`.` component")),
-            ".." => return Err(bad_name(name, "`..` component")),
+            b"" => return Err(bad_name(name, "empty component (`//` or trailing `/`)")),
+            b"." => return Err(bad_name(name, "`.` component")),
+            b".." => return Err(bad_name(name, "`..` component")),
             c if c.len() > MAX_COMPONENT_LEN => {
                 return Err(bad_name(
                     name,
@@ -195,7 +201,7 @@ pub fn sanitize(name: &str) -> Result<RelPath> {
             ));
         }
     }
-    Ok(RelPath(name.to_string()))
+    Ok(())
 }
 
 /// A directory opened by [`open_parent`]: all operations are relative to its descriptor and
@@ -449,6 +455,10 @@ struct Walked(PathBuf, String, ConfinedDir, usize);
 
 /// The last `n` parent components of `rel`.
 fn last_parents(rel: &RelPath, n: usize) -> Vec<&str> {
+    if n == 0 {
+        // A file's directory already there (as for most files): nothing to split.
+        return Vec::new();
+    }
     let parents: Vec<&str> = rel.parents().collect();
     parents[parents.len().saturating_sub(n)..].to_vec()
 }

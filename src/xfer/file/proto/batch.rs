@@ -34,12 +34,15 @@ pub fn batchable(msg: &Msg) -> bool {
 }
 
 /// Encoded messages gathered for one SEND: what [`push`](Batch::push) takes fits one control
-/// message, as one message alone or as a BATCH of them all.
+/// message, as one message alone or as a BATCH of them all. The BATCH is written in one buffer
+/// as members come (each member encoded in place), so a member's bytes are copied once.
 #[derive(Debug)]
 pub struct Batch {
-    members: Vec<Vec<u8>>,
-    /// The BATCH's length with the members so far.
-    len: usize,
+    /// The BATCH so far: its header and count (filled in by [`take`](Batch::take)), then each
+    /// member's length and the member; empty with no members.
+    buf: Vec<u8>,
+    /// Members gathered.
+    count: usize,
     /// The longest SEND: the link's message size, within `MAX_MSG_LEN ..= MAX_BATCH_LEN`.
     limit: usize,
 }
@@ -56,70 +59,107 @@ impl Batch {
     /// [`MAX_BATCH_LEN`].
     pub fn with_limit(msg_size: usize) -> Batch {
         Batch {
-            members: Vec::new(),
-            len: 0,
+            buf: Vec::new(),
+            count: 0,
             limit: msg_size.clamp(MAX_MSG_LEN, MAX_BATCH_LEN),
         }
     }
 
     /// Whether nothing is gathered.
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.count == 0
     }
 
     /// Members gathered.
     pub fn len(&self) -> usize {
-        self.members.len()
+        self.count
     }
 
     /// Whether `encoded` (one encoded message) still fits with what is gathered.
     pub fn fits(&self, encoded: &[u8]) -> bool {
-        self.is_empty() || self.len + PER_MEMBER + encoded.len() <= self.limit
+        self.is_empty() || self.buf.len() + PER_MEMBER + encoded.len() <= self.limit
     }
 
     /// Adds one encoded batchable message. The caller checks [`fits`](Batch::fits) first
     /// (a message that does not fit is sent alone after [`take`](Batch::take)).
-    pub fn push(&mut self, encoded: Vec<u8>) {
-        debug_assert!(self.fits(&encoded));
+    pub fn push(&mut self, encoded: &[u8]) {
+        debug_assert!(self.fits(encoded));
+        let added = self.push_with(|b| b.extend_from_slice(encoded));
+        debug_assert!(added);
+    }
+
+    /// Adds `msg` (batchable), encoded in place, if it fits with what is gathered (a first
+    /// message always does); `false`, with nothing added, if it does not.
+    pub fn push_msg(&mut self, msg: &Msg) -> bool {
+        debug_assert!(batchable(msg));
+        self.push_with(|b| super::encode_into(b, msg))
+    }
+
+    /// Adds the one batchable message `encode` appends (header and body) to the buffer it is
+    /// given, if it fits with what is gathered (a first message always does); `false`, with
+    /// nothing added, if it does not.
+    pub fn push_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> bool {
         if self.is_empty() {
-            self.len = FIXED;
+            self.buf.clear();
+            super::open_frame(&mut self.buf);
+            self.buf.extend_from_slice(&[0; 2]);
         }
-        self.len += PER_MEMBER + encoded.len();
-        self.members.push(encoded);
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0; PER_MEMBER]);
+        encode(&mut self.buf);
+        let len = self.buf.len() - at - PER_MEMBER;
+        let fits = self.count == 0 || self.buf.len() <= self.limit;
+        let Some(len16) = u16::try_from(len).ok().filter(|_| fits) else {
+            // Not added; one message alone longer than a member can be is a caller's bug.
+            assert!(self.count > 0, "a message of {len} bytes does not fit a BATCH");
+            self.buf.truncate(at);
+            return false;
+        };
+        self.buf[at..at + PER_MEMBER].copy_from_slice(&len16.to_be_bytes());
+        self.count += 1;
+        true
     }
 
     /// The gathered messages as what one SEND carries (one message alone is sent as it is),
-    /// and empties the batch; `None` when it was empty.
+    /// and empties the batch; `None` when it was empty. Give the bytes back with
+    /// [`recycle`](Batch::recycle) once sent, and the next batch is built in their memory.
     pub fn take(&mut self) -> Option<Vec<u8>> {
-        let mut members = std::mem::take(&mut self.members);
-        self.len = 0;
-        match members.len() {
+        let count = std::mem::take(&mut self.count);
+        let mut buf = std::mem::take(&mut self.buf);
+        match count {
             0 => None,
-            1 => members.pop(),
-            n => Some(super::framed(super::T_BATCH, &encode_members(n, &members))),
+            1 => {
+                buf.drain(..FIXED + PER_MEMBER);
+                Some(buf)
+            }
+            n => {
+                super::close_frame(&mut buf, 0, super::T_BATCH);
+                let n = u16::try_from(n).expect("members fit one message");
+                buf[HEADER_LEN..FIXED].copy_from_slice(&n.to_be_bytes());
+                Some(buf)
+            }
         }
     }
-}
 
-fn encode_members(n: usize, members: &[Vec<u8>]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(members.iter().map(|m| PER_MEMBER + m.len()).sum::<usize>() + 2);
-    b.extend_from_slice(
-        &u16::try_from(n)
-            .expect("members fit one message")
-            .to_be_bytes(),
-    );
-    for m in members {
-        let len = u16::try_from(m.len()).expect("a member fits one message");
-        b.extend_from_slice(&len.to_be_bytes());
-        b.extend_from_slice(m);
+    /// Keeps the memory of `bytes` (from [`take`](Batch::take)) for the next batch.
+    pub fn recycle(&mut self, bytes: Vec<u8>) {
+        if self.is_empty() && bytes.capacity() > self.buf.capacity() {
+            self.buf = bytes;
+        }
     }
-    b
 }
 
 /// BATCH's body from its members (for [`super::encode`]).
 pub(super) fn encode_batch(b: &mut Vec<u8>, members: &[Msg]) {
-    let encoded: Vec<Vec<u8>> = members.iter().map(super::encode).collect();
-    b.extend_from_slice(&encode_members(encoded.len(), &encoded));
+    let n = u16::try_from(members.len()).expect("members fit one message");
+    b.extend_from_slice(&n.to_be_bytes());
+    for m in members {
+        let at = b.len();
+        b.extend_from_slice(&[0; PER_MEMBER]);
+        super::encode_into(b, m);
+        let len = u16::try_from(b.len() - at - PER_MEMBER).expect("a member fits one message");
+        b[at..at + PER_MEMBER].copy_from_slice(&len.to_be_bytes());
+    }
 }
 
 pub(super) fn decode_batch(r: &mut Reader<'_>) -> Result<Vec<Msg>> {
@@ -169,8 +209,8 @@ mod tests {
         let (want, done) = (encode(&Msg::Want), hdr(T_DONE, 0));
         assert_eq!(want, hdr(T_WANT, 0));
         let mut b = Batch::default();
-        b.push(want.clone());
-        b.push(want.clone());
+        b.push(&want);
+        b.push(&want);
         let bytes = b.take().unwrap();
         let mut expect = hdr(super::super::T_BATCH, 2 + 2 * (2 + 12));
         expect.extend_from_slice(&[0, 2, 0, 12]);
@@ -185,7 +225,7 @@ mod tests {
         assert_eq!(encode(&Msg::Batch(vec![Msg::Want, Msg::Want])), expect);
         assert!(b.is_empty() && b.take().is_none());
         // One message alone goes as itself.
-        b.push(done.clone());
+        b.push(&done);
         assert_eq!(b.take().unwrap(), done);
     }
 
@@ -209,7 +249,7 @@ mod tests {
             if !b.fits(&piece) {
                 sent.push(b.take().unwrap());
             }
-            b.push(piece.clone());
+            b.push(&piece);
             let ack = encode(&Msg::Ack {
                 status: Reason::Ok,
                 message: String::new(),
@@ -217,7 +257,7 @@ mod tests {
             if !b.fits(&ack) {
                 sent.push(b.take().unwrap());
             }
-            b.push(ack);
+            b.push(&ack);
         }
         sent.extend(b.take());
         let mut members = 0;
@@ -230,6 +270,58 @@ mod tests {
         }
         assert_eq!(members, 20);
         assert!(sent.len() < 10, "{} SENDs for 20 messages", sent.len());
+    }
+
+    #[test]
+    fn members_encoded_in_place_are_the_bytes_encode_gives() {
+        let piece = |last: bool| Data {
+            offset: 5000,
+            hash: last.then_some([9; 32]),
+            abandon: false,
+            vanished: false,
+            bytes: (0..1200).map(|i| i as u8).collect(),
+        };
+        for last in [false, true] {
+            let d = piece(last);
+            let mut b = Vec::new();
+            super::super::encode_piece(&mut b, d.offset, d.hash, &d.bytes);
+            assert_eq!(b, encode(&Msg::Data(d)));
+        }
+        let msgs = [
+            Msg::Want,
+            Msg::Data(piece(true)),
+            Msg::Ack {
+                status: Reason::Ok,
+                message: "fine".into(),
+            },
+        ];
+        let (mut copied, mut in_place) = (Batch::default(), Batch::default());
+        let mut sent = Vec::new();
+        for round in 0..3 {
+            for m in &msgs {
+                copied.push(&encode(m));
+                assert!(in_place.push_msg(m));
+            }
+            let bytes = in_place.take().unwrap();
+            assert_eq!(bytes, copied.take().unwrap(), "round {round}");
+            assert_eq!(decode(&bytes).unwrap(), Msg::Batch(msgs.to_vec()));
+            // The next batch is built in the memory of the one before.
+            sent.push(bytes.as_ptr());
+            in_place.recycle(bytes);
+        }
+        assert!(sent.windows(2).all(|w| w[0] == w[1]), "{sent:?}");
+        // What does not fit is refused and leaves what was gathered as it was.
+        let mut b = Batch::default();
+        let mut n = 0;
+        while b.push_msg(&msgs[1]) {
+            n += 1;
+        }
+        assert!(n > 1);
+        assert_eq!(b.len(), n);
+        assert_eq!(decode(&b.take().unwrap()).unwrap(), Msg::Batch(vec![msgs[1].clone(); n]));
+        // One message alone goes as itself, in place too.
+        assert!(b.push_msg(&msgs[2]));
+        assert_eq!(b.take().unwrap(), encode(&msgs[2]));
     }
 
     #[test]
@@ -273,7 +365,7 @@ mod tests {
                 if !b.fits(&piece) {
                     sent.push(b.take().unwrap());
                 }
-                b.push(piece.clone());
+                b.push(&piece);
             }
             sent.extend(b.take());
             let len = limit.clamp(MAX_MSG_LEN, MAX_BATCH_LEN);
@@ -287,7 +379,7 @@ mod tests {
         // Longer than MAX_BATCH_LEN, or another message longer than MAX_MSG_LEN: refused.
         let mut b = Batch::with_limit(MAX_BATCH_LEN);
         while b.fits(&piece) {
-            b.push(piece.clone());
+            b.push(&piece);
         }
         let mut long = b.take().unwrap();
         assert!(decode(&long).is_ok());

@@ -92,22 +92,36 @@ pub(super) fn decode_data(r: &mut Reader<'_>) -> Result<Data> {
 /// Panics on more than [`PIECE_MAX`] bytes or an abandoning piece with content: the sender
 /// cuts its own pieces.
 pub(super) fn encode_data(b: &mut Vec<u8>, d: &Data) {
-    assert!(d.bytes.len() <= PIECE_MAX);
     assert!(!d.abandon || (d.bytes.is_empty() && d.hash.is_none()));
     assert!(!d.vanished || d.abandon);
     let mut bits = 0;
-    if d.hash.is_some() {
-        bits |= D_LAST;
-    }
     if d.abandon {
         bits |= D_ABANDON;
     }
     if d.vanished {
         bits |= D_VANISHED;
     }
+    data_body(b, bits, d.offset, d.hash, &d.bytes);
+}
+
+/// Appends a whole DATA message (header and body) that carries `bytes`, a piece of a file
+/// read whole, at `offset`; `hash`, the file digest, in its last piece. The same bytes as
+/// `encode(&Msg::Data(..))` of that piece, without making the piece. Panics on more than
+/// [`PIECE_MAX`] bytes.
+pub fn encode_piece(b: &mut Vec<u8>, offset: u64, hash: Option<Digest>, bytes: &[u8]) {
+    let start = super::open_frame(b);
+    data_body(b, 0, offset, hash, bytes);
+    super::close_frame(b, start, super::T_DATA);
+}
+
+fn data_body(b: &mut Vec<u8>, mut bits: u16, offset: u64, hash: Option<Digest>, bytes: &[u8]) {
+    assert!(bytes.len() <= PIECE_MAX);
+    if hash.is_some() {
+        bits |= D_LAST;
+    }
     b.extend_from_slice(&bits.to_be_bytes());
-    b.extend_from_slice(&d.offset.to_be_bytes());
-    b.extend_from_slice(&(d.bytes.len() as u32).to_be_bytes());
-    b.extend_from_slice(&d.hash.unwrap_or([0; 32]));
-    b.extend_from_slice(&d.bytes);
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    b.extend_from_slice(&hash.unwrap_or([0; 32]));
+    b.extend_from_slice(bytes);
 }

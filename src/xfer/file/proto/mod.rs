@@ -30,7 +30,7 @@ pub use batch::{batchable, Batch};
 pub use delete::{listable, Listed, ListedKind, Names, MAX_LISTED_LEN};
 pub use hello::{EntryKind, Hello, HelloFlags, SkipWhy};
 pub use imm::{decode_chunk_imm, encode_chunk_imm, Imm, IMM_SLOTS};
-pub use inline::{Data, INLINE_MAX, MAX_IN_FLIGHT, PIECE_MAX};
+pub use inline::{encode_piece, Data, INLINE_MAX, MAX_IN_FLIGHT, PIECE_MAX};
 use reader::{put_reason_text, Reader};
 pub use repair::{Repair, MAX_REPAIR_CHUNKS, MAX_REPAIR_ROUNDS};
 pub use stream::{
@@ -370,9 +370,17 @@ fn kind_name(kind: u16) -> Option<&'static str> {
 /// use [`truncate_text`] for free-form messages.
 pub fn encode(msg: &Msg) -> Vec<u8> {
     let mut b = Vec::with_capacity(64);
+    encode_into(&mut b, msg);
+    b
+}
+
+/// Appends `msg`, encoded as [`encode`] does, to `b` (the body written in place after its
+/// header, then its length put in the header). Panics as [`encode`] does.
+pub fn encode_into(b: &mut Vec<u8>, msg: &Msg) {
+    let start = open_frame(b);
     let kind = match msg {
         Msg::Hello(h) => {
-            hello::encode_hello(&mut b, h);
+            hello::encode_hello(b, h);
             T_HELLO
         }
         Msg::Challenge {
@@ -397,7 +405,7 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             T_MR
         }
         Msg::Refuse { reason, message } => {
-            put_reason_text(&mut b, *reason, message);
+            put_reason_text(b, *reason, message);
             T_REFUSE
         }
         Msg::Credit { slots } => {
@@ -410,77 +418,83 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             T_FIN
         }
         Msg::Ack { status, message } => {
-            put_reason_text(&mut b, *status, message);
+            put_reason_text(b, *status, message);
             T_ACK
         }
         Msg::Err { reason, message } => {
-            put_reason_text(&mut b, *reason, message);
+            put_reason_text(b, *reason, message);
             T_ERR
         }
         Msg::Done => T_DONE,
         Msg::Skip { why, message } => {
-            hello::encode_skip(&mut b, *why, message);
+            hello::encode_skip(b, *why, message);
             T_SKIP
         }
         Msg::Digests(d) => {
-            verify::encode_digests(&mut b, d);
+            verify::encode_digests(b, d);
             T_DIGESTS
         }
         Msg::Open(o) => {
-            stream::encode_open(&mut b, o);
+            stream::encode_open(b, o);
             T_OPEN
         }
         Msg::Session(x) => {
-            stream::encode_session(&mut b, x);
+            stream::encode_session(b, x);
             T_SESSION
         }
         Msg::Join(j) => {
-            stream::encode_join(&mut b, j);
+            stream::encode_join(b, j);
             T_JOIN
         }
         Msg::Stripe(x) => {
-            stream::encode_stripe(&mut b, x);
+            stream::encode_stripe(b, x);
             T_STRIPE
         }
         Msg::Want => T_WANT,
         Msg::Data(d) => {
-            inline::encode_data(&mut b, d);
+            inline::encode_data(b, d);
             T_DATA
         }
         Msg::Batch(members) => {
-            batch::encode_batch(&mut b, members);
+            batch::encode_batch(b, members);
             T_BATCH
         }
         Msg::List(dir) => {
-            delete::encode_name(&mut b, dir);
+            delete::encode_name(b, dir);
             T_LIST
         }
         Msg::Names(n) => {
-            delete::encode_names(&mut b, n);
+            delete::encode_names(b, n);
             T_NAMES
         }
         Msg::Delete(name) => {
-            delete::encode_name(&mut b, name);
+            delete::encode_name(b, name);
             T_DELETE
         }
         Msg::Repair(x) => {
-            repair::encode_repair(&mut b, x);
+            repair::encode_repair(b, x);
             T_REPAIR
         }
     };
-    framed(kind, &b)
+    close_frame(b, start, kind);
 }
 
-/// A message of type `kind`: the header, then `body`.
-fn framed(kind: u16, body: &[u8]) -> Vec<u8> {
-    let body_len = u32::try_from(body.len()).expect("bodies are bounded by the field limits");
-    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
-    out.extend_from_slice(&MAGIC.to_be_bytes());
-    out.extend_from_slice(&VERSION.to_be_bytes());
-    out.extend_from_slice(&kind.to_be_bytes());
-    out.extend_from_slice(&body_len.to_be_bytes());
-    out.extend_from_slice(body);
-    out
+/// Appends a header to `b` whose type and length [`close_frame`] fills in; returns where it
+/// starts.
+fn open_frame(b: &mut Vec<u8>) -> usize {
+    let start = b.len();
+    b.extend_from_slice(&MAGIC.to_be_bytes());
+    b.extend_from_slice(&VERSION.to_be_bytes());
+    b.extend_from_slice(&[0; 6]);
+    start
+}
+
+/// Puts `kind` and the length of the body written after it into the header at `start`.
+fn close_frame(b: &mut [u8], start: usize, kind: u16) {
+    let body = b.len() - start - HEADER_LEN;
+    let body_len = u32::try_from(body).expect("bodies are bounded by the field limits");
+    b[start + 6..start + 8].copy_from_slice(&kind.to_be_bytes());
+    b[start + 8..start + HEADER_LEN].copy_from_slice(&body_len.to_be_bytes());
 }
 
 /// Cuts `s` to at most [`MAX_TEXT_LEN`] bytes on a character boundary.

@@ -7,7 +7,7 @@ use super::answer::Reply;
 use crate::error::Result;
 use crate::xfer::file::link::Link;
 use crate::xfer::file::names::ConfinedDir;
-use crate::xfer::file::proto::{self, Batch, Msg};
+use crate::xfer::file::proto::{Batch, Msg};
 
 /// Answers gathered before they are sent at once: the sender's window is 64 entries (its
 /// posted receives less one, at most `MAX_IN_FLIGHT`), so at a quarter of it the sender has
@@ -48,7 +48,11 @@ impl Replies {
             d.sync()?;
         }
         match self.out.take() {
-            Some(bytes) => ep.send(&bytes),
+            Some(bytes) => {
+                let sent = ep.send(&bytes);
+                self.out.recycle(bytes);
+                sent
+            }
             None => Ok(()),
         }
     }
@@ -68,12 +72,11 @@ pub(super) struct Gathered<'a, L> {
 
 impl<L: Link> Reply for Gathered<'_, L> {
     fn reply(&mut self, msg: &Msg) -> Result<()> {
-        debug_assert!(proto::batchable(msg));
-        let encoded = proto::encode(msg);
-        if !self.replies.out.fits(&encoded) {
+        if !self.replies.out.push_msg(msg) {
             self.replies.flush(self.ep)?;
+            let added = self.replies.out.push_msg(msg);
+            debug_assert!(added, "a first message always fits");
         }
-        self.replies.out.push(encoded);
         if self.replies.out.len() >= FLUSH_AT {
             self.replies.flush(self.ep)?;
         }

@@ -44,6 +44,8 @@ pub(super) struct Pipe {
     incoming: VecDeque<Msg>,
     /// Reads the wanted inline files.
     reader: SmallReader,
+    /// The memory of the last inline file read, kept for the next.
+    data: Vec<u8>,
 }
 
 /// What an outstanding answer is for.
@@ -119,6 +121,7 @@ impl Pipe {
             out: proto::Batch::with_limit(ep.max_msg_size()),
             incoming: VecDeque::new(),
             reader: SmallReader::default(),
+            data: Vec::new(),
         }
     }
 
@@ -402,11 +405,23 @@ impl Pipe {
         report: &mut SessionReport,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
-        let encoded = proto::encode(msg);
-        if !self.out.fits(&encoded) {
+        self.queue_with(ep, st, report, progress, |b| proto::encode_into(b, msg))
+    }
+
+    /// Adds the message `encode` appends to the batch going out (as [`queue`](Self::queue)).
+    fn queue_with<L: Link>(
+        &mut self,
+        ep: &mut L,
+        st: &StreamState<'_, L::Buf>,
+        report: &mut SessionReport,
+        progress: &mut dyn FnMut(Progress<'_>),
+        encode: impl Fn(&mut Vec<u8>),
+    ) -> Result<()> {
+        if !self.out.push_with(&encode) {
             self.flush(ep, st, report, progress)?;
+            let added = self.out.push_with(&encode);
+            debug_assert!(added, "a first message always fits");
         }
-        self.out.push(encoded);
         Ok(())
     }
 
@@ -420,7 +435,11 @@ impl Pipe {
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<()> {
         match self.out.take() {
-            Some(bytes) => self.send_taking(ep, st, &bytes, report, progress),
+            Some(bytes) => {
+                let sent = self.send_taking(ep, st, &bytes, report, progress);
+                self.out.recycle(bytes);
+                sent
+            }
             None => Ok(()),
         }
     }
@@ -526,7 +545,7 @@ impl Pipe {
     ) -> Result<()> {
         let opts = st.opts;
         let Small { name, path, size } = small;
-        let mut data = Vec::new();
+        let mut data = std::mem::take(&mut self.data);
         let read = self
             .reader
             .read(&path, size, &mut data)
@@ -582,15 +601,13 @@ impl Pipe {
         for i in 0..pieces {
             let start = i * proto::PIECE_MAX;
             let end = (start + proto::PIECE_MAX).min(data.len());
-            let piece = Msg::Data(Data {
-                offset: start as u64,
-                hash: (i + 1 == pieces).then_some(hash),
-                abandon: false,
-                vanished: false,
-                bytes: data[start..end].to_vec(),
-            });
-            self.queue(ep, st, &piece, report, progress)?;
+            let last = (i + 1 == pieces).then_some(hash);
+            let piece = &data[start..end];
+            self.queue_with(ep, st, report, progress, |b| {
+                proto::encode_piece(b, start as u64, last, piece)
+            })?;
         }
+        self.data = data;
         report.bytes += size;
         progress(Progress::Bytes {
             name: &name,

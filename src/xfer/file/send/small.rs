@@ -16,8 +16,9 @@ pub(super) struct SmallReader {
 }
 
 impl SmallReader {
-    /// Reads the file at `path`, listed with `size` bytes, into `data` (emptied first), at most
-    /// `size + 1` bytes, so a file that grew is seen; returns the bytes read. Symlinks are
+    /// Reads the file at `path`, listed with `size` bytes, into `data` (emptied first; its memory
+    /// is used again): `size + 1` bytes if it has them (more if `data` held more), so a file
+    /// that grew is seen; returns the bytes read. Symlinks are
     /// followed as `File::open` follows them (`--copy-links` lists a link's target).
     pub(super) fn read(&mut self, path: &Path, size: u64, data: &mut Vec<u8>) -> io::Result<usize> {
         let mut f = self.open(path)?;
@@ -26,19 +27,20 @@ impl SmallReader {
             .and_then(|s| s.checked_add(1))
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         data.clear();
-        data.resize(want, 0);
+        data.reserve(want);
+        // Into the spare capacity (at least `want` bytes): nothing to zero first.
         let n = loop {
-            match f.read(data) {
+            match rustix::io::read(&f, rustix::buffer::spare_capacity(data)) {
                 Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         };
-        data.truncate(n);
         // A read of a regular file that returns less than asked has met its end: the listed
-        // size read at once needs no second call to see that. Anything else (a file that grew
-        // or shrank) is read to its end, at most one byte past the listed size.
-        if n != want - 1 && n != want {
+        // size read at once needs no second call to see that, nor does one byte more (a file
+        // that grew). Anything shorter (a file that shrank, or a short read) is read to its
+        // end, at most one byte past the listed size.
+        if n + 1 < want {
             (&mut f).take((want - n) as u64).read_to_end(data)?;
         }
         Ok(data.len())

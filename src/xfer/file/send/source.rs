@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::filter::Filter;
 use crate::xfer::file::digest::{self, Algo, Chunks, Layout};
-use crate::xfer::file::names::{sanitize, RelPath};
+use crate::xfer::file::names::{check_name, sanitize, RelPath};
 use crate::xfer::file::proto::{Digest, Reason, MAX_TARGET_LEN};
 use crate::{Error, Result};
 
@@ -316,7 +316,7 @@ impl Walker<'_> {
             if !self.opts.filter.allows(&name, ft.is_dir()) {
                 continue;
             }
-            if let Err(e) = sanitize(&name) {
+            if let Err(e) = check_name(&name) {
                 let why = format!("the receiver would refuse the name: {e}");
                 self.out
                     .push(unsendable(prefix, &de.file_name(), path, &why)?);
