@@ -72,10 +72,9 @@ pub(super) struct Gathered<'a, L> {
 
 impl<L: Link> Reply for Gathered<'_, L> {
     fn reply(&mut self, msg: &Msg) -> Result<()> {
-        if !self.replies.out.push_msg(msg) {
+        // A flush empties the batch, and a first message always fits: this sends at most once.
+        while !self.replies.out.push_msg(msg) {
             self.replies.flush(self.ep)?;
-            let added = self.replies.out.push_msg(msg);
-            debug_assert!(added, "a first message always fits");
         }
         if self.replies.out.len() >= FLUSH_AT {
             self.replies.flush(self.ep)?;

@@ -417,10 +417,9 @@ impl Pipe {
         progress: &mut dyn FnMut(Progress<'_>),
         encode: impl Fn(&mut Vec<u8>),
     ) -> Result<()> {
-        if !self.out.push_with(&encode) {
+        // A flush empties the batch, and a first message always fits: this sends at most once.
+        while !self.out.push_with(&encode) {
             self.flush(ep, st, report, progress)?;
-            let added = self.out.push_with(&encode);
-            debug_assert!(added, "a first message always fits");
         }
         Ok(())
     }
