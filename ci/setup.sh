@@ -5,7 +5,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PACKAGES=(qemu-system-x86 linux-image-amd64 rdma-core ibverbs-providers libibverbs-dev librdmacm-dev
   ibverbs-utils rdmacm-utils perftest libclang-dev clang kmod busybox-static iproute2 pkg-config
-  valgrind gdb python3 python3-pip mmdebstrap podman rsync openssh-server openssh-client abigail-tools)
+  valgrind gdb python3 python3-pip mmdebstrap podman rsync time openssh-server openssh-client abigail-tools)
 RDMA_CORE_PIN="44.0-2"
 VNG_VERSION="1.42"
 
