@@ -439,6 +439,43 @@ fn verbosity_and_the_environment_are_in_the_help() {
     assert!(p.contains("verbose: 1"), "{p}");
 }
 
+/// Each subcommand's own help opens with the line `rdmaxfer --help` lists it with (its options
+/// are built only when it is given, and no other text may take that line's place), and `-v`
+/// is in every subcommand's options.
+#[test]
+fn each_subcommand_help_opens_with_its_line_in_the_list() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let listed: Vec<(String, String)> = help
+        .split_once("Commands:\n")
+        .expect("a Commands: section")
+        .1
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.trim().split_once(char::is_whitespace))
+        .map(|(name, about)| (name.to_string(), about.trim().to_string()))
+        .filter(|(name, _)| name != "help")
+        .collect();
+    assert!(listed.len() >= 10, "{help}");
+    for (name, about) in &listed {
+        let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
+            .args([name.as_str(), "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name} --help");
+        let sub = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            sub.lines().next(),
+            Some(about.as_str()),
+            "{name} --help:\n{sub}"
+        );
+        assert!(sub.contains("-v, --verbose"), "{name} --help:\n{sub}");
+    }
+}
+
 /// Standard output whose reader is gone (`rdmaxfer … | head -1`): the write end of a pipe
 /// whose read end was closed, made by a `true` that exited without reading.
 fn broken_pipe() -> std::process::Stdio {

@@ -132,7 +132,10 @@ struct Cli {
     cmd: Command,
 }
 
+/// Each subcommand's options are built only when it is the one given (`defer`): a start builds
+/// one subcommand's arguments, not all of them.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 enum Command {
     /// List RDMA devices: ports, MTU, link layer and GID table.
     Devices {

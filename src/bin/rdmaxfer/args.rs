@@ -86,7 +86,8 @@ pub fn parse_mem_size(s: &str) -> Result<usize, String> {
     usize::try_from(n).map_err(|_| format!("{s:?} is too large"))
 }
 
-/// What a `pingpong` or `bench` server allows one client.
+// What a `pingpong` or `bench` server allows one client.
+// (A plain comment: flattened into subcommands whose help a doc comment would replace.)
 #[derive(clap::Args, Debug, Clone)]
 pub struct LimitArgs {
     /// Server: largest -s a client may ask for (default 8M, Soft-RoCE's largest message).

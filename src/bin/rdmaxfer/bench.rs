@@ -7,8 +7,9 @@ use rdmaxfer::xfer::bench::{self, BenchOp, BwParams, BwReport};
 use crate::args::{parse_mem_size, usage, usage_of, LimitArgs};
 use crate::conn::{serve_admitting, ConnArgs};
 
-/// Measure RDMA WRITE / READ / SEND bandwidth against `rdmaxfer bench --listen`, which runs
-/// what each client asks for (op, -s, -n, -t; within --max-size and --max-iters), as perftest.
+// Measure RDMA WRITE / READ / SEND bandwidth against `rdmaxfer bench --listen`, which runs
+// what each client asks for (op, -s, -n, -t; within --max-size and --max-iters), as perftest.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// write, read or send (a server serves whichever its clients ask for).

@@ -12,7 +12,8 @@ use rdmaxfer::xfer::session::{self, Incoming, Server};
 use crate::args::usage;
 use crate::serve::{serve_concurrent, Limits};
 
-/// How to reach (or be reached by) the peer.
+// How to reach (or be reached by) the peer.
+// (A plain comment: flattened into subcommands whose help a doc comment would replace.)
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
     /// Port (RDMA CM port, or TCP port of the --oob exchange).

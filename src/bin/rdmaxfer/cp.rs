@@ -24,7 +24,8 @@ use crate::file::{RecvArgs, SendArgs};
 use crate::ssh::{split_command, Remote};
 use crate::{progress, signals};
 
-/// Arguments of `rdmaxfer cp`.
+// Arguments of `rdmaxfer cp`.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct CpArgs {
     /// What to copy, then where: `SRC... [USER@]HOST:DEST` pushes, `[USER@]HOST:SRC... DEST`

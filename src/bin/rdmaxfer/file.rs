@@ -27,7 +27,8 @@ use crate::signals;
 use crate::summary::{print_dry_summary, print_summary, stats_text, summary};
 use crate::token::{parse_token, token, warn_without_token};
 
-/// Arguments of `rdmaxfer recv`.
+// Arguments of `rdmaxfer recv`.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct RecvArgs {
     /// Directory the files go to (must exist).
@@ -120,7 +121,8 @@ fn default_max_memory() -> u64 {
         .map_or(DEFAULT, |b| DEFAULT.min(b / 4))
 }
 
-/// Arguments of `rdmaxfer send`.
+// Arguments of `rdmaxfer send`.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {
     /// Files and directories to send, then the receiver as HOST or HOST:PORT (with

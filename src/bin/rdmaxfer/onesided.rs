@@ -13,7 +13,8 @@ use rdmaxfer::xfer::rdma_rw;
 use crate::args::{parse_mem_size, parse_size, usage, usage_of};
 use crate::conn::{serve, ConnArgs};
 
-/// Serve one buffer that peers may RDMA WRITE and/or READ, to peers one after another.
+// Serve one buffer that peers may RDMA WRITE and/or READ, to peers one after another.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct ExposeArgs {
     /// Listen on ADDR (a bare --listen: all addresses).
@@ -38,7 +39,8 @@ pub struct ExposeArgs {
     conn: ConnArgs,
 }
 
-/// RDMA WRITE data into a peer's exposed buffer.
+// RDMA WRITE data into a peer's exposed buffer.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct WriteArgs {
     /// The `rdmaxfer expose` server.
@@ -59,7 +61,8 @@ pub struct WriteArgs {
     conn: ConnArgs,
 }
 
-/// RDMA READ bytes from a peer's exposed buffer (to stdout, or --out FILE).
+// RDMA READ bytes from a peer's exposed buffer (to stdout, or --out FILE).
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct ReadArgs {
     /// The `rdmaxfer expose` server.

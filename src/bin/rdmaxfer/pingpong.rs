@@ -10,11 +10,12 @@ use rdmaxfer::xfer::pingpong::{self, Stats};
 use crate::args::{parse_mem_size, usage, LimitArgs};
 use crate::conn::{serve_admitting, ConnArgs};
 
-/// Ping-pong SENDs with a peer (rdmaxfer, or ibv_rc_pingpong with --oob) and report latency.
-///
-/// Server: `rdmaxfer pingpong --listen [ADDR]`; client: `rdmaxfer pingpong HOST`. Over RDMA CM
-/// the server runs each client's -s and -n (within --max-size and --max-iters); over --oob
-/// (the peer may be ibv_rc_pingpong, which exchanges none) both sides need the same -s and -n.
+// Ping-pong SENDs with a peer (rdmaxfer, or ibv_rc_pingpong with --oob) and report latency.
+//
+// Server: `rdmaxfer pingpong --listen [ADDR]`; client: `rdmaxfer pingpong HOST`. Over RDMA CM
+// the server runs each client's -s and -n (within --max-size and --max-iters); over --oob
+// (the peer may be ibv_rc_pingpong, which exchanges none) both sides need the same -s and -n.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Serve: listen on ADDR (default, or a bare --listen: all addresses) and answer clients

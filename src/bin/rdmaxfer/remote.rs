@@ -28,7 +28,8 @@ pub const READY_VERSION: u32 = 1;
 /// The exit status after the lifeline (standard input) closed.
 const LIFELINE_EXIT: i32 = 129;
 
-/// `rdmaxfer cp-remote`.
+// `rdmaxfer cp-remote`.
+// (A plain comment: the help shows `enum Command`'s text, which a doc comment would replace.)
 #[derive(clap::Args, Debug)]
 pub struct RemoteArgs {
     #[command(subcommand)]
