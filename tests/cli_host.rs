@@ -444,11 +444,8 @@ fn verbosity_and_the_environment_are_in_the_help() {
 /// is in every subcommand's options.
 #[test]
 fn each_subcommand_help_opens_with_its_line_in_the_list() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
+    let (ok, help, _) = run(&["--help"]);
+    assert!(ok);
     let listed: Vec<(String, String)> = help
         .split_once("Commands:\n")
         .expect("a Commands: section")
@@ -461,12 +458,8 @@ fn each_subcommand_help_opens_with_its_line_in_the_list() {
         .collect();
     assert!(listed.len() >= 10, "{help}");
     for (name, about) in &listed {
-        let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
-            .args([name.as_str(), "--help"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{name} --help");
-        let sub = String::from_utf8_lossy(&out.stdout);
+        let (ok, sub, _) = run(&[name.as_str(), "--help"]);
+        assert!(ok, "{name} --help");
         assert_eq!(
             sub.lines().next(),
             Some(about.as_str()),
