@@ -112,39 +112,17 @@ pub fn walk(roots: &[PathBuf]) -> Result<Vec<SourceEntry>> {
 pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry>> {
     let mut out = Vec::new();
     for root in roots {
-        let meta = std::fs::metadata(root)
-            .map_err(|e| Error::io(format!("stat {}", root.display()), e))?;
-        let Some(base) = root.file_name() else {
-            // `.`, `..`, `/`: what is in the directory, at the top (as `cp -r DIR/. DEST`).
-            if !meta.is_dir() {
-                return Err(invalid(format!(
-                    "{}: has no file name to send it as",
-                    root.display()
-                )));
-            }
-            walk_tree(&opts, root, "", (meta.dev(), meta.ino()), &mut out)?;
-            continue;
-        };
-        let base = base
-            .to_str()
-            .ok_or_else(|| invalid(format!("{}: name is not UTF-8", root.display())))?;
-        if !opts.filter.allows(base, meta.is_dir()) {
-            continue;
-        }
-        if meta.is_file() {
-            out.push(entry(base.to_string(), root.clone(), SourceKind::File, Some(meta))?);
-        } else if meta.is_dir() {
-            if walk_tree(&opts, root, base, (meta.dev(), meta.ino()), &mut out)? == 0 {
-                out.push(entry(base.to_string(), root.clone(), SourceKind::Dir, None)?);
-            }
-        } else {
-            return Err(invalid(format!(
-                "{}: not a file or directory",
-                root.display()
-            )));
-        }
+        // One root's names are unique (a duplicate is only possible between roots, and is
+        // refused below): its part is sorted in place, with no scratch memory.
+        let start = out.len();
+        walk_root(&opts, root, &mut out)?;
+        out[start..].sort_unstable_by(|a, b| a.name.cmp(&b.name));
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    if roots.len() > 1 {
+        // Sorted runs, merged; stable, so that of two entries of one name the first root's
+        // comes first in the error below.
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+    }
     if let Some(w) = out.windows(2).find(|w| w[0].name == w[1].name) {
         return Err(invalid(format!(
             "{} and {} would both be sent as {}",
@@ -153,7 +131,45 @@ pub fn walk_with(roots: &[PathBuf], opts: WalkOptions) -> Result<Vec<SourceEntry
             w[0].name
         )));
     }
+    // The list lives as long as the session: without the growth's spare room.
+    out.shrink_to_fit();
     Ok(out)
+}
+
+/// Lists `root` (see [`walk_with`]) at the end of `out`.
+fn walk_root(opts: &WalkOptions, root: &Path, out: &mut Vec<SourceEntry>) -> Result<()> {
+    let meta = std::fs::metadata(root)
+        .map_err(|e| Error::io(format!("stat {}", root.display()), e))?;
+    let Some(base) = root.file_name() else {
+        // `.`, `..`, `/`: what is in the directory, at the top (as `cp -r DIR/. DEST`).
+        if !meta.is_dir() {
+            return Err(invalid(format!(
+                "{}: has no file name to send it as",
+                root.display()
+            )));
+        }
+        walk_tree(opts, root, "", (meta.dev(), meta.ino()), out)?;
+        return Ok(());
+    };
+    let base = base
+        .to_str()
+        .ok_or_else(|| invalid(format!("{}: name is not UTF-8", root.display())))?;
+    if !opts.filter.allows(base, meta.is_dir()) {
+        return Ok(());
+    }
+    if meta.is_file() {
+        out.push(entry(base.to_string(), root.into(), SourceKind::File, Some(meta))?);
+    } else if meta.is_dir() {
+        if walk_tree(opts, root, base, (meta.dev(), meta.ino()), out)? == 0 {
+            out.push(entry(base.to_string(), root.into(), SourceKind::Dir, None)?);
+        }
+    } else {
+        return Err(invalid(format!(
+            "{}: not a file or directory",
+            root.display()
+        )));
+    }
+    Ok(())
 }
 
 fn entry(name: String, path: PathBuf, kind: SourceKind, meta: Option<Meta>) -> Result<SourceEntry> {
