@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # ci/guest-tree-bench.sh [OUTDIR] [ROUNDS] [FILES] [SIZE] [DIRS] — runs INSIDE the guest
 # (ci/tree-bench.sh boots one): a tree of FILES files (default 10000) of SIZE bytes (4096) in
-# DIRS directories (100), tmpfs → tmpfs, in ROUNDS (default 3) interleaved rounds of these rows:
+# DIRS directories (100), tmpfs → tmpfs (a tmpfs mounted for the run: the guest's /tmp is an
+# overlay over the 9p share), in ROUNDS (default 3) interleaved rounds of these rows:
 #   tree     rdmaxfer send of the tree to `recv --once` into an empty directory
 #   rerun    the same again into the full directory (every file skipped as identical)
 #   one      rdmaxfer send of one file of the tree's total size
 #   rsync    rsync -a of the tree to an rsync daemon on the guest's address (TCP over the same
 #            interface rxe0 runs on), into an empty directory
 #   rsync-rerun  the same again (nothing to do)
-# Both tools run from copies on the guest's tmpfs (installed binaries live on a local disk; an exec
-# from the 9p share reads the binary through it: about 0.1 s for rdmaxfer's 7 MB, 0.02 s for rsync),
-# and both under GNU time (peak RSS; about 0.04 s an exec). Each copy is checked (diff -r, cmp). Prints the median and spread (min..max) of each row's wall
-# time and the per-round ratios issue 37 sets goals for: tree / rsync (<= 1.0), tree / one
-# (<= 2.0), rerun / rsync-rerun (<= 1.0). Raw figures: OUTDIR/tree-runs.tsv.
+# Both tools run from copies on that tmpfs (installed binaries live on a local disk; an exec from
+# the 9p share reads the binary through it: about 0.1 s for rdmaxfer's 7 MB, 0.02 s for rsync's),
+# and both under GNU time (peak RSS; about 0.04 s an exec). Each copy is checked (diff -r, cmp).
+# Prints the median and spread (min..max) of each row's wall time and the per-round ratios
+# issue 37 sets goals for: tree / rsync (<= 1.0), tree / one (<= 2.0), rerun / rsync-rerun
+# (<= 1.0). Raw figures: OUTDIR/tree-runs.tsv.
 # Env: RDMAXFER_BIN (default target/release/rdmaxfer), ROWS (a subset, e.g. ROWS="tree rsync"),
 # FLAGS (extra rdmaxfer flags for both sides).
 set -euo pipefail
