@@ -35,17 +35,6 @@ fn devices_without_a_device_fails_and_says_how_to_get_one() {
     }
 }
 
-#[test]
-fn help_lists_the_commands() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("devices") && s.contains("loopback"), "{s}");
-}
-
 fn run(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rdmaxfer"))
         .args(args)
@@ -439,13 +428,17 @@ fn verbosity_and_the_environment_are_in_the_help() {
     assert!(p.contains("verbose: 1"), "{p}");
 }
 
-/// Each subcommand's own help opens with the line `rdmaxfer --help` lists it with (its options
-/// are built only when it is given, and no other text may take that line's place), and `-v`
-/// is in every subcommand's options.
+/// `rdmaxfer --help` lists the commands, and each one's own help opens with the line the list
+/// gives it (its options are built only when it is given, and no other text may take that
+/// line's place), with `-v` among its options.
 #[test]
-fn each_subcommand_help_opens_with_its_line_in_the_list() {
+fn help_lists_the_commands_and_each_ones_help_opens_with_its_line() {
     let (ok, help, _) = run(&["--help"]);
     assert!(ok);
+    assert!(
+        help.contains("devices") && help.contains("loopback"),
+        "{help}"
+    );
     let listed: Vec<(String, String)> = help
         .split_once("Commands:\n")
         .expect("a Commands: section")
