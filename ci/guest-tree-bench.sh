@@ -16,7 +16,9 @@
 # issue 37 sets goals for: tree / rsync (<= 1.0), tree / one (<= 2.0), rerun / rsync-rerun
 # (<= 1.0). Raw figures: OUTDIR/tree-runs.tsv.
 # Env: RDMAXFER_BIN (default target/release/rdmaxfer), ROWS (a subset, e.g. ROWS="tree rsync"),
-# FLAGS (extra rdmaxfer flags for both sides).
+# FLAGS (extra rdmaxfer flags for both sides), BIN_B (another rdmaxfer build: rows tree-B,
+# rerun-B and one-B run it as tree, rerun and one run RDMAXFER_BIN, for an A/B in one guest;
+# add them to ROWS).
 set -euo pipefail
 out="$(realpath -m "${1:-target/bench/tree}")"
 rounds="${2:-3}"
@@ -49,6 +51,11 @@ cp "$bin" "$work/bin/rdmaxfer"
 cp "$(command -v rsync)" "$work/bin/rsync"
 bin="$work/bin/rdmaxfer"
 rsync="$work/bin/rsync"
+binb=""
+if [[ -n "${BIN_B:-}" ]]; then
+  cp "$BIN_B" "$work/bin/rdmaxfer-b"
+  binb="$work/bin/rdmaxfer-b"
+fi
 
 echo "== making $files files of $size bytes in $dirs directories"
 python3 - "$work/src/tree" "$files" "$size" "$dirs" <<'PY'
@@ -94,9 +101,10 @@ timed() {
   record "$r" "$row" "$(python3 -c "print($b - $a)")"
 }
 
-# rdx ROUND ROW DEST SRC — rdmaxfer send SRC to a `recv --once` into DEST.
+# rdx ROUND ROW DEST SRC — rdmaxfer send SRC to a `recv --once` into DEST (both sides run
+# $xbin when set, else $bin).
 rdx() {
-  local r="$1" row="$2" dest="$3" src="$4" rp rrc=0
+  local r="$1" row="$2" dest="$3" src="$4" rp rrc=0 bin="${xbin:-$bin}"
   port=$((port + 1))
   mkdir -p "$dest"
   # Peak RSS of each side (KiB).
@@ -126,6 +134,19 @@ run_step() {
       rm -rf "$work/one"
       rdx "$r" one "$work/one" "$work/src/one.bin" &&
         { cmp -s "$work/src/one.bin" "$work/one/one.bin" || { echo "!! one round $r differs"; fails=$((fails + 1)); }; } ;;
+    tree-B | rerun-B | one-B)
+      [[ -n "$binb" ]] || { echo "!! row $2 needs BIN_B"; return 0; }
+      case "$2" in
+        tree-B)
+          rm -rf "$work/dstb"
+          xbin="$binb" rdx "$r" tree-B "$work/dstb" "$work/src/tree" && check_tree "$work/dstb" "$r" ;;
+        rerun-B)
+          [[ -d "$work/dstb/tree" ]] || xbin="$binb" rdx "$r" prepare-B "$work/dstb" "$work/src/tree" || return 0
+          xbin="$binb" rdx "$r" rerun-B "$work/dstb" "$work/src/tree" && check_tree "$work/dstb" "$r" ;;
+        one-B)
+          rm -rf "$work/oneb"
+          xbin="$binb" rdx "$r" one-B "$work/oneb" "$work/src/one.bin" ;;
+      esac ;;
     rsync)
       rm -rf "${work:?}/rs/"*
       timed "$r" rsync /usr/bin/time -f %M -o "$out/rsync.$r.send.rss" "$rsync" -a "$work/src/tree" "rsync://$ip:$rsport/m/" &&
@@ -159,7 +180,7 @@ def spread(xs, f="{:.2f}"):
     return f"{f.format(statistics.median(xs))} ({f.format(xs[0])}..{f.format(xs[-1])})" if xs else "missing"
 print(f"== {files} files of {size} bytes in {dirs} directories, tmpfs -> tmpfs in one guest ({ncpu} vCPUs); "
       "seconds, median (min..max) over rounds")
-for row in ("tree", "rerun", "one", "rsync", "rsync-rerun"):
+for row in ("tree", "rerun", "one", "rsync", "rsync-rerun", "tree-B", "rerun-B", "one-B"):
     if v[row]:
         per_file = spread([s / files * 1e3 for s in v[row].values()], "{:.3f}")
         print(f"{row:12} {spread(v[row].values())} s ({per_file} ms per file)")
@@ -169,6 +190,9 @@ def ratio(a, b, goal):
 ratio("tree", "rsync", "<= 1.0")
 ratio("tree", "one", "<= 2.0")
 ratio("rerun", "rsync-rerun", "<= 1.0")
+for row in ("tree", "rerun", "one"):
+    if v[row + "-B"]:
+        ratio(row, row + "-B", "none: below 1.0, this build is the faster")
 for row in ("tree", "rerun", "one", "rsync", "rsync-rerun"):
     for side in ("send", "recv"):
         kib = [int(open(f).read().split()[-1]) for f in glob.glob(f"{out}/{row}.*.{side}.rss")

@@ -14,6 +14,7 @@
 //! written by `gen_seeds` but not compared with the committed ones: where the sender waits for
 //! answers depends on timing).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,8 +23,9 @@ use std::time::Duration;
 use rdmaxfer::error::{Error, Result};
 use rdmaxfer::verbs::{RemoteRegion, RemoteSlice};
 use rdmaxfer::xfer::endpoint::Message;
+use rdmaxfer::xfer::file::link::block::block_on;
 use rdmaxfer::xfer::file::link::mem::{MemLink, MemRing};
-use rdmaxfer::xfer::file::link::{Link, Registrar};
+use rdmaxfer::xfer::file::link::{EventListener, Link, Registrar};
 use rdmaxfer::xfer::file::options::SENDER_RECV_DEPTH;
 use rdmaxfer::xfer::file::proto::{self, Msg};
 use rdmaxfer::xfer::file::{
@@ -106,7 +108,7 @@ fn ring_of(msg: &[u8]) -> Option<(RemoteRegion, u32, u32)> {
 fn play(peer: &mut MemLink, data: &[u8]) {
     let mut ring: Option<(RemoteRegion, u32, u32)> = None;
     let take = |peer: &mut MemLink, ring: &mut Option<_>| -> bool {
-        match peer.recv_with(|m| m.data.to_vec()) {
+        match block_on(peer.recv_with(|m| m.data.to_vec())) {
             Ok(m) => {
                 if let Some(r) = ring_of(&m) {
                     *ring = Some(r);
@@ -132,7 +134,7 @@ fn play(peer: &mut MemLink, data: &[u8]) {
                 let n = u16_at(data, i).min(data.len().saturating_sub(i + 2));
                 let msg = &data[i + 2..i + 2 + n];
                 i += 2 + n;
-                peer.send(msg).is_ok()
+                block_on(peer.send(msg)).is_ok()
             }
             1 | 2 => {
                 let (off, head) = if tag == 2 {
@@ -249,24 +251,24 @@ impl Link for Recorder {
     type Buf = Vec<u8>;
     type Ring = MemRing;
 
-    fn send(&mut self, data: &[u8]) -> Result<()> {
+    async fn send(&mut self, data: &[u8]) -> Result<()> {
         self.rec(&[0]);
         self.rec(&(data.len() as u16).to_be_bytes());
         self.rec(data);
-        self.inner.send(data)
+        self.inner.send(data).await
     }
-    fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+    async fn recv_with<R: Send>(&mut self, f: impl FnOnce(Message<'_>) -> R + Send) -> Result<R> {
         self.rec(&[3]);
-        self.inner.recv_with(f)
+        self.inner.recv_with(f).await
     }
     fn has_message(&mut self) -> Result<bool> {
         self.inner.has_message()
     }
-    fn wait_send_or_message(&mut self) -> Result<bool> {
-        self.inner.wait_send_or_message()
+    async fn wait_send_or_message(&mut self) -> Result<bool> {
+        self.inner.wait_send_or_message().await
     }
-    fn flush(&mut self) -> Result<()> {
-        self.inner.flush()
+    async fn flush(&mut self) -> Result<()> {
+        self.inner.flush().await
     }
     fn last_words(&mut self) -> Option<Vec<u8>> {
         self.inner.last_words()
@@ -298,8 +300,8 @@ impl Link for Recorder {
     fn break_link(&mut self) -> Result<()> {
         self.inner.break_link()
     }
-    fn close(self) -> Result<()> {
-        self.inner.close()
+    async fn close(self) -> Result<()> {
+        self.inner.close().await
     }
     fn expose_ring(&mut self, len: usize) -> Result<MemRing> {
         self.inner.expose_ring(len)
@@ -307,8 +309,8 @@ impl Link for Recorder {
     fn registrar(&self) -> Registrar<Vec<u8>> {
         self.inner.registrar()
     }
-    fn wait_credit(&mut self) -> Result<()> {
-        self.inner.wait_credit()
+    async fn wait_credit(&mut self) -> Result<()> {
+        self.inner.wait_credit().await
     }
     fn write_imm(
         &mut self,
@@ -324,8 +326,26 @@ impl Link for Recorder {
         self.rec(bytes);
         self.inner.write_imm(wr_id, to, imm, buf)
     }
-    fn poll_writes(&mut self, max: usize, timeout: Duration) -> Result<(usize, Vec<Vec<u8>>)> {
-        self.inner.poll_writes(max, timeout)
+    async fn poll_writes(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(usize, Vec<Vec<u8>>)> {
+        self.inner.poll_writes(max, timeout).await
+    }
+    async fn sleep(d: Duration) {
+        MemLink::sleep(d).await
+    }
+    async fn wait_woken(woken: EventListener, d: Duration) {
+        MemLink::wait_woken(woken, d).await
+    }
+    async fn run_streams<F, G>(streams: Vec<F>, relay: G) -> Vec<std::thread::Result<F::Output>>
+    where
+        F: Future + Send,
+        F::Output: Send,
+        G: Future<Output = ()>,
+    {
+        MemLink::run_streams(streams, relay).await
     }
 }
 

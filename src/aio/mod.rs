@@ -29,10 +29,11 @@
 //!   discard) or the queue's flush.
 //! - Accepting or connecting futures dropped half-way abandon the peer; the CM id, QP and
 //!   buffers are torn down in the usual order.
-//! - [`AsyncEndpoint::send_files`] / [`AsyncEndpoint::receive_files`] run the blocking
-//!   transfer on tokio's blocking pool: dropping their future raises the transfer's cancel
-//!   flag, and it stops (the sender at its next entry or chunk, the receiver within 250 ms)
-//!   with nothing committed that was not verified whole, then drops the endpoint.
+//! - [`AsyncEndpoint::send_files`] / [`AsyncEndpoint::receive_files`] run the file transfer on
+//!   the caller's task (no thread of tokio's blocking pool): dropping their future ends the
+//!   session where it stands, with the endpoint. Nothing that was not verified whole is
+//!   committed: a file being received is dropped unfinished (its temporary file removed), and
+//!   the worker threads that read or write chunks finish the one they hold and end.
 //!
 //! Dropping an endpoint (any endpoint) moves its queue pair to the error state and destroys it
 //! (`ibv_destroy_qp(3)`: the device is then done with every posted buffer) before the buffers go
@@ -49,6 +50,7 @@
 
 mod endpoint;
 mod file;
+mod link;
 mod listen;
 mod rw;
 mod split;

@@ -462,7 +462,7 @@ fn an_async_receive_dropped_mid_file_commits_nothing_and_frees_its_device_resour
         }
         sender
     });
-    // Dropping the runtime waits for its blocking pool: the transfer has ended.
+    // The transfer ended with its future (dropped at the end of the block above).
     drop(rt);
     let d = sender.finish(LIMIT);
     d.failed("send to a receiver whose future was dropped");

@@ -10,6 +10,8 @@ mod common;
 
 #[cfg(feature = "tokio")]
 mod aio;
+#[cfg(feature = "tokio")]
+mod aio_files;
 mod endpoint;
 mod nonblock;
 mod params;

@@ -157,6 +157,31 @@ impl Endpoint {
         self.credits() > 0 && self.sends_posted < self.own_sq && self.q.free_send_slots() > 0
     }
 
+    /// Whether a message may be sent at once (true) or one has arrived (false), as
+    /// [`wait_send_or_message`](Self::wait_send_or_message) says; else [`Error::WouldBlock`].
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_send_or_message(&mut self) -> Result<bool> {
+        let what = "send credit from the peer or a message";
+        self.try_until(what, |e| e.can_send_now() || !e.ready.is_empty())?;
+        Ok(self.can_send_now())
+    }
+
+    /// Whether a credit for an RDMA WRITE_WITH_IMM is free (true), or, short of that, more
+    /// than `done` completions of the caller's work requests wait to be taken (false: progress,
+    /// see [`wait_credit`](Self::wait_credit)); else [`Error::WouldBlock`].
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_credit(&mut self, done: usize) -> Result<bool> {
+        let what = "send credit from the peer";
+        self.try_until(what, |e| e.credits() > 0 || e.user_done.len() > done)?;
+        Ok(self.credits() > 0)
+    }
+
+    /// Completions of the caller's work requests not taken yet.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn user_done_len(&self) -> usize {
+        self.user_done.len()
+    }
+
     /// Ok if `ready` holds now or after handling what is in the CQ; else WouldBlock (or the
     /// peer's disconnect, once nothing is left to take).
     fn try_until(&mut self, what: &'static str, ready: impl Fn(&Endpoint) -> bool) -> Result<()> {

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::proto::Reason;
+use super::waits::{rail_down, Instant, STOP_SLICE};
 use crate::error::{Error, Result};
 use crate::xfer::file::link::Link;
 
@@ -40,34 +41,6 @@ pub const FILE_CREDIT: u64 = 64 << 10;
 /// Names a stream remembers as answered without data (8 bytes each, hashed): past that many
 /// it forgets them and starts over, so a repeat is seen within the last this many answers.
 pub const MAX_ANSWERED: usize = 1 << 18;
-
-/// A reading of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`, clock_gettime(2): a few
-/// milliseconds of resolution). Budgets count seconds, and this clock is read without a system
-/// call even where the precise one takes one (an emulated guest without a usable TSC, where a
-/// tree of small files read the clock thousands of times a second).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Instant(Duration);
-
-impl Instant {
-    pub(crate) fn now() -> Instant {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-        Instant(Duration::new(
-            u64::try_from(t.tv_sec).unwrap_or(0),
-            u32::try_from(t.tv_nsec).unwrap_or(0),
-        ))
-    }
-
-    fn saturating_duration_since(self, earlier: Instant) -> Duration {
-        self.0.saturating_sub(earlier.0)
-    }
-}
-
-impl std::ops::Add<Duration> for Instant {
-    type Output = Instant;
-    fn add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(d))
-    }
-}
 
 /// The limits; `None` (or a rate of 0) switches one off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,8 +100,6 @@ impl Stop {
     }
 }
 
-/// How often a stream with a stop flag looks at it while it waits.
-pub(crate) const STOP_SLICE: Duration = Duration::from_millis(250);
 
 /// A session's account against its [`Budgets`].
 pub(crate) struct Budget {
@@ -211,44 +182,10 @@ impl Budget {
         self.cancel = Some(cancel);
     }
 
-    /// Runs `f` on `ep` with the deadline `left`: in slices of at most [`STOP_SLICE`] when
-    /// there is a stop or cancel flag, which ends the wait once raised.
-    fn step_once<T, L: Link>(
-        &self,
-        ep: &mut L,
-        left: Duration,
-        f: &mut impl FnMut(&mut L) -> Result<T>,
-    ) -> Result<T> {
-        let end = Instant::now() + left;
-        let sliced = self.stop.is_some() || self.cancel.is_some();
-        loop {
-            if self.stop.as_ref().is_some_and(Stop::raised) {
-                return Err(Stop::error());
-            }
-            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire)) {
-                return Err(Error::Cancelled);
-            }
-            let slice = match sliced {
-                true => end
-                    .saturating_duration_since(Instant::now())
-                    .min(STOP_SLICE),
-                false => left,
-            };
-            ep.set_timeout(slice.max(Duration::from_millis(1)));
-            let r = f(ep);
-            ep.set_timeout(self.step);
-            match r {
-                Err(Error::Timeout { what, .. }) if self.stop.is_some() && ep.rail_down() => {
-                    return Err(rail_down(what));
-                }
-                Err(e) if e.is_timeout() && sliced && Instant::now() < end => {}
-                // A sliced wait times out after all of `left`, as one wait would.
-                Err(Error::Timeout { what, .. }) if sliced => {
-                    return Err(Error::Timeout { what, after: left })
-                }
-                r => return r,
-            }
-        }
+    /// Whether its waits run in slices of at most [`STOP_SLICE`] (it has a stop or cancel
+    /// flag to look at between them).
+    fn sliced(&self) -> bool {
+        self.stop.is_some() || self.cancel.is_some()
     }
 
     fn session_bytes(&self) -> u64 {
@@ -352,142 +289,155 @@ impl Budget {
         Ok(())
     }
 
-    /// Runs the blocking step `f` on `ep` with its deadline lowered to the budget's; a step that
-    /// times out because a budget is spent returns the budget's error. With a shared session
-    /// ([`share`](Self::share)), a step that times out while another stream of the session made
-    /// progress is run again (that progress counted toward the rate floor): only a session that
-    /// stalls as a whole for a step deadline times out, and a stream idle for its idle budget
-    /// is ended, whatever the others move.
-    ///
-    /// A budget found spent when the wait starts is this side's lateness as much as the
-    /// peer's (a registration, a commit or a starved CPU outlasted it while the peer's next
-    /// message waited): what has arrived is taken, once until the next progress; a wait that
-    /// finds nothing is the budget's error.
-    pub(crate) fn wait<T, L: Link>(
-        &mut self,
-        ep: &mut L,
-        mut f: impl FnMut(&mut L) -> Result<T>,
-    ) -> Result<T> {
+    /// Starts a wait of `ep`'s next step within the budgets: see [`budget_wait!`].
+    pub(crate) fn waiting(&mut self) -> BudgetWait<'_> {
+        BudgetWait {
+            b: self,
+            step: None,
+        }
+    }
+}
+
+/// Waits for the step `$op` (an expression over the link `$ep`, with its `.await`) within the
+/// budgets of `$budget`: the link's deadline is lowered to the budget's, and a step that times
+/// out because a budget is spent returns the budget's error. With a shared session
+/// ([`Budget::share`]), a step that times out while another stream of the session made
+/// progress is run again (that progress counted toward the rate floor): only a session that
+/// stalls as a whole for a step deadline times out, and a stream idle for its idle budget is
+/// ended, whatever the others move. With a stop or cancel flag, the step runs in slices of at
+/// most [`STOP_SLICE`], and the flag ends the wait.
+///
+/// A budget found spent when the wait starts is this side's lateness as much as the peer's (a
+/// registration, a commit or a starved CPU outlasted it while the peer's next message
+/// waited): what has arrived is taken, once until the next progress; a wait that finds
+/// nothing is the budget's error.
+///
+/// `$op` must leave the link usable after a timeout (the links' waits do) and do nothing
+/// before its wait that a second run would repeat.
+macro_rules! budget_wait {
+    ($budget:expr, $ep:ident, $op:expr) => {{
+        let mut w = $budget.waiting();
         loop {
-            let now = Instant::now();
-            if let Err(spent) = self.check(now) {
-                if std::mem::replace(&mut self.late, true) {
-                    return Err(spent);
-                }
-                return match self.step_once(ep, Duration::ZERO, &mut f) {
-                    Err(e) if e.is_timeout() => Err(spent),
-                    r => r,
-                };
+            if let Err(e) = w.before(&mut *$ep) {
+                break Err(e);
             }
-            let left = self.deadline().map_or(self.step, |d| {
-                d.saturating_duration_since(now).min(self.step)
-            });
-            let seen = self.session_bytes();
-            match self.step_once(ep, left, &mut f) {
-                Err(e) if e.is_timeout() => {
-                    let moved = self.session_bytes().saturating_sub(seen);
-                    if moved > 0 {
-                        tracing::debug!("waiting on while the session's other streams progress");
-                        self.credit_session(moved);
-                        continue;
+            // In a block of its own: a `?` in `$op` ends the step, not the wait.
+            let r = async { $op }.await;
+            if let Some(r) = w.after(&mut *$ep, r) {
+                break r;
+            }
+        }
+    }};
+}
+pub(crate) use budget_wait;
+
+/// A wait within a [`Budget`] ([`budget_wait!`]), around each run of its step.
+pub(crate) struct BudgetWait<'b> {
+    b: &'b mut Budget,
+    step: Option<Step>,
+}
+
+/// One step's deadline: until when, how long, the budget's error if it was spent when the step
+/// began (a late wait), and the session's progress then.
+struct Step {
+    end: Instant,
+    left: Duration,
+    spent: Option<Error>,
+    seen: u64,
+}
+
+impl BudgetWait<'_> {
+    /// Before each run of the step: sets the link's deadline; an error ends the wait.
+    pub(crate) fn before<L: Link>(&mut self, ep: &mut L) -> Result<()> {
+        let b = &mut *self.b;
+        let now = Instant::now();
+        let step = match self.step.take() {
+            Some(step) => step,
+            None => match b.check(now) {
+                Err(spent) => {
+                    if std::mem::replace(&mut b.late, true) {
+                        return Err(spent);
                     }
-                    self.check(Instant::now())?;
-                    return Err(e);
+                    Step {
+                        end: now,
+                        left: Duration::ZERO,
+                        spent: Some(spent),
+                        seen: 0,
+                    }
                 }
-                r => return r,
-            }
-        }
-    }
-}
-
-/// Runs the blocking step `f` on `ep` for one stream of a session. With `session` (the
-/// progress of a session carried by several streams, counted by all of them), a step that
-/// times out while the session made progress is run again: a stream that waits its turn while
-/// the others use the link or the peer goes on waiting, and only a session that stalls as a
-/// whole for a step deadline (at most two after its last progress) times out. `f` must leave
-/// `ep` usable after a timeout (the endpoint's waits do) and do nothing before its wait that a
-/// second run would repeat. The receiver's equivalent is [`Budget::wait`].
-pub(crate) fn wait_on<E: Waits, T>(
-    ep: &mut E,
-    session: Option<&AtomicU64>,
-    mut f: impl FnMut(&mut E) -> Result<T>,
-) -> Result<T> {
-    loop {
-        let seen = session.map(|s| s.load(Ordering::Relaxed));
-        let r = match session {
-            Some(_) => sliced(ep, &mut f),
-            None => f(ep),
+                Ok(()) => {
+                    let left = b.deadline().map_or(b.step, |d| {
+                        d.saturating_duration_since(now).min(b.step)
+                    });
+                    Step {
+                        end: now + left,
+                        left,
+                        spent: None,
+                        seen: b.session_bytes(),
+                    }
+                }
+            },
         };
-        match r {
-            Err(e) if e.is_timeout() && seen != session.map(|s| s.load(Ordering::Relaxed)) => {
-                tracing::debug!("waiting on while the session's other streams progress: {e}");
+        if b.stop.as_ref().is_some_and(Stop::raised) {
+            return Err(Stop::error());
+        }
+        if b.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire)) {
+            return Err(Error::Cancelled);
+        }
+        let slice = match b.sliced() {
+            true => step.end.saturating_duration_since(now).min(STOP_SLICE),
+            false => step.left,
+        };
+        ep.set_timeout(slice.max(Duration::from_millis(1)));
+        self.step = Some(step);
+        Ok(())
+    }
+
+    /// After each run of the step, with its result: the wait's result, or `None` to run the
+    /// step again.
+    pub(crate) fn after<L: Link, T>(&mut self, ep: &mut L, r: Result<T>) -> Option<Result<T>> {
+        let b = &mut *self.b;
+        ep.set_timeout(b.step);
+        let step = self.step.as_ref().expect("before() began the step");
+        let sliced = b.sliced();
+        let r = match r {
+            Err(Error::Timeout { what, .. }) if b.stop.is_some() && ep.rail_down() => {
+                Err(rail_down(what))
             }
-            r => return r,
+            Err(e) if e.is_timeout() && sliced && Instant::now() < step.end => return None,
+            // A sliced wait times out after all of its deadline, as one wait would.
+            Err(Error::Timeout { what, .. }) if sliced => Err(Error::Timeout {
+                what,
+                after: step.left,
+            }),
+            r => r,
+        };
+        let step = self.step.take().expect("before() began the step");
+        if let Some(spent) = step.spent {
+            return Some(match r {
+                Err(e) if e.is_timeout() => Err(spent),
+                r => r,
+            });
         }
-    }
-}
-
-/// What [`wait_on`] needs of an endpoint: its step deadline, and whether its rail is down.
-pub(crate) trait Waits {
-    /// The deadline of each wait.
-    fn step(&self) -> Duration;
-    /// Sets it.
-    fn set_step(&mut self, t: Duration);
-    /// Whether this side's port is down.
-    fn rail_down(&self) -> bool;
-}
-
-impl<L: Link> Waits for L {
-    fn step(&self) -> Duration {
-        self.timeout()
-    }
-    fn set_step(&mut self, t: Duration) {
-        self.set_timeout(t);
-    }
-    fn rail_down(&self) -> bool {
-        Link::rail_down(self)
-    }
-}
-
-/// Runs `f` on `ep` for one step deadline in slices of at most [`STOP_SLICE`], looking at the
-/// port between them: a stream of several whose rail goes down is found out at once, not a
-/// step later (its peer, on the other side of that rail, may never answer).
-fn sliced<E: Waits, T>(ep: &mut E, f: &mut impl FnMut(&mut E) -> Result<T>) -> Result<T> {
-    let step = ep.step();
-    let end = Instant::now() + step;
-    loop {
-        let slice = end
-            .saturating_duration_since(Instant::now())
-            .min(STOP_SLICE);
-        ep.set_step(slice.max(Duration::from_millis(1)));
-        let r = f(ep);
-        ep.set_step(step);
         match r {
-            Err(Error::Timeout { what, .. }) if ep.rail_down() => return Err(rail_down(what)),
-            Err(e) if e.is_timeout() && Instant::now() < end => {}
-            Err(Error::Timeout { what, .. }) => return Err(Error::Timeout { what, after: step }),
-            r => return r,
+            Err(e) if e.is_timeout() => {
+                let moved = b.session_bytes().saturating_sub(step.seen);
+                if moved > 0 {
+                    tracing::debug!("waiting on while the session's other streams progress");
+                    b.credit_session(moved);
+                    return None;
+                }
+                Some(b.check(Instant::now()).and(Err(e)))
+            }
+            r => Some(r),
         }
-    }
-}
-
-/// The error of a wait for `what` whose rail went down meanwhile.
-fn rail_down(what: &str) -> Error {
-    Error::Connection(format!(
-        "the port of its device went down (its rail is gone) while waiting for {what}"
-    ))
-}
-
-/// Counts `n` steps of progress of a session carried by several streams (see [`wait_on`]).
-pub(crate) fn moved(session: Option<&AtomicU64>, n: u64) {
-    if let Some(s) = session {
-        s.fetch_add(n, Ordering::Relaxed);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xfer::file::link::block::block_on;
 
     fn budgets(idle: u64, rate: u64, window: u64, refusals: u32) -> Budgets {
         Budgets {
@@ -495,16 +445,6 @@ mod tests {
             min_rate: rate,
             rate_window: Duration::from_secs(window),
             max_refusals: Some(refusals),
-        }
-    }
-
-    impl Waits for u32 {
-        fn step(&self) -> Duration {
-            Duration::ZERO
-        }
-        fn set_step(&mut self, _: Duration) {}
-        fn rail_down(&self) -> bool {
-            false
         }
     }
 
@@ -516,47 +456,6 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_waits_on_only_while_its_session_moves() {
-        let session = AtomicU64::new(0);
-        // Alone (no session): the first timeout is the result.
-        let mut calls = 0;
-        let r: Result<()> = wait_on(&mut calls, None, |c| {
-            *c += 1;
-            Err(timeout())
-        });
-        assert!(r.unwrap_err().is_timeout());
-        assert_eq!(calls, 1);
-        // Three steps time out while another stream moves, then the session stalls: four runs,
-        // and the timeout of the last.
-        let mut calls = 0;
-        let r: Result<()> = wait_on(&mut calls, Some(&session), |c| {
-            *c += 1;
-            if *c <= 3 {
-                moved(Some(&session), 1);
-            }
-            Err(timeout())
-        });
-        assert!(r.unwrap_err().is_timeout());
-        assert_eq!((calls, session.load(Ordering::Relaxed)), (4, 3));
-        // A step that ends (with a value or another error) ends the wait, moving or not.
-        let mut calls = 0;
-        let r = wait_on(&mut calls, Some(&session), |c| {
-            *c += 1;
-            moved(Some(&session), 1);
-            match *c {
-                1 => Err(timeout()),
-                _ => Ok(*c),
-            }
-        });
-        assert_eq!((r.unwrap(), calls), (2, 2));
-        let r: Result<()> = wait_on(&mut 0u32, Some(&session), |_| {
-            moved(Some(&session), 1);
-            Err(Error::Connection("gone".into()))
-        });
-        assert!(!r.unwrap_err().is_timeout());
-    }
-
-    #[test]
     fn a_spent_budget_takes_what_had_arrived_once_until_the_next_progress() {
         use crate::xfer::file::link::{mem::MemLink, Link};
         let (mut peer, mut ep) = MemLink::pair(8, 8);
@@ -565,12 +464,12 @@ mod tests {
             b.last_progress = Instant(Instant::now().0.saturating_sub(Duration::from_secs(11)));
         };
         let next = |b: &mut Budget, ep: &mut MemLink| {
-            b.wait(ep, |ep| ep.recv_with(|m| m.data.to_vec()))
+            block_on(async { budget_wait!(b, ep, ep.recv_with(|m| m.data.to_vec()).await) })
         };
         // This side was busy past its idle budget while the peer's messages arrived.
         late(&mut b);
         for m in [&b"one"[..], b"two", b"three"] {
-            peer.send(m).unwrap();
+            block_on(peer.send(m)).unwrap();
         }
         assert_eq!(next(&mut b, &mut ep).unwrap(), b"one");
         // Once: without progress since, the next wait is the budget's, though a message waits.
@@ -588,6 +487,33 @@ mod tests {
         let e = next(&mut b, &mut ep).unwrap_err();
         assert_eq!(e.reason(), Some(Reason::Budget), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_question_mark_in_a_step_ends_the_step_not_the_wait() {
+        use crate::xfer::file::link::{mem::MemLink, Link};
+        let (_peer, mut ep) = MemLink::pair(8, 8);
+        let mut b = Budget::new(budgets(10, 0, 30, 5), Duration::from_secs(10));
+        // Sliced (a cancel flag to look at): a slice that times out is run again.
+        b.cancel_with(Arc::new(AtomicBool::new(false)));
+        let mut runs = 0;
+        let mut step = |ep: &mut MemLink| -> Result<u32> {
+            runs += 1;
+            assert!(ep.timeout() <= STOP_SLICE, "a slice's deadline");
+            match runs {
+                1 | 2 => Err(timeout()),
+                n => Ok(n),
+            }
+        };
+        let ep = &mut ep;
+        let r: Result<u32> = block_on(async {
+            budget_wait!(b, ep, {
+                let n = step(ep)?;
+                Ok(n)
+            })
+        });
+        assert_eq!(r.unwrap(), 3, "two slices timed out, the third ran");
+        assert_eq!(ep.timeout(), Duration::from_secs(10), "the deadline is restored");
     }
 
     #[test]

@@ -40,17 +40,17 @@ pub(crate) fn detail(e: &Error) -> String {
 }
 
 /// Sends one control message.
-pub(crate) fn send_msg<L: Link>(ep: &mut L, msg: &Msg) -> Result<()> {
-    ep.send(&proto::encode(msg))
+pub(crate) async fn send_msg<L: Link>(ep: &mut L, msg: &Msg) -> Result<()> {
+    ep.send(&proto::encode(msg)).await
 }
 
 /// Best effort: tell the peer why the session ends.
-pub(crate) fn send_err<L: Link>(ep: &mut L, reason: Reason, e: &Error) {
+pub(crate) async fn send_err<L: Link>(ep: &mut L, reason: Reason, e: &Error) {
     let msg = Msg::Err {
         reason,
         message: proto::truncate_text(&e.to_string()),
     };
-    if let Err(e2) = send_msg(ep, &msg) {
+    if let Err(e2) = send_msg(ep, &msg).await {
         tracing::debug!("sending ERR: {e2}");
     }
 }
@@ -70,14 +70,15 @@ pub(crate) fn decode_ctl(data: &[u8]) -> Result<Msg> {
 }
 
 /// Waits for the next control message (a data chunk here is a protocol error).
-pub(crate) fn recv_ctl<L: Link>(ep: &mut L) -> Result<Msg> {
+pub(crate) async fn recv_ctl<L: Link>(ep: &mut L) -> Result<Msg> {
     // Decoded where it lies: the receive buffer goes back to the queue after.
     ep.recv_with(|m| match m.rdma_write_len {
         Some(_) => Err(Error::Protocol(
             "a data chunk arrived where a control message was expected".into(),
         )),
         None => decode_ctl(m.data),
-    })?
+    })
+    .await?
 }
 
 /// `r`, a wait's result, with a timeout naming `what` was awaited (the protocol's stage, where

@@ -1,10 +1,20 @@
 //! What the file protocol needs of a connection ([`Link`]): control messages with credits, a
 //! staging ring the peer writes into, registered chunk buffers, and RDMA WRITE_WITH_IMM from
 //! them. An [`Endpoint`] is one; [`mem::MemLink`] is another, in memory, so whole sessions run
-//! on a host without a device (tests, fuzzing).
+//! on a host without a device (tests, fuzzing); an
+//! [`AsyncEndpoint`](crate::aio::AsyncEndpoint) is a third, whose waits yield to its runtime.
+//!
+//! The waits are futures, so one set of drivers serves both: a blocking link's futures block
+//! inside and are run by [`block::block_on`]; an async link's are awaited on a task.
 
+pub mod block;
 pub mod mem;
+#[cfg(test)]
+pub(crate) mod task;
 
+pub use event_listener::EventListener;
+
+use std::future::Future;
 use std::ops::DerefMut;
 use std::time::Duration;
 
@@ -19,24 +29,28 @@ use crate::xfer::endpoint::{Endpoint, Message};
 pub type Registrar<B> = Box<dyn Fn(usize, usize) -> Result<Vec<B>> + Send>;
 
 /// A connection as the file protocol uses it. Every wait is bounded by [`timeout`](Self::timeout)
-/// and fails with [`Error::Timeout`], leaving the link usable.
-pub trait Link: Send {
+/// and fails with [`Error::Timeout`], leaving the link usable. Each wait is a future; a
+/// blocking link's complete when first polled.
+pub trait Link: Send + Sized {
     /// A registered buffer a chunk is read into and written from.
-    type Buf: DerefMut<Target = [u8]> + Send;
+    type Buf: DerefMut<Target = [u8]> + Send + Sync + 'static;
     /// The receiver's staging ring.
     type Ring: StagingMem;
 
     /// Sends a control message, waiting for a credit.
-    fn send(&mut self, data: &[u8]) -> Result<()>;
+    fn send(&mut self, data: &[u8]) -> impl Future<Output = Result<()>> + Send;
     /// Waits for the next message (a control message, or a WRITE_WITH_IMM's arrival) and lends
     /// it to `f`; its credit goes back to the peer after `f`.
-    fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R>;
+    fn recv_with<R: Send>(
+        &mut self,
+        f: impl FnOnce(Message<'_>) -> R + Send,
+    ) -> impl Future<Output = Result<R>> + Send;
     /// Whether a message has arrived, without waiting.
     fn has_message(&mut self) -> Result<bool>;
     /// Waits until a send would not wait (`true`) or a message has arrived (`false`).
-    fn wait_send_or_message(&mut self) -> Result<bool>;
+    fn wait_send_or_message(&mut self) -> impl Future<Output = Result<bool>> + Send;
     /// Waits until every message sent so far was taken by the peer, or the peer has gone.
-    fn flush(&mut self) -> Result<()>;
+    fn flush(&mut self) -> impl Future<Output = Result<()>> + Send;
     /// After a failure: the oldest message from the peer not taken yet, if any.
     fn last_words(&mut self) -> Option<Vec<u8>>;
     /// The deadline of each wait.
@@ -59,9 +73,7 @@ pub trait Link: Send {
     /// the error state; the peer hears nothing more).
     fn break_link(&mut self) -> Result<()>;
     /// Closes the link in order (waits for what was sent to be taken).
-    fn close(self) -> Result<()>
-    where
-        Self: Sized;
+    fn close(self) -> impl Future<Output = Result<()>> + Send;
 
     /// Registers a ring of `len` zeroed bytes the peer may write into.
     fn expose_ring(&mut self, len: usize) -> Result<Self::Ring>;
@@ -69,7 +81,7 @@ pub trait Link: Send {
     fn registrar(&self) -> Registrar<Self::Buf>;
     /// Waits until a credit for a WRITE_WITH_IMM is free (a completion of a write resets
     /// the deadline).
-    fn wait_credit(&mut self) -> Result<()>;
+    fn wait_credit(&mut self) -> impl Future<Output = Result<()>> + Send;
     /// Posts an RDMA WRITE_WITH_IMM of the first `len` bytes of `buf` (or of nothing) to `to`,
     /// spending a credit. On failure the buffers it held are given back with the error.
     fn write_imm(
@@ -81,7 +93,29 @@ pub trait Link: Send {
     ) -> std::result::Result<(), (Error, Vec<Self::Buf>)>;
     /// Waits (at most `timeout`) for completions of writes: how many completed, and the
     /// buffers they give back. A failed write is an error.
-    fn poll_writes(&mut self, max: usize, timeout: Duration) -> Result<(usize, Vec<Self::Buf>)>;
+    fn poll_writes(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(usize, Vec<Self::Buf>)>> + Send;
+    /// Waits `d` (a pace, not a synchronisation): a blocking link sleeps, an async one yields.
+    fn sleep(d: Duration) -> impl Future<Output = ()> + Send;
+    /// Waits until `woken` is notified, at most `d`.
+    fn wait_woken(
+        woken: EventListener,
+        d: Duration,
+    ) -> impl Future<Output = ()> + Send;
+    /// Runs `streams` (one future a stream of a session) and `relay` to their ends, together:
+    /// a blocking link runs each stream on a thread of its own (their futures block inside),
+    /// an async one all of them on the calling task. A stream that panicked is `Err`.
+    fn run_streams<F, G>(
+        streams: Vec<F>,
+        relay: G,
+    ) -> impl Future<Output = Vec<std::thread::Result<F::Output>>>
+    where
+        F: Future + Send,
+        F::Output: Send,
+        G: Future<Output = ()>;
 }
 
 /// The receiver's staging ring: registered memory a peer writes chunks into.
@@ -110,19 +144,19 @@ impl Link for Endpoint {
     type Buf = LocalBuf;
     type Ring = ExposedRegion;
 
-    fn send(&mut self, data: &[u8]) -> Result<()> {
+    async fn send(&mut self, data: &[u8]) -> Result<()> {
         Endpoint::send(self, data)
     }
-    fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+    async fn recv_with<R: Send>(&mut self, f: impl FnOnce(Message<'_>) -> R + Send) -> Result<R> {
         Endpoint::recv_with(self, f)
     }
     fn has_message(&mut self) -> Result<bool> {
         Endpoint::has_message(self)
     }
-    fn wait_send_or_message(&mut self) -> Result<bool> {
+    async fn wait_send_or_message(&mut self) -> Result<bool> {
         Endpoint::wait_send_or_message(self)
     }
-    fn flush(&mut self) -> Result<()> {
+    async fn flush(&mut self) -> Result<()> {
         Endpoint::flush(self)
     }
     fn last_words(&mut self) -> Option<Vec<u8>> {
@@ -159,7 +193,7 @@ impl Link for Endpoint {
     fn break_link(&mut self) -> Result<()> {
         self.qp().to_error()
     }
-    fn close(self) -> Result<()> {
+    async fn close(self) -> Result<()> {
         Endpoint::close(self)
     }
 
@@ -170,7 +204,7 @@ impl Link for Endpoint {
         let pd: ProtectionDomain = self.pd().clone();
         Box::new(move |len, count| LocalBuf::slots(&pd, len, count))
     }
-    fn wait_credit(&mut self) -> Result<()> {
+    async fn wait_credit(&mut self) -> Result<()> {
         Endpoint::wait_credit(self)
     }
     fn write_imm(
@@ -190,21 +224,48 @@ impl Link for Endpoint {
             (pe.error, bufs)
         })
     }
-    fn poll_writes(&mut self, max: usize, timeout: Duration) -> Result<(usize, Vec<LocalBuf>)> {
-        let (mut done, mut bufs) = (0, Vec::new());
-        for c in self.poll_user(max, timeout)? {
-            if c.status == cq::REM_ACCESS_ERR {
-                // The ring was valid when the receiver offered it: it has since been withdrawn.
-                return Err(withdrawn(c.to_error()));
-            }
-            if !c.is_success() {
-                return Err(c.to_error());
-            }
-            done += 1 + c.retired.len();
-            bufs.extend(c.into_all_local_bufs());
-        }
-        Ok((done, bufs))
+    async fn poll_writes(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(usize, Vec<LocalBuf>)> {
+        writes_done(self.poll_user(max, timeout)?)
     }
+    async fn sleep(d: Duration) {
+        // Rate limiting, not synchronisation: the link may go no faster than asked.
+        std::thread::sleep(d);
+    }
+    async fn wait_woken(woken: EventListener, d: Duration) {
+        block::wait_woken(woken, d);
+    }
+    async fn run_streams<F, G>(streams: Vec<F>, relay: G) -> Vec<std::thread::Result<F::Output>>
+    where
+        F: Future + Send,
+        F::Output: Send,
+        G: Future<Output = ()>,
+    {
+        block::on_threads(streams, relay)
+    }
+}
+
+/// The writes among `completions` (each with those it retired): how many, and their buffers.
+/// A failed one is an error.
+pub(crate) fn writes_done(
+    completions: Vec<crate::verbs::Completion>,
+) -> Result<(usize, Vec<LocalBuf>)> {
+    let (mut done, mut bufs) = (0, Vec::new());
+    for c in completions {
+        if c.status == cq::REM_ACCESS_ERR {
+            // The ring was valid when the receiver offered it: it has since been withdrawn.
+            return Err(withdrawn(c.to_error()));
+        }
+        if !c.is_success() {
+            return Err(c.to_error());
+        }
+        done += 1 + c.retired.len();
+        bufs.extend(c.into_all_local_bufs());
+    }
+    Ok((done, bufs))
 }
 
 /// A write refused by the receiver's ring after it was offered.

@@ -8,7 +8,8 @@
 //! and tool, with no semver promise): the receiver (`recv`) and the sender (`send`), which
 //! never import each other, over what both use: the connection as the protocol sees it (`link`;
 //! `link::mem::MemLink` runs whole sessions in memory), the wire format (`proto`), names
-//! (`names`), digests (`digest`), control messages (`ctl`), deadlines and budgets (`budget`),
+//! (`names`), digests (`digest`), control messages (`ctl`), waits that go on while a session
+//! moves (`waits`), the receiver's deadlines and budgets (`budget`),
 //! the test hooks (`fault`), the options (`options`) and the reports (`report`).
 //!
 //! Control messages are SENDs (`proto`); file data is RDMA WRITE_WITH_IMM
@@ -46,6 +47,7 @@ internal! { mod report; }
 internal! { mod send; }
 #[cfg(test)]
 mod session_tests;
+mod waits;
 
 // What a user of the library needs, at `xfer::file::*`; the modules above are internals
 // (public only with the cargo feature `internals`: rdmaxfer's own fuzzers, tests and tool).

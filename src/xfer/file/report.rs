@@ -327,7 +327,10 @@ impl SessionReport {
 
     /// Tells `progress` the verdict of the file recorded last if files were recorded since the
     /// count was `before` (one file's step records at most one).
-    pub(crate) fn announce_since(&self, before: u64, progress: &mut dyn FnMut(Progress<'_>)) {
+    pub(crate) fn announce_since<P>(&self, before: u64, progress: &mut P)
+    where
+        P: FnMut(Progress<'_>) + ?Sized,
+    {
         if self.file_count() > before {
             if let Some(last) = &self.last {
                 progress(Progress::FileDone(last));
@@ -373,12 +376,12 @@ impl SessionReport {
     }
 
     /// Records an entry deleted (or, in a dry run, that would be) and tells `progress`.
-    pub(crate) fn push_deleted(
+    pub(crate) fn push_deleted<P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         name: &str,
         kind: &'static str,
         dry_run: bool,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) {
         let name = clip(&names::printable(name));
         self.deleted += 1;

@@ -7,16 +7,32 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::link::block::block_on;
 use super::link::mem::MemLink;
+use super::link::task::TaskLink;
 use super::link::Link;
 use super::options::SENDER_RECV_DEPTH;
 use super::proto::{self, Msg, Reason};
 use super::recv::ring_budget::RingLease;
 use super::recv::{receive_streams, Role, StreamRegistry};
 use super::send::source::{walk, SourceEntry};
-use super::send::{send_into, send_streams_into};
+use super::send::{send_into, send_streams_into, send_streams_into_async};
 use super::{Progress, ReceiverOptions, SenderOptions, SessionReport, STRIPE_MIN};
 use crate::error::{Error, Result};
+
+thread_local! {
+    /// Whether this thread's sessions run the sender as an async link does ([`on_task`]).
+    static ON_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `test` with the sender of each of its sessions on one task of a current-thread runtime,
+/// over links that yield ([`TaskLink`]), as [`AsyncEndpoint`](crate::aio::AsyncEndpoint)'s
+/// file transfer does: the same drivers, their streams on one task.
+pub(super) fn on_task(test: fn()) {
+    ON_TASK.set(true);
+    test();
+    ON_TASK.set(false);
+}
 
 /// What one session gave on each side.
 pub(super) struct Ran {
@@ -106,10 +122,26 @@ fn session_with(
                 .map_err(|_| Error::Connection("no receiver".into()))?;
             Ok(near)
         };
-        let mut first = dial().expect("first link");
+        let first = dial().expect("first link");
         let mut report = SessionReport::default();
-        let sent = send_streams_into(&mut first, &|_| dial(), entries, so, &mut report, progress);
-        drop(first);
+        let sent = match ON_TASK.get() {
+            false => {
+                let mut first = first;
+                send_streams_into(&mut first, &|_| dial(), entries, so, &mut report, progress)
+            }
+            // The sender as an async link runs it: every stream on this task.
+            true => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .expect("a runtime");
+                let mut first = TaskLink::new(first);
+                let dial = |_: u16| dial().map(TaskLink::new);
+                let sending =
+                    send_streams_into_async(&mut first, &dial, entries, so, &mut report, progress);
+                rt.block_on(sending)
+            }
+        };
         drop(tx);
         Ran {
             sent,
@@ -392,12 +424,12 @@ fn a_peer_that_talks_nonsense_after_the_challenge_is_named() {
     let (mut peer, link) = MemLink::pair(SENDER_RECV_DEPTH, ro.slots);
     std::thread::scope(|sc| {
         let server = sc.spawn(|| serve(link, &ro, &StreamRegistry::new(1)));
-        let challenge = peer.recv_with(|m| m.data.to_vec()).unwrap();
+        let challenge = block_on(peer.recv_with(|m| m.data.to_vec())).unwrap();
         assert!(matches!(
             proto::decode(&challenge),
             Ok(Msg::Challenge { .. })
         ));
-        peer.send(&[0xff; 40]).unwrap();
+        block_on(peer.send(&[0xff; 40])).unwrap();
         let (r, _) = server.join().unwrap();
         assert!(r.is_err());
     });
@@ -478,7 +510,7 @@ fn a_sender_whose_receiver_goes_quiet_names_the_stage_the_stream_and_the_peer() 
         nonce: [7; proto::DIGEST_LEN],
         proof: None,
     };
-    far.send(&proto::encode(&challenge)).unwrap();
+    block_on(far.send(&proto::encode(&challenge))).unwrap();
     // A file alone: its HELLO waits for an answer (a tree's directory goes first, in flight).
     let entries = walk(&[top.join("f0")]).unwrap();
     let mut report = SessionReport::default();
@@ -517,4 +549,47 @@ fn a_receiver_whose_sender_goes_quiet_names_the_stage_the_stream_and_the_peer() 
         "{text}"
     );
     drop(peer);
+}
+
+// The async driver (streams on one task, waits that yield) over the same sessions.
+
+#[test]
+fn on_one_task_a_tree_arrives_whole_and_a_rerun_skips_every_file() {
+    on_task(a_tree_arrives_whole_and_a_rerun_skips_every_file);
+}
+
+#[test]
+fn on_one_task_a_big_file_goes_in_stripes_over_three_streams() {
+    on_task(a_big_file_goes_in_stripes_over_three_streams);
+}
+
+#[test]
+fn on_one_task_an_interrupted_file_resumes_from_what_the_receiver_verified() {
+    on_task(an_interrupted_file_resumes_from_what_the_receiver_verified);
+}
+
+#[test]
+fn on_one_task_a_file_over_the_limit_is_refused_by_name_and_the_rest_arrives() {
+    on_task(a_file_over_the_limit_is_refused_by_name_and_the_rest_arrives);
+}
+
+#[test]
+fn on_one_task_a_wrong_token_ends_the_session_before_any_file() {
+    on_task(a_wrong_token_ends_the_session_before_any_file);
+}
+
+#[test]
+fn on_one_task_a_spent_refusal_budget_ends_the_session_on_both_sides() {
+    on_task(a_spent_refusal_budget_ends_the_session_on_both_sides);
+}
+
+#[test]
+#[cfg(feature = "test-hooks")]
+fn on_one_task_a_corrupted_chunk_fails_its_file_by_name_and_the_rest_arrives() {
+    on_task(a_corrupted_chunk_fails_its_file_by_name_and_the_rest_arrives);
+}
+
+#[test]
+fn on_one_task_a_striped_file_rewritten_after_the_walk_is_named_and_not_committed() {
+    on_task(a_striped_file_rewritten_after_the_walk_is_named_and_not_committed);
 }

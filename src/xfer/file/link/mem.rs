@@ -47,17 +47,30 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
+    /// Notified with `cv`, for the ends that wait as futures ([`MemLink::yielding`]).
+    #[cfg(test)]
+    event: event_listener::Event,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Wakes every waiting end.
+    fn notify(&self) {
+        self.cv.notify_all();
+        #[cfg(test)]
+        self.event.notify(usize::MAX);
+    }
 }
 
 /// One end of a link in memory (see the module docs). Dropping it is the peer's disconnect.
 pub struct MemLink {
     shared: Arc<Shared>,
+    /// Waits as a future on tokio's clock instead of blocking (tests only).
+    #[cfg(test)]
+    yields: bool,
     side: usize,
     depth: u32,
     timeout: Duration,
@@ -83,6 +96,8 @@ impl MemLink {
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             cv: Condvar::new(),
+            #[cfg(test)]
+            event: event_listener::Event::new(),
         });
         let end = |side, depth: u32| MemLink {
             shared: shared.clone(),
@@ -91,16 +106,40 @@ impl MemLink {
             timeout: Duration::from_secs(10),
             // As two rdmaxfer endpoints agree (`options::FILE_MSG_LEN`).
             max_msg: FILE_MSG_LEN,
+            #[cfg(test)]
+            yields: false,
         };
         (end(0, depth_a), end(1, depth_b))
+    }
+
+    /// This end, waiting as a future on tokio's clock (an async link's behaviour; tests only:
+    /// see [`TaskLink`](super::task::TaskLink)).
+    #[cfg(test)]
+    pub(crate) fn yielding(mut self) -> MemLink {
+        self.yields = true;
+        self
     }
 
     fn peer(&self) -> usize {
         1 - self.side
     }
 
-    /// Waits, at most the timeout, until `ready` says what to return.
-    fn wait<T>(
+    /// Waits, at most the timeout, until `ready` says what to return: on the condition
+    /// variable, or as a future ([`yielding`](Self::yielding)).
+    async fn wait<T>(
+        &self,
+        what: &'static str,
+        ready: impl FnMut(&mut State, usize) -> Option<Result<T>>,
+    ) -> Result<T> {
+        #[cfg(test)]
+        if self.yields {
+            return self.wait_yielding(what, ready).await;
+        }
+        self.wait_blocking(what, ready)
+    }
+
+    /// [`wait`](Self::wait) on the condition variable.
+    fn wait_blocking<T>(
         &self,
         what: &'static str,
         mut ready: impl FnMut(&mut State, usize) -> Option<Result<T>>,
@@ -130,8 +169,36 @@ impl MemLink {
         }
     }
 
+    /// [`wait`](Self::wait) as a future, on tokio's clock (tests only).
+    #[cfg(test)]
+    async fn wait_yielding<T>(
+        &self,
+        what: &'static str,
+        mut ready: impl FnMut(&mut State, usize) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let woken = self.shared.event.listen();
+            {
+                let mut st = self.shared.lock();
+                if st.ends[self.side].broken {
+                    return Err(broken());
+                }
+                if let Some(r) = ready(&mut st, self.side) {
+                    return r;
+                }
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return Err(Error::Timeout {
+                    what,
+                    after: self.timeout,
+                });
+            }
+        }
+    }
+
     /// Spends a credit and queues `a` at the peer; fails when the peer has gone.
-    fn push(
+    async fn push(
         &self,
         what: &'static str,
         a: impl FnOnce(&mut State) -> Result<Arrival>,
@@ -150,8 +217,8 @@ impl MemLink {
                 st.ends[me].credits -= 1;
                 st.ends[peer].inbox.push_back(arrival);
             }))
-        });
-        self.shared.cv.notify_all();
+        }).await;
+        self.shared.notify();
         r
     }
 }
@@ -172,7 +239,7 @@ impl Drop for MemLink {
             st.ends[self.side].gone = true;
         }
         drop(st);
-        self.shared.cv.notify_all();
+        self.shared.notify();
     }
 }
 
@@ -180,7 +247,7 @@ impl Link for MemLink {
     type Buf = Vec<u8>;
     type Ring = MemRing;
 
-    fn send(&mut self, data: &[u8]) -> Result<()> {
+    async fn send(&mut self, data: &[u8]) -> Result<()> {
         if data.len() > self.max_msg {
             return Err(Error::InvalidArgument(format!(
                 "message of {} bytes exceeds the limit of {}",
@@ -190,10 +257,10 @@ impl Link for MemLink {
         }
         self.push("send credit from the peer", |_| {
             Ok(Arrival::Msg(data.to_vec()))
-        })
+        }).await
     }
 
-    fn recv_with<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Result<R> {
+    async fn recv_with<R: Send>(&mut self, f: impl FnOnce(Message<'_>) -> R + Send) -> Result<R> {
         let peer = self.peer();
         let got = self.wait("a message from the peer", |st, me| {
             match st.ends[me].inbox.pop_front() {
@@ -201,7 +268,7 @@ impl Link for MemLink {
                 None if st.ends[peer].gone => Some(Err(disconnected())),
                 None => None,
             }
-        })?;
+        }).await?;
         let r = match &got {
             Arrival::Msg(data) => f(Message {
                 data,
@@ -216,7 +283,7 @@ impl Link for MemLink {
         };
         // Taken: the receive is posted again, and its credit goes back.
         self.shared.lock().ends[peer].credits += 1;
-        self.shared.cv.notify_all();
+        self.shared.notify();
         Ok(r)
     }
 
@@ -224,7 +291,7 @@ impl Link for MemLink {
         Ok(!self.shared.lock().ends[self.side].inbox.is_empty())
     }
 
-    fn wait_send_or_message(&mut self) -> Result<bool> {
+    async fn wait_send_or_message(&mut self) -> Result<bool> {
         let peer = self.peer();
         self.wait("send credit from the peer or a message", |st, me| {
             if st.ends[me].credits > 0 {
@@ -236,14 +303,14 @@ impl Link for MemLink {
             } else {
                 None
             }
-        })
+        }).await
     }
 
-    fn flush(&mut self) -> Result<()> {
+    async fn flush(&mut self) -> Result<()> {
         let peer = self.peer();
         self.wait("the last sends to complete", |st, _| {
             (st.ends[peer].inbox.is_empty() || st.ends[peer].gone).then_some(Ok(()))
-        })
+        }).await
     }
 
     fn last_words(&mut self) -> Option<Vec<u8>> {
@@ -290,12 +357,12 @@ impl Link for MemLink {
 
     fn break_link(&mut self) -> Result<()> {
         self.shared.lock().ends[self.side].broken = true;
-        self.shared.cv.notify_all();
+        self.shared.notify();
         Ok(())
     }
 
-    fn close(mut self) -> Result<()> {
-        self.flush()
+    async fn close(mut self) -> Result<()> {
+        self.flush().await
     }
 
     fn expose_ring(&mut self, len: usize) -> Result<MemRing> {
@@ -326,7 +393,7 @@ impl Link for MemLink {
         Box::new(|len, count| Ok((0..count).map(|_| vec![0u8; len]).collect()))
     }
 
-    fn wait_credit(&mut self) -> Result<()> {
+    async fn wait_credit(&mut self) -> Result<()> {
         let peer = self.peer();
         self.wait("send credit from the peer", |st, me| {
             if st.ends[me].credits > 0 {
@@ -336,7 +403,7 @@ impl Link for MemLink {
             } else {
                 None
             }
-        })
+        }).await
     }
 
     fn write_imm(
@@ -359,7 +426,8 @@ impl Link for MemLink {
             let e = Error::InvalidArgument(format!("{n} bytes into a {}-byte slice", to.len));
             return Err((e, buf.into_iter().collect()));
         }
-        let r = self.push("send credit from the peer", |st| {
+        // A credit is free (`wait_credit` came first): the push does not wait.
+        let r = super::block::block_on(self.push("send credit from the peer", |st| {
             let data = buf.as_deref().map_or(&[][..], |b| &b[..n]);
             // A target outside every ring the peer exposes fails (as a remote access error
             // would), and nothing arrives.
@@ -379,11 +447,15 @@ impl Link for MemLink {
             st.ends[side].writes_done += 1;
             st.ends[side].done_bufs.extend(buf);
             Ok(Arrival::Write { imm, len: n as u32 })
-        });
+        }));
         r.map_err(|e| (e, Vec::new()))
     }
 
-    fn poll_writes(&mut self, max: usize, timeout: Duration) -> Result<(usize, Vec<Vec<u8>>)> {
+    async fn poll_writes(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(usize, Vec<Vec<u8>>)> {
         let saved = std::mem::replace(&mut self.timeout, timeout);
         let r = self.wait("a work completion", |st, me| {
             let end = &mut st.ends[me];
@@ -394,9 +466,23 @@ impl Link for MemLink {
             end.writes_done -= n;
             let keep = end.done_bufs.len().saturating_sub(n);
             Some(Ok((n, end.done_bufs.split_off(keep))))
-        });
+        }).await;
         self.timeout = saved;
         r
+    }
+    async fn sleep(d: Duration) {
+        std::thread::sleep(d);
+    }
+    async fn wait_woken(woken: super::EventListener, d: Duration) {
+        super::block::wait_woken(woken, d);
+    }
+    async fn run_streams<F, G>(streams: Vec<F>, relay: G) -> Vec<std::thread::Result<F::Output>>
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+        G: std::future::Future<Output = ()>,
+    {
+        super::block::on_threads(streams, relay)
     }
 }
 

@@ -19,12 +19,12 @@ use crate::xfer::file::report::{FileReport, SessionReport};
 /// (`replies::Gathered`).
 pub(super) trait Reply {
     /// Sends `msg`, or keeps it to send with the next ones.
-    fn reply(&mut self, msg: &Msg) -> Result<()>;
+    fn reply(&mut self, msg: &Msg) -> impl std::future::Future<Output = Result<()>> + Send;
 }
 
 impl<L: Link> Reply for L {
-    fn reply(&mut self, msg: &Msg) -> Result<()> {
-        send_msg(self, msg)
+    async fn reply(&mut self, msg: &Msg) -> Result<()> {
+        send_msg(self, msg).await
     }
 }
 
@@ -152,7 +152,7 @@ pub(super) fn make_sink(
 
 /// A HELLO of a dry run (`send --dry-run`): answered with what receiving it would do (SKIP
 /// saying create, replace or why not; REFUSE as a real run would), changing nothing here.
-pub(super) fn answer_dry(
+pub(super) async fn answer_dry(
     out: &mut impl Reply,
     opts: &ReceiverOptions,
     dirs: &mut DirCache,
@@ -180,16 +180,16 @@ pub(super) fn answer_dry(
             out.reply(&Msg::Skip {
                 why,
                 message: why.as_str().into(),
-            })?;
+            }).await?;
             report.push(FileReport::would(&h.name, h.kind, h.size, replace));
             budget.answered(&h.name)
         }
-        Ok(Decision::Skip(why, message)) => answer_skip(out, report, budget, h, why, message),
+        Ok(Decision::Skip(why, message)) => answer_skip(out, report, budget, h, why, message).await,
         Ok(Decision::Refuse(why)) => {
             let e = Error::refused(Reason::Exists, why);
-            answer_refuse(out, report, budget, h, e)
+            answer_refuse(out, report, budget, h, e).await
         }
-        Err(e) => answer_refuse(out, report, budget, h, e),
+        Err(e) => answer_refuse(out, report, budget, h, e).await,
     }
 }
 
@@ -208,7 +208,7 @@ pub(super) fn receive_entry(
 
 /// Ends a file that failed while receiving: tells the sender why (see [`tell_peer`]), records
 /// the failure in `report`, and returns the error.
-pub(super) fn file_failed<L: Link>(
+pub(super) async fn file_failed<L: Link>(
     ep: &mut L,
     report: &mut SessionReport,
     name: &str,
@@ -216,7 +216,7 @@ pub(super) fn file_failed<L: Link>(
     e: Error,
     several: bool,
 ) -> Error {
-    tell_peer(ep, &e);
+    tell_peer(ep, &e).await;
     // Of a session with several streams, a file whose stream was lost is sent again on
     // another: it has no verdict here.
     if several && is_lost(&e) {
@@ -228,20 +228,20 @@ pub(super) fn file_failed<L: Link>(
 
 /// Best effort, before a failure ends the session: sends ERR with the error's reason, unless the
 /// error is the peer's own report or the connection is already gone (nothing would arrive).
-pub(super) fn tell_peer<L: Link>(ep: &mut L, e: &Error) {
+pub(super) async fn tell_peer<L: Link>(ep: &mut L, e: &Error) {
     let gone = matches!(
         e,
         Error::Connection(_) | Error::Completion { .. } | Error::InvalidState { .. }
     );
     let theirs = matches!(e, Error::Refused { message, .. } if message.starts_with(PEER_REPORTS));
     if !gone && !theirs {
-        send_err(ep, reason_of(e), e);
+        send_err(ep, reason_of(e), e).await;
     }
 }
 
 /// Answers a HELLO with SKIP (nothing to do) and records it; skipping counts as progress the
 /// first time for a name, as a refusal after ([`Budget::answered`]).
-pub(super) fn answer_skip(
+pub(super) async fn answer_skip(
     ep: &mut impl Reply,
     report: &mut SessionReport,
     budget: &mut Budget,
@@ -252,7 +252,7 @@ pub(super) fn answer_skip(
     ep.reply(&Msg::Skip {
         why,
         message: proto::truncate_text(&message),
-    })?;
+    }).await?;
     report.push(FileReport::skipped(
         &h.name,
         h.kind.as_str(),
@@ -264,7 +264,7 @@ pub(super) fn answer_skip(
 
 /// Answers a HELLO with REFUSE and records it (a refusal spends the refusal budget); a failed
 /// authentication ends the session.
-pub(super) fn answer_refuse(
+pub(super) async fn answer_refuse(
     ep: &mut impl Reply,
     report: &mut SessionReport,
     budget: &mut Budget,
@@ -280,7 +280,7 @@ pub(super) fn answer_refuse(
     ep.reply(&Msg::Refuse {
         reason,
         message: proto::truncate_text(&detail(&e)),
-    })?;
+    }).await?;
     report.push_refused(refused);
     if reason == Reason::AuthFailed {
         return Err(e);

@@ -1,14 +1,14 @@
 //! The data phase of one part (a file or a stripe) at the receiver: the staging ring the
 //! sender writes into, chunks copied out of it to writer threads, then DIGESTS up to FIN.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::core::{AfterFin, Arrival, Mismatch, PartReceiver, Tail};
 use super::ring_budget::{self, RingLease};
 use super::sink::Sink;
 use crate::error::{Error, Result};
 use crate::verbs::TRACE_TARGET;
-use crate::xfer::file::budget::Budget;
+use crate::xfer::file::budget::{budget_wait, Budget};
 use crate::xfer::file::ctl::{awaiting, decode_ctl, reason_of, recv_ctl, send_msg};
 use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::fault;
@@ -46,7 +46,7 @@ impl<R: StagingMem> StagingRing<R> {
 
 /// Where [`receive_data`] writes: a [`Sink`] (a whole file), or one stripe of a file received
 /// over several streams. Chunk `index` counts from the start of what it receives.
-pub(super) trait ChunkTarget: Sync {
+pub(super) trait ChunkTarget: Send + Sync + 'static {
     /// Writes and hashes chunk `index`, from any thread, in any order.
     fn write_chunk_at(&self, index: u64, data: &[u8]) -> Result<()>;
     /// Writes chunk `index` again (sent again after a REPAIR) and replaces its digest.
@@ -76,14 +76,17 @@ enum Chunk {
 /// Copy buffers between the receiving thread and the writer threads.
 const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
 
-/// Receives the data chunks of one file: this thread copies each chunk out of its slot (then
+/// Receives the data chunks of one file: this task copies each chunk out of its slot (then
 /// the slot's credit goes back) into a private buffer; a pool of writer threads writes each
 /// buffer at its offset and hashes it (see [`Sink::write_chunk_at`]), so the network, the disk
 /// and hashing on every core overlap. A write error does not stop the draining: it is returned
 /// with the sink for the ACK. Other errors (protocol, connection, an ERR from the sender) end
 /// the file (the sink is dropped, which removes or keeps the temporary file). `label` names
 /// the part in errors ([`fault::part_label`]).
-pub(super) fn receive_data<T: ChunkTarget, L: Link>(
+///
+/// Dropped before its end, the writers finish the chunks they hold, and the last of them
+/// drops the sink (the file is not committed).
+pub(super) async fn receive_data<T: ChunkTarget, L: Link>(
     ep: &mut L,
     r: &mut StagingRing<L::Ring>,
     budget: &mut Budget,
@@ -94,112 +97,161 @@ pub(super) fn receive_data<T: ChunkTarget, L: Link>(
     let slot = u64::from(r.slot_size);
     let (held, size) = (part.received(), part.size());
     let bufs = part.due_chunks().clamp(1, WRITE_BUFS as u64) as usize;
-    let failure: Mutex<Option<Error>> = Mutex::new(None);
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Arrival, Vec<u8>)>(bufs);
-    let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    for _ in 0..bufs {
-        free_tx
-            .send(vec![0u8; r.slot_size as usize])
-            .expect("receiver alive");
-    }
-    let full_rx = Mutex::new(full_rx);
-    let res = std::thread::scope(|sc| {
-        let (sink, failure) = (&sink, &failure);
-        for _ in 0..digest::threads(bufs) {
-            let (full_rx, free_tx) = (&full_rx, free_tx.clone());
-            sc.spawn(move || loop {
-                let job = full_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok((at, buf)) = job else { return };
-                let data = &buf[..at.len];
-                let written = match at.again {
-                    true => sink.rewrite_chunk_at(at.chunk, data),
-                    false => sink.write_chunk_at(at.chunk, data),
-                };
-                if let Err(e) = written {
-                    failure
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e);
-                }
-                if free_tx.send(buf).is_err() {
-                    return;
-                }
+    let writers = Writers::start(sink, bufs, r.slot_size as usize)?;
+    tracing::trace!(
+        target: TRACE_TARGET,
+        "{label}: receiving on qpn={} from byte {held}, {} bytes, ring of {} x {slot} bytes",
+        ep.trace_id(),
+        size - held,
+        r.slot_count,
+    );
+    let ended = || Error::refused(Reason::Internal, "the writer threads ended");
+    let (full, free) = (writers.full.as_ref(), writers.free.as_ref());
+    let (full, free) = full.zip(free).expect("held until finish");
+    let res: Result<()> = async {
+        while part.wants_data() {
+            let mut buf = free.recv_async().await.map_err(|_| ended())?;
+            let region = &r.region;
+            let got = budget_wait!(budget, ep, {
+                ep.recv_with(|m| -> Result<Chunk> {
+                    let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
+                        return Ok(Chunk::Ctl(decode_ctl(m.data)));
+                    };
+                    tracing::trace!(target: TRACE_TARGET, "{label}: data imm={imm:#x} len={len}");
+                    let at = part.on_data(imm, len, label)?;
+                    region.read_at(at.ring_offset, &mut buf[..at.len])?;
+                    Ok(Chunk::Data(at))
+                })
+                .await?
             });
-        }
-        drop(free_tx);
-        tracing::trace!(
-            target: TRACE_TARGET,
-            "{label}: receiving on qpn={} from byte {held}, {} bytes, ring of {} x {slot} bytes",
-            ep.trace_id(),
-            size - held,
-            r.slot_count,
-        );
-        let res: Result<()> = (|| {
-            while part.wants_data() {
-                let mut buf = free_rx
-                    .recv()
-                    .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
-                let region = &r.region;
-                let got = awaiting(
-                    "the sender's data",
-                    budget.wait(ep, |ep| {
-                        ep.recv_with(|m| -> Result<Chunk> {
-                            let (Some(imm), Some(len)) = (m.imm, m.rdma_write_len) else {
-                                return Ok(Chunk::Ctl(decode_ctl(m.data)));
-                            };
-                            tracing::trace!(
-                                target: TRACE_TARGET,
-                                "{label}: data imm={imm:#x} len={len}",
-                            );
-                            let at = part.on_data(imm, len, label)?;
-                            region.read_at(at.ring_offset, &mut buf[..at.len])?;
-                            Ok(Chunk::Data(at))
-                        })?
-                    }),
-                )
-                .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
-                let at = match got {
-                    Chunk::Data(at) => at,
-                    Chunk::Ctl(m) => return Err(part.control_during_data(m)),
-                };
-                let (chunk, len) = (at.chunk, at.len as u64);
-                full_tx
-                    .send((at, buf))
-                    .map_err(|_| Error::refused(Reason::Internal, "the writer threads ended"))?;
-                budget.progress(len);
-                if brk == Some(chunk) {
-                    tracing::warn!("test hook: breaking the link of {label}");
-                    ep.break_link()?;
-                }
+            let got = awaiting("the sender's data", got)
+            .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
+            let at = match got {
+                Chunk::Data(at) => at,
+                Chunk::Ctl(m) => return Err(part.control_during_data(m)),
+            };
+            let (chunk, len) = (at.chunk, at.len as u64);
+            full.send_async((at, buf)).await.map_err(|_| ended())?;
+            budget.progress(len);
+            if brk == Some(chunk) {
+                tracing::warn!("test hook: breaking the link of {label}");
+                ep.break_link()?;
             }
-            Ok(())
-        })();
-        drop(full_tx);
-        res
-    });
-    match res {
-        Ok(()) => Ok((
-            sink,
-            failure.into_inner().unwrap_or_else(|p| p.into_inner()),
-        )),
-        Err(e) => {
-            drop(sink);
-            Err(e)
+        }
+        Ok(())
+    }
+    .await;
+    let (sink, failure) = writers.finish().await;
+    match (res, sink) {
+        (Ok(()), Some(sink)) => Ok((sink, failure)),
+        (Ok(()), None) => Err(ended()),
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// The writer threads of [`receive_data`] and their channels: full buffers go to them, empty
+/// ones come back. Dropped before [`finish`](Self::finish) (the data phase's future was), it
+/// stops them and waits for the chunk each is writing: then the sink is dropped, on this
+/// thread (its temporary file removed or kept, as [`Sink`]'s drop says).
+struct Writers<T> {
+    full: Option<flume::Sender<(Arrival, Vec<u8>)>>,
+    free: Option<flume::Receiver<Vec<u8>>>,
+    sink: Option<Arc<T>>,
+    failure: Arc<Mutex<Option<Error>>>,
+    /// Disconnected once every writer has let go of the sink.
+    exited: flume::Receiver<()>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl<T: ChunkTarget> Writers<T> {
+    /// Starts writers for `sink` with `bufs` buffers of `len` bytes.
+    fn start(sink: T, bufs: usize, len: usize) -> Result<Writers<T>> {
+        let (full, full_rx) = flume::bounded::<(Arrival, Vec<u8>)>(bufs);
+        let (free_tx, free) = flume::unbounded();
+        for _ in 0..bufs {
+            free_tx.send(vec![0u8; len]).expect("receiver alive");
+        }
+        let (exit_tx, exited) = flume::bounded::<()>(0);
+        let mut w = Writers {
+            full: Some(full),
+            free: Some(free),
+            sink: Some(Arc::new(sink)),
+            failure: Arc::new(Mutex::new(None)),
+            exited,
+            threads: Vec::new(),
+        };
+        for _ in 0..digest::threads(bufs) {
+            let (full_rx, free_tx) = (full_rx.clone(), free_tx.clone());
+            let (sink, failure, exit_tx) = (w.sink.clone(), w.failure.clone(), exit_tx.clone());
+            let sink = sink.expect("held until finish");
+            let work = move || {
+                while let Ok((at, buf)) = full_rx.recv() {
+                    let data = &buf[..at.len];
+                    let written = match at.again {
+                        true => sink.rewrite_chunk_at(at.chunk, data),
+                        false => sink.write_chunk_at(at.chunk, data),
+                    };
+                    if let Err(e) = written {
+                        lock(&failure).get_or_insert(e);
+                    }
+                    if free_tx.send(buf).is_err() {
+                        break;
+                    }
+                }
+                // The sink first: once every exit sender is gone, no writer holds it.
+                drop(sink);
+                drop(exit_tx);
+            };
+            let t = std::thread::Builder::new()
+                .name("rdmaxfer-write".into())
+                .spawn(work)
+                .map_err(|e| Error::io("starting a writer thread", e))?;
+            w.threads.push(t);
+        }
+        Ok(w)
+    }
+
+    /// Waits for the writers to write what they hold and end; returns the sink (none if a
+    /// writer is stuck with it) and the first write failure.
+    async fn finish(mut self) -> (Option<T>, Option<Error>) {
+        // The writers drain what was sent, then end (`free` kept until then: they give back
+        // each buffer).
+        drop(self.full.take());
+        // Disconnected (an error) once the last writer has ended.
+        let _ = self.exited.recv_async().await;
+        self.free = None;
+        self.threads.clear();
+        let failure = lock(&self.failure).take();
+        (self.sink.take().and_then(Arc::into_inner), failure)
+    }
+}
+
+impl<T> Drop for Writers<T> {
+    fn drop(&mut self) {
+        (self.full, self.free) = (None, None);
+        for t in self.threads.drain(..) {
+            // A writer that panicked has let go of the sink too.
+            let _ = t.join();
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Reads DIGESTS up to FIN (see [`PartReceiver::on_control`]), comparing each batch with the
 /// chunks written; returns FIN's digest. A mismatch is recorded in the sink (and named by its
 /// commit).
-pub(super) fn receive_digests<L: Link>(
+pub(super) async fn receive_digests<L: Link>(
     ep: &mut L,
     budget: &mut Budget,
     sink: &mut Sink,
     part: &mut PartReceiver,
 ) -> Result<Digest> {
     loop {
-        let next = awaiting("the sender's DIGESTS or FIN", budget.wait(ep, recv_ctl))?;
+        let next = budget_wait!(budget, ep, recv_ctl(ep).await);
+        let next = awaiting("the sender's DIGESTS or FIN", next)?;
         match part.on_control(next, "HELLO")? {
             Tail::Digests { first, digests } => {
                 sink.check_digests(first, &digests)?;
@@ -217,7 +269,7 @@ pub(super) fn receive_digests<L: Link>(
 /// Returns the target, a write failure (which ends the repair: the part fails with it), the
 /// chunk that still differs if any (the part fails naming it), and the bytes received again.
 /// `what` names the part for errors, as in [`PartReceiver::on_control`].
-pub(super) fn settle<T: ChunkTarget, L: Link>(
+pub(super) async fn settle<T: ChunkTarget, L: Link>(
     ep: &mut L,
     r: &mut StagingRing<L::Ring>,
     budget: &mut Budget,
@@ -235,17 +287,17 @@ pub(super) fn settle<T: ChunkTarget, L: Link>(
         };
         tracing::debug!("{label}: repair round {}: {msg:?}", part.rounds());
         again += part.due_bytes();
-        send_msg(ep, &msg)?;
-        (target, failure) = receive_data(ep, r, budget, target, part, (label, None))?;
+        send_msg(ep, &msg).await?;
+        (target, failure) = receive_data(ep, r, budget, target, part, (label, None)).await?;
         // The core takes nothing but FIN (or the sender's ERR) after the chunks again.
-        part.on_control(budget.wait(ep, recv_ctl)?, what)?;
+        part.on_control(budget_wait!(budget, ep, recv_ctl(ep).await)?, what)?;
     }
     Ok((target, failure, None, again))
 }
 
 /// The connection's staging ring for a transfer of `size` bytes in chunks of at most
 /// `chunk_size`: kept from the last file when its slots fit, else (re)made within `lease`.
-pub(super) fn ensure_ring<'r, L: Link>(
+pub(super) async fn ensure_ring<'r, L: Link>(
     ep: &mut L,
     opts: &ReceiverOptions,
     lease: &mut RingLease,

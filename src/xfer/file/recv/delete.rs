@@ -243,20 +243,20 @@ fn check(opts: &ReceiverOptions, dirs: &SentDirs, dir: Option<&str>, name: &str)
 }
 
 /// Answers LIST of `dir`: its names in NAMES (the last one flagged), or REFUSE.
-pub(super) fn on_list<L: Link>(
+pub(super) async fn on_list<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
     ep: &mut L,
     opts: &ReceiverOptions,
     dirs: &SentDirs,
     budget: &mut Budget,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut P,
     dir: &str,
 ) -> Result<()> {
     let names = match check(opts, dirs, None, dir).and_then(|()| list(&opts.out_dir, dir)) {
         Ok(names) => names,
         Err(e) => {
             let before = report.file_count();
-            let r = refuse(ep, budget, report, dir, EntryKind::Dir, e);
+            let r = refuse(ep, budget, report, dir, EntryKind::Dir, e).await;
             report.announce_since(before, progress);
             return r;
         }
@@ -264,22 +264,22 @@ pub(super) fn on_list<L: Link>(
     let mut msg = Names::default();
     for l in names {
         if !msg.fits(l.name.len()) {
-            send_msg(ep, &Msg::Names(std::mem::take(&mut msg)))?;
+            send_msg(ep, &Msg::Names(std::mem::take(&mut msg))).await?;
         }
         msg.names.push(l);
     }
     msg.last = true;
-    send_msg(ep, &Msg::Names(msg))
+    send_msg(ep, &Msg::Names(msg)).await
 }
 
 /// Answers DELETE of `name`: ACK once it is gone, or REFUSE.
-pub(super) fn on_delete<L: Link>(
+pub(super) async fn on_delete<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
     ep: &mut L,
     opts: &ReceiverOptions,
     dirs: &SentDirs,
     budget: &mut Budget,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut P,
     name: &str,
 ) -> Result<()> {
     let parent = name.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
@@ -293,7 +293,7 @@ pub(super) fn on_delete<L: Link>(
         Ok(None) => "not there",
         Err(e) => {
             let before = report.file_count();
-            let r = refuse(ep, budget, report, name, EntryKind::File, e);
+            let r = refuse(ep, budget, report, name, EntryKind::File, e).await;
             report.announce_since(before, progress);
             return r;
         }
@@ -302,12 +302,12 @@ pub(super) fn on_delete<L: Link>(
         status: Reason::Ok,
         message: message.into(),
     };
-    send_msg(ep, &ack)
+    send_msg(ep, &ack).await
 }
 
 /// REFUSE for `name`, recorded as refused; an error only when the connection fails or the
 /// session has spent its refusals.
-fn refuse<L: Link>(
+async fn refuse<L: Link>(
     ep: &mut L,
     budget: &mut Budget,
     report: &mut SessionReport,
@@ -319,7 +319,7 @@ fn refuse<L: Link>(
     let message = proto::truncate_text(&detail(&e));
     tracing::debug!("refusing to list or delete {name:?}: {message}");
     report.push_refused(FileReport::failed(name, 0, reason, message.clone()).of_kind(kind));
-    send_msg(ep, &Msg::Refuse { reason, message })?;
+    send_msg(ep, &Msg::Refuse { reason, message }).await?;
     budget.refused()
 }
 

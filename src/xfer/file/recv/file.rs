@@ -34,7 +34,7 @@ pub(super) struct SessionState<'a, R> {
 }
 
 /// One entry (a file, directory or symlink) announced by `h`.
-pub(super) fn receive_file<L: Link>(
+pub(super) async fn receive_file<L: Link>(
     ep: &mut L,
     opts: &ReceiverOptions,
     st: &mut SessionState<'_, L::Ring>,
@@ -58,7 +58,7 @@ pub(super) fn receive_file<L: Link>(
             {
                 Ok(held) => Some(held),
                 Err(e) => {
-                    tell_peer(ep, &e);
+                    tell_peer(ep, &e).await;
                     return Err(e);
                 }
             }
@@ -66,8 +66,8 @@ pub(super) fn receive_file<L: Link>(
         _ => None,
     };
     let several = joint.is_some();
-    let file_failed = |ep: &mut L, report: &mut SessionReport, name: &str, size, e| {
-        file_failed(ep, report, name, size, e, several)
+    let file_failed = async |ep: &mut L, report: &mut SessionReport, name: &str, size, e| {
+        file_failed(ep, report, name, size, e, several).await
     };
     let kind = h.kind;
     let opened = admit(opts, nonce, &h).and_then(|rel| {
@@ -89,41 +89,43 @@ pub(super) fn receive_file<L: Link>(
                     status: Reason::Ok,
                     message: String::new(),
                 },
-            )?;
+            ).await?;
             report.push(FileReport::made(&h.name, kind));
             budget.progress(FILE_CREDIT);
             return Ok(());
         }
-        Ok(Opened::Skip(why, message)) => return answer_skip(ep, report, budget, &h, why, message),
-        Err(e) => return answer_refuse(ep, report, budget, &h, e),
+        Ok(Opened::Skip(why, message)) => {
+            return answer_skip(ep, report, budget, &h, why, message).await
+        }
+        Err(e) => return answer_refuse(ep, report, budget, &h, e).await,
     };
-    let r = match ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size) {
+    let r = match ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size).await {
         Ok(r) => r,
-        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
+        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e).await),
     };
     let mut sink = sink;
     let (held, held_hash) = match sink.start(r.slot_size, h.verify) {
         Ok(x) => x,
-        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e)),
+        Err(e) => return Err(file_failed(ep, report, &h.name, h.size, e).await),
     };
     let size = h.size;
     let mut part = match PartReceiver::new(r.slot_size, r.slot_count, held, size, h.verify) {
         Ok(p) => p,
-        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e).await),
     };
-    send_msg(ep, &r.offer(held, held_hash))?;
+    send_msg(ep, &r.offer(held, held_hash)).await?;
 
     let label = fault::part_label(*stream, None, &h.name);
     let (mut sink, write_failure) =
-        match receive_data(ep, r, budget, sink, &mut part, (&label, None)) {
+        match receive_data(ep, r, budget, sink, &mut part, (&label, None)).await {
             Ok(x) => x,
-            Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+            Err(e) => return Err(file_failed(ep, report, &h.name, size, e).await),
         };
     report.bytes += size - held;
 
-    let hash = match receive_digests(ep, budget, &mut sink, &mut part) {
+    let hash = match receive_digests(ep, budget, &mut sink, &mut part).await {
         Ok(hash) => hash,
-        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e).await),
     };
     // Chunks that differ from the sender's digests are asked for again (REPAIR).
     let settled = settle(
@@ -134,10 +136,10 @@ pub(super) fn receive_file<L: Link>(
         &mut part,
         (&label, "HELLO"),
         write_failure,
-    );
+    ).await;
     let (sink, write_failure, mismatch, again) = match settled {
         Ok(x) => x,
-        Err(e) => return Err(file_failed(ep, report, &h.name, size, e)),
+        Err(e) => return Err(file_failed(ep, report, &h.name, size, e).await),
     };
     report.bytes += again;
     let bytes = size;
@@ -169,7 +171,7 @@ pub(super) fn receive_file<L: Link>(
         Ok(_) => (Reason::Ok, String::new()),
         Err(e) => (reason_of(e), proto::truncate_text(&e.to_string())),
     };
-    send_msg(ep, &Msg::Ack { status, message })?;
+    send_msg(ep, &Msg::Ack { status, message }).await?;
     let ok = result.is_ok();
     report.push(match result {
         Ok((got, layout)) => {

@@ -48,7 +48,7 @@ impl Inline {
     }
 
     /// An inline file's HELLO: WANT (queued), SKIP or REFUSE (gathered in `ep`).
-    pub(super) fn on_hello<L: Link>(
+    pub(super) async fn on_hello<L: Link>(
         &mut self,
         ep: &mut Gathered<'_, L>,
         opts: &ReceiverOptions,
@@ -74,7 +74,7 @@ impl Inline {
         });
         match planned {
             Ok((rel, Planned::Write { replace })) => {
-                ep.reply(&Msg::Want)?;
+                ep.reply(&Msg::Want).await?;
                 self.wanted.push_back(Wanted {
                     hello: h,
                     rel,
@@ -83,15 +83,15 @@ impl Inline {
                 Ok(())
             }
             Ok((_, Planned::Skip(why, message))) => {
-                answer_skip(ep, report, st.budget, &h, why, message)
+                answer_skip(ep, report, st.budget, &h, why, message).await
             }
-            Err(e) => answer_refuse(ep, report, st.budget, &h, e),
+            Err(e) => answer_refuse(ep, report, st.budget, &h, e).await,
         }
     }
 
     /// A DATA piece of the oldest wanted file; its last piece commits the file and answers
     /// ACK (gathered in `ep`, sent after the directory's fsync).
-    pub(super) fn on_data<L: Link>(
+    pub(super) async fn on_data<L: Link>(
         &mut self,
         ep: &mut Gathered<'_, L>,
         opts: &ReceiverOptions,
@@ -123,7 +123,7 @@ impl Inline {
             ep.reply(&Msg::Ack {
                 status: Reason::ReadError,
                 message: why.into(),
-            })?;
+            }).await?;
             let name = &w.hello.name;
             if d.vanished {
                 // Removed from the sender's source after its listing: not this side's failure.
@@ -162,7 +162,7 @@ impl Inline {
             data: &data,
             hash,
         };
-        commit(ep, opts, &mut self.dirs, st, report, whole)
+        commit(ep, opts, &mut self.dirs, st, report, whole).await
     }
 }
 
@@ -174,7 +174,7 @@ struct Whole<'a> {
     hash: Digest,
 }
 
-fn commit<L: Link>(
+async fn commit<L: Link>(
     ep: &mut Gathered<'_, L>,
     opts: &ReceiverOptions,
     dirs: &mut DirCache,
@@ -198,7 +198,7 @@ fn commit<L: Link>(
         Ok(_) => (Reason::Ok, String::new()),
         Err(e) => (reason_of(e), proto::truncate_text(&e.to_string())),
     };
-    ep.reply(&Msg::Ack { status, message })?;
+    ep.reply(&Msg::Ack { status, message }).await?;
     report.bytes += h.size;
     match result {
         Ok((got, layout)) => {

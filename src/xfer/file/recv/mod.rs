@@ -33,3 +33,5 @@ mod stripe;
 
 pub use joint::{StreamRegistry, DEFAULT_MAX_STREAMS};
 pub use session::{receive, receive_into, receive_leased, receive_streams, Role};
+#[cfg(feature = "tokio")]
+pub(crate) use session::receive_leased_async;

@@ -43,13 +43,13 @@ impl Replies {
     }
 
     /// Syncs the directories noted and sends the gathered answers (one message, or a BATCH).
-    pub(super) fn flush<L: Link>(&mut self, ep: &mut L) -> Result<()> {
+    pub(super) async fn flush<L: Link>(&mut self, ep: &mut L) -> Result<()> {
         for d in self.dirty.drain(..) {
             d.sync()?;
         }
         match self.out.take() {
             Some(bytes) => {
-                let sent = ep.send(&bytes);
+                let sent = ep.send(&bytes).await;
                 self.out.recycle(bytes);
                 sent
             }
@@ -71,13 +71,13 @@ pub(super) struct Gathered<'a, L> {
 }
 
 impl<L: Link> Reply for Gathered<'_, L> {
-    fn reply(&mut self, msg: &Msg) -> Result<()> {
+    async fn reply(&mut self, msg: &Msg) -> Result<()> {
         // A flush empties the batch, and a first message always fits: this sends at most once.
         while !self.replies.out.push_msg(msg) {
-            self.replies.flush(self.ep)?;
+            self.replies.flush(self.ep).await?;
         }
         if self.replies.out.len() >= FLUSH_AT {
-            self.replies.flush(self.ep)?;
+            self.replies.flush(self.ep).await?;
         }
         Ok(())
     }

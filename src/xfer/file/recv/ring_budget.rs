@@ -176,12 +176,18 @@ impl Drop for RingLease {
 /// `why`), and waits until it was delivered. The sender reports it and gives up (see
 /// `docs/file-protocol.md`).
 pub fn refuse_busy<L: Link>(ep: &mut L, why: &str) -> Result<()> {
+    crate::xfer::file::link::block::block_on(refuse_busy_async(ep, why))
+}
+
+/// [`refuse_busy`] on a link whose waits are awaited.
+pub(crate) async fn refuse_busy_async<L: Link>(ep: &mut L, why: &str) -> Result<()> {
     let message = proto::truncate_text(&format!("the receiver is busy: {why}; retry later"));
     ep.send(&proto::encode(&Msg::Refuse {
         reason: Reason::Busy,
         message,
-    }))?;
-    ep.flush()
+    }))
+    .await?;
+    ep.flush().await
 }
 
 #[cfg(test)]

@@ -14,10 +14,11 @@ use super::replies::Replies;
 use super::ring_budget::RingLease;
 use super::stripe;
 use crate::error::{Error, Result};
-use crate::xfer::file::budget::{Budget, Stop};
+use crate::xfer::file::budget::{budget_wait, Budget, Stop};
 use crate::xfer::file::ctl::{
     awaiting, detail, is_lost, peer_err, reason_of, recv_ctl, send_err, send_msg, stalled,
 };
+use crate::xfer::file::link::block::block_on;
 use crate::xfer::file::link::{Link, StagingMem};
 use crate::xfer::file::names::DirCache;
 use crate::xfer::file::options::ReceiverOptions;
@@ -34,8 +35,16 @@ pub fn receive<L: Link>(
     ep: &mut L,
     opts: &ReceiverOptions,
 ) -> std::result::Result<SessionReport, SessionError> {
+    block_on(receive_async(ep, opts))
+}
+
+/// [`receive`] on a link whose waits are awaited.
+pub(crate) async fn receive_async<L: Link>(
+    ep: &mut L,
+    opts: &ReceiverOptions,
+) -> std::result::Result<SessionReport, SessionError> {
     let mut report = SessionReport::default();
-    let r = receive_into(ep, opts, &mut report);
+    let r = receive_into_async(ep, opts, &mut report).await;
     report.ended(r)
 }
 
@@ -45,7 +54,16 @@ pub fn receive_into<L: Link>(
     opts: &ReceiverOptions,
     report: &mut SessionReport,
 ) -> Result<()> {
-    receive_leased(ep, opts, &mut RingLease::unlimited(), report, &mut |_| {})
+    block_on(receive_into_async(ep, opts, report))
+}
+
+/// [`receive_into`] on a link whose waits are awaited.
+pub(crate) async fn receive_into_async<L: Link>(
+    ep: &mut L,
+    opts: &ReceiverOptions,
+    report: &mut SessionReport,
+) -> Result<()> {
+    receive_leased_async(ep, opts, &mut RingLease::unlimited(), report, &mut |_| {}).await
 }
 
 /// Like [`receive`], with the staging ring sized within `lease` (a share of the memory budget
@@ -58,7 +76,18 @@ pub fn receive_leased<L: Link>(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
-    receive_streams(ep, opts, lease, Role::default(), report, progress)
+    block_on(receive_leased_async(ep, opts, lease, report, progress))
+}
+
+/// [`receive_leased`] on a link whose waits are awaited.
+pub(crate) async fn receive_leased_async<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
+    ep: &mut L,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    report: &mut SessionReport,
+    progress: &mut P,
+) -> Result<()> {
+    receive_streams_async(ep, opts, lease, Role::default(), report, progress).await
 }
 
 /// What a connection may be for a receiver that takes sessions of several streams.
@@ -82,6 +111,18 @@ pub fn receive_streams<L: Link>(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
+    block_on(receive_streams_async(ep, opts, lease, role, report, progress))
+}
+
+/// [`receive_streams`] on a link whose waits are awaited.
+pub(crate) async fn receive_streams_async<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
+    ep: &mut L,
+    opts: &ReceiverOptions,
+    lease: &mut RingLease,
+    role: Role<'_>,
+    report: &mut SessionReport,
+    progress: &mut P,
+) -> Result<()> {
     let mut ring: Option<StagingRing<L::Ring>> = None;
     let mut budget = Budget::new(opts.budgets, ep.timeout());
     budget.cancel_with(opts.cancel.flag());
@@ -92,7 +133,7 @@ pub fn receive_streams<L: Link>(
         stream: None,
         joint: None,
     };
-    let r = receive_session(ep, opts, &mut s, role, report, progress)
+    let r = receive_session(ep, opts, &mut s, role, report, progress).await
         .map_err(|e| stalled(e, s.stream.unwrap_or(0), ep));
     // A stream of several that is lost leaves its parts to the session's other streams (the
     // sender sends them again there): the session's verdict is theirs.
@@ -121,7 +162,7 @@ pub fn receive_streams<L: Link>(
     if let Err(e) = &r {
         if e.reason() == Some(Reason::Budget) {
             tracing::warn!("ending the session: {}", e.to_string().escape_debug());
-            send_err(ep, Reason::Budget, e);
+            send_err(ep, Reason::Budget, e).await;
         }
     }
     if let Some(ring) = ring {
@@ -133,13 +174,13 @@ pub fn receive_streams<L: Link>(
     report.result("received")
 }
 
-fn receive_session<L: Link>(
+async fn receive_session<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
     ep: &mut L,
     opts: &ReceiverOptions,
     st: &mut SessionState<'_, L::Ring>,
     role: Role<'_>,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut P,
 ) -> Result<()> {
     let nonce = proto::new_nonce();
     send_msg(
@@ -152,7 +193,7 @@ fn receive_session<L: Link>(
                 .as_ref()
                 .map(|t| proto::receiver_proof(t, &nonce)),
         },
-    )?;
+    ).await?;
     let mut joint: Option<Arc<Joint>> = None;
     let mut stripe: Option<Stripe> = None;
     let mut inline = Inline::default();
@@ -164,11 +205,11 @@ fn receive_session<L: Link>(
     let mut first = true;
     loop {
         if last && inline.is_idle() {
-            return replies.flush(ep);
+            return replies.flush(ep).await;
         }
         let next = match pending.pop_front() {
             Some(m) => Ok(m),
-            None => next_msg(ep, st, &mut replies, &mut pending),
+            None => next_msg(ep, st, &mut replies, &mut pending).await,
         };
         let msg = match next {
             Ok(m) => m,
@@ -182,10 +223,10 @@ fn receive_session<L: Link>(
                             reason,
                             message: proto::truncate_text(&e.to_string()),
                         },
-                    );
+                    ).await;
                 } else {
                     // A protocol violation, or a deadline: say so (unless the peer is gone).
-                    tell_peer(ep, &e);
+                    tell_peer(ep, &e).await;
                 }
                 return Err(e);
             }
@@ -199,7 +240,7 @@ fn receive_session<L: Link>(
         };
         if !pipelined {
             // What is answered otherwise is answered after what came before it.
-            replies.flush(ep)?;
+            replies.flush(ep).await?;
         }
         let was_first = std::mem::replace(&mut first, false);
         if was_first && role.join_only && !matches!(msg, Msg::Join(_)) {
@@ -207,11 +248,13 @@ fn receive_session<L: Link>(
                 Reason::Busy,
                 "it is finishing its last session: retry later",
             );
-            return Err(refuse_session(ep, e));
+            return Err(refuse_session(ep, e).await);
         }
         match msg {
             Msg::Open(o) if was_first => {
-                check_auth(opts, &nonce, o.auth.as_ref()).map_err(|e| refuse_session(ep, e))?;
+                if let Err(e) = check_auth(opts, &nonce, o.auth.as_ref()) {
+                    return Err(refuse_session(ep, e).await);
+                }
                 let (id, streams) = match role.streams {
                     Some(reg) => {
                         let j = reg.open(o.streams);
@@ -231,10 +274,10 @@ fn receive_session<L: Link>(
                 };
                 let index = 0;
                 st.stream = (streams > 1).then_some(index);
-                send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
+                send_msg(ep, &Msg::Session(Session { id, streams, index })).await?;
             }
             Msg::Join(jn) if was_first => {
-                let j = check_auth(opts, &nonce, jn.auth.as_ref())
+                let j = match check_auth(opts, &nonce, jn.auth.as_ref())
                     .and_then(|()| {
                         role.streams.ok_or_else(|| {
                             Error::refused(
@@ -244,7 +287,10 @@ fn receive_session<L: Link>(
                         })
                     })
                     .and_then(|reg| reg.join(&jn.id, jn.index))
-                    .map_err(|e| refuse_session(ep, e))?;
+                {
+                    Ok(j) => j,
+                    Err(e) => return Err(refuse_session(ep, e).await),
+                };
                 let (id, streams, index) = (j.id, j.granted, jn.index);
                 st.budget.share(j.progress.clone());
                 let stop = Stop::default();
@@ -252,7 +298,7 @@ fn receive_session<L: Link>(
                 j.enter();
                 st.joint = Some((j.clone(), stop));
                 st.stream = Some(index);
-                send_msg(ep, &Msg::Session(Session { id, streams, index }))?;
+                send_msg(ep, &Msg::Session(Session { id, streams, index })).await?;
                 sent_dirs = j.dirs.clone();
                 joint = Some(j);
             }
@@ -260,35 +306,41 @@ fn receive_session<L: Link>(
             Msg::Hello(h) if h.flags.dry_run => {
                 if stripe.is_some() {
                     let e = Error::Protocol(format!("STRIPE of a dry run's HELLO of {:?}", h.name));
-                    send_err(ep, Reason::Protocol, &e);
+                    send_err(ep, Reason::Protocol, &e).await;
                     return Err(e);
                 }
                 last = h.flags.last;
                 let before = report.file_count();
                 let out = &mut replies.on(ep);
-                let r = answer_dry(out, opts, &mut dry_dirs, st.budget, report, &nonce, &h);
+                let r = answer_dry(out, opts, &mut dry_dirs, st.budget, report, &nonce, &h).await;
                 report.announce_since(before, progress);
-                r.map_err(|e| gathered_end(ep, &mut replies, e))?;
+                if let Err(e) = r {
+                    return Err(gathered_end(ep, &mut replies, e).await);
+                }
             }
             Msg::Hello(h) if h.flags.inline && stripe.is_none() => {
                 last = h.flags.last;
                 let before = report.file_count();
-                let r = inline.on_hello(&mut replies.on(ep), opts, st, report, &nonce, h);
+                let r = inline.on_hello(&mut replies.on(ep), opts, st, report, &nonce, h).await;
                 report.announce_since(before, progress);
-                r.map_err(|e| gathered_end(ep, &mut replies, e))?;
+                if let Err(e) = r {
+                    return Err(gathered_end(ep, &mut replies, e).await);
+                }
             }
             Msg::Data(d) => {
                 let before = report.file_count();
-                let r = inline.on_data(&mut replies.on(ep), opts, st, report, d);
+                let r = inline.on_data(&mut replies.on(ep), opts, st, report, d).await;
                 report.announce_since(before, progress);
-                r.map_err(|e| gathered_end(ep, &mut replies, e))?;
+                if let Err(e) = r {
+                    return Err(gathered_end(ep, &mut replies, e).await);
+                }
             }
             Msg::Done if !inline.is_idle() => {
                 let e = Error::Protocol(format!(
                     "DONE while {} inline files answered WANT have no data",
                     inline.waiting()
                 ));
-                send_err(ep, Reason::Protocol, &e);
+                send_err(ep, Reason::Protocol, &e).await;
                 return Err(e);
             }
             // Directories and symlinks may be in flight with inline files; a file through the
@@ -300,7 +352,7 @@ fn receive_session<L: Link>(
                     h.name,
                     inline.waiting()
                 ));
-                send_err(ep, Reason::Protocol, &e);
+                send_err(ep, Reason::Protocol, &e).await;
                 return Err(e);
             }
             Msg::Hello(h) => {
@@ -313,9 +365,9 @@ fn receive_session<L: Link>(
                             stripe: s,
                             hello: h,
                         };
-                        stripe::receive_stripe(ep, opts, st, report, &nonce, offer)
+                        stripe::receive_stripe(ep, opts, st, report, &nonce, offer).await
                     }
-                    _ => receive_file(ep, opts, st, report, &nonce, h),
+                    _ => receive_file(ep, opts, st, report, &nonce, h).await,
                 };
                 report.announce_since(before, progress);
                 r?;
@@ -325,17 +377,17 @@ fn receive_session<L: Link>(
             }
             Msg::List(dir) if inline.is_idle() && stripe.is_none() => {
                 let d = &sent_dirs;
-                delete::on_list(ep, opts, d, st.budget, report, progress, &dir)?;
+                delete::on_list(ep, opts, d, st.budget, report, progress, &dir).await?;
             }
             Msg::Delete(name) if inline.is_idle() && stripe.is_none() => {
                 let d = &sent_dirs;
-                delete::on_delete(ep, opts, d, st.budget, report, progress, &name)?;
+                delete::on_delete(ep, opts, d, st.budget, report, progress, &name).await?;
             }
             Msg::Done => return Ok(()),
             Msg::Err { reason, message } => return Err(peer_err(reason, &message)),
             other => {
                 let e = Error::Protocol(format!("expected HELLO or DONE, got {other:?}"));
-                send_err(ep, Reason::Protocol, &e);
+                send_err(ep, Reason::Protocol, &e).await;
                 return Err(e);
             }
         }
@@ -344,16 +396,16 @@ fn receive_session<L: Link>(
 
 /// The next message from the sender. The answers gathered go out first when nothing has
 /// arrived (the sender may be waiting for them); a BATCH's members are taken one by one.
-fn next_msg<L: Link>(
+async fn next_msg<L: Link>(
     ep: &mut L,
     st: &mut SessionState<'_, L::Ring>,
     replies: &mut Replies,
     pending: &mut VecDeque<Msg>,
 ) -> Result<Msg> {
     if !replies.is_empty() && !ep.has_message()? {
-        replies.flush(ep)?;
+        replies.flush(ep).await?;
     }
-    let mut next = st.budget.wait(ep, recv_ctl);
+    let mut next = budget_wait!(st.budget, ep, recv_ctl(ep).await);
     // Between entries, a stream of several may wait for the sender to find out that another
     // stream was lost (up to two steps after the session stopped moving) and to send its parts
     // again on this one.
@@ -361,7 +413,7 @@ fn next_msg<L: Link>(
         if st.joint.is_none() || !next.as_ref().is_err_and(Error::is_timeout) {
             break;
         }
-        next = st.budget.wait(ep, recv_ctl);
+        next = budget_wait!(st.budget, ep, recv_ctl(ep).await);
     }
     match awaiting("the sender's next entry", next)? {
         Msg::Batch(members) => {
@@ -375,29 +427,29 @@ fn next_msg<L: Link>(
 /// An error of a pipelined entry ends the session: the answers gathered go out first (a
 /// REFUSE of a failed authentication among them, which tells the sender why), then ERR for a
 /// protocol violation; returns `e`.
-fn gathered_end<L: Link>(ep: &mut L, replies: &mut Replies, e: Error) -> Error {
-    if let Err(e2) = replies.flush(ep) {
+async fn gathered_end<L: Link>(ep: &mut L, replies: &mut Replies, e: Error) -> Error {
+    if let Err(e2) = replies.flush(ep).await {
         tracing::debug!("sending the gathered answers: {e2}");
     }
-    protocol_end(ep, e)
+    protocol_end(ep, e).await
 }
 
 /// A protocol violation ends the session with ERR (budget and connection errors are told
 /// elsewhere, or cannot be); returns `e`.
-fn protocol_end<L: Link>(ep: &mut L, e: Error) -> Error {
+async fn protocol_end<L: Link>(ep: &mut L, e: Error) -> Error {
     if matches!(e, Error::Protocol(_)) {
-        send_err(ep, Reason::Protocol, &e);
+        send_err(ep, Reason::Protocol, &e).await;
     }
     e
 }
 
 /// Refuses the session (REFUSE with the error's reason, best effort) and returns the error.
-fn refuse_session<L: Link>(ep: &mut L, e: Error) -> Error {
+async fn refuse_session<L: Link>(ep: &mut L, e: Error) -> Error {
     let msg = Msg::Refuse {
         reason: reason_of(&e),
         message: proto::truncate_text(&detail(&e)),
     };
-    if let Err(e2) = send_msg(ep, &msg) {
+    if let Err(e2) = send_msg(ep, &msg).await {
         tracing::debug!("sending REFUSE: {e2}");
     }
     e

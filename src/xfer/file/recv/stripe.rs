@@ -15,7 +15,7 @@ use super::joint::{wait_others, Answer, FileState, Joint, StripeFailure};
 use super::ring_budget;
 use super::sink::write_err;
 use crate::error::{Error, Result};
-use crate::xfer::file::budget::FILE_CREDIT;
+use crate::xfer::file::budget::{budget_wait, FILE_CREDIT};
 use crate::xfer::file::ctl::{detail, is_lost, reason_of, recv_ctl, send_msg};
 use crate::xfer::file::digest::{Chunks, Layout, StripeDigests};
 use crate::xfer::file::fault;
@@ -141,6 +141,15 @@ fn end_stripe(
     Some(verdict)
 }
 
+/// What the first look at a stripe's file decided (under its lock).
+enum Decided {
+    Started(Started),
+    /// End the session, telling the peer why.
+    Tell(Error),
+    Skip(proto::SkipWhy, String),
+    Refuse(Error),
+}
+
 /// What a stripe's HELLO gets once the file is decided.
 enum Started {
     Go(u64, File),
@@ -157,7 +166,7 @@ pub(super) struct StripeOffer<'j> {
 }
 
 /// Receives the stripe `offer` names, on this stream of its session.
-pub(super) fn receive_stripe<L: Link>(
+pub(super) async fn receive_stripe<L: Link>(
     ep: &mut L,
     opts: &ReceiverOptions,
     st: &mut SessionState<'_, L::Ring>,
@@ -185,7 +194,7 @@ pub(super) fn receive_stripe<L: Link>(
             h.kind.as_str(),
             h.size
         ));
-        tell_peer(ep, &e);
+        tell_peer(ep, &e).await;
         return Err(e);
     }
     // A stripe sent again (its first stream lost) takes over from the stream that had it.
@@ -200,22 +209,20 @@ pub(super) fn receive_stripe<L: Link>(
     {
         Ok(held) => held,
         Err(e) => {
-            tell_peer(ep, &e);
+            tell_peer(ep, &e).await;
             return Err(e);
         }
     };
     let file = joint.file(&h.name);
+    // Decided under the file's lock; told to the peer after it (no lock held over a wait).
+    let decided = 'decide: {
     let mut st = lock(&file);
     if matches!(*st, FileState::Undecided) {
         // The first stripe to arrive decides for all: policy, size, space, the temporary file.
         // At most so many files unfinished: a peer that starts more is ended.
         let counted = match joint.start_file() {
             Ok(c) => c,
-            Err(e) => {
-                drop(st);
-                tell_peer(ep, &e);
-                return Err(e);
-            }
+            Err(e) => break 'decide Decided::Tell(e),
         };
         match admit(opts, nonce, &h).and_then(|rel| open_sink(opts, &rel, &h)) {
             Ok(Opened::Sink(sink)) => {
@@ -224,21 +231,18 @@ pub(super) fn receive_stripe<L: Link>(
             }
             Ok(Opened::Skip(why, message)) => {
                 *st = FileState::Answered(Answer::Skip(why, message.clone()));
-                drop(st);
-                return answer_skip(ep, report, budget, &h, why, message);
+                break 'decide Decided::Skip(why, message);
             }
             Ok(Opened::Made) => unreachable!("a file HELLO makes a sink or is skipped"),
             Err(e) => {
                 *st = FileState::Answered(Answer::Refuse(reason_of(&e), detail(&e)));
-                drop(st);
-                return answer_refuse(ep, report, budget, &h, e);
+                break 'decide Decided::Refuse(e);
             }
         }
     } else if let Err(e) = admit(opts, nonce, &h) {
-        drop(st);
-        return answer_refuse(ep, report, budget, &h, e);
+        break 'decide Decided::Refuse(e);
     }
-    let started = match &mut *st {
+    Decided::Started(match &mut *st {
         FileState::Answered(Answer::Skip(why, message)) => Started::Answer(Msg::Skip {
             why: *why,
             message: proto::truncate_text(message),
@@ -262,21 +266,32 @@ pub(super) fn receive_stripe<L: Link>(
             "stripe {} of a file that has ended",
             s.index
         ))),
+    })
     };
-    drop(st);
+    let started = match decided {
+        Decided::Started(started) => started,
+        Decided::Tell(e) => {
+            tell_peer(ep, &e).await;
+            return Err(e);
+        }
+        Decided::Skip(why, message) => {
+            return answer_skip(ep, report, budget, &h, why, message).await;
+        }
+        Decided::Refuse(e) => return answer_refuse(ep, report, budget, &h, e).await,
+    };
     let (held, tmp) = match started {
         Started::Go(held, tmp) => (held, tmp),
         // Every later stripe of a skipped or refused file gets the first one's answer.
-        Started::Answer(answer) => return send_msg(ep, &answer),
-        Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name)),
+        Started::Answer(answer) => return send_msg(ep, &answer).await,
+        Started::Fail(e) => return Err(failed(ep, &file, &s, e, 0, report, &h.name).await),
     };
     // Slots sized for the whole file, not the stripe: every stripe (the last, shorter one
     // too) is cut in the same chunks, on the file's grid (see `digest::file_digest_of_stripes`).
-    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size)
+    let got = ensure_ring(ep, opts, lease, ring, h.chunk_size, h.size).await
         .and_then(|r| StripeWriter::new(tmp, &s, held, r.slot_size(), h.verify).map(|w| (r, w)));
     let (r, mut w) = match got {
         Ok(x) => x,
-        Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name)),
+        Err(e) => return Err(failed(ep, &file, &s, e, held, report, &h.name).await),
     };
     if opts.resume {
         // What this stripe holds goes on disk now and every few MiB, for a restarted receiver.
@@ -305,24 +320,23 @@ pub(super) fn receive_stripe<L: Link>(
         Ok(p) => p,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
-            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+            return Err(failed(ep, &file, &s, e, n, report, &h.name).await);
         }
     };
-    send_msg(ep, &r.offer(held, held_digest))?;
+    send_msg(ep, &r.offer(held, held_digest)).await?;
     let label = fault::part_label(*stream, Some((s.index, s.count)), &h.name);
     let mut hooked = opts.hooks().break_streams.iter();
     let brk = hooked.find(|(i, _)| *stream == Some(*i)).map(|(_, k)| *k);
-    let (w, write_failure) = match receive_data(ep, r, budget, w, &mut part, (&label, brk)) {
+    let (w, write_failure) = match receive_data(ep, r, budget, w, &mut part, (&label, brk)).await {
         Ok(x) => x,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
-            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+            return Err(failed(ep, &file, &s, e, n, report, &h.name).await);
         }
     };
     report.bytes += s.len - held;
     let fin = loop {
-        let tail = budget
-            .wait(ep, recv_ctl)
+        let tail = budget_wait!(budget, ep, recv_ctl(ep).await)
             .and_then(|m| part.on_control(m, "STRIPE"));
         match tail {
             Ok(Tail::Digests { first, digests }) => {
@@ -333,23 +347,20 @@ pub(super) fn receive_stripe<L: Link>(
         }
     };
     // Chunks that differ from the sender's digests are asked for again (REPAIR).
-    let settled = fin.and_then(|hash| {
-        settle(
-            ep,
-            r,
-            budget,
-            w,
-            &mut part,
-            (&label, "STRIPE"),
-            write_failure,
-        )
-        .map(|x| (hash, x))
-    });
+    let settled = match fin {
+        Ok(hash) => {
+            let what = (&label[..], "STRIPE");
+            settle(ep, r, budget, w, &mut part, what, write_failure)
+                .await
+                .map(|x| (hash, x))
+        }
+        Err(e) => Err(e),
+    };
     let (hash, (w, write_failure, bad, again)) = match settled {
         Ok(x) => x,
         Err(e) => {
             let n = StripeWriter::contiguous(&chunks);
-            return Err(failed(ep, &file, &s, e, n, report, &h.name));
+            return Err(failed(ep, &file, &s, e, n, report, &h.name).await);
         }
     };
     report.bytes += again;
@@ -414,7 +425,7 @@ pub(super) fn receive_stripe<L: Link>(
             status,
             message: proto::truncate_text(&message),
         },
-    )?;
+    ).await?;
     match (verdict, result) {
         (Some(Ok(_)), _) => {
             budget.progress(FILE_CREDIT);
@@ -443,7 +454,7 @@ fn again_answer(s: &Stripe) -> Msg {
 
 /// A stripe that failed while being received: tells the sender why, ends the stripe (the file
 /// is then not committed; with `--resume` what it holds is kept) and returns the error.
-fn failed<L: Link>(
+async fn failed<L: Link>(
     ep: &mut L,
     file: &Mutex<FileState>,
     s: &Stripe,
@@ -452,7 +463,7 @@ fn failed<L: Link>(
     report: &mut SessionReport,
     name: &str,
 ) -> Error {
-    tell_peer(ep, &e);
+    tell_peer(ep, &e).await;
     // Lost with its stream: another stream of the session may take it over, from what it
     // holds (see `claim`).
     if is_lost(&e) {

@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::core::{ChunkPlan, ChunkWrite};
 use super::source::Source;
 use crate::error::{Error, Result};
 use crate::verbs::{RemoteRegion, TRACE_TARGET};
-use crate::xfer::file::budget::{moved, wait_on};
+use crate::xfer::file::waits::{moved, wait_on};
 use crate::xfer::file::ctl::{decode_ctl, peer_err, send_msg};
 use crate::xfer::file::digest::{self, Chunks};
 use crate::xfer::file::fault::{self, Faults};
@@ -34,7 +34,7 @@ pub(super) struct ChunkBufs<B> {
 
 /// What [`send_data`] reads from: a whole file ([`Source`]) or one stripe of it. Chunk
 /// indices count from the start of what it covers.
-pub(super) trait ChunkSource: Sync {
+pub(super) trait ChunkSource: Send + Sync + 'static {
     /// Bytes it covers.
     fn size(&self) -> u64;
     /// The first chunk to send (after those the receiver holds).
@@ -67,7 +67,7 @@ impl ChunkSource for Source {
 }
 
 /// Sends DIGESTS: the digest of every chunk of the file (or stripe), in order, in batches.
-pub(super) fn send_digests<L: Link>(
+pub(super) async fn send_digests<L: Link>(
     ep: &mut L,
     chunks: &Chunks,
     session: Option<&AtomicU64>,
@@ -84,7 +84,7 @@ pub(super) fn send_digests<L: Link>(
             first,
             digests,
         });
-        wait_on(ep, session, |ep| send_msg(ep, &msg))?;
+        wait_on!(ep, session, send_msg(ep, &msg).await)?;
         first += n;
     }
 }
@@ -121,13 +121,13 @@ impl Pacer {
         }
     }
 
-    /// Waits until `n` more bytes may go, and counts them.
-    fn before(&mut self, n: u64) {
+    /// Waits (as `L` does) until `n` more bytes may go, and counts them.
+    async fn before<L: Link>(&mut self, n: u64) {
         let start = *self.start.get_or_insert_with(Instant::now);
         let due = start + Duration::from_secs_f64(self.sent as f64 / self.rate as f64);
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             // Rate limiting, not synchronisation: the link may go no faster than asked.
-            std::thread::sleep(wait);
+            L::sleep(wait).await;
         }
         self.sent += n;
     }
@@ -135,17 +135,20 @@ impl Pacer {
 
 /// Sends the rest of `src` (after the chunks the receiver holds): a pool of reader threads
 /// reads and hashes chunks straight into the registered buffers, in any order, while this
-/// thread posts them in order and takes completed ones back, so disk, hashing (on every core)
+/// task posts them in order and takes completed ones back, so disk, hashing (on every core)
 /// and network overlap. Returns the whole file's digest and the bytes written (also with an
 /// error). Its waits for credits and completions go on while `session` moves (see
-/// [`wait_on`]); each chunk read, posted or completed counts as the session's progress.
+/// [`wait_on!`]); each chunk read, posted or completed counts as the session's progress.
 /// `to` says where the chunks go.
-pub(super) fn send_data<S: ChunkSource, L: Link>(
+///
+/// Dropped before its end, the readers finish the chunk they hold and end; the buffers they
+/// held are let go.
+pub(super) async fn send_data<S: ChunkSource, L: Link>(
     ep: &mut L,
     r: &mut ChunkBufs<L::Buf>,
-    src: &S,
+    src: &Arc<S>,
     to: &mut DataTarget<'_>,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut impl FnMut(u64),
     session: Option<&AtomicU64>,
 ) -> std::result::Result<(Digest, u64), (Error, u64)> {
     let DataTarget {
@@ -168,149 +171,184 @@ pub(super) fn send_data<S: ChunkSource, L: Link>(
         plan.chunk_at(0),
         remote.addr,
     );
-    let threads = digest::threads(r.total);
-    let (job_tx, job_rx) = std::sync::mpsc::channel::<(u64, L::Buf)>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Result<usize>, L::Buf)>();
-    let job_rx = Mutex::new(job_rx);
-    std::thread::scope(|sc| {
-        for _ in 0..threads {
-            let (job_rx, done_tx) = (&job_rx, done_tx.clone());
-            sc.spawn(move || loop {
-                let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok((i, mut buf)) = job else { return };
-                let k = plan.chunk_at(i);
-                let got = match again {
-                    true => src.reread_chunk_at(k, &mut buf),
-                    false => src.read_chunk_at(k, &mut buf),
-                };
-                let got = got.inspect(|&n| {
-                    if faults.corrupts(k, again) && n > 0 {
-                        buf[0] ^= 0xff;
-                    }
-                });
-                if done_tx.send((i, got, buf)).is_err() {
-                    return;
-                }
-            });
-        }
-        drop(done_tx);
-        let mut at_workers = 0usize;
-        let mut assigned = 0;
-        let mut ready: BTreeMap<u64, (L::Buf, usize)> = BTreeMap::new();
-        let mut in_flight = 0usize;
-        let res: Result<()> = (|| {
-            let mut i = 0;
-            while i < writes {
-                cancel.check()?;
-                if let Some((buf, n)) = ready.remove(&i) {
-                    let w = plan.write_at(i);
-                    let target = match remote.slice(w.ring_offset, n as u64) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            r.free.push(buf);
-                            return Err(e);
-                        }
-                    };
-                    if let Some(p) = pace.as_deref_mut() {
-                        p.before(n as u64);
-                    }
-                    // The credit first (a timeout of `post`'s own wait would give up the buffer).
-                    if let Err(e) = wait_on(ep, session, L::wait_credit) {
+    let readers = match Readers::start(src, r.total, again, faults) {
+        Ok(x) => x,
+        Err(e) => return Err((e, 0)),
+    };
+    let ended = || Error::refused(Reason::Internal, "the reader threads ended");
+    let mut at_workers = 0usize;
+    let mut assigned = 0;
+    let mut ready: BTreeMap<u64, (L::Buf, usize)> = BTreeMap::new();
+    let mut in_flight = 0usize;
+    let res: Result<()> = async {
+        let mut i = 0;
+        while i < writes {
+            cancel.check()?;
+            if let Some((buf, n)) = ready.remove(&i) {
+                let w = plan.write_at(i);
+                let target = match remote.slice(w.ring_offset, n as u64) {
+                    Ok(t) => t,
+                    Err(e) => {
                         r.free.push(buf);
                         return Err(e);
                     }
-                    if let Err((e, bufs)) = ep.write_imm(w.wr_id, target, w.imm, Some((buf, n))) {
-                        r.free.extend(bufs);
+                };
+                if let Some(p) = pace.as_deref_mut() {
+                    p.before::<L>(n as u64).await;
+                }
+                // The credit first (a timeout of `post`'s own wait would give up the buffer).
+                if let Err(e) = wait_on!(ep, session, ep.wait_credit().await) {
+                    r.free.push(buf);
+                    return Err(e);
+                }
+                if let Err((e, bufs)) = ep.write_imm(w.wr_id, target, w.imm, Some((buf, n))) {
+                    r.free.extend(bufs);
+                    return Err(e);
+                }
+                in_flight += 1;
+                if faults.replay == Some(plan.chunk_at(i)) && !again {
+                    replay(ep, remote, &w, session).await?;
+                    in_flight += 1;
+                }
+                if faults.brk == Some(plan.chunk_at(i)) && !again {
+                    tracing::warn!("test hook: breaking the link of {label}");
+                    ep.break_link()?;
+                }
+                i += 1;
+                written += n as u64;
+                moved(session, 1);
+                progress(written);
+            } else if assigned < writes && !r.free.is_empty() {
+                let buf = r.free.pop().expect("not empty");
+                if let Err(e) = readers.jobs.send((assigned, plan.chunk_at(assigned), buf)) {
+                    r.free.push(e.0 .2);
+                    return Err(ended());
+                }
+                at_workers += 1;
+                assigned += 1;
+            } else if at_workers > 0 {
+                let (i, got, buf) = readers.done.recv_async().await.map_err(|_| ended())?;
+                at_workers -= 1;
+                match got {
+                    Ok(n) => {
+                        moved(session, 1);
+                        ready.insert(i, (buf, n));
+                    }
+                    Err(e) => {
+                        r.free.push(buf);
                         return Err(e);
                     }
-                    in_flight += 1;
-                    if faults.replay == Some(plan.chunk_at(i)) && !again {
-                        replay(ep, remote, &w, session)?;
-                        in_flight += 1;
-                    }
-                    if faults.brk == Some(plan.chunk_at(i)) && !again {
-                        tracing::warn!("test hook: breaking the link of {label}");
-                        ep.break_link()?;
-                    }
-                    i += 1;
-                    written += n as u64;
-                    moved(session, 1);
-                    progress(written);
-                } else if assigned < writes && !r.free.is_empty() {
-                    let buf = r.free.pop().expect("not empty");
-                    if let Err(e) = job_tx.send((assigned, buf)) {
-                        r.free.push(e.0 .1);
-                        return Err(Error::refused(Reason::Internal, "the reader threads ended"));
-                    }
-                    at_workers += 1;
-                    assigned += 1;
-                } else if at_workers > 0 {
-                    let (i, got, buf) = done_rx.recv().map_err(|_| {
-                        Error::refused(Reason::Internal, "the reader threads ended")
-                    })?;
-                    at_workers -= 1;
-                    match got {
-                        Ok(n) => {
-                            moved(session, 1);
-                            ready.insert(i, (buf, n));
-                        }
-                        Err(e) => {
-                            r.free.push(buf);
-                            return Err(e);
-                        }
-                    }
-                } else {
-                    collect(ep, r, &mut in_flight, session)
-                        .map_err(|e| fault::invalid_request(label, None, e))?;
                 }
-            }
-            while in_flight > 0 {
+            } else {
                 collect(ep, r, &mut in_flight, session)
+                    .await
                     .map_err(|e| fault::invalid_request(label, None, e))?;
             }
-            Ok(())
-        })();
-        drop(job_tx);
-        // Buffers still at the workers or waiting to be posted: the ring is whole again.
-        for _ in 0..at_workers {
-            match done_rx.recv() {
-                Ok((_, _, buf)) => r.free.push(buf),
+        }
+        while in_flight > 0 {
+            collect(ep, r, &mut in_flight, session)
+                .await
+                .map_err(|e| fault::invalid_request(label, None, e))?;
+        }
+        Ok(())
+    }
+    .await;
+    // Buffers still at the workers or waiting to be posted: the ring is whole again.
+    r.free.extend(readers.finish(at_workers).await);
+    r.free.extend(ready.into_values().map(|(b, _)| b));
+    if r.free.len() + in_flight < r.total {
+        // Some buffers were lost (a worker panicked): re-made on the next file.
+        r.total = usize::MAX;
+    }
+    res.map_err(|e| (e, written))?;
+    src.finish().map(|h| (h, written)).map_err(|e| (e, written))
+}
+
+/// A chunk for a reader: its index in the plan, its chunk, and the buffer to read it into.
+type Job<B> = (u64, u64, B);
+/// A chunk read: its index in the plan, its length (or the read's error), and its buffer.
+type Read<B> = (u64, Result<usize>, B);
+
+/// The reader threads of [`send_data`] and their channels.
+struct Readers<B> {
+    jobs: flume::Sender<Job<B>>,
+    done: flume::Receiver<Read<B>>,
+}
+
+impl<B: std::ops::DerefMut<Target = [u8]> + Send + 'static> Readers<B> {
+    /// Starts readers of `src` for up to `bufs` buffers; `again`: chunks sent again.
+    fn start<S: ChunkSource>(
+        src: &Arc<S>,
+        bufs: usize,
+        again: bool,
+        faults: Faults,
+    ) -> Result<Self> {
+        let (jobs, job_rx) = flume::unbounded::<Job<B>>();
+        let (done_tx, done) = flume::unbounded::<Read<B>>();
+        for _ in 0..digest::threads(bufs) {
+            let (job_rx, done_tx, src) = (job_rx.clone(), done_tx.clone(), src.clone());
+            let work = move || {
+                while let Ok((i, k, mut buf)) = job_rx.recv() {
+                    let got = match again {
+                        true => src.reread_chunk_at(k, &mut buf),
+                        false => src.read_chunk_at(k, &mut buf),
+                    };
+                    let got = got.inspect(|&n| {
+                        if faults.corrupts(k, again) && n > 0 {
+                            buf[0] ^= 0xff;
+                        }
+                    });
+                    if done_tx.send((i, got, buf)).is_err() {
+                        return;
+                    }
+                }
+            };
+            std::thread::Builder::new()
+                .name("rdmaxfer-read".into())
+                .spawn(work)
+                .map_err(|e| Error::io("starting a reader thread", e))?;
+        }
+        Ok(Readers { jobs, done })
+    }
+
+    /// Ends the readers once the `held` jobs they hold are read; returns those buffers.
+    async fn finish(self, held: usize) -> Vec<B> {
+        let Readers { jobs, done } = self;
+        drop(jobs);
+        let mut back = Vec::with_capacity(held);
+        for _ in 0..held {
+            match done.recv_async().await {
+                Ok((_, _, buf)) => back.push(buf),
                 Err(_) => break,
             }
         }
-        r.free.extend(ready.into_values().map(|(b, _)| b));
-        if r.free.len() + in_flight < r.total {
-            // Some buffers were lost (a worker panicked): re-made on the next file.
-            r.total = usize::MAX;
-        }
-        res.map_err(|e| (e, written))?;
-        src.finish().map(|h| (h, written)).map_err(|e| (e, written))
-    })
+        back
+    }
 }
 
 /// Test-only ([`Faults::replay`]): a zero-length WRITE_WITH_IMM repeating `w`'s immediate.
-fn replay<L: Link>(
+async fn replay<L: Link>(
     ep: &mut L,
     remote: &RemoteRegion,
     w: &ChunkWrite,
     session: Option<&AtomicU64>,
 ) -> Result<()> {
-    wait_on(ep, session, L::wait_credit)?;
+    wait_on!(ep, session, ep.wait_credit().await)?;
     let to = remote.slice(w.ring_offset, 0)?;
     ep.write_imm(w.wr_id, to, w.imm, None).map_err(|(e, _)| e)
 }
 
 /// Waits for at least one data-chunk completion and takes its buffers back; each counts as
 /// the session's progress.
-fn collect<L: Link>(
+async fn collect<L: Link>(
     ep: &mut L,
     r: &mut ChunkBufs<L::Buf>,
     in_flight: &mut usize,
     session: Option<&AtomicU64>,
 ) -> Result<()> {
-    let (done, bufs) = wait_on(ep, session, |ep| {
+    let (done, bufs) = wait_on!(ep, session, {
         let timeout = ep.timeout();
-        ep.poll_writes(r.total, timeout)
+        ep.poll_writes(r.total, timeout).await
     })?;
     *in_flight = in_flight.saturating_sub(done);
     moved(session, done as u64);
@@ -337,6 +375,7 @@ pub(super) fn named_by_peer<L: Link>(ep: &mut L, err: Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xfer::file::link::mem::MemLink;
 
     #[test]
     fn a_pace_never_lets_bytes_go_before_their_time() {
@@ -344,7 +383,7 @@ mod tests {
         let mut p = Pacer::new(1 << 20);
         let t = Instant::now();
         for _ in 0..5 {
-            p.before(256 << 10);
+            crate::xfer::file::link::block::block_on(p.before::<MemLink>(256 << 10));
         }
         assert!(
             t.elapsed() >= Duration::from_millis(990),

@@ -79,11 +79,11 @@ fn blocked(entries: &[SourceEntry], report: &SessionReport) -> Option<HashSet<St
 }
 
 /// The receiver's names in `dir`: `Err` with its REFUSE.
-fn names<L: Link>(ep: &mut L, dir: &str) -> Result<std::result::Result<Vec<Listed>, Error>> {
-    send_msg(ep, &Msg::List(dir.to_string()))?;
+async fn names<L: Link>(ep: &mut L, dir: &str) -> Result<std::result::Result<Vec<Listed>, Error>> {
+    send_msg(ep, &Msg::List(dir.to_string())).await?;
     let mut out = Vec::new();
     loop {
-        match recv_ctl(ep)? {
+        match recv_ctl(ep).await? {
             Msg::Names(n) => {
                 out.extend(n.names);
                 if out.len() > MAX_LISTED {
@@ -127,12 +127,12 @@ fn refused(report: &mut SessionReport, name: &str, kind: EntryKind, e: &Error) -
 
 /// Deletes on the receiver what `entries` do not have in their directories (see the module
 /// docs); its outcomes go to `report` and `progress`. An error only when the session fails.
-pub(super) fn delete_extras<L: Link>(
+pub(super) async fn delete_extras<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
     ep: &mut L,
     entries: &[SourceEntry],
     opts: &SenderOptions,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut P,
 ) -> Result<()> {
     let blocked = blocked(entries, report);
     for (dir, mine) in sent_dirs(entries) {
@@ -146,7 +146,7 @@ pub(super) fn delete_extras<L: Link>(
             progress(Progress::NotDeleting { dir: &dir, why });
             continue;
         }
-        let theirs = match names(ep, &dir)? {
+        let theirs = match names(ep, &dir).await? {
             Ok(v) => v,
             Err(e) => {
                 let f = refused(report, &dir, EntryKind::Dir, &e);
@@ -171,8 +171,8 @@ pub(super) fn delete_extras<L: Link>(
                 report.push_deleted(&full, l.kind.as_str(), true, progress);
                 continue;
             }
-            send_msg(ep, &Msg::Delete(full.clone()))?;
-            match recv_ctl(ep)? {
+            send_msg(ep, &Msg::Delete(full.clone())).await?;
+            match recv_ctl(ep).await? {
                 Msg::Ack {
                     status: Reason::Ok, ..
                 } => report.push_deleted(&full, l.kind.as_str(), false, progress),

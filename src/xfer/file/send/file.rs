@@ -2,6 +2,7 @@
 //! data, DIGESTS, FIN and the verdict (ACK).
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::core::{check_grant, AfterFin, Answer, Asked, ChunkPlan, Repairs, Verdict};
@@ -12,7 +13,7 @@ use super::part::{Part, RangeSource};
 use super::source::{self, Source, SourceEntry};
 use crate::error::{Error, Result};
 use crate::verbs::RemoteRegion;
-use crate::xfer::file::budget::{moved, wait_on};
+use crate::xfer::file::waits::{moved, wait_on};
 use crate::xfer::file::ctl::{
     awaiting, is_lost, peer_err, reason_of, recv_ctl, send_err, send_msg,
 };
@@ -37,7 +38,7 @@ pub(super) struct StreamState<'a, B> {
     /// The registered chunk buffers, kept from one part to the next when they fit.
     pub(super) bufs: Option<ChunkBufs<B>>,
     /// The shared progress of a session over several streams: this stream's waits go on while
-    /// it moves (see [`wait_on`]).
+    /// it moves (see [`wait_on!`]).
     pub(super) session: Option<&'a AtomicU64>,
     /// This stream's share of `send --bwlimit`.
     pub(super) pace: Option<Pacer>,
@@ -78,7 +79,7 @@ impl<'a, B> StreamState<'a, B> {
 /// large for such a part unless it is short of memory; if its MR says otherwise, the caller
 /// re-makes them as before). A failed registration leaves `ring` empty: the caller registers
 /// what the MR asks for and reports a failure then.
-fn answer_and_ring<L: Link>(
+async fn answer_and_ring<L: Link>(
     ep: &mut L,
     ring: &mut Option<ChunkBufs<L::Buf>>,
     opts: &SenderOptions,
@@ -86,24 +87,36 @@ fn answer_and_ring<L: Link>(
     session: Option<&AtomicU64>,
 ) -> Result<Msg> {
     if ring.is_some() || part_len < u64::from(opts.chunk) {
-        return awaiting(ANSWER, wait_on(ep, session, recv_ctl));
+        let answer = wait_on!(ep, session, recv_ctl(ep).await);
+        return awaiting(ANSWER, answer);
     }
     let register = ep.registrar();
     let (slot_size, total) = (opts.chunk, opts.slots.max(1) as usize);
-    std::thread::scope(|sc| {
-        let early = sc.spawn(move || register(slot_size as usize, total));
-        let answer = awaiting(ANSWER, wait_on(ep, session, recv_ctl));
-        *ring = early
-            .join()
-            .ok()
-            .and_then(|r| r.ok())
-            .map(|free| ChunkBufs {
-                free,
-                total,
-                slot_size,
-            });
-        answer
-    })
+    // Registered on a thread of its own while the receiver answers; dropped before that ends,
+    // the thread's buffers are let go when it ends.
+    let (tx, rx) = flume::bounded(1);
+    let early = std::thread::Builder::new()
+        .name("rdmaxfer-register".into())
+        .spawn(move || {
+            let _ = tx.send(register(slot_size as usize, total));
+        });
+    let answer = awaiting(
+        ANSWER,
+        wait_on!(ep, session, recv_ctl(ep).await),
+    );
+    let made = match early {
+        Ok(_) => rx.recv_async().await.ok().and_then(|r| r.ok()),
+        Err(e) => {
+            tracing::debug!("starting the registration thread: {e}");
+            None
+        }
+    };
+    *ring = made.map(|free| ChunkBufs {
+        free,
+        total,
+        slot_size,
+    });
+    answer
 }
 
 /// The file, or one stripe of it, as read for sending.
@@ -142,13 +155,13 @@ impl ChunkSource for Reading {
 
 /// Sends one file, or one stripe of it (`part`): HELLO (after STRIPE), the receiver's answer,
 /// the data, DIGESTS and FIN, and records the verdict.
-pub(super) fn send_file<L: Link>(
+pub(super) async fn send_file<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
     ep: &mut L,
     st: &mut StreamState<'_, L::Buf>,
     e: &SourceEntry,
     part: Part<'_>,
     report: &mut SessionReport,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut P,
 ) -> Result<()> {
     let StreamState {
         opts,
@@ -217,12 +230,12 @@ pub(super) fn send_file<L: Link>(
         auth: opts.token.as_ref().map(|t| proto::auth_answer(t, nonce)),
     };
     if let Some(s) = stripe {
-        wait_on(ep, session, |ep| send_msg(ep, &Msg::Stripe(s.stripe)))?;
+        wait_on!(ep, session, send_msg(ep, &Msg::Stripe(s.stripe)).await)?;
     }
     let hello = Msg::Hello(hello);
-    wait_on(ep, session, |ep| send_msg(ep, &hello))?;
+    wait_on!(ep, session, send_msg(ep, &hello).await)?;
     let part_len = stripe.map_or(size, |s| s.stripe.len);
-    let answer = answer_and_ring(ep, ring, opts, part_len, session)?;
+    let answer = answer_and_ring(ep, ring, opts, part_len, session).await?;
     moved(session, 1);
     let mr = match Answer::of(answer, Asked::File)? {
         Answer::Ring(g) => g,
@@ -252,7 +265,7 @@ pub(super) fn send_file<L: Link>(
         *resent += a.saturating_sub(mr.resume_offset);
     }
     if let Err(err) = check_grant(&mr, opts.chunk) {
-        send_err(ep, Reason::Protocol, &err);
+        send_err(ep, Reason::Protocol, &err).await;
         return Err(err);
     }
     let remote = RemoteRegion {
@@ -288,11 +301,12 @@ pub(super) fn send_file<L: Link>(
                 mr.resume_offset
             ),
         );
-        send_err(ep, Reason::ReadError, &err);
+        send_err(ep, Reason::ReadError, &err).await;
         let f = FileReport::failed(name, size, Reason::ReadError, err.to_string());
         part.record(report, f, false, None);
         return Err(err);
     };
+    let reading = Arc::new(reading);
 
     // Registered send buffers, re-made only if the slot size changes.
     let depth = opts.slots.min(mr.slot_count).max(1) as usize;
@@ -363,7 +377,7 @@ pub(super) fn send_file<L: Link>(
             })
         },
         session,
-    ) {
+    ).await {
         Ok((hash, n)) => {
             report.bytes += n;
             hash
@@ -371,23 +385,23 @@ pub(super) fn send_file<L: Link>(
         Err((err, n)) => {
             report.bytes += n;
             *sent_to = mr.resume_offset + n;
-            return Err(data_failed(ep, err, report, part, (name, size), *retake));
+            return Err(data_failed(ep, err, report, part, (name, size), *retake).await);
         }
     };
     // The chunk digests go ahead of FIN (the receiver names the first bad chunk).
-    let (len, chunks) = match &reading {
+    let (len, chunks) = match &*reading {
         Reading::Whole(src) => (size, src.chunks()?),
         Reading::Range(r) => (r.len(), r.chunks()?),
     };
-    send_digests(ep, chunks, session)?;
+    send_digests(ep, chunks, session).await?;
     let layout = *chunks.layout();
     let fin = Msg::Fin { bytes: len, hash };
-    wait_on(ep, session, |ep| send_msg(ep, &fin))?;
+    wait_on!(ep, session, send_msg(ep, &fin).await)?;
     tracing::debug!(target: PHASE, "{shown} part {part_index}: data written, FIN sent");
     // The receiver answers ACK, or REPAIR: those chunks again, then FIN again.
     let mut repairs = Repairs::new(&to.plan);
     let verdict = loop {
-        let answer = awaiting("the receiver's verdict", wait_on(ep, session, recv_ctl))?;
+        let answer = awaiting("the receiver's verdict", wait_on!(ep, session, recv_ctl(ep).await))?;
         moved(session, 1);
         let again = match repairs.after_fin(answer)? {
             AfterFin::Verdict(v) => break v,
@@ -395,15 +409,15 @@ pub(super) fn send_file<L: Link>(
         };
         tracing::debug!(target: PHASE, "{shown} part {part_index}: chunks {again:?} again");
         to.plan = to.plan.again(again);
-        match send_data(ep, r, &reading, &mut to, &mut |_| {}, session) {
+        match send_data(ep, r, &reading, &mut to, &mut |_| {}, session).await {
             Ok((_, n)) => report.bytes += n,
             Err((err, n)) => {
                 report.bytes += n;
                 *sent_to = part_len;
-                return Err(data_failed(ep, err, report, part, (name, size), *retake));
+                return Err(data_failed(ep, err, report, part, (name, size), *retake).await);
             }
         }
-        wait_on(ep, session, |ep| send_msg(ep, &fin))?;
+        wait_on!(ep, session, send_msg(ep, &fin).await)?;
     };
     tracing::debug!(target: PHASE, "{shown} part {part_index}: verdict received");
     report.data_seconds += data_start.elapsed().as_secs_f64();
@@ -429,7 +443,7 @@ pub(super) fn send_file<L: Link>(
 /// The data of a part failed (`err`, seen here): named by the receiver's last words if it sent
 /// any; a read error or a cancel is told to the receiver; the part is recorded as failed,
 /// unless the connection was lost and another stream takes it over (`retake`).
-fn data_failed<L: Link>(
+async fn data_failed<L: Link>(
     ep: &mut L,
     err: Error,
     report: &mut SessionReport,
@@ -439,7 +453,7 @@ fn data_failed<L: Link>(
 ) -> Error {
     let err = named_by_peer(ep, err);
     if err.reason() == Some(Reason::ReadError) || matches!(err, Error::Cancelled) {
-        send_err(ep, reason_of(&err), &err);
+        send_err(ep, reason_of(&err), &err).await;
     }
     if retake && is_lost(&err) {
         return err;

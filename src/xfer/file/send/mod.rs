@@ -26,6 +26,10 @@ mod streams;
 #[cfg(feature = "internals")]
 pub use data::PHASE_TARGET;
 pub use session::{send, send_into};
+#[cfg(any(test, feature = "tokio"))]
+pub(crate) use session::send_into_async;
+#[cfg(any(test, feature = "tokio"))]
+pub(crate) use streams::{send_streams_into_async, Connect};
 pub use streams::{
     default_streams, send_streams, send_streams_into, DEFAULT_STREAMS_CAP, DEFAULT_STREAMS_PER_DEVICE, STRIPE_MIN,
 };

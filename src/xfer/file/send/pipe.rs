@@ -16,7 +16,7 @@ use super::file::StreamState;
 use super::small::SmallReader;
 use super::source::{self, read_err, Listed, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
-use crate::xfer::file::budget::{moved, wait_on};
+use crate::xfer::file::waits::{moved, wait_on};
 use crate::xfer::file::ctl::{awaiting, peer_err, recv_ctl};
 use crate::xfer::file::digest::{self, Layout};
 use crate::xfer::file::link::Link;
@@ -160,13 +160,13 @@ impl Pipe {
     }
 
     /// Records entry `seq`'s verdict `f` once every earlier entry's is, telling `progress`.
-    fn record(
+    fn record<P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         seq: u64,
         f: FileReport,
         refused: bool,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) {
         self.held.insert(seq, (f, refused));
         while let Some((f, refused)) = self.held.remove(&self.first_unrecorded) {
@@ -184,19 +184,19 @@ impl Pipe {
     /// entry not sent while others are in flight) and returns `true`; `false` for a file that
     /// goes through the staging ring (after [`drain`](Self::drain)) or an entry not sent. A
     /// failure to read `e` is recorded in `report`.
-    pub(super) fn offer<L: Link>(
+    pub(super) async fn offer<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         e: &SourceEntry,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<bool> {
         let name = e.name.as_str();
         let (kind, target) = match &e.kind {
             SourceKind::Dir => (EntryKind::Dir, String::new()),
             SourceKind::Symlink(t) => (EntryKind::Symlink, t.clone()),
-            SourceKind::File => return self.offer_file(ep, st, e, report, progress),
+            SourceKind::File => return self.offer_file(ep, st, e, report, progress).await,
             // Not sent: recorded at once, or in its turn after those in flight.
             _ if self.is_empty() => return Ok(false),
             SourceKind::Skipped(why) => {
@@ -238,16 +238,16 @@ impl Pipe {
                 kind,
             },
         };
-        self.announce(ep, st, h, awaited, report, progress)?;
+        self.announce(ep, st, h, awaited, report, progress).await?;
         Ok(true)
     }
 
     /// Records the verdict of an entry that sends nothing, in its turn.
-    fn record_next(
+    fn record_next<P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         f: FileReport,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) {
         let seq = self.next;
         self.next += 1;
@@ -255,13 +255,13 @@ impl Pipe {
     }
 
     /// A regular file: announced inline if small, else `false`.
-    fn offer_file<L: Link>(
+    async fn offer_file<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         e: &SourceEntry,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<bool> {
         let meta = match e.listed {
             Some(m) if inline(m.size, st.opts.chunk) || st.opts.dry_run => m,
@@ -310,58 +310,58 @@ impl Pipe {
                 size,
             })),
         };
-        self.announce(ep, st, h, awaited, report, progress)?;
+        self.announce(ep, st, h, awaited, report, progress).await?;
         Ok(true)
     }
 
     /// Sends `h` once the window has room (taking answers meanwhile).
-    fn announce<L: Link>(
+    async fn announce<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         h: Hello,
         awaited: Awaited,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
         loop {
-            self.send_wanted(ep, st, report, progress)?;
+            self.send_wanted(ep, st, report, progress).await?;
             if self.waiting.len() < self.window {
                 break;
             }
             // The answers already here are taken before what is gathered goes out: a SEND then
             // carries the entries of many answers, not one entry per answer taken.
-            if !self.answer_ready(ep)? {
-                self.flush(ep, st, report, progress)?;
+            if !self.answer_ready(ep).await? {
+                self.flush(ep, st, report, progress).await?;
             }
-            self.take_one(ep, st, report, progress)?;
+            self.take_one(ep, st, report, progress).await?;
         }
-        self.queue(ep, st, &Msg::Hello(h), report, progress)?;
+        self.queue(ep, st, &Msg::Hello(h), report, progress).await?;
         self.waiting.push_back((self.next, awaited));
         self.next += 1;
         Ok(())
     }
 
     /// Whether an answer can be taken without waiting.
-    fn answer_ready<L: Link>(&self, ep: &mut L) -> Result<bool> {
+    async fn answer_ready<L: Link>(&self, ep: &mut L) -> Result<bool> {
         Ok(!self.incoming.is_empty() || (!self.waiting.is_empty() && ep.has_message()?))
     }
 
     /// Takes every outstanding answer (sending the DATA of the files wanted meanwhile).
-    pub(super) fn drain<L: Link>(
+    pub(super) async fn drain<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
         loop {
-            self.send_wanted(ep, st, report, progress)?;
-            if self.answer_ready(ep)? {
-                self.take_one(ep, st, report, progress)?;
+            self.send_wanted(ep, st, report, progress).await?;
+            if self.answer_ready(ep).await? {
+                self.take_one(ep, st, report, progress).await?;
                 continue;
             }
-            self.flush(ep, st, report, progress)?;
+            self.flush(ep, st, report, progress).await?;
             // Answers taken while sending may have asked for more DATA.
             if !self.wanted.is_empty() {
                 continue;
@@ -369,7 +369,7 @@ impl Pipe {
             if self.waiting.is_empty() {
                 break;
             }
-            self.take_one(ep, st, report, progress)?;
+            self.take_one(ep, st, report, progress).await?;
         }
         debug_assert!(self.held.is_empty() && self.out.is_empty());
         Ok(())
@@ -379,63 +379,63 @@ impl Pipe {
     /// waiting for a credit with answers unread, as the receiver may be waiting for a credit
     /// of ours to send more (the credits of the answers read go back with `msg` or a credit
     /// message; see `endpoint::credit_flow`).
-    fn send_taking<L: Link>(
+    async fn send_taking<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         bytes: &[u8],
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
-        while !wait_on(ep, st.session, L::wait_send_or_message)? {
+        while !wait_on!(ep, st.session, ep.wait_send_or_message().await)? {
             // An answer is there: taking it does not wait.
-            self.take_one(ep, st, report, progress)?;
+            self.take_one(ep, st, report, progress).await?;
         }
         // A credit and a send buffer are free: this does not wait.
-        wait_on(ep, st.session, |ep| ep.send(bytes))
+        wait_on!(ep, st.session, ep.send(bytes).await)
     }
 
     /// Adds `msg` to the batch going out, first sending what is gathered if `msg` does not
     /// fit with it.
-    fn queue<L: Link>(
+    async fn queue<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         msg: &Msg,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
-        self.queue_with(ep, st, report, progress, |b| proto::encode_into(b, msg))
+        self.queue_with(ep, st, report, progress, |b| proto::encode_into(b, msg)).await
     }
 
     /// Adds the message `encode` appends to the batch going out (as [`queue`](Self::queue)).
-    fn queue_with<L: Link>(
+    async fn queue_with<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
         encode: impl Fn(&mut Vec<u8>),
     ) -> Result<()> {
         // A flush empties the batch, and a first message always fits: this sends at most once.
         while !self.out.push_with(&encode) {
-            self.flush(ep, st, report, progress)?;
+            self.flush(ep, st, report, progress).await?;
         }
         Ok(())
     }
 
     /// Sends what is gathered (one message, or a BATCH), if anything: before this side waits
     /// for an answer.
-    fn flush<L: Link>(
+    async fn flush<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
         match self.out.take() {
             Some(bytes) => {
-                let sent = self.send_taking(ep, st, &bytes, report, progress);
+                let sent = self.send_taking(ep, st, &bytes, report, progress).await;
                 self.out.recycle(bytes);
                 sent
             }
@@ -444,37 +444,40 @@ impl Pipe {
     }
 
     /// Sends the DATA of every file wanted (and of those wanted meanwhile).
-    fn send_wanted<L: Link>(
+    async fn send_wanted<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
         while let Some((seq, small)) = self.wanted.pop_front() {
-            self.send_small(ep, st, seq, small, report, progress)?;
+            self.send_small(ep, st, seq, small, report, progress).await?;
         }
         Ok(())
     }
 
     /// Takes the next answer and records what it says (a WANT: the file's DATA is to go out,
     /// by [`send_wanted`](Self::send_wanted)).
-    fn take_one<L: Link>(
+    async fn take_one<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
         let msg = match self.incoming.pop_front() {
             Some(m) => m,
-            None => match awaiting("the receiver's answers", wait_on(ep, st.session, recv_ctl))? {
-                Msg::Batch(members) => {
-                    self.incoming.extend(members);
-                    self.incoming.pop_front().expect("a BATCH has members")
+            None => {
+                let got = wait_on!(ep, st.session, recv_ctl(ep).await);
+                match awaiting("the receiver's answers", got)? {
+                    Msg::Batch(members) => {
+                        self.incoming.extend(members);
+                        self.incoming.pop_front().expect("a BATCH has members")
+                    }
+                    m => m,
                 }
-                m => m,
-            },
+            }
         };
         moved(st.session, 1);
         if let Msg::Err { reason, message } = &msg {
@@ -533,14 +536,14 @@ impl Pipe {
 
     /// Reads a wanted inline file and sends it in DATA pieces (or gives it up, if it cannot be
     /// read as announced); its verdict joins the queue.
-    fn send_small<L: Link>(
+    async fn send_small<L: Link, P: FnMut(Progress<'_>) + ?Sized>(
         &mut self,
         ep: &mut L,
         st: &StreamState<'_, L::Buf>,
         seq: u64,
         small: Small,
         report: &mut SessionReport,
-        progress: &mut dyn FnMut(Progress<'_>),
+        progress: &mut P,
     ) -> Result<()> {
         let opts = st.opts;
         let Small { name, path, size } = small;
@@ -575,7 +578,7 @@ impl Pipe {
                     vanished: gone,
                     bytes: Vec::new(),
                 });
-                self.queue(ep, st, &abandon, report, progress)?;
+                self.queue(ep, st, &abandon, report, progress).await?;
                 self.waiting.push_back((
                     seq,
                     Awaited::Verdict {
@@ -604,7 +607,7 @@ impl Pipe {
             let piece = &data[start..end];
             self.queue_with(ep, st, report, progress, |b| {
                 proto::encode_piece(b, start as u64, last, piece)
-            })?;
+            }).await?;
         }
         self.data = data;
         report.bytes += size;

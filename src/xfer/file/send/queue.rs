@@ -7,7 +7,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
+
+use event_listener::{Event, EventListener};
 use std::time::{Duration, Instant};
 
 use super::part::{FileTrack, StripeJob};
@@ -53,11 +55,11 @@ enum Busy {
 pub(super) struct Queue {
     jobs: Mutex<Jobs>,
     /// Signalled when a stream settles, fails, goes idle or records a verdict.
-    settled: Condvar,
+    settled: Event,
     pub(super) streams: u16,
     /// The session's progress, counted by every stream: a stream's waits go on while it moves
     /// (a stream waiting its turn for the link or the receiver is not stalled; see
-    /// `budget::wait_on`).
+    /// `budget::wait_on!`).
     pub(super) progress: AtomicU64,
     /// Test-only (`SendHooks::lag_stream`): the stream that starts late, and until when.
     lag: Option<(u16, Instant)>,
@@ -67,7 +69,7 @@ pub(super) struct Queue {
 const LAG_MAX: Duration = Duration::from_secs(60);
 
 /// How often a stream waiting for a job looks again without being woken.
-const RECHECK: Duration = Duration::from_millis(100);
+pub(super) const RECHECK: Duration = Duration::from_millis(100);
 
 pub(super) struct Jobs {
     /// The jobs not taken yet.
@@ -104,6 +106,9 @@ pub(super) enum Next {
     Drain,
     /// Nothing left for it.
     Done,
+    /// Nothing for it yet: wait until woken (a stream settled, was lost, went idle or recorded
+    /// a verdict), at most [`RECHECK`], then ask again.
+    Wait(EventListener),
 }
 
 /// What a lost stream hands back: its jobs and, per job, the bytes it had sent of it.
@@ -114,7 +119,7 @@ impl Queue {
     pub(super) fn new(jobs: Vec<Job>, streams: u16, lag_stream: Option<u16>) -> Queue {
         Queue {
             jobs: Mutex::new(Jobs::new(jobs, streams, 1)),
-            settled: Condvar::new(),
+            settled: Event::new(),
             streams,
             progress: AtomicU64::new(0),
             lag: lag_stream.map(|i| (i, Instant::now() + LAG_MAX)),
@@ -129,7 +134,7 @@ impl Queue {
         }
         g.settled += 1;
         drop(g);
-        self.settled.notify_all();
+        self.settled.notify(usize::MAX);
     }
 
     /// Stream `i` is lost: the streams left take over `back`. Returns `back` and every job
@@ -148,19 +153,19 @@ impl Queue {
             g.left.push_front(job);
         }
         drop(g);
-        self.settled.notify_all();
+        self.settled.notify(usize::MAX);
         None
     }
 
     /// Stream `i` failed for good (not lost: the transfer ends with its error).
     pub(super) fn fail(&self, i: u16) {
         lock(&self.jobs).busy[usize::from(i)] = Busy::Dead;
-        self.settled.notify_all();
+        self.settled.notify(usize::MAX);
     }
 
     /// A stream recorded a verdict: one waiting to start a striped file looks again.
     pub(super) fn recorded(&self) {
-        self.settled.notify_all();
+        self.settled.notify(usize::MAX);
     }
 
     /// The next job for stream `me` (`in_flight`: it has entries whose answers it has not
@@ -168,32 +173,25 @@ impl Queue {
     /// once it has none left (and every stream has settled, so that the session outlives every
     /// JOIN), the stripes of streams that could not join or were lost.
     pub(super) fn next(&self, me: u16, in_flight: bool) -> Next {
+        // Listening before looking: a change after the look wakes the listener.
+        let woken = self.settled.listen();
         let mut g = lock(&self.jobs);
-        loop {
-            let lagging = self
-                .lag
-                .is_some_and(|(i, until)| i == me && Instant::now() < until);
-            match g.pick(me, self.streams, self.lag.is_none(), lagging, in_flight) {
-                Pick::Job(j) => {
-                    let again = g.again.remove(&j.key());
-                    return Next::Job(j, again);
-                }
-                Pick::Done => {
-                    drop(g);
-                    self.settled.notify_all();
-                    return Next::Done;
-                }
-                Pick::Drain => return Next::Drain,
-                // Woken by `recorded`, `settle`, `lose` or a stream going idle; a verdict
-                // recorded while a stream ends its session is seen at the next look.
-                Pick::Wait => {
-                    g = self
-                        .settled
-                        .wait_timeout(g, RECHECK)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
+        let lagging = self
+            .lag
+            .is_some_and(|(i, until)| i == me && Instant::now() < until);
+        match g.pick(me, self.streams, self.lag.is_none(), lagging, in_flight) {
+            Pick::Job(j) => {
+                let again = g.again.remove(&j.key());
+                Next::Job(j, again)
             }
+            Pick::Done => {
+                drop(g);
+                self.settled.notify(usize::MAX);
+                Next::Done
+            }
+            Pick::Drain => Next::Drain,
+            // Woken by `recorded`, `settle`, `lose` or a stream going idle.
+            Pick::Wait => Next::Wait(woken),
         }
     }
 }
@@ -304,7 +302,7 @@ mod tests {
         let (jobs, tracks) = striped(files);
         let q = Queue {
             jobs: Mutex::new(jobs),
-            settled: Condvar::new(),
+            settled: Event::new(),
             streams: 2,
             progress: AtomicU64::new(0),
             lag: None,

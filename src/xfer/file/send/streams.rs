@@ -5,19 +5,20 @@
 //! "Streams" in `docs/file-protocol.md`.
 
 use std::collections::HashMap;
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
 
 use super::data::{Pacer, PHASE_TARGET as PHASE};
 use super::delete::delete_extras;
 use super::file::StreamState;
 use super::part::{FileTrack, Part, StripeJob};
 use super::pipe::Pipe;
-use super::queue::{Handback, Job, Next, Queue};
+use super::queue::{Handback, Job, Next, Queue, RECHECK};
 use super::session::{challenge, drain, finish, send_done, send_entries, send_entry};
 use super::source::{self, SourceEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::xfer::file::ctl::{is_lost, peer_err, recv_ctl, send_msg, stalled};
+use crate::xfer::file::link::block::block_on;
 use crate::xfer::file::link::Link;
 use crate::xfer::file::options::SenderOptions;
 use crate::xfer::file::proto::{self, Digest, Join, Msg, Open, Reason};
@@ -140,8 +141,22 @@ pub fn send_streams<L: Link>(
     opts: &SenderOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> std::result::Result<SessionReport, SessionError> {
+    block_on(send_streams_async(first, connect, entries, opts, progress))
+}
+
+/// [`send_streams`] on a link whose waits are awaited.
+pub(crate) async fn send_streams_async<L: Link, C, P>(
+    first: &mut L,
+    connect: &C,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    progress: &mut P,
+) -> std::result::Result<SessionReport, SessionError> where
+    C: Connect<L> + ?Sized,
+    P: FnMut(Progress<'_>) + ?Sized,
+{
     let mut report = SessionReport::default();
-    let r = send_streams_into(first, connect, entries, opts, &mut report, progress);
+    let r = send_streams_into_async(first, connect, entries, opts, &mut report, progress).await;
     report.ended(r)
 }
 
@@ -154,11 +169,26 @@ pub fn send_streams_into<L: Link>(
     report: &mut SessionReport,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<()> {
+    block_on(send_streams_into_async(first, connect, entries, opts, report, progress))
+}
+
+/// [`send_streams_into`] on a link whose waits are awaited.
+pub(crate) async fn send_streams_into_async<L: Link, C, P>(
+    first: &mut L,
+    connect: &C,
+    entries: &[SourceEntry],
+    opts: &SenderOptions,
+    report: &mut SessionReport,
+    progress: &mut P,
+) -> Result<()> where
+    C: Connect<L> + ?Sized,
+    P: FnMut(Progress<'_>) + ?Sized,
+{
     opts.check()?;
-    let nonce = challenge(first, opts).map_err(|e| stalled(e, 0, first))?;
+    let nonce = challenge(first, opts).await.map_err(|e| stalled(e, 0, first))?;
     // A dry run moves no data: one stream asks the receiver about every entry.
     if opts.streams <= 1 || opts.dry_run {
-        return send_entries(first, entries, opts, &nonce, report, progress)
+        return send_entries(first, entries, opts, &nonce, report, progress).await
             .map_err(|e| stalled(e, 0, first));
     }
     let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
@@ -166,8 +196,8 @@ pub fn send_streams_into<L: Link>(
         streams: opts.streams.min(proto::MAX_STREAMS),
         auth,
     };
-    send_msg(first, &Msg::Open(open.clone()))?;
-    let session = match recv_ctl(first)? {
+    send_msg(first, &Msg::Open(open.clone())).await?;
+    let session = match recv_ctl(first).await? {
         Msg::Session(s) if s.index == 0 => s,
         Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
             return Err(peer_err(reason, &message))
@@ -180,56 +210,35 @@ pub fn send_streams_into<L: Link>(
         granted: session.streams,
     });
     if session.streams <= 1 {
-        return send_entries(first, entries, opts, &nonce, report, progress)
+        return send_entries(first, entries, opts, &nonce, report, progress).await
             .map_err(|e| stalled(e, 0, first));
     }
-    let (tx, rx) = mpsc::channel::<Event>();
+    let (tx, rx) = flume::unbounded::<Event>();
     let jobs = plan(entries, session.streams, opts);
     let queue = Queue::new(jobs, session.streams, opts.hooks().lag_stream);
-    let results = std::thread::scope(|sc| {
-        let mut workers = Vec::new();
-        let (queue, first_nonce) = (&queue, nonce);
-        let tx0 = tx.clone();
-        let first0 = &mut *first;
-        workers.push(sc.spawn(move || work(first0, 0, &first_nonce, queue, entries, opts, &tx0)));
-        for i in 1..session.streams {
-            let tx = tx.clone();
-            workers.push(sc.spawn(move || {
-                let joined = connect(i).and_then(|mut ep| {
-                    tracing::debug!(target: PHASE, "stream {i}: connected");
-                    let n = join(&mut ep, session.id, i, opts)?;
-                    tracing::debug!(target: PHASE, "stream {i}: joined");
-                    Ok((ep, n))
-                });
-                queue.settle(i, joined.is_ok());
-                match joined {
-                    Ok((mut ep, n)) => {
-                        let r = work(&mut ep, i, &n, queue, entries, opts, &tx);
-                        if let Err(e) = ep.close() {
-                            tracing::debug!("closing stream {i}: {e}");
-                        }
-                        r
-                    }
-                    // The other streams take its jobs: the transfer goes on with fewer.
-                    Err(e) => {
-                        tracing::warn!("stream {i} could not join the session: {e}");
-                        (SessionReport::default(), Ok(()))
-                    }
-                }
-            }));
-        }
-        drop(tx);
-        relay(&rx, entries, progress);
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join().unwrap_or_else(|_| {
-                    let e = Error::refused(Reason::Internal, "a stream's thread panicked");
-                    (SessionReport::default(), Err(e))
-                })
+    let all = Streams {
+        connect,
+        id: session.id,
+        queue: &queue,
+        entries,
+        opts,
+        nonce,
+    };
+    let mut streams = vec![stream(Some(first), 0, &all, tx.clone())];
+    for i in 1..session.streams {
+        streams.push(stream(None, i, &all, tx.clone()));
+    }
+    drop(tx);
+    let results: Vec<_> = L::run_streams(streams, relay(rx, entries, progress))
+        .await
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|_| {
+                let e = Error::refused(Reason::Internal, "a stream's thread panicked");
+                (SessionReport::default(), Err(e))
             })
-            .collect::<Vec<_>>()
-    });
+        })
+        .collect();
     let mut first_err = None;
     let mut data = 0f64;
     let first_ok = results
@@ -246,7 +255,7 @@ pub fn send_streams_into<L: Link>(
     // With --delete, stream 0 deletes once every stream has finished, then ends with DONE.
     if opts.delete && first_ok {
         if first_err.is_none() {
-            if let Err(e) = delete_extras(first, entries, opts, report, progress) {
+            if let Err(e) = delete_extras(first, entries, opts, report, progress).await {
                 first_err = Some(e);
             }
         } else {
@@ -254,7 +263,7 @@ pub fn send_streams_into<L: Link>(
             let why = "a stream failed: nothing is deleted";
             progress(Progress::NotDeleting { dir: "", why });
         }
-        send_done(first);
+        send_done(first).await;
     }
     match first_err {
         // Every stream was lost: name them all.
@@ -279,17 +288,89 @@ pub fn send_streams_into<L: Link>(
     }
 }
 
+/// What makes the connection of stream `i` (1..) of a session with several streams.
+pub(crate) trait Connect<L>: Sync {
+    /// Connects stream `i`.
+    fn connect(&self, i: u16) -> impl Future<Output = Result<L>> + Send;
+}
+
+impl<L: Send, F: Fn(u16) -> Result<L> + Sync + ?Sized> Connect<L> for F {
+    async fn connect(&self, i: u16) -> Result<L> {
+        self(i)
+    }
+}
+
+/// What the streams of a session share.
+struct Streams<'a, C: ?Sized> {
+    connect: &'a C,
+    id: proto::SessionId,
+    queue: &'a Queue,
+    entries: &'a [SourceEntry],
+    opts: &'a SenderOptions,
+    /// Stream 0's CHALLENGE nonce.
+    nonce: Digest,
+}
+
+/// Stream `i` of a session: stream 0 on `first`; another connects, joins, sends its jobs and
+/// closes its connection. Its report, and how it ended.
+async fn stream<L: Link, C: Connect<L> + ?Sized>(
+    first: Option<&mut L>,
+    i: u16,
+    all: &Streams<'_, C>,
+    tx: flume::Sender<Event>,
+) -> (SessionReport, Result<()>) {
+    let Streams {
+        connect,
+        id,
+        queue,
+        entries,
+        opts,
+        nonce,
+    } = all;
+    if let Some(first) = first {
+        return work(first, 0, nonce, queue, entries, opts, &tx).await;
+    }
+    let joined = match connect.connect(i).await {
+        Ok(mut ep) => {
+            tracing::debug!(target: PHASE, "stream {i}: connected");
+            match join(&mut ep, *id, i, opts).await {
+                Ok(n) => {
+                    tracing::debug!(target: PHASE, "stream {i}: joined");
+                    Ok((ep, n))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    queue.settle(i, joined.is_ok());
+    match joined {
+        Ok((mut ep, n)) => {
+            let r = work(&mut ep, i, &n, queue, entries, opts, &tx).await;
+            if let Err(e) = ep.close().await {
+                tracing::debug!("closing stream {i}: {e}");
+            }
+            r
+        }
+        // The other streams take its jobs: the transfer goes on with fewer.
+        Err(e) => {
+            tracing::warn!("stream {i} could not join the session: {e}");
+            (SessionReport::default(), Ok(()))
+        }
+    }
+}
+
 /// Joins the session on a further connection; returns its CHALLENGE nonce.
-fn join<L: Link>(
+async fn join<L: Link>(
     ep: &mut L,
     id: proto::SessionId,
     index: u16,
     opts: &SenderOptions,
 ) -> Result<Digest> {
-    let nonce = challenge(ep, opts)?;
+    let nonce = challenge(ep, opts).await?;
     let auth = opts.token.as_ref().map(|t| proto::auth_answer(t, &nonce));
-    send_msg(ep, &Msg::Join(Join { id, index, auth }))?;
-    match recv_ctl(ep)? {
+    send_msg(ep, &Msg::Join(Join { id, index, auth })).await?;
+    match recv_ctl(ep).await? {
         Msg::Session(s) if s.id == id && s.index == index => Ok(nonce),
         Msg::Refuse { reason, message } | Msg::Err { reason, message } => {
             Err(peer_err(reason, &message))
@@ -304,14 +385,14 @@ fn join<L: Link>(
 /// stream whose connection is lost ([`is_lost`]) hands what it held back to the queue: its
 /// result is then `Ok` and its report names it among the lost, unless no stream is left to
 /// take its work.
-fn work<L: Link>(
+async fn work<L: Link>(
     ep: &mut L,
     me: u16,
     nonce: &Digest,
     queue: &Queue,
     entries: &[SourceEntry],
     opts: &SenderOptions,
-    tx: &mpsc::Sender<Event>,
+    tx: &flume::Sender<Event>,
 ) -> (SessionReport, Result<()>) {
     let mut report = SessionReport::default();
     let mut st = StreamState::new(opts, *nonce);
@@ -335,15 +416,19 @@ fn work<L: Link>(
         };
         let _ = tx.send(ev);
     };
-    let res = (|| {
+    let res: Result<()> = async {
         loop {
             let (job, again) = match queue.next(me, pipe.in_flight()) {
                 Next::Job(job, again) => (job, again),
                 Next::Drain => {
-                    drain(ep, &st, &mut pipe, &mut report, &mut { small })?;
+                    drain(ep, &st, &mut pipe, &mut report, &mut { small }).await?;
                     continue;
                 }
                 Next::Done => break,
+                Next::Wait(woken) => {
+                    L::wait_woken(woken, RECHECK).await;
+                    continue;
+                }
             };
             current = Some(job.clone());
             let (i, stripe) = match job {
@@ -376,7 +461,7 @@ fn work<L: Link>(
                 part,
                 &mut report,
                 &mut events,
-            )?;
+            ).await?;
             if pipe.count() > before {
                 piped.push(i);
             }
@@ -384,12 +469,12 @@ fn work<L: Link>(
             queue.recorded();
         }
         // Stream 0 of a --delete ends the session later (`send_streams`).
-        let end = match me == 0 && opts.delete {
-            true => drain,
-            false => finish,
-        };
-        end(ep, &st, &mut pipe, &mut report, &mut { small })
-    })();
+        match me == 0 && opts.delete {
+            true => drain(ep, &st, &mut pipe, &mut report, &mut { small }).await,
+            false => finish(ep, &st, &mut pipe, &mut report, &mut { small }).await,
+        }
+    }
+    .await;
     report.resent += st.resent;
     let res = match res {
         Err(e) if is_lost(&e) => {
@@ -460,20 +545,16 @@ fn work<L: Link>(
 }
 
 /// Turns the streams' events into `progress` calls on this thread until every stream ended.
-fn relay(
-    rx: &mpsc::Receiver<Event>,
+async fn relay<P: FnMut(Progress<'_>) + ?Sized>(
+    rx: flume::Receiver<Event>,
     entries: &[SourceEntry],
-    progress: &mut dyn FnMut(Progress<'_>),
+    progress: &mut P,
 ) {
     let mut started = vec![false; entries.len()];
     let mut done: HashMap<(usize, u16), u64> = HashMap::new();
     let mut total = 0u64;
-    loop {
-        let ev = match rx.recv_timeout(Duration::from_millis(500)) {
-            Ok(ev) => ev,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        };
+    // Disconnected (an error) once every stream has ended.
+    while let Ok(ev) = rx.recv_async().await {
         match ev {
             Event::Start(i) => {
                 if !std::mem::replace(&mut started[i], true) {
