@@ -84,8 +84,8 @@ const WRITE_BUFS: usize = ring_budget::COPY_BUFS as usize;
 /// the file (the sink is dropped, which removes or keeps the temporary file). `label` names
 /// the part in errors ([`fault::part_label`]).
 ///
-/// Dropped before its end, the writers finish the chunks they hold, and the last of them
-/// drops the sink (the file is not committed).
+/// Dropped before its end, the writers finish the chunk each holds, then the sink is dropped
+/// (the file is not committed).
 pub(super) async fn receive_data<T: ChunkTarget, L: Link>(
     ep: &mut L,
     r: &mut StagingRing<L::Ring>,
@@ -125,7 +125,7 @@ pub(super) async fn receive_data<T: ChunkTarget, L: Link>(
                 .await?
             });
             let got = awaiting("the sender's data", got)
-            .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
+                .map_err(|e| fault::invalid_request(label, Some(part.next_seq()), e))?;
             let at = match got {
                 Chunk::Data(at) => at,
                 Chunk::Ctl(m) => return Err(part.control_during_data(m)),
